@@ -1,0 +1,48 @@
+# The developer's front door. `make help` lists the targets.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed-$(shell (cat pyproject.toml; $(PY) --version) | sha1sum | cut -c1-12)
+
+.PHONY: help demo test test-fast lint format typecheck services bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+services:  ## install redis-server and PostgreSQL when missing (apt-get)
+	./scripts/install-services.sh
+
+demo: $(STAMP) services  ## produce orders, run a worker on them, print what happened
+	$(BIN)/python examples/quickstart/demo.py
+
+test: $(STAMP) services  ## the whole suite (unit, engine, conformance, integration, slow)
+	$(BIN)/pytest -q
+
+test-fast: $(STAMP)  ## everything but the slow suites
+	$(BIN)/pytest -q -m 'not slow'
+
+lint: $(STAMP)  ## ruff, formatting, mypy strict, import contracts
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+format: $(STAMP)  ## apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+typecheck: $(STAMP)  ## mypy strict on the package
+	$(BIN)/mypy
+
+bench: $(STAMP) services  ## run the benchmarks (see benchmarks/README.md)
+	$(BIN)/python -m benchmarks
+
+clean:  ## remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,0 +1,42 @@
+"""streamworker: consume Redis Streams with effectively-once processing.
+
+The public API::
+
+    from streamworker import App, Message, Depends, Retry, DeadLetter
+
+Everything else is importable from its module but not part of the stable surface.
+"""
+
+from __future__ import annotations
+
+from streamworker.app import App, HandlerSpec
+from streamworker.deps import Depends
+from streamworker.errors import (
+    ConfigError,
+    ConnectionLost,
+    DeadLetter,
+    PermanentFailure,
+    Retry,
+    StreamworkerError,
+    TargetError,
+)
+from streamworker.message import Message
+from streamworker.settings import Settings
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "App",
+    "ConfigError",
+    "ConnectionLost",
+    "DeadLetter",
+    "Depends",
+    "HandlerSpec",
+    "Message",
+    "PermanentFailure",
+    "Retry",
+    "Settings",
+    "StreamworkerError",
+    "TargetError",
+    "__version__",
+]

@@ -1,0 +1,202 @@
+"""The App registry and the ``@app.handler`` decorator."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel
+
+from streamworker.deps import CallPlan, build_plan
+from streamworker.errors import ConfigError
+from streamworker.keys import dead_letter_stream
+
+Idempotency = Literal["none", "sql", "lua"]
+IDEMPOTENCY_MODES: tuple[str, ...] = ("none", "sql", "lua")
+# Strategies whose implementation ships in this version.
+AVAILABLE_IDEMPOTENCY: tuple[str, ...] = ("none",)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ID_RE = re.compile(r"^(\$|0|\d+(-\d+)?)$")
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    """Everything the runtime needs to know about one handler. Immutable once registered.
+
+    One spec is one subscription: the worker runs one consume loop per spec.
+    """
+
+    name: str
+    func: Callable[..., Any]
+    stream: str
+    group: str
+    idempotency: Idempotency
+    model: type[BaseModel] | None
+    body_field: str | None
+    batch_size: int
+    block_ms: int
+    concurrency: int
+    start_id: str
+    max_deliveries: int
+    claim_idle_ms: int
+    dead_letter_stream: str
+    plan: CallPlan
+
+    @property
+    def is_async(self) -> bool:
+        """True for ``async def`` handlers (run on the event loop), False for ``def`` (run in threads)."""
+        return inspect.iscoroutinefunction(self.func)
+
+
+def _model_from_annotation(annotation: Any) -> type[BaseModel] | None:
+    args = typing.get_args(annotation)
+    if args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
+        return args[0]
+    return None
+
+
+class App:
+    """A named collection of handlers; what ``streamworker run module:app`` runs.
+
+    An App holds configuration only: it opens no connection and reads no environment. The CLI (or
+    :func:`streamworker.runtime.worker.run_app`) turns it into a running worker.
+
+    Args:
+        name: the application's name; shows in logs and metrics.
+        redis_url: default Redis URL, overridden by ``--redis-url`` / ``STREAMWORKER_REDIS_URL``.
+        db_url: default database URL for ``idempotency="sql"`` handlers, overridden by ``--db-url``
+            / ``STREAMWORKER_DB_URL``.
+    """
+
+    def __init__(
+        self, name: str, *, redis_url: str | None = None, db_url: str | None = None
+    ) -> None:
+        if not name or not name.strip():
+            raise ConfigError("App name must not be empty")
+        self.name = name
+        self.redis_url = redis_url
+        self.db_url = db_url
+        self._handlers: dict[str, HandlerSpec] = {}
+
+    @property
+    def handlers(self) -> list[HandlerSpec]:
+        """The registered handlers, in registration order."""
+        return list(self._handlers.values())
+
+    def handler(
+        self,
+        stream: str,
+        *,
+        group: str,
+        idempotency: Idempotency = "none",
+        model: type[BaseModel] | None = None,
+        body_field: str | None = None,
+        batch_size: int = 100,
+        block_ms: int = 5_000,
+        concurrency: int = 1,
+        start_id: str = "0",
+        max_deliveries: int = 5,
+        claim_idle_ms: int = 60_000,
+        dead_letter: str | None = None,
+        name: str | None = None,
+    ) -> Callable[[F], F]:
+        """Register the decorated function as the handler of ``stream`` in consumer ``group``.
+
+        The function may be ``async def`` (runs on the event loop) or ``def`` (runs in a thread).
+        Its parameters are filled by annotation and ``Depends``: a parameter annotated
+        ``Message[Model]`` receives the message (and, when ``model`` is not given, ``Model``
+        becomes the body model).
+
+        Args:
+            stream: the stream key to consume.
+            group: the consumer group; created at ``start_id`` (with MKSTREAM) when missing.
+            idempotency: ``"none"`` (at-least-once: the handler may see a message again after a
+                crash), ``"sql"`` or ``"lua"`` (effectively-once; see the docs).
+            model: a pydantic model validated from the entry's fields (or from the JSON in
+                ``body_field``). A body that fails validation is a permanent failure: the message
+                is dead-lettered at once, never retried.
+            body_field: when set, the body is the JSON document in this field instead of the whole
+                field map.
+            batch_size: COUNT of each XREADGROUP; one XACK per batch.
+            block_ms: BLOCK of each XREADGROUP for new entries.
+            concurrency: how many messages of a batch run at once (1 keeps stream order).
+            start_id: where a newly created group starts: ``"0"`` (the whole stream), ``"$"``
+                (only new entries) or an entry id.
+            max_deliveries: a message delivered more often than this is dead-lettered.
+            claim_idle_ms: how long a pending message may sit idle before it is reclaimed.
+            dead_letter: the dead-letter stream; default ``{stream}:dlq`` (see ``keys``).
+            name: the handler's name in logs and metrics; default the function's qualified name.
+        """
+        if idempotency not in IDEMPOTENCY_MODES:
+            raise ConfigError(
+                f"idempotency must be one of {', '.join(IDEMPOTENCY_MODES)}, not {idempotency!r}"
+            )
+        if idempotency not in AVAILABLE_IDEMPOTENCY:
+            raise ConfigError(
+                f"idempotency={idempotency!r} is not available in this version of streamworker; "
+                f"use one of {', '.join(AVAILABLE_IDEMPOTENCY)}"
+            )
+        if not stream:
+            raise ConfigError("stream must not be empty")
+        if not group:
+            raise ConfigError("group must not be empty")
+        for label, value, low in (
+            ("batch_size", batch_size, 1),
+            ("block_ms", block_ms, 1),
+            ("concurrency", concurrency, 1),
+            ("max_deliveries", max_deliveries, 1),
+            ("claim_idle_ms", claim_idle_ms, 1),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ConfigError(f"{label} must be an integer >= {low}, got {value!r}")
+        if not _ID_RE.match(start_id):
+            raise ConfigError(
+                f"start_id must be '0', '$' or an entry id like '1700000000000-0', got {start_id!r}"
+            )
+        if model is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise ConfigError(f"model must be a pydantic BaseModel subclass, got {model!r}")
+
+        def register(func: F) -> F:
+            if not callable(func):
+                raise ConfigError(f"@app.handler decorates functions, not {func!r}")
+            if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
+                raise ConfigError(f"{func.__qualname__}: a handler must not be a generator")
+            plan = build_plan(func)
+            body_model = model or _model_from_annotation(plan.message_type)
+            hname = name or f"{func.__module__}.{func.__qualname__}"
+            key = f"{stream}\x00{group}"
+            if key in self._handlers:
+                other = self._handlers[key].name
+                raise ConfigError(
+                    f"stream {stream!r} group {group!r} already has handler {other}; "
+                    f"one handler per (stream, group)"
+                )
+            self._handlers[key] = HandlerSpec(
+                name=hname,
+                func=func,
+                stream=stream,
+                group=group,
+                idempotency=idempotency,
+                model=body_model,
+                body_field=body_field,
+                batch_size=batch_size,
+                block_ms=block_ms,
+                concurrency=concurrency,
+                start_id=start_id,
+                max_deliveries=max_deliveries,
+                claim_idle_ms=claim_idle_ms,
+                dead_letter_stream=dead_letter or dead_letter_stream(stream),
+                plan=plan,
+            )
+            return func
+
+        return register
+
+    def __repr__(self) -> str:
+        return f"App({self.name!r}, handlers={len(self._handlers)})"

@@ -1,0 +1,224 @@
+"""The ``streamworker`` command: the composition root (flags -> Settings -> objects).
+
+Errors a user can fix (bad target, bad URL, unreachable Redis) print one line and exit non-zero:
+2 for a command line or configuration that cannot work, 1 for a failure at run time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import importlib.util
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from streamworker import __version__
+from streamworker.app import App
+from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
+from streamworker.observability.logging import configure_logging
+from streamworker.observability.metrics import Metrics
+from streamworker.redisio import connection_errors, open_redis
+from streamworker.runtime.worker import Worker, WorkerOptions
+from streamworker.settings import DEFAULT_REDIS_URL, Settings, load_settings
+
+EXIT_RUNTIME = 1
+EXIT_CONFIG = 2
+
+
+def load_target(target: str) -> App:
+    """Load ``module:attr`` or ``path/to/file.py:attr`` (``:attr`` defaults to ``app``).
+
+    The current directory is importable, as with ``python -m``. Raises TargetError with a message
+    that says what to fix.
+    """
+    spec, _, attr = target.rpartition(":") if ":" in target else (target, "", "app")
+    attr = attr or "app"
+    if not spec:
+        raise TargetError(
+            f"invalid target {target!r}: expected module:attribute or file.py:attribute"
+        )
+    if spec.endswith(".py") or os.sep in spec:
+        path = Path(spec)
+        if not path.is_file():
+            raise TargetError(f"cannot load {target!r}: no such file {spec!r}")
+        # The file's stem names the module (so handler names read well), unless that name is taken.
+        name = path.stem if path.stem not in sys.modules else f"streamworker_target_{path.stem}"
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise TargetError(f"cannot load {target!r}: {spec!r} is not a Python file")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        sys.path.insert(0, str(path.resolve().parent))
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            raise TargetError(f"cannot load {target!r}: {type(exc).__name__}: {exc}") from exc
+    else:
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(spec)
+        except ModuleNotFoundError as exc:
+            if exc.name and spec.startswith(exc.name):
+                raise TargetError(
+                    f"cannot import module {spec!r}: no module named {exc.name!r}"
+                ) from exc
+            raise TargetError(f"cannot import module {spec!r}: {exc}") from exc
+        except Exception as exc:
+            raise TargetError(
+                f"cannot import module {spec!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+    try:
+        obj: Any = getattr(module, attr)
+    except AttributeError:
+        raise TargetError(f"module {spec!r} has no attribute {attr!r}") from None
+    if not isinstance(obj, App):
+        raise TargetError(f"{spec}:{attr} is a {type(obj).__name__}, not a streamworker App")
+    return obj
+
+
+def default_consumer_name(settings: Settings) -> str:
+    """``--consumer``/``STREAMWORKER_CONSUMER``, else ``POD_NAME``, else the host name.
+
+    Stable across restarts on purpose: a restarted worker must find its own pending entries.
+    """
+    return settings.consumer or socket.gethostname()
+
+
+async def _check_redis(url: str) -> None:
+    client = open_redis(url, socket_timeout_s=5.0)
+    try:
+        async with connection_errors():
+            await client.ping()
+    finally:
+        await client.aclose()
+
+
+async def _run(app: App, settings: Settings) -> int:
+    redis_url = settings.redis_url or app.redis_url or DEFAULT_REDIS_URL
+    options = WorkerOptions(
+        redis_url=redis_url,
+        consumer=default_consumer_name(settings),
+        shutdown_timeout_s=settings.shutdown_timeout_s,
+        reconnect_backoff_initial_s=settings.reconnect_backoff_initial_s,
+        reconnect_backoff_max_s=settings.reconnect_backoff_max_s,
+        db_url=settings.db_url or app.db_url,
+    )
+    try:
+        await _check_redis(redis_url)
+    except ConnectionLost as exc:
+        raise ConnectionLost(f"cannot reach Redis at {redis_url}: {exc}") from exc
+    metrics = Metrics()
+    worker = Worker(app, options, metrics)
+    if settings.metrics_port is not None:
+        port = metrics.serve(settings.metrics_port, settings.metrics_host)
+        structlog.get_logger("streamworker.cli").info("metrics_served", port=port)
+    result = await worker.run()
+    if result.abandoned_threads:
+        # Sync handlers still running past the deadline: their messages stay pending; do not let
+        # their threads hold the process (the interpreter would join them at exit).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    settings = load_settings(
+        redis_url=args.redis_url,
+        db_url=args.db_url,
+        consumer=args.consumer,
+        metrics_port=args.metrics_port,
+        log_format=args.log_format,
+        log_level=args.log_level,
+        shutdown_timeout_s=args.shutdown_timeout_s,
+    )
+    configure_logging(settings.log_format, settings.log_level)
+    app = load_target(args.target)
+    return asyncio.run(_run(app, settings))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and docs)."""
+    parser = argparse.ArgumentParser(
+        prog="streamworker",
+        description="Consume Redis Streams with effectively-once processing.",
+    )
+    parser.add_argument("--version", action="version", version=f"streamworker {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    run = sub.add_parser(
+        "run",
+        help="run an App's handlers until SIGTERM/SIGINT",
+        description=(
+            "Run every handler of an App until SIGTERM or SIGINT. Each handler first re-reads this "
+            "consumer's own pending entries, then new ones. Every flag can also be set as "
+            "STREAMWORKER_<FLAG> in the environment or a .env file (flags win)."
+        ),
+        epilog="example: streamworker run billing.app:app --redis-url redis://127.0.0.1:6379/0",
+    )
+    run.add_argument(
+        "target",
+        metavar="TARGET",
+        help="module:attr or path/to/file.py:attr (attr defaults to app)",
+    )
+    run.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help=f"redis://, rediss://, unix:// or engine:// URL (default: the App's, else {DEFAULT_REDIS_URL})",
+    )
+    run.add_argument(
+        "--db-url", metavar="URL", help="SQLAlchemy database URL for idempotency='sql' handlers"
+    )
+    run.add_argument(
+        "--consumer",
+        metavar="NAME",
+        help="consumer name; keep it stable across restarts (default: $POD_NAME, else the host name)",
+    )
+    run.add_argument(
+        "--metrics-port", metavar="N", type=int, help="serve Prometheus metrics on this port"
+    )
+    run.add_argument(
+        "--log-format",
+        choices=("auto", "json", "console"),
+        help="log output (default: console on a terminal, else JSON)",
+    )
+    run.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), help="default: info"
+    )
+    run.add_argument(
+        "--shutdown-timeout-s",
+        metavar="S",
+        type=float,
+        help="how long in-flight batches may finish after a signal (default: 30)",
+    )
+    run.set_defaults(func=_cmd_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``streamworker`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"streamworker: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except StreamworkerError as exc:
+        print(f"streamworker: error: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Turning a stream entry into a :class:`~streamworker.Message` (pure, no I/O).
+
+Fields are decoded as UTF-8. With a body model, the body is validated from the field map (pydantic's
+lax mode turns ``"42"`` into ``42``) or, with ``body_field``, from the JSON document in that field.
+Anything that cannot decode or validate raises PermanentFailure: the same bytes would fail on every
+delivery, so retrying is pointless and the message goes to the dead-letter stream at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from streamworker.errors import PermanentFailure
+from streamworker.message import Message
+
+
+def _text(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PermanentFailure(f"{what} is not valid UTF-8: {raw[:40]!r}") from None
+
+
+def _summarise(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err["loc"]) or "body"
+        parts.append(f"{loc}: {err['msg']}")
+    more = exc.error_count() - len(parts)
+    if more > 0:
+        parts.append(f"and {more} more")
+    return "body failed validation: " + "; ".join(parts)
+
+
+def decode_fields(raw: dict[bytes, bytes]) -> dict[str, str]:
+    """The entry's fields as text; PermanentFailure naming the first field that is not UTF-8."""
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        name = _text(key, "a field name")
+        out[name] = _text(value, f"field {name!r}")
+    return out
+
+
+def decode_body(
+    fields: dict[str, str], model: type[BaseModel], body_field: str | None
+) -> BaseModel:
+    """Validate the body model from ``fields`` (or from the JSON in ``fields[body_field]``)."""
+    try:
+        if body_field is None:
+            return model.model_validate(fields)
+        if body_field not in fields:
+            raise PermanentFailure(f"body field {body_field!r} is missing")
+        return model.model_validate_json(fields[body_field])
+    except ValidationError as exc:
+        raise PermanentFailure(_summarise(exc)) from None
+
+
+def decode_message(
+    entry_id: bytes,
+    raw: dict[bytes, bytes],
+    *,
+    stream: str,
+    group: str,
+    consumer: str,
+    delivery_count: int,
+    model: type[BaseModel] | None,
+    body_field: str | None,
+) -> Message[Any]:
+    """Build the Message for one live entry, or raise PermanentFailure."""
+    fields = decode_fields(raw)
+    body = decode_body(fields, model, body_field) if model is not None else None
+    return Message(
+        id=entry_id.decode("ascii"),
+        stream=stream,
+        group=group,
+        consumer=consumer,
+        fields=fields,
+        body=body,
+        delivery_count=delivery_count,
+    )

@@ -1,0 +1,213 @@
+"""Resources for handlers, FastAPI-style: ``def handler(msg: Message[T], db=Depends(get_db))``.
+
+A dependency is a callable (sync or async function, or a sync or async generator for resources that
+need cleanup). Its own parameters are resolved the same way, so dependencies can depend on other
+dependencies and on the :class:`~streamworker.Message`.
+
+Scopes:
+
+* ``"message"`` (default): called for each message; a generator's code after ``yield`` runs once the
+  handler has finished (the handler's exception, if any, is raised at the ``yield``).
+* ``"worker"``: called once when the worker starts and cleaned up when it stops; the same value is
+  shared by every message of every handler (so it must be safe for concurrent use).
+
+Within one resolution a dependency is called once even when several parameters ask for it.
+Sync dependencies run on the event loop thread: keep them cheap (or make them ``async``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import typing
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from streamworker.errors import ConfigError
+from streamworker.message import Message
+
+Scope = Literal["message", "worker"]
+
+
+class Depends:
+    """Marks a handler (or dependency) parameter as provided by calling ``dependency``."""
+
+    __slots__ = ("dependency", "scope")
+
+    def __init__(self, dependency: Callable[..., Any], *, scope: Scope = "message") -> None:
+        if not callable(dependency):
+            raise ConfigError(f"Depends() needs a callable, got {dependency!r}")
+        if scope not in ("message", "worker"):
+            raise ConfigError(f"Depends scope must be 'message' or 'worker', not {scope!r}")
+        self.dependency = dependency
+        self.scope: Scope = scope
+
+    def __repr__(self) -> str:
+        name = getattr(self.dependency, "__qualname__", repr(self.dependency))
+        return f"Depends({name}, scope={self.scope!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageParam:
+    """The parameter receives the Message."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProvidedParam:
+    """The parameter receives a value the idempotency strategy provides, looked up by type."""
+
+    type_: type
+
+
+@dataclass(frozen=True, slots=True)
+class DependencyParam:
+    """The parameter receives the value of a dependency."""
+
+    depends: Depends
+    plan: CallPlan
+
+
+Param = MessageParam | ProvidedParam | DependencyParam
+
+
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    """How to call one function: where each parameter's value comes from (computed once)."""
+
+    func: Callable[..., Any]
+    params: tuple[tuple[str, Param], ...]
+    message_type: (
+        Any  # the annotation of the Message parameter, e.g. Message[Order]; None if absent
+    )
+
+    def dependencies(self) -> Iterator[Depends]:
+        """Every Depends reachable from this plan, depth first."""
+        for _, param in self.params:
+            if isinstance(param, DependencyParam):
+                yield from param.plan.dependencies()
+                yield param.depends
+
+
+def _is_message_annotation(annotation: Any) -> bool:
+    return annotation is Message or typing.get_origin(annotation) is Message
+
+
+def build_plan(func: Callable[..., Any], provided: frozenset[type] = frozenset()) -> CallPlan:
+    """Inspect ``func`` once and say where each of its parameters comes from.
+
+    Raises ConfigError naming the parameter when one has no source.
+    """
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception:  # forward references to names the module cannot see; fall back to raw
+        hints = {}
+    name = getattr(func, "__qualname__", repr(func))
+    params: list[tuple[str, Param]] = []
+    message_type: Any = None
+    for pname, p in inspect.signature(func).parameters.items():
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise ConfigError(f"{name}: *args/**kwargs parameters cannot be provided")
+        annotation = hints.get(pname, p.annotation)
+        if isinstance(p.default, Depends):
+            sub = build_plan(p.default.dependency, provided)
+            params.append((pname, DependencyParam(p.default, sub)))
+        elif _is_message_annotation(annotation):
+            params.append((pname, MessageParam()))
+            message_type = annotation
+        elif isinstance(annotation, type) and any(issubclass(annotation, t) for t in provided):
+            params.append((pname, ProvidedParam(annotation)))
+        elif p.default is not inspect.Parameter.empty:
+            continue  # a plain default value: leave it to Python
+        else:
+            raise ConfigError(
+                f"{name}: parameter {pname!r} has no source; annotate it as Message[...] "
+                f"or give it a default of Depends(...)"
+            )
+    return CallPlan(func=func, params=tuple(params), message_type=message_type)
+
+
+async def _call(
+    func: Callable[..., Any], kwargs: dict[str, Any], stack: contextlib.AsyncExitStack
+) -> Any:
+    if inspect.isasyncgenfunction(func):
+        return await stack.enter_async_context(contextlib.asynccontextmanager(func)(**kwargs))
+    if inspect.isgeneratorfunction(func):
+        return stack.enter_context(contextlib.contextmanager(func)(**kwargs))
+    result = func(**kwargs)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+class Resolver:
+    """Resolves call plans. One instance per worker; holds the worker-scoped values.
+
+    Not thread-safe: use it from the worker's event loop only.
+    """
+
+    def __init__(self) -> None:
+        self._worker_values: dict[Callable[..., Any], Any] = {}
+        self._worker_stack = contextlib.AsyncExitStack()
+
+    async def start(self, plans: list[CallPlan]) -> None:
+        """Create every worker-scoped dependency the plans reach (they may not ask for the message)."""
+        for plan in plans:
+            for dep in plan.dependencies():
+                if dep.scope == "worker" and dep.dependency not in self._worker_values:
+                    sub = build_plan(dep.dependency)
+                    kwargs = await self._kwargs(sub, None, {}, {}, self._worker_stack, worker=True)
+                    value = await _call(dep.dependency, kwargs, self._worker_stack)
+                    self._worker_values[dep.dependency] = value
+
+    async def close(self) -> None:
+        """Clean up worker-scoped dependencies, last created first."""
+        await self._worker_stack.aclose()
+        self._worker_values.clear()
+
+    @contextlib.asynccontextmanager
+    async def arguments(
+        self, plan: CallPlan, message: Message[Any], provided: dict[type, Any] | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield the keyword arguments for ``plan.func``; message-scoped cleanup runs on exit."""
+        async with contextlib.AsyncExitStack() as stack:
+            yield await self._kwargs(plan, message, provided or {}, {}, stack, worker=False)
+
+    async def _kwargs(
+        self,
+        plan: CallPlan,
+        message: Message[Any] | None,
+        provided: dict[type, Any],
+        cache: dict[Callable[..., Any], Any],
+        stack: contextlib.AsyncExitStack,
+        *,
+        worker: bool,
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
+        fname = getattr(plan.func, "__qualname__", repr(plan.func))
+        for pname, param in plan.params:
+            if isinstance(param, MessageParam):
+                if message is None:
+                    raise ConfigError(
+                        f"{fname}: a worker-scoped dependency cannot take the Message"
+                    )
+                kwargs[pname] = message
+            elif isinstance(param, ProvidedParam):
+                value = next((v for t, v in provided.items() if issubclass(param.type_, t)), None)
+                if value is None:
+                    raise ConfigError(f"{fname}: nothing provides {param.type_.__name__} here")
+                kwargs[pname] = value
+            else:
+                dep = param.depends
+                if dep.scope == "worker" and not worker:
+                    kwargs[pname] = self._worker_values[dep.dependency]
+                elif dep.dependency in cache:
+                    kwargs[pname] = cache[dep.dependency]
+                else:
+                    sub_kwargs = await self._kwargs(
+                        param.plan, message, provided, cache, stack, worker=worker
+                    )
+                    value = await _call(dep.dependency, sub_kwargs, stack)
+                    cache[dep.dependency] = value
+                    kwargs[pname] = value
+        return kwargs

@@ -1,0 +1,65 @@
+"""The streamworker exception tree.
+
+Everything streamworker raises derives from :class:`StreamworkerError`. Foreign errors (redis-py,
+SQLAlchemy, pydantic) are converted where they are caught, with the original kept as ``__cause__``.
+
+:class:`Retry` and :class:`DeadLetter` are *control flow*: a handler raises them to steer what happens
+to its message. They are logged at info level, never as errors.
+"""
+
+from __future__ import annotations
+
+
+class StreamworkerError(Exception):
+    """Root of every error streamworker raises."""
+
+
+class ConfigError(StreamworkerError):
+    """Settings, handler options or a command line that cannot work; raised at start-up."""
+
+
+class TargetError(ConfigError):
+    """``streamworker run TARGET``: the module or attribute cannot be loaded, or is not an App."""
+
+
+class ConnectionLost(StreamworkerError):
+    """Redis (or the database) could not be reached or dropped the connection."""
+
+
+class PermanentFailure(StreamworkerError):
+    """A message that can never succeed: it is dead-lettered at once, without retries.
+
+    Raised by streamworker itself for a body that fails validation or fields that are not UTF-8;
+    handlers raise :class:`DeadLetter` instead.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class HandlerControl(StreamworkerError):
+    """Base of the control-flow signals a handler may raise."""
+
+
+class Retry(HandlerControl):
+    """Raised by a handler: leave the message pending and retry it after ``delay_ms``.
+
+    The message is not acked. The reaper redelivers it once the delay has passed; the delivery
+    counter still counts, so ``max_deliveries`` bounds how often this can happen.
+    """
+
+    def __init__(self, delay_ms: int | None = None, reason: str = "") -> None:
+        super().__init__(reason or "retry requested by handler")
+        if delay_ms is not None and delay_ms < 0:
+            raise ValueError("delay_ms must be >= 0")
+        self.delay_ms = delay_ms
+        self.reason = reason
+
+
+class DeadLetter(HandlerControl):
+    """Raised by a handler: this message can never succeed; move it to the dead-letter stream now."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -1,0 +1,83 @@
+"""``idempotency="none"``: at-least-once. Effects happen before the ack, so a crash in between
+redelivers the message and the handler runs again; handlers must tolerate that."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from streamworker.idempotency.base import Invoke
+from streamworker.message import Message
+from streamworker.outcomes import Outcome
+from streamworker.redisio import connection_errors
+
+# After the shutdown deadline, finished messages are still acked, within this bound.
+_ACK_ON_CANCEL_TIMEOUT_S = 2.0
+
+
+class AtLeastOnce:
+    """Run the batch's handlers (``concurrency`` at a time), then one XACK for the successes."""
+
+    name = "none"
+
+    def __init__(self, client: aioredis.Redis, stream: str, group: str, concurrency: int) -> None:
+        self._client = client
+        self._stream = stream
+        self._group = group
+        self._concurrency = concurrency
+
+    async def process(self, batch: Sequence[Message[Any]], invoke: Invoke) -> list[Outcome]:
+        """See :class:`~streamworker.idempotency.base.Strategy`."""
+        if not batch:
+            return []
+        if self._concurrency == 1:
+            outcomes: list[Outcome] = []
+            try:
+                for msg in batch:
+                    outcomes.append(await invoke(msg, {}))
+            except asyncio.CancelledError:
+                await self._ack_finished(batch[: len(outcomes)], outcomes)
+                raise
+            await self._ack(batch, outcomes)
+            return outcomes
+
+        sem = asyncio.Semaphore(self._concurrency)
+
+        async def limited(msg: Message[Any]) -> Outcome:
+            async with sem:
+                return await invoke(msg, {})
+
+        tasks = [asyncio.ensure_future(limited(m)) for m in batch]
+        try:
+            outcomes = list(await asyncio.gather(*tasks))
+        except asyncio.CancelledError:
+            for t in tasks:
+                t.cancel()
+            done = [(m, t.result()) for m, t in zip(batch, tasks, strict=True) if _succeeded(t)]
+            await self._ack_finished([m for m, _ in done], [o for _, o in done])
+            raise
+        await self._ack(batch, outcomes)
+        return outcomes
+
+    async def _ack(self, batch: Sequence[Message[Any]], outcomes: Sequence[Outcome]) -> None:
+        ids = [m.id for m, o in zip(batch, outcomes, strict=True) if o.acked]
+        if ids:
+            async with connection_errors():
+                await self._client.xack(self._stream, self._group, *ids)
+
+    async def _ack_finished(
+        self, batch: Sequence[Message[Any]], outcomes: Sequence[Outcome]
+    ) -> None:
+        # Shielded: we are being cancelled, but what finished must still be acked (or it runs again).
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                asyncio.shield(self._ack(batch, outcomes)), _ACK_ON_CANCEL_TIMEOUT_S
+            )
+
+
+def _succeeded(task: asyncio.Future[Outcome]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None

@@ -1,0 +1,1 @@
+"""The worker runtime: consume loops, shutdown, and the Redis access they share."""

@@ -1,0 +1,326 @@
+"""One subscription's consume loop: backlog first, then new entries.
+
+On start and after every reconnect the loop reads this consumer's own pending entries
+(``XREADGROUP … 0``, paging by the last id returned) until none are left, then switches to ``>`` with
+BLOCK and COUNT. Each batch goes through the idempotency strategy, which runs the handlers and XACKs
+the successes in one call; failures stay pending; permanent failures and messages over
+``max_deliveries`` are dead-lettered by one Lua script (XADD to the dead-letter stream + XACK).
+
+Why backlog first: the consumer name is stable across restarts, so entries this consumer had read
+before a crash are still in its PEL, delivered but unacked. ``>`` would never return them again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+import redis.exceptions as rex
+import structlog
+
+from streamworker.app import HandlerSpec
+from streamworker.codec import decode_message
+from streamworker.deps import Resolver
+from streamworker.errors import ConnectionLost, PermanentFailure, Retry, StreamworkerError
+from streamworker.idempotency.base import Strategy
+from streamworker.message import Message
+from streamworker.observability.metrics import Metrics
+from streamworker.outcomes import NOT_STARTED, Action, Outcome, decide, describe, over_delivered
+from streamworker.redisio import Entry, LuaScript, connection_errors, parse_read_reply
+from streamworker.runtime.backoff import Backoff
+from streamworker.runtime.threads import HandlerThreads
+
+_DEAD_LETTER = LuaScript("dead_letter")
+
+
+class Consumer:
+    """The consume loop of one :class:`~streamworker.app.HandlerSpec`.
+
+    Runs until :meth:`stop` is called; then it finishes the batch in hand (the worker cancels it
+    after the shutdown deadline, in which case only finished messages are acked) and returns.
+    Connection losses are retried with capped backoff; anything else unexpected propagates.
+    Use from one event loop.
+    """
+
+    def __init__(
+        self,
+        spec: HandlerSpec,
+        *,
+        client: aioredis.Redis,
+        consumer: str,
+        strategy: Strategy,
+        resolver: Resolver,
+        metrics: Metrics,
+        threads: HandlerThreads,
+        backoff: Backoff,
+    ) -> None:
+        self.spec = spec
+        self.consumer = consumer
+        self._client = client
+        self._strategy = strategy
+        self._resolver = resolver
+        self._metrics = metrics
+        self._threads = threads
+        self._backoff = backoff
+        self._stop = asyncio.Event()
+        self._stream = spec.stream.encode()
+        self._labels = {"stream": spec.stream, "group": spec.group}
+        self._log = structlog.get_logger("streamworker.consumer").bind(
+            stream=spec.stream, group=spec.group, consumer=consumer, handler=spec.name
+        )
+        self.backlog_drained = asyncio.Event()
+        self.in_backlog = True
+
+    def stop(self) -> None:
+        """Stop reading; the batch in hand is finished by :meth:`run`."""
+        self._stop.set()
+
+    def stopping(self) -> bool:
+        """True once :meth:`stop` was called."""
+        return self._stop.is_set()
+
+    async def run(self) -> None:
+        """The loop. Returns after :meth:`stop`; raises on errors that retrying cannot fix."""
+        self._log.info("consumer_started", idempotency=self.spec.idempotency)
+        while not self.stopping():
+            try:
+                await self._ensure_group()
+                await self._consume()
+            except ConnectionLost as exc:
+                if self.stopping():
+                    break
+                delay = self._backoff.next_delay()
+                self._metrics.reconnects.labels(**self._labels).inc()
+                self._log.warning("connection_lost", error=str(exc), retry_in_s=round(delay, 3))
+                await self._sleep(delay)
+            except rex.ResponseError as exc:
+                if self.stopping():
+                    break
+                if not str(exc).startswith("NOGROUP"):
+                    raise StreamworkerError(
+                        f"stream {self.spec.stream!r} group {self.spec.group!r}: Redis said: {exc}"
+                    ) from exc
+                # The group (or the whole stream) was deleted under us: recreate it and start over
+                # from the backlog, as after a reconnect.
+                self._log.warning("group_missing", error=str(exc))
+        self._log.info("consumer_stopped")
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+    async def _ensure_group(self) -> None:
+        async with connection_errors():
+            try:
+                await self._client.xgroup_create(
+                    self.spec.stream, self.spec.group, id=self.spec.start_id, mkstream=True
+                )
+                self._log.info("group_created", start_id=self.spec.start_id)
+            except rex.ResponseError as exc:
+                if not str(exc).startswith("BUSYGROUP"):
+                    raise
+
+    async def _consume(self) -> None:
+        cursor: bytes | None = b"0"
+        self.in_backlog = True
+        while not self.stopping():
+            if cursor is not None:
+                entries = await self._read(cursor, block_ms=None)
+                if not entries:
+                    cursor = None
+                    self.in_backlog = False
+                    self.backlog_drained.set()
+                    self._log.debug("backlog_drained")
+                    continue
+                cursor = entries[-1].id
+                counts = await self._delivery_counts(entries)
+            else:
+                entries = await self._read(b">", block_ms=self.spec.block_ms)
+                if not entries:
+                    continue
+                # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too).
+                counts = dict.fromkeys((e.id for e in entries), 1)
+            self._backoff.reset()
+            await self._process(entries, counts)
+
+    async def _read(self, start: bytes, block_ms: int | None) -> list[Entry]:
+        call = self._client.xreadgroup(
+            self.spec.group,
+            self.consumer,
+            {self.spec.stream: start},
+            count=self.spec.batch_size,
+            block=block_ms,
+        )
+        async with connection_errors():
+            if block_ms is None:
+                return parse_read_reply(await call, self._stream)
+            # A blocking read must give way to stop(): race it against the stop event. Entries a
+            # cancelled read had already taken stay in this consumer's PEL: the backlog read of
+            # the next start returns them, so nothing is lost.
+            read = asyncio.ensure_future(call)
+            stopped = asyncio.ensure_future(self._stop.wait())
+            try:
+                done, _ = await asyncio.wait({read, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
+            if read in done:
+                return parse_read_reply(read.result(), self._stream)
+            read.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await read
+            return []
+
+    async def _delivery_counts(self, entries: list[Entry]) -> dict[bytes, int]:
+        """Delivery counters of backlog entries (a history read does not return them)."""
+        async with connection_errors():
+            rows = await self._client.xpending_range(
+                self.spec.stream,
+                self.spec.group,
+                min=entries[0].id,
+                max=entries[-1].id,
+                count=len(entries),
+                consumername=self.consumer,
+            )
+        counts: dict[bytes, int] = {}
+        for row in rows:
+            mid = row["message_id"]
+            counts[mid if isinstance(mid, bytes) else str(mid).encode()] = int(
+                row["times_delivered"]
+            )
+        return counts
+
+    async def _process(self, entries: list[Entry], counts: Mapping[bytes, int]) -> None:
+        spec = self.spec
+        messages: list[Message[Any]] = []
+        deleted: list[bytes] = []
+        dead: list[tuple[bytes, int, str]] = []
+        for entry in entries:
+            count = counts.get(entry.id)
+            if count is None:
+                # No longer in this consumer's PEL: claimed by another consumer since the read.
+                continue
+            if entry.fields is None:
+                deleted.append(entry.id)
+                continue
+            if over_delivered(count, spec.max_deliveries):
+                dead.append(
+                    (
+                        entry.id,
+                        count,
+                        f"delivered {count} times (max_deliveries={spec.max_deliveries})",
+                    )
+                )
+                continue
+            try:
+                messages.append(
+                    decode_message(
+                        entry.id,
+                        entry.fields,
+                        stream=spec.stream,
+                        group=spec.group,
+                        consumer=self.consumer,
+                        delivery_count=count,
+                        model=spec.model,
+                        body_field=spec.body_field,
+                    )
+                )
+            except PermanentFailure as exc:
+                dead.append((entry.id, count, describe(exc)))
+
+        if deleted:
+            await self._ack_deleted(deleted)
+        outcomes = await self._strategy.process(messages, self._invoke)
+        self._metrics.batches.labels(**self._labels).inc()
+        acked = 0
+        for msg, outcome in zip(messages, outcomes, strict=True):
+            if outcome.action is Action.ACK:
+                acked += 1
+            elif outcome.action is Action.DEAD_LETTER:
+                dead.append((msg.id.encode(), msg.delivery_count, outcome.error))
+        if acked:
+            self._metrics.messages.labels(outcome="acked", **self._labels).inc(acked)
+        for entry_id, count, reason in dead:
+            await self._dead_letter(entry_id, count, reason)
+
+    async def _ack_deleted(self, ids: list[bytes]) -> None:
+        # The entry was deleted or trimmed while pending: there is nothing left to process, and
+        # leaving it would make every backlog read return it again.
+        async with connection_errors():
+            await self._client.xack(self.spec.stream, self.spec.group, *ids)
+        self._metrics.messages.labels(outcome="deleted", **self._labels).inc(len(ids))
+        for entry_id in ids:
+            self._log.warning("deleted_entry_acked", message_id=entry_id.decode())
+
+    async def _dead_letter(self, entry_id: bytes, count: int, reason: str) -> None:
+        log = self._log.bind(message_id=entry_id.decode(), delivery_count=count)
+        try:
+            result = await _DEAD_LETTER(
+                self._client,
+                [self.spec.stream, self.spec.dead_letter_stream],
+                [
+                    self.spec.group,
+                    entry_id,
+                    self.consumer,
+                    count,
+                    reason,
+                    self.spec.name,
+                    int(time.time() * 1000),
+                ],
+            )
+        except rex.ResponseError as exc:
+            # The entry stays pending (never acked without its dead letter); retried later.
+            log.error("dead_letter_failed", error=str(exc), reason=reason)
+            return
+        if result == -1:
+            log.info("dead_letter_skipped_claimed", reason=reason)
+            return
+        if result == 0:
+            log.info("dead_letter_skipped_not_pending", reason=reason)
+            return
+        dlq_id = result.decode() if isinstance(result, bytes) else str(result)
+        self._metrics.messages.labels(outcome="dead_lettered", **self._labels).inc()
+        log.warning(
+            "message_dead_lettered",
+            reason=reason,
+            dead_letter_stream=self.spec.dead_letter_stream,
+            dead_letter_id=dlq_id,
+        )
+
+    async def _invoke(self, msg: Message[Any], provided: Mapping[type, Any]) -> Outcome:
+        spec = self.spec
+        if self.stopping():
+            return NOT_STARTED
+        exc: BaseException | None = None
+        started = time.perf_counter()
+        try:
+            async with self._resolver.arguments(spec.plan, msg, dict(provided)) as kwargs:
+                if spec.is_async:
+                    await spec.func(**kwargs)
+                else:
+                    await self._threads.run(spec.func, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            exc = error
+        elapsed = time.perf_counter() - started
+        self._metrics.handler_duration.labels(**self._labels).observe(elapsed)
+        outcome = decide(exc, msg.delivery_count, spec.max_deliveries)
+        if outcome.action is Action.LEAVE_PENDING:
+            self._metrics.messages.labels(outcome="failed", **self._labels).inc()
+            log = self._log.bind(message_id=msg.id, delivery_count=msg.delivery_count)
+            if isinstance(exc, Retry):
+                log.info("retry_requested", reason=outcome.error, delay_ms=outcome.retry_delay_ms)
+            else:
+                log.warning("handler_failed", error=outcome.error, exc_info=exc)
+        elif outcome.action is Action.ACK:
+            self._log.debug(
+                "message_handled",
+                message_id=msg.id,
+                delivery_count=msg.delivery_count,
+                duration_s=round(elapsed, 6),
+            )
+        return outcome

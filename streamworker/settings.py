@@ -1,0 +1,107 @@
+"""Runtime settings: CLI flags > ``STREAMWORKER_*`` environment > ``.env`` > App defaults > built-ins.
+
+Constructed once, in the composition root (the CLI); library code receives the values as
+constructor arguments and never reads the environment itself.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streamworker.errors import ConfigError
+
+REDIS_SCHEMES = ("redis", "rediss", "unix", "engine")
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def validate_redis_url(url: str) -> str:
+    """Check that ``url`` names a backend streamworker can open; return it unchanged.
+
+    Raises ConfigError with the reason (unknown scheme, no host, bad port, bad db number).
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"invalid Redis URL {url!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in REDIS_SCHEMES:
+        shown = f"scheme {scheme!r}" if scheme else "no scheme"
+        raise ConfigError(
+            f"invalid Redis URL {url!r}: {shown}; use redis://, rediss://, unix:// or engine://"
+        )
+    if scheme in ("redis", "rediss"):
+        if not parts.hostname:
+            raise ConfigError(f"invalid Redis URL {url!r}: no host")
+        if port == 0:
+            raise ConfigError(f"invalid Redis URL {url!r}: port 0")
+        db = parts.path.lstrip("/")
+        if db and not db.isdigit():
+            raise ConfigError(f"invalid Redis URL {url!r}: database {db!r} is not a number")
+    if scheme == "unix" and not parts.path:
+        raise ConfigError(f"invalid Redis URL {url!r}: no socket path")
+    return url
+
+
+class Settings(BaseSettings):
+    """Process-wide settings of a streamworker worker. Validated on construction."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="STREAMWORKER_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    redis_url: str | None = Field(
+        default=None, description="Redis URL; App default, else " + DEFAULT_REDIS_URL
+    )
+    db_url: str | None = Field(default=None, description="SQLAlchemy URL for idempotency='sql'")
+    consumer: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("consumer", "STREAMWORKER_CONSUMER", "POD_NAME"),
+        description="consumer name; default POD_NAME, else the host name",
+    )
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_host: str = "0.0.0.0"
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    shutdown_timeout_s: float = Field(default=30.0, gt=0)
+    reconnect_backoff_max_s: float = Field(default=5.0, gt=0)
+    reconnect_backoff_initial_s: float = Field(default=0.1, gt=0)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        return None if value is None else validate_redis_url(value)
+
+    @field_validator("consumer")
+    @classmethod
+    def _check_consumer(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or any(c.isspace() for c in value)):
+            raise ValueError("consumer name must be non-empty and contain no white space")
+        return value
+
+    @model_validator(mode="after")
+    def _check_backoff(self) -> Settings:
+        if self.reconnect_backoff_initial_s > self.reconnect_backoff_max_s:
+            raise ValueError("reconnect_backoff_initial_s must not exceed reconnect_backoff_max_s")
+        return self
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build Settings from the environment with ``overrides`` (CLI flags; None means unset) on top.
+
+    Raises ConfigError with one line per invalid setting.
+    """
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**given)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "settings"
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(f"{loc}: {msg}")
+        raise ConfigError("invalid settings: " + "; ".join(lines)) from None

@@ -1,0 +1,43 @@
+"""A test App run by ``streamworker run`` in a subprocess. Configured by environment variables
+(this is user code, so reading the environment here is fine):
+
+SW_TEST_STREAM, SW_TEST_GROUP    what to consume (default: orders / billing)
+SW_TEST_LOG                      file: one line "start <id> <n> <delivery_count>" / "done <id> <n>"
+SW_TEST_SLEEP_S                  seconds each message takes (default 0)
+SW_TEST_BATCH                    batch size (default 5)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from streamworker import App, Message
+
+app = App("recorder")
+
+_LOG = os.environ.get("SW_TEST_LOG", "recorder.log")
+_SLEEP = float(os.environ.get("SW_TEST_SLEEP_S", "0"))
+
+
+def _record(line: str) -> None:
+    # O_APPEND + fsync: the line survives a SIGKILL right after this returns.
+    fd = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@app.handler(
+    os.environ.get("SW_TEST_STREAM", "orders"),
+    group=os.environ.get("SW_TEST_GROUP", "billing"),
+    batch_size=int(os.environ.get("SW_TEST_BATCH", "5")),
+    block_ms=200,
+)
+async def record(msg: Message) -> None:
+    _record(f"start {msg.id} {msg.fields.get('n', '')} {msg.delivery_count}")
+    if _SLEEP:
+        await asyncio.sleep(_SLEEP)
+    _record(f"done {msg.id} {msg.fields.get('n', '')}")

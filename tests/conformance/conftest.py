@@ -1,0 +1,43 @@
+"""The backends every conformance test runs on: a real redis-server and the embedded engine."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.support.servers import RedisServer
+
+_engine_ids = itertools.count()
+
+
+def _backends() -> list[str]:
+    backends = ["redis"]
+    if importlib.util.find_spec("streamworker.engine.inproc") is not None:
+        backends.append("engine")
+    return backends
+
+
+@pytest.fixture(params=_backends())
+def backend_url(request: pytest.FixtureRequest, redis_server: RedisServer) -> str:
+    """A fresh, empty backend: the flushed session redis-server, or a new in-process engine."""
+    if request.param == "redis":
+        redis_server.client().flushall()
+        return redis_server.url
+    return f"engine://memory/conformance-{next(_engine_ids)}"
+
+
+@pytest.fixture
+def sync_client(backend_url: str) -> Iterator[redis.Redis]:
+    """A sync redis-py client on the same backend as ``backend_url``."""
+    if backend_url.startswith("engine:"):
+        from streamworker.engine.inproc import sync_client as engine_client
+
+        client: redis.Redis = engine_client(backend_url)
+    else:
+        client = redis.Redis.from_url(backend_url)
+    yield client
+    client.close()

@@ -1,0 +1,60 @@
+"""Running ``streamworker`` as a user would: a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def streamworker(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``streamworker ARGS`` (via ``python -m streamworker``) with JSON logs on stderr."""
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "STREAMWORKER_LOG_FORMAT": "json",
+        **(env or {}),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "streamworker", *args],
+        cwd=cwd or ROOT,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``streamworker ARGS`` to completion and capture its output as text."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "streamworker", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def read_lines(path: Path) -> list[list[str]]:
+    if not path.exists():
+        return []
+    return [line.split() for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_for(check, timeout_s: float = 20.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what or check}")
+        time.sleep(0.02)

@@ -1,0 +1,109 @@
+"""Real servers for tests: redis-server processes on free loopback ports in temp dirs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+
+def in_ci() -> bool:
+    """True under CI (CI=true): a missing service is then a failure, never a skip."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def missing_service(what: str) -> None:
+    """Fail (in CI) or skip (locally) because ``what`` is not installed."""
+    hint = "run `make services` (scripts/install-services.sh) to install it"
+    if in_ci():
+        pytest.fail(f"{what} is not installed; CI must have it ({hint})", pytrace=False)
+    pytest.skip(f"{what} is not installed ({hint})")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A redis-server child process; ``restart()`` keeps the port and the data directory."""
+
+    def __init__(self, workdir: Path, *, port: int | None = None, appendonly: bool = False) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            missing_service("redis-server")
+        self.binary = str(binary)
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.appendonly = appendonly
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
+
+    def start(self) -> RedisServer:
+        args = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.dir),
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.dir / "redis.log"),
+            "--protected-mode",
+            "yes",
+        ]
+        if self.appendonly:
+            args += ["--appendonly", "yes", "--appendfsync", "always"]
+        else:
+            args += ["--appendonly", "no"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"redis-server exited at start: {log}")
+            try:
+                if self.client().ping():
+                    return self
+            except redis.ConnectionError:
+                time.sleep(0.02)
+            except redis.BusyLoadingError:
+                time.sleep(0.02)
+        raise RuntimeError("redis-server did not answer within 10 s")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+    def restart(self) -> RedisServer:
+        self.stop()
+        return self.start()

@@ -1,0 +1,50 @@
+"""Helpers to run a Worker inside a test's event loop and wait for conditions."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+
+from streamworker import App
+from streamworker.runtime.worker import Worker, WorkerOptions, WorkerResult
+
+
+@contextlib.asynccontextmanager
+async def running_worker(
+    app: App, url: str, *, consumer: str = "c1", shutdown_timeout_s: float = 5.0
+) -> AsyncIterator[Worker]:
+    """Run ``app`` in this loop until the block exits; then stop it and re-raise its errors."""
+    worker = Worker(
+        app,
+        WorkerOptions(
+            redis_url=url,
+            consumer=consumer,
+            shutdown_timeout_s=shutdown_timeout_s,
+            reconnect_backoff_initial_s=0.05,
+            reconnect_backoff_max_s=0.2,
+        ),
+    )
+    task: asyncio.Task[WorkerResult] = asyncio.ensure_future(
+        worker.run(install_signal_handlers=False)
+    )
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def eventually(check: Callable[[], object], timeout_s: float = 10.0, what: str = "") -> None:
+    """Poll ``check`` (sync or async) until it returns truthy, or fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what or check}")
+        await asyncio.sleep(0.02)

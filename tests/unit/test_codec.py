@@ -1,0 +1,85 @@
+"""Entry -> Message decoding, and the permanent failures it reports."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from streamworker.codec import decode_message
+from streamworker.errors import PermanentFailure
+
+
+class Order(BaseModel):
+    order_id: int
+    amount_cents: int
+
+
+def _decode(
+    raw: dict[bytes, bytes], model: type[BaseModel] | None = Order, body_field: str | None = None
+):  # type: ignore[no-untyped-def]
+    return decode_message(
+        b"1-0",
+        raw,
+        stream="orders",
+        group="g",
+        consumer="c",
+        delivery_count=2,
+        model=model,
+        body_field=body_field,
+    )
+
+
+def test_fields_validate_into_the_model_with_lax_coercion() -> None:
+    msg = _decode({b"order_id": b"7", b"amount_cents": b"150"})
+    assert msg.body == Order(order_id=7, amount_cents=150)
+    assert msg.fields == {"order_id": "7", "amount_cents": "150"}
+    assert (msg.id, msg.stream, msg.group, msg.consumer, msg.delivery_count) == (
+        "1-0",
+        "orders",
+        "g",
+        "c",
+        2,
+    )
+
+
+def test_body_field_holds_json() -> None:
+    msg = _decode({b"payload": b'{"order_id": 1, "amount_cents": 2}'}, body_field="payload")
+    assert msg.body == Order(order_id=1, amount_cents=2)
+
+
+def test_missing_body_field_is_permanent() -> None:
+    with pytest.raises(PermanentFailure, match="body field 'payload' is missing"):
+        _decode({b"other": b"x"}, body_field="payload")
+
+
+def test_invalid_body_is_permanent_and_names_the_field() -> None:
+    with pytest.raises(PermanentFailure, match="order_id"):
+        _decode({b"order_id": b"seven", b"amount_cents": b"1"})
+
+
+def test_invalid_json_is_permanent() -> None:
+    with pytest.raises(PermanentFailure, match="body failed validation"):
+        _decode({b"payload": b"{not json"}, body_field="payload")
+
+
+def test_non_utf8_value_is_permanent() -> None:
+    with pytest.raises(PermanentFailure, match="not valid UTF-8"):
+        _decode({b"order_id": b"\xff\xfe", b"amount_cents": b"1"}, model=None)
+
+
+def test_no_model_gives_no_body() -> None:
+    assert _decode({b"a": b"b"}, model=None).body is None
+
+
+def test_message_timestamp_comes_from_the_id() -> None:
+    msg = decode_message(
+        b"1700000000123-4",
+        {b"a": b"b"},
+        stream="s",
+        group="g",
+        consumer="c",
+        delivery_count=1,
+        model=None,
+        body_field=None,
+    )
+    assert msg.timestamp_ms == 1700000000123

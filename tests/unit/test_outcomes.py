@@ -1,0 +1,49 @@
+"""The ack / leave-pending / dead-letter rules."""
+
+from __future__ import annotations
+
+from streamworker.errors import DeadLetter, PermanentFailure, Retry
+from streamworker.outcomes import Action, decide, describe, over_delivered
+
+
+def test_success_is_acked() -> None:
+    assert decide(None, 1, 5).action is Action.ACK
+
+
+def test_failure_below_max_deliveries_stays_pending() -> None:
+    outcome = decide(ValueError("bad"), 2, 5)
+    assert outcome.action is Action.LEAVE_PENDING
+    assert outcome.error == "ValueError: bad"
+
+
+def test_failure_on_last_allowed_delivery_is_dead_lettered() -> None:
+    assert decide(ValueError("bad"), 5, 5).action is Action.DEAD_LETTER
+
+
+def test_dead_letter_raised_by_handler_dead_letters_on_first_delivery() -> None:
+    outcome = decide(DeadLetter("unknown customer"), 1, 5)
+    assert outcome.action is Action.DEAD_LETTER
+    assert "unknown customer" in outcome.error
+
+
+def test_permanent_failure_dead_letters_on_first_delivery() -> None:
+    assert decide(PermanentFailure("body failed validation"), 1, 5).action is Action.DEAD_LETTER
+
+
+def test_retry_keeps_its_delay() -> None:
+    outcome = decide(Retry(delay_ms=250), 1, 5)
+    assert outcome.action is Action.LEAVE_PENDING
+    assert outcome.retry_delay_ms == 250
+
+
+def test_retry_is_still_bounded_by_max_deliveries() -> None:
+    assert decide(Retry(delay_ms=10), 3, 3).action is Action.DEAD_LETTER
+
+
+def test_over_delivered_only_past_the_maximum() -> None:
+    assert not over_delivered(5, 5)
+    assert over_delivered(6, 5)
+
+
+def test_describe_without_message_gives_the_type() -> None:
+    assert describe(KeyError()) == "KeyError"
