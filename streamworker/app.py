@@ -11,14 +11,14 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from streamworker.deps import CallPlan, build_plan
+from streamworker.deps import CallPlan, DependencyParam, ProvidedParam, build_plan
 from streamworker.errors import ConfigError
 from streamworker.keys import dead_letter_stream
 
 Idempotency = Literal["none", "sql", "lua"]
 IDEMPOTENCY_MODES: tuple[str, ...] = ("none", "sql", "lua")
 # Strategies whose implementation ships in this version.
-AVAILABLE_IDEMPOTENCY: tuple[str, ...] = ("none",)
+AVAILABLE_IDEMPOTENCY: tuple[str, ...] = ("none", "sql")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,11 +47,70 @@ class HandlerSpec:
     claim_idle_ms: int
     dead_letter_stream: str
     plan: CallPlan
+    retry_backoff_ms: int = 1_000
+    retry_backoff_max_ms: int = 60_000
+    consumer_gc_idle_ms: int = 3_600_000
+
+    @property
+    def lease_interval_ms(self) -> int:
+        """How often held entries get their idle time reset: a third of ``claim_idle_ms``, so an
+        entry this worker holds never looks idle long enough to be reclaimed."""
+        return max(10, self.claim_idle_ms // 3)
+
+    @property
+    def claim_interval_ms(self) -> int:
+        """How often the reclaimer looks for entries idle past ``claim_idle_ms``."""
+        return max(50, min(self.claim_idle_ms // 2, 5_000))
 
     @property
     def is_async(self) -> bool:
         """True for ``async def`` handlers (run on the event loop), False for ``def`` (run in threads)."""
         return inspect.iscoroutinefunction(self.func)
+
+
+def _sql_session_types() -> tuple[type, type]:
+    """``(Session, AsyncSession)``; SQLAlchemy is imported only by apps that use ``idempotency="sql"``."""
+    try:
+        from sqlalchemy.ext.asyncio import AsyncSession
+        from sqlalchemy.orm import Session
+    except ImportError as exc:
+        raise ConfigError(
+            "idempotency='sql' needs SQLAlchemy 2 and a driver: pip install 'streamworker[sql]'"
+        ) from exc
+    return Session, AsyncSession
+
+
+def _provided_types(plan: CallPlan) -> set[type]:
+    """Every type the plan (and the dependencies it reaches) asks the strategy to provide."""
+    found: set[type] = set()
+    for _, param in plan.params:
+        if isinstance(param, ProvidedParam):
+            found.add(param.type_)
+        elif isinstance(param, DependencyParam):
+            found |= _provided_types(param.plan)
+    return found
+
+
+def _sql_plan(func: Callable[..., Any]) -> CallPlan:
+    """The call plan of an ``idempotency="sql"`` handler: ``def`` handlers get a ``Session``,
+    ``async def`` handlers an ``AsyncSession`` (a blocking Session would stall the event loop, and
+    an AsyncSession cannot be driven from a worker thread)."""
+    session, async_session = _sql_session_types()
+    plan = build_plan(func, provided=frozenset({session, async_session}))
+    wanted = _provided_types(plan)
+    fname = getattr(func, "__qualname__", repr(func))
+    if inspect.iscoroutinefunction(func):
+        if any(issubclass(t, session) for t in wanted):
+            raise ConfigError(
+                f"{fname}: an async def handler gets an AsyncSession "
+                f"(sqlalchemy.ext.asyncio.AsyncSession), not a Session"
+            )
+    elif any(issubclass(t, async_session) for t in wanted):
+        raise ConfigError(
+            f"{fname}: a def handler gets a Session (sqlalchemy.orm.Session); AsyncSession is "
+            f"for async def handlers"
+        )
+    return plan
 
 
 def _model_from_annotation(annotation: Any) -> type[BaseModel] | None:
@@ -105,6 +164,9 @@ class App:
         claim_idle_ms: int = 60_000,
         dead_letter: str | None = None,
         name: str | None = None,
+        retry_backoff_ms: int = 1_000,
+        retry_backoff_max_ms: int = 60_000,
+        consumer_gc_idle_ms: int = 3_600_000,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``stream`` in consumer ``group``.
 
@@ -129,9 +191,17 @@ class App:
             start_id: where a newly created group starts: ``"0"`` (the whole stream), ``"$"``
                 (only new entries) or an entry id.
             max_deliveries: a message delivered more often than this is dead-lettered.
-            claim_idle_ms: how long a pending message may sit idle before it is reclaimed.
+            claim_idle_ms: how long an entry may sit idle in a consumer's PEL before another
+                consumer reclaims it. Entries this worker holds (running, or waiting for a
+                retry) are kept fresh by a lease, so this can be short (seconds) even for
+                handlers that run longer.
             dead_letter: the dead-letter stream; default ``{stream}:dlq`` (see ``keys``).
             name: the handler's name in logs and metrics; default the function's qualified name.
+            retry_backoff_ms: the wait before retrying a failed message after its first
+                delivery; doubles with each delivery (``Retry(delay_ms=…)`` overrides it).
+            retry_backoff_max_ms: the cap of that wait.
+            consumer_gc_idle_ms: consumers of the group idle this long with nothing pending are
+                deleted (the reclaimer takes over their entries first).
         """
         if idempotency not in IDEMPOTENCY_MODES:
             raise ConfigError(
@@ -152,6 +222,9 @@ class App:
             ("concurrency", concurrency, 1),
             ("max_deliveries", max_deliveries, 1),
             ("claim_idle_ms", claim_idle_ms, 1),
+            ("retry_backoff_ms", retry_backoff_ms, 0),
+            ("retry_backoff_max_ms", retry_backoff_max_ms, 0),
+            ("consumer_gc_idle_ms", consumer_gc_idle_ms, 1),
         ):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"{label} must be an integer >= {low}, got {value!r}")
@@ -161,13 +234,19 @@ class App:
             )
         if model is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise ConfigError(f"model must be a pydantic BaseModel subclass, got {model!r}")
+        if idempotency == "sql" and concurrency != 1:
+            # One transaction per batch, on one connection: its handlers run one after another.
+            raise ConfigError(
+                "idempotency='sql' runs a batch's handlers one at a time in one transaction; "
+                "concurrency must be 1 (run more worker processes for more throughput)"
+            )
 
         def register(func: F) -> F:
             if not callable(func):
                 raise ConfigError(f"@app.handler decorates functions, not {func!r}")
             if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
                 raise ConfigError(f"{func.__qualname__}: a handler must not be a generator")
-            plan = build_plan(func)
+            plan = _sql_plan(func) if idempotency == "sql" else build_plan(func)
             body_model = model or _model_from_annotation(plan.message_type)
             hname = name or f"{func.__module__}.{func.__qualname__}"
             key = f"{stream}\x00{group}"
@@ -193,6 +272,9 @@ class App:
                 claim_idle_ms=claim_idle_ms,
                 dead_letter_stream=dead_letter or dead_letter_stream(stream),
                 plan=plan,
+                retry_backoff_ms=retry_backoff_ms,
+                retry_backoff_max_ms=max(retry_backoff_max_ms, retry_backoff_ms),
+                consumer_gc_idle_ms=consumer_gc_idle_ms,
             )
             return func
 

@@ -21,7 +21,10 @@ import structlog
 
 from streamworker import __version__
 from streamworker.app import App
+from streamworker.cli_admin import add_admin_commands
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
+from streamworker.extras import require_extra
+from streamworker.observability.health import HealthServer
 from streamworker.observability.logging import configure_logging
 from streamworker.observability.metrics import Metrics
 from streamworker.redisio import connection_errors, open_redis
@@ -110,6 +113,8 @@ async def _run(app: App, settings: Settings) -> int:
         reconnect_backoff_initial_s=settings.reconnect_backoff_initial_s,
         reconnect_backoff_max_s=settings.reconnect_backoff_max_s,
         db_url=settings.db_url or app.db_url,
+        prune_interval_s=settings.prune_interval_s,
+        liveness_timeout_s=settings.liveness_timeout_s,
     )
     try:
         await _check_redis(redis_url)
@@ -117,10 +122,26 @@ async def _run(app: App, settings: Settings) -> int:
         raise ConnectionLost(f"cannot reach Redis at {redis_url}: {exc}") from exc
     metrics = Metrics()
     worker = Worker(app, options, metrics)
+    server: HealthServer | None = None
     if settings.metrics_port is not None:
-        port = metrics.serve(settings.metrics_port, settings.metrics_host)
-        structlog.get_logger("streamworker.cli").info("metrics_served", port=port)
-    result = await worker.run()
+        server = HealthServer(metrics.registry, worker.liveness, worker.readiness)
+        try:
+            port = server.start(settings.metrics_host, settings.metrics_port)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: {exc}"
+            ) from None
+        structlog.get_logger("streamworker.cli").info(
+            "http_endpoint_started",
+            host=settings.metrics_host,
+            port=port,
+            paths=["/metrics", "/healthz", "/readyz"],
+        )
+    try:
+        result = await worker.run()
+    finally:
+        if server is not None:
+            server.stop()
     if result.abandoned_threads:
         # Sync handlers still running past the deadline: their messages stay pending; do not let
         # their threads hold the process (the interpreter would join them at exit).
@@ -136,6 +157,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         db_url=args.db_url,
         consumer=args.consumer,
         metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        liveness_timeout_s=args.liveness_timeout_s,
         log_format=args.log_format,
         log_level=args.log_level,
         shutdown_timeout_s=args.shutdown_timeout_s,
@@ -143,6 +166,100 @@ def _cmd_run(args: argparse.Namespace) -> int:
     configure_logging(settings.log_format, settings.log_level)
     app = load_target(args.target)
     return asyncio.run(_run(app, settings))
+
+
+def _db_url(args: argparse.Namespace) -> str:
+    settings = load_settings(db_url=args.db_url)
+    if not settings.db_url:
+        raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
+    return settings.db_url
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    require_extra("sql", "streamworker migrate")
+    from streamworker.errors import DatabaseUnavailable
+    from streamworker.idempotency.sql import SqlDatabase
+    from streamworker.idempotency.sql_migrate import upgrade
+
+    db = SqlDatabase(_db_url(args))
+    shown = db.url.render_as_string(hide_password=True)
+    try:
+        before, after = upgrade(db)
+    except Exception as exc:
+        if isinstance(exc, StreamworkerError):
+            raise
+        orig = getattr(exc, "orig", None) or exc
+        first = (str(orig).strip().splitlines() or [""])[0]
+        raise DatabaseUnavailable(
+            f"cannot migrate {shown}: {type(orig).__name__}: {first}"
+        ) from exc
+    finally:
+        db.sync_engine.dispose()
+    if before == after:
+        print(f"{shown}: already at revision {after}")
+    else:
+        print(f"{shown}: migrated from {before or 'an empty schema'} to revision {after}")
+    return 0
+
+
+async def _prune(db_url: str, redis_url: str, stream: str, group: str) -> str:
+    from streamworker.idempotency.sql import SqlDatabase, prune
+
+    db = SqlDatabase(db_url)
+    client = open_redis(redis_url, socket_timeout_s=10.0)
+    try:
+        if not await asyncio.to_thread(db.has_schema):
+            raise ConfigError("the processed-messages table is missing; run streamworker migrate")
+        result = await prune(db, client, stream, group)
+    finally:
+        await client.aclose()
+        await db.dispose()
+    if result.cut is None:
+        return f"{stream} / {group}: nothing can be pruned (no such group, or nothing delivered)"
+    return f"{stream} / {group}: deleted {result.deleted} processed row(s) with id {result.cut}"
+
+
+def _cmd_prune(args: argparse.Namespace) -> int:
+    require_extra("sql", "streamworker prune")
+    settings = load_settings(redis_url=args.redis_url, db_url=args.db_url)
+    if not settings.db_url:
+        raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
+    redis_url = settings.redis_url or DEFAULT_REDIS_URL
+    print(asyncio.run(_prune(settings.db_url, redis_url, args.stream, args.group)))
+    return 0
+
+
+def _add_sql_commands(sub: Any) -> None:
+    migrate = sub.add_parser(
+        "migrate",
+        help="create or upgrade the tables of idempotency='sql' in a database",
+        description=(
+            "Bring the database's streamworker schema (the processed-messages table) up to date. "
+            "Idempotent. The version is kept in streamworker_alembic_version, apart from your "
+            "own Alembic history."
+        ),
+        epilog="example: streamworker migrate --db-url postgresql://app@db/billing",
+    )
+    migrate.add_argument(
+        "--db-url", metavar="URL", help="SQLAlchemy database URL (or STREAMWORKER_DB_URL)"
+    )
+    migrate.set_defaults(func=_cmd_migrate)
+
+    prune = sub.add_parser(
+        "prune",
+        help="delete processed rows whose messages can no longer be redelivered",
+        description=(
+            "Delete the processed rows of STREAM/GROUP below the group's oldest pending entry "
+            "(or up to its last-delivered id when nothing is pending): those messages are acked "
+            "and can never come back. Workers do this on their own every "
+            "STREAMWORKER_PRUNE_INTERVAL_S; safe to run at any time."
+        ),
+    )
+    prune.add_argument("stream", metavar="STREAM")
+    prune.add_argument("group", metavar="GROUP")
+    prune.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
+    prune.add_argument("--db-url", metavar="URL", help="database URL (or STREAMWORKER_DB_URL)")
+    prune.set_defaults(func=_cmd_prune)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -184,7 +301,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="consumer name; keep it stable across restarts (default: $POD_NAME, else the host name)",
     )
     run.add_argument(
-        "--metrics-port", metavar="N", type=int, help="serve Prometheus metrics on this port"
+        "--metrics-port",
+        metavar="N",
+        type=int,
+        help="serve /metrics, /healthz and /readyz over HTTP on this port",
+    )
+    run.add_argument(
+        "--metrics-host",
+        metavar="ADDR",
+        help="address to bind that port to (default: 127.0.0.1; 0.0.0.0 for Prometheus in Kubernetes)",
+    )
+    run.add_argument(
+        "--liveness-timeout-s",
+        metavar="S",
+        type=float,
+        help="/healthz fails when a consume loop has not gone round for this long (default: 300)",
     )
     run.add_argument(
         "--log-format",
@@ -201,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long in-flight batches may finish after a signal (default: 30)",
     )
     run.set_defaults(func=_cmd_run)
+    _add_sql_commands(sub)
+
+    add_admin_commands(sub)
     return parser
 
 

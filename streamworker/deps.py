@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 import typing
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -89,7 +90,14 @@ class CallPlan:
                 yield param.depends
 
 
+_MESSAGE_TEXT = re.compile(r"^(?:[A-Za-z_][\w]*\.)*Message(?:\[.*\])?$")
+
+
 def _is_message_annotation(annotation: Any) -> bool:
+    if isinstance(annotation, str):
+        # A postponed annotation that could not be evaluated (a handler defined inside a
+        # function that imports Message locally): recognise it by name.
+        return bool(_MESSAGE_TEXT.match(annotation.strip()))
     return annotation is Message or typing.get_origin(annotation) is Message
 
 
@@ -100,8 +108,15 @@ def build_plan(func: Callable[..., Any], provided: frozenset[type] = frozenset()
     """
     try:
         hints = typing.get_type_hints(func)
-    except Exception:  # forward references to names the module cannot see; fall back to raw
+    except Exception:  # names the module cannot see: resolve what can be, keep the rest as text
         hints = {}
+        for pname, raw in getattr(func, "__annotations__", {}).items():
+            try:
+                hints[pname] = (
+                    eval(raw, getattr(func, "__globals__", {})) if isinstance(raw, str) else raw
+                )
+            except Exception:
+                hints[pname] = raw
     name = getattr(func, "__qualname__", repr(func))
     params: list[tuple[str, Param]] = []
     message_type: Any = None

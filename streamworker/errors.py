@@ -63,3 +63,13 @@ class DeadLetter(HandlerControl):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class DatabaseUnavailable(ConnectionLost):
+    """The database of ``idempotency="sql"`` could not be reached, dropped the connection, or could
+    not take the batch's transaction (lock timeout, deadlock, serialization failure).
+
+    Raised by the SQL strategy before anything of the batch was acked. The consume loop keeps the
+    batch in hand and retries it after a capped backoff, without re-reading it from Redis (which
+    would count a delivery per attempt and dead-letter messages because of an outage).
+    """

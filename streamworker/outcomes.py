@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from streamworker.errors import DeadLetter, PermanentFailure, Retry
 
@@ -23,16 +24,35 @@ class Outcome:
     action: Action
     error: str = ""
     retry_delay_ms: int | None = None
+    duplicate: bool = False  # ACK without running the handler: already processed
+    retry: bool = False  # LEAVE_PENDING because the handler raised Retry (control flow)
+    value: Any = field(default=None, compare=False, repr=False)  # what the handler returned
 
     @property
     def acked(self) -> bool:
+        """True when the message is to be acked (handled now, or a duplicate)."""
         return self.action is Action.ACK
+
+    @property
+    def metric(self) -> str:
+        """The ``outcome`` label of ``streamworker_messages_total`` for this outcome."""
+        if self.action is Action.ACK:
+            return "duplicate" if self.duplicate else "acked"
+        if self.action is Action.DEAD_LETTER:
+            return "dead_lettered"
+        return "retried" if self.retry else "failed"
 
 
 ACKED = Outcome(Action.ACK)
+DUPLICATE = Outcome(Action.ACK, duplicate=True)
+"""Already processed (the idempotency record exists): acked, the handler not run again."""
 NOT_STARTED = Outcome(Action.LEAVE_PENDING, "not started: the worker is shutting down")
 """A message of the batch in hand whose handler had not started when shutdown began: it stays in
 this consumer's PEL, and the next start (or another consumer's reclaim) delivers it again."""
+CLAIMED_AWAY = Outcome(Action.LEAVE_PENDING, "claimed by another consumer meanwhile")
+"""A message another consumer took over before this one processed it: left to that consumer,
+neither counted as a failure nor retried here."""
+SKIPPED = (NOT_STARTED, CLAIMED_AWAY)
 
 
 def describe(exc: BaseException) -> str:
@@ -56,8 +76,9 @@ def decide(exc: BaseException | None, delivery_count: int, max_deliveries: int) 
         return Outcome(Action.DEAD_LETTER, describe(exc))
     if delivery_count >= max_deliveries:
         return Outcome(Action.DEAD_LETTER, describe(exc))
-    delay = exc.delay_ms if isinstance(exc, Retry) else None
-    return Outcome(Action.LEAVE_PENDING, describe(exc), delay)
+    if isinstance(exc, Retry):
+        return Outcome(Action.LEAVE_PENDING, describe(exc), exc.delay_ms, retry=True)
+    return Outcome(Action.LEAVE_PENDING, describe(exc))
 
 
 def over_delivered(delivery_count: int, max_deliveries: int) -> bool:
@@ -67,3 +88,15 @@ def over_delivered(delivery_count: int, max_deliveries: int) -> bool:
     delivery: the delivery counter lives in Redis and survives the crashes.
     """
     return delivery_count > max_deliveries
+
+
+def retry_delay_ms(outcome: Outcome, delivery_count: int, base_ms: int, max_ms: int) -> int:
+    """How long a failed message waits before its next delivery.
+
+    ``Retry(delay_ms=…)`` sets it; otherwise it doubles with each delivery: ``base_ms`` after the
+    first, ``2 * base_ms`` after the second, … capped at ``max_ms``.
+    """
+    if outcome.retry_delay_ms is not None:
+        return outcome.retry_delay_ms
+    exponent = max(0, min(delivery_count - 1, 32))
+    return int(min(max_ms, base_ms * (2**exponent)))

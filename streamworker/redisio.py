@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 
@@ -49,6 +50,22 @@ def open_redis(url: str, *, socket_timeout_s: float | None = None) -> aioredis.R
             socket_connect_timeout=5.0,
             socket_keepalive=True,
             health_check_interval=30,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"invalid Redis URL {url!r}: {exc}") from None
+
+
+def open_sync_redis(url: str, *, socket_timeout_s: float | None = 10.0) -> redis.Redis:
+    """A sync redis-py client for ``url`` (bytes replies), for the operator commands."""
+    validate_redis_url(url)
+    if url.startswith("engine:"):
+        from streamworker.engine.inproc import sync_client  # type: ignore[import-not-found,unused-ignore]
+
+        client: redis.Redis = sync_client(url)
+        return client
+    try:
+        return redis.Redis.from_url(
+            url, decode_responses=False, socket_timeout=socket_timeout_s, socket_connect_timeout=5.0
         )
     except ValueError as exc:
         raise ConfigError(f"invalid Redis URL {url!r}: {exc}") from None

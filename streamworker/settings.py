@@ -64,12 +64,18 @@ class Settings(BaseSettings):
         description="consumer name; default POD_NAME, else the host name",
     )
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    metrics_host: str = "0.0.0.0"
+    metrics_host: str = "127.0.0.1"  # 0.0.0.0 only when asked: the endpoint has no auth
+    liveness_timeout_s: float = Field(default=300.0, gt=0)
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
     reconnect_backoff_max_s: float = Field(default=5.0, gt=0)
     reconnect_backoff_initial_s: float = Field(default=0.1, gt=0)
+    prune_interval_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="how often a worker prunes the processed rows of idempotency='sql' handlers",
+    )
 
     @field_validator("redis_url")
     @classmethod

@@ -1,14 +1,19 @@
-"""Session-wide fixtures: a real redis-server on a free loopback port, flushed for every test."""
+"""Session-wide fixtures: a real redis-server on a free loopback port, flushed for every test, and
+for ``idempotency="sql"`` a real PostgreSQL 15 (a fresh database per test) and SQLite files."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
+from tests.support.postgres import PostgresServer
 from tests.support.servers import RedisServer
+
+_databases = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +45,47 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path / "redis", appendonly=True).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One PostgreSQL 15 for the whole session (fsync off); fails under CI=true when missing."""
+    server = PostgresServer().start()
+    yield server
+    server.destroy()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """A new, empty database on the session server (not migrated)."""
+    return postgres_server.create_database(f"sw_test_{next(_databases)}")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A new SQLite file (not migrated; streamworker opens it in WAL mode)."""
+    return f"sqlite:///{tmp_path / 'streamworker.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new database with streamworker's schema, on SQLite (file, WAL) and on PostgreSQL 15."""
+    from streamworker.idempotency.sql import SqlDatabase
+    from streamworker.idempotency.sql_migrate import upgrade
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'streamworker.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    db = SqlDatabase(url)
+    upgrade(db)
+    db.sync_engine.dispose()
+    return url
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL of the test's own, to stop and restart under a running worker."""
+    server = PostgresServer().start()
+    yield server
+    server.destroy()

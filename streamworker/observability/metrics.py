@@ -1,19 +1,67 @@
 """Prometheus metrics of one worker, in a registry of its own (no process-global state).
 
-Names follow Prometheus conventions and are part of streamworker's public interface:
+The names are part of streamworker's public interface (dashboards and alerts are written against
+them). Counters and histograms, recorded by the runtime:
 
-* ``streamworker_messages_total{stream,group,outcome}`` — outcome is ``acked``, ``failed``,
-  ``dead_lettered`` or ``deleted`` (an entry deleted from the stream while pending, acked unprocessed).
-* ``streamworker_handler_duration_seconds{stream,group}`` — handler run time, successes and failures.
-* ``streamworker_batches_total{stream,group}`` — batches read and processed.
+* ``streamworker_messages_total{stream,group,outcome}`` — one count per message and outcome:
+  ``acked`` (handled and acknowledged), ``duplicate`` (already processed: acked without running
+  the handler), ``failed`` (the handler raised; left pending for a retry), ``retried`` (the
+  handler raised ``Retry``; left pending), ``dead_lettered``, ``deleted`` (deleted from the
+  stream while pending: acked unprocessed).
+* ``streamworker_handler_duration_seconds{stream,group}`` — handler run time.
+* ``streamworker_batch_size{stream,group}`` — messages per processed batch.
+* ``streamworker_ack_latency_seconds{stream,group}`` — from a batch's read (or claim) to its XACK.
+* ``streamworker_claimed_total{stream,group,source}`` — entries taken by the reclaimer:
+  ``source="self"`` (this consumer's own retries) or ``"others"`` (taken over from other consumers).
+* ``streamworker_dedup_hits_total{stream,group,strategy}`` — duplicates caught by the idempotency
+  strategy (``sql``/``lua``); the same events as ``outcome="duplicate"``, by strategy.
+* ``streamworker_idempotency_errors_total{stream,group,strategy}`` — the idempotency store (the
+  database) failed a batch; nothing of it was acked.
 * ``streamworker_reconnects_total{stream,group}`` — connection losses the loop recovered from.
+
+Gauges, read from Redis when scraped (see :class:`GroupStateCollector`):
+
+* ``streamworker_group_lag{stream,group}`` — entries not yet delivered to the group (XINFO GROUPS
+  ``lag``; absent while Redis cannot tell).
+* ``streamworker_pending_messages{stream,group}`` — delivered, not yet acknowledged (the PEL).
+* ``streamworker_oldest_pending_age_seconds{stream,group}`` — age of the oldest pending entry.
+* ``streamworker_consumers{stream,group}`` — consumers the group knows.
+* ``streamworker_dead_letter_messages{stream,dead_letter_stream}`` — entries in the dead-letter stream.
+* ``streamworker_work_left{stream,group}`` — lag + pending: every entry the group still has to
+  finish. The autoscaling signal: lag alone misses stuck pending entries, pending alone misses the
+  undelivered backlog.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
-OUTCOMES = ("acked", "failed", "dead_lettered", "deleted")
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+OUTCOMES = ("acked", "duplicate", "failed", "retried", "dead_lettered", "deleted")
+
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+)
 
 
 class Metrics:
@@ -21,49 +69,139 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        r = self.registry
         self.messages = Counter(
             "streamworker_messages",
             "Messages processed, by outcome.",
             ["stream", "group", "outcome"],
-            registry=self.registry,
+            registry=r,
         )
         self.handler_duration = Histogram(
             "streamworker_handler_duration_seconds",
             "Time spent in the handler per message.",
             ["stream", "group"],
-            registry=self.registry,
-            buckets=(
-                0.0005,
-                0.001,
-                0.0025,
-                0.005,
-                0.01,
-                0.025,
-                0.05,
-                0.1,
-                0.25,
-                0.5,
-                1,
-                2.5,
-                5,
-                10,
-                30,
-            ),
+            registry=r,
+            buckets=_LATENCY_BUCKETS,
         )
-        self.batches = Counter(
-            "streamworker_batches",
-            "Batches processed.",
+        self.batch_size = Histogram(
+            "streamworker_batch_size",
+            "Messages per processed batch.",
             ["stream", "group"],
-            registry=self.registry,
+            registry=r,
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+        )
+        self.ack_latency = Histogram(
+            "streamworker_ack_latency_seconds",
+            "Time from a batch's read or claim to its XACK.",
+            ["stream", "group"],
+            registry=r,
+            buckets=_LATENCY_BUCKETS,
+        )
+        self.claimed = Counter(
+            "streamworker_claimed",
+            "Entries claimed by the reclaimer, by source.",
+            ["stream", "group", "source"],
+            registry=r,
+        )
+        self.dedup_hits = Counter(
+            "streamworker_dedup_hits",
+            "Duplicates caught by the idempotency strategy.",
+            ["stream", "group", "strategy"],
+            registry=r,
+        )
+        self.idempotency_errors = Counter(
+            "streamworker_idempotency_errors",
+            "Batches the idempotency store failed.",
+            ["stream", "group", "strategy"],
+            registry=r,
         )
         self.reconnects = Counter(
             "streamworker_reconnects",
             "Connection losses the consume loop recovered from.",
             ["stream", "group"],
-            registry=self.registry,
+            registry=r,
         )
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> int:
-        """Serve ``/metrics`` over HTTP in a daemon thread; returns the bound port (for port 0)."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return int(server.server_address[1])
+    def prime(self, stream: str, group: str) -> None:
+        """Create every labelled series of a subscription at 0, so rates work from the first
+        scrape and dashboards show zeros instead of gaps."""
+        for outcome in OUTCOMES:
+            self.messages.labels(stream=stream, group=group, outcome=outcome)
+        for source in ("self", "others"):
+            self.claimed.labels(stream=stream, group=group, source=source)
+        self.reconnects.labels(stream=stream, group=group)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    """What Redis says about one subscription's group, for the gauges."""
+
+    stream: str
+    group: str
+    dead_letter_stream: str
+    lag: int | None
+    pending: int
+    oldest_pending_ms: int | None  # the oldest pending entry's id timestamp
+    consumers: int
+    dead_letters: int
+
+
+class GroupStateCollector(Collector):
+    """Gauges read from Redis at scrape time through ``read_states`` (a sync callable that may
+    raise; a failed read yields no gauges for that scrape rather than stale values)."""
+
+    def __init__(self, read_states: Callable[[], Sequence[GroupState]]) -> None:
+        self._read = read_states
+
+    def describe(self) -> list[Metric]:  # keeps registration from calling collect()
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            states = list(self._read())
+        except Exception:  # Redis unreachable: /readyz reports it; no made-up numbers here
+            return
+        labels = ["stream", "group"]
+        lag = GaugeMetricFamily(
+            "streamworker_group_lag", "Entries not yet delivered to the group.", labels=labels
+        )
+        pending = GaugeMetricFamily(
+            "streamworker_pending_messages",
+            "Entries delivered and not yet acknowledged.",
+            labels=labels,
+        )
+        oldest = GaugeMetricFamily(
+            "streamworker_oldest_pending_age_seconds",
+            "Age of the oldest pending entry.",
+            labels=labels,
+        )
+        consumers = GaugeMetricFamily(
+            "streamworker_consumers", "Consumers in the group.", labels=labels
+        )
+        work = GaugeMetricFamily(
+            "streamworker_work_left",
+            "Lag plus pending: entries the group has yet to finish.",
+            labels=labels,
+        )
+        dlq = GaugeMetricFamily(
+            "streamworker_dead_letter_messages",
+            "Entries in the dead-letter stream.",
+            labels=["stream", "dead_letter_stream"],
+        )
+        now_ms = int(time.time() * 1000)
+        seen_dlq: set[str] = set()
+        for s in states:
+            values = [s.stream, s.group]
+            if s.lag is not None:
+                lag.add_metric(values, s.lag)
+                work.add_metric(values, s.lag + s.pending)
+            pending.add_metric(values, s.pending)
+            age = (
+                0.0 if s.oldest_pending_ms is None else max(0, now_ms - s.oldest_pending_ms) / 1000
+            )
+            oldest.add_metric(values, age)
+            consumers.add_metric(values, s.consumers)
+            if s.dead_letter_stream not in seen_dlq:
+                seen_dlq.add(s.dead_letter_stream)
+                dlq.add_metric([s.stream, s.dead_letter_stream], s.dead_letters)
+        yield from (lag, pending, oldest, consumers, work, dlq)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -25,11 +26,26 @@ import structlog
 from streamworker.app import HandlerSpec
 from streamworker.codec import decode_message
 from streamworker.deps import Resolver
-from streamworker.errors import ConnectionLost, PermanentFailure, Retry, StreamworkerError
+from streamworker.errors import (
+    ConnectionLost,
+    DatabaseUnavailable,
+    PermanentFailure,
+    Retry,
+    StreamworkerError,
+)
 from streamworker.idempotency.base import Strategy
 from streamworker.message import Message
 from streamworker.observability.metrics import Metrics
-from streamworker.outcomes import NOT_STARTED, Action, Outcome, decide, describe, over_delivered
+from streamworker.outcomes import (
+    NOT_STARTED,
+    SKIPPED,
+    Action,
+    Outcome,
+    decide,
+    describe,
+    over_delivered,
+    retry_delay_ms,
+)
 from streamworker.redisio import Entry, LuaScript, connection_errors, parse_read_reply
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.threads import HandlerThreads
@@ -69,15 +85,29 @@ class Consumer:
         self._stop = asyncio.Event()
         self._stream = spec.stream.encode()
         self._labels = {"stream": spec.stream, "group": spec.group}
+        metrics.prime(spec.stream, spec.group)
         self._log = structlog.get_logger("streamworker.consumer").bind(
             stream=spec.stream, group=spec.group, consumer=consumer, handler=spec.name
         )
         self.backlog_drained = asyncio.Event()
         self.in_backlog = True
+        # When the loop last went round (monotonic): liveness compares it with its deadline.
+        self.last_turn = time.monotonic()
+        # Entries this consumer holds and must keep fresh (see reaper.Reclaimer): those being
+        # processed now, and failed ones waiting for their retry (id -> monotonic due time).
+        self.in_flight: set[bytes] = set()
+        self.retries: dict[bytes, float] = {}
+        # Batches from the read loop and from the reclaimer are processed one at a time, so
+        # ``concurrency`` bounds the handlers of one subscription.
+        self._batch_lock = asyncio.Lock()
 
     def stop(self) -> None:
         """Stop reading; the batch in hand is finished by :meth:`run`."""
         self._stop.set()
+
+    async def stopped(self) -> None:
+        """Wait until :meth:`stop` is called."""
+        await self._stop.wait()
 
     def stopping(self) -> bool:
         """True once :meth:`stop` was called."""
@@ -87,6 +117,8 @@ class Consumer:
         """The loop. Returns after :meth:`stop`; raises on errors that retrying cannot fix."""
         self._log.info("consumer_started", idempotency=self.spec.idempotency)
         while not self.stopping():
+            # Retrying a lost connection is the loop at work: readiness reports the outage.
+            self.last_turn = time.monotonic()
             try:
                 await self._ensure_group()
                 await self._consume()
@@ -128,6 +160,7 @@ class Consumer:
         cursor: bytes | None = b"0"
         self.in_backlog = True
         while not self.stopping():
+            self.last_turn = time.monotonic()
             if cursor is not None:
                 entries = await self._read(cursor, block_ms=None)
                 if not entries:
@@ -140,12 +173,28 @@ class Consumer:
                 counts = await self._delivery_counts(entries)
             else:
                 entries = await self._read(b">", block_ms=self.spec.block_ms)
+                self.last_turn = time.monotonic()
                 if not entries:
                     continue
                 # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too).
                 counts = dict.fromkeys((e.id for e in entries), 1)
             self._backoff.reset()
-            await self._process(entries, counts)
+            await self.process(entries, counts)
+
+    def held_ids(self) -> list[bytes]:
+        """Entries whose lease must be renewed: in flight or waiting for a retry."""
+        return [*self.in_flight, *(i for i in self.retries if i not in self.in_flight)]
+
+    async def process(self, entries: list[Entry], counts: Mapping[bytes, int]) -> None:
+        """Process entries this consumer owns (read, or claimed by the reclaimer), one batch at a
+        time. ``counts`` maps each id to its delivery counter; ids missing from it are skipped."""
+        started = time.monotonic()
+        self.in_flight.update(e.id for e in entries)
+        try:
+            async with self._batch_lock:
+                await self._process(entries, counts, started)
+        finally:
+            self.in_flight.difference_update(e.id for e in entries)
 
     async def _read(self, start: bytes, block_ms: int | None) -> list[Entry]:
         call = self._client.xreadgroup(
@@ -193,7 +242,9 @@ class Consumer:
             )
         return counts
 
-    async def _process(self, entries: list[Entry], counts: Mapping[bytes, int]) -> None:
+    async def _process(
+        self, entries: list[Entry], counts: Mapping[bytes, int], started: float
+    ) -> None:
         spec = self.spec
         messages: list[Message[Any]] = []
         deleted: list[bytes] = []
@@ -233,26 +284,78 @@ class Consumer:
 
         if deleted:
             await self._ack_deleted(deleted)
-        outcomes = await self._strategy.process(messages, self._invoke)
-        self._metrics.batches.labels(**self._labels).inc()
-        acked = 0
+        outcomes = await self._run_strategy(messages)
+        self._metrics.batch_size.labels(**self._labels).observe(len(entries))
+        tally: dict[str, int] = {}
+        now = time.monotonic()
         for msg, outcome in zip(messages, outcomes, strict=True):
+            mid = msg.id.encode()
+            if outcome in SKIPPED:
+                continue
+            if outcome.action is not Action.DEAD_LETTER:
+                # dead letters are counted once the script has moved them
+                tally[outcome.metric] = tally.get(outcome.metric, 0) + 1
             if outcome.action is Action.ACK:
-                acked += 1
+                self.retries.pop(mid, None)
             elif outcome.action is Action.DEAD_LETTER:
-                dead.append((msg.id.encode(), msg.delivery_count, outcome.error))
-        if acked:
-            self._metrics.messages.labels(outcome="acked", **self._labels).inc(acked)
+                dead.append((mid, msg.delivery_count, outcome.error))
+                self.retries.pop(mid, None)
+            else:
+                delay_ms = retry_delay_ms(
+                    outcome, msg.delivery_count, spec.retry_backoff_ms, spec.retry_backoff_max_ms
+                )
+                self.retries[mid] = now + delay_ms / 1000
+        for label, n in tally.items():
+            self._metrics.messages.labels(outcome=label, **self._labels).inc(n)
+        if tally.get("duplicate"):
+            self._metrics.dedup_hits.labels(strategy=self._strategy.name, **self._labels).inc(
+                tally["duplicate"]
+            )
+        if tally.get("acked") or tally.get("duplicate"):
+            self._metrics.ack_latency.labels(**self._labels).observe(time.monotonic() - started)
         for entry_id, count, reason in dead:
+            self.retries.pop(entry_id, None)
             await self._dead_letter(entry_id, count, reason)
+
+    async def _run_strategy(self, messages: list[Message[Any]]) -> list[Outcome]:
+        """The strategy's outcomes for ``messages``; while the database is unavailable, the same
+        batch again after a capped backoff.
+
+        The batch stays in hand instead of being re-read: a re-read would count a delivery per
+        attempt and dead-letter messages because of an outage. Nothing of it was acked. On stop
+        the batch is left pending as it is.
+        """
+        while True:
+            try:
+                return await self._strategy.process(messages, self._invoke)
+            except DatabaseUnavailable as exc:
+                if self.stopping():
+                    return [NOT_STARTED] * len(messages)
+                delay = self._backoff.next_delay()
+                self._metrics.idempotency_errors.labels(
+                    strategy=self._strategy.name, **self._labels
+                ).inc()
+                self._log.warning(
+                    "database_unavailable", error=str(exc), retry_in_s=round(delay, 3)
+                )
+                await self._sleep(delay)
 
     async def _ack_deleted(self, ids: list[bytes]) -> None:
         # The entry was deleted or trimmed while pending: there is nothing left to process, and
         # leaving it would make every backlog read return it again.
         async with connection_errors():
             await self._client.xack(self.spec.stream, self.spec.group, *ids)
+        self.count_deleted(ids)
+
+    def count_claimed(self, n: int, source: str) -> None:
+        """Record entries the reclaimer claimed: ``source`` is ``"self"`` or ``"others"``."""
+        self._metrics.claimed.labels(source=source, **self._labels).inc(n)
+
+    def count_deleted(self, ids: list[bytes]) -> None:
+        """Record entries that were deleted from the stream while pending (already out of the PEL)."""
         self._metrics.messages.labels(outcome="deleted", **self._labels).inc(len(ids))
         for entry_id in ids:
+            self.retries.pop(entry_id, None)
             self._log.warning("deleted_entry_acked", message_id=entry_id.decode())
 
     async def _dead_letter(self, entry_id: bytes, count: int, reason: str) -> None:
@@ -295,13 +398,14 @@ class Consumer:
         if self.stopping():
             return NOT_STARTED
         exc: BaseException | None = None
+        result: Any = None
         started = time.perf_counter()
         try:
             async with self._resolver.arguments(spec.plan, msg, dict(provided)) as kwargs:
                 if spec.is_async:
-                    await spec.func(**kwargs)
+                    result = await spec.func(**kwargs)
                 else:
-                    await self._threads.run(spec.func, **kwargs)
+                    result = await self._threads.run(spec.func, **kwargs)
         except asyncio.CancelledError:
             raise
         except Exception as error:
@@ -309,8 +413,10 @@ class Consumer:
         elapsed = time.perf_counter() - started
         self._metrics.handler_duration.labels(**self._labels).observe(elapsed)
         outcome = decide(exc, msg.delivery_count, spec.max_deliveries)
+        if outcome.action is Action.ACK and result is not None:
+            # e.g. the Effects of idempotency="lua", applied by the strategy with the ack
+            outcome = dataclasses.replace(outcome, value=result)
         if outcome.action is Action.LEAVE_PENDING:
-            self._metrics.messages.labels(outcome="failed", **self._labels).inc()
             log = self._log.bind(message_id=msg.id, delivery_count=msg.delivery_count)
             if isinstance(exc, Retry):
                 log.info("retry_requested", reason=outcome.error, delay_ms=outcome.retry_delay_ms)

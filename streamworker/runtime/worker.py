@@ -13,21 +13,37 @@ import contextlib
 import os
 import signal
 import sys
+import threading
+import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import redis
 import redis.asyncio as aioredis
+import redis.exceptions as rex
 import structlog
 
 from streamworker.app import App, HandlerSpec
 from streamworker.deps import Resolver
-from streamworker.errors import ConfigError
+from streamworker.errors import ConfigError, StreamworkerError
+from streamworker.extras import require_extra
 from streamworker.idempotency.base import Strategy
 from streamworker.idempotency.none import AtLeastOnce
-from streamworker.observability.metrics import Metrics
-from streamworker.redisio import open_redis
+from streamworker.observability.metrics import GroupStateCollector, Metrics
+from streamworker.observability.state import missing_groups, read_group_states
+from streamworker.redisio import open_redis, open_sync_redis
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
+from streamworker.runtime.reaper import Reclaimer
 from streamworker.runtime.threads import HandlerThreads
+
+if TYPE_CHECKING:
+    from streamworker.idempotency.sql import SqlDatabase
+
+
+# The event loop must answer within this (a sync call in an async handler blocks it).
+_EVENT_LOOP_DEADLINE_S = 10.0
+_HEARTBEAT_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +56,12 @@ class WorkerOptions:
     reconnect_backoff_initial_s: float = 0.1
     reconnect_backoff_max_s: float = 5.0
     db_url: str | None = None
+    liveness_timeout_s: float = 300.0
+    """A consume loop that has not gone round for this long (a batch stuck in a handler) makes
+    ``/healthz`` fail. Set it above the longest batch you expect."""
+    prune_interval_s: float = 60.0
+    """How often the processed rows of ``idempotency="sql"`` subscriptions are pruned."""
+    reclaim: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +73,51 @@ class WorkerResult:
     abandoned_threads: int = 0
 
 
-def _make_strategy(spec: HandlerSpec, client: aioredis.Redis) -> Strategy:
+def _make_strategy(
+    spec: HandlerSpec,
+    client: aioredis.Redis,
+    *,
+    consumer: str,
+    db: SqlDatabase | None,
+    threads: HandlerThreads,
+) -> Strategy:
     if spec.idempotency == "none":
         return AtLeastOnce(client, spec.stream, spec.group, spec.concurrency)
+    if spec.idempotency == "sql":
+        from streamworker.idempotency.sql import SqlStrategy
+
+        assert db is not None  # Worker.__init__ checked the URL
+
+        async def run_sync(func: Any) -> Any:
+            return await threads.run(func)
+
+        return SqlStrategy(
+            db,
+            client,
+            stream=spec.stream,
+            group=spec.group,
+            consumer=consumer,
+            max_deliveries=spec.max_deliveries,
+            is_async=spec.is_async,
+            run_sync=run_sync,
+        )
     raise ConfigError(f"{spec.name}: idempotency={spec.idempotency!r} is not available")
+
+
+def _open_database(app: App, options: WorkerOptions) -> SqlDatabase | None:
+    sql_specs = [s for s in app.handlers if s.idempotency == "sql"]
+    if not sql_specs:
+        return None
+    if not options.db_url:
+        names = ", ".join(s.name for s in sql_specs)
+        raise ConfigError(
+            f"handler(s) {names} use idempotency='sql' but no database URL is set; pass "
+            f"--db-url, set STREAMWORKER_DB_URL or App(db_url=...)"
+        )
+    require_extra("sql", "idempotency='sql'")
+    from streamworker.idempotency.sql import SqlDatabase
+
+    return SqlDatabase(options.db_url)
 
 
 class Worker:
@@ -69,11 +132,79 @@ class Worker:
         self.options = options
         self.metrics = metrics or Metrics()
         self.consumers: list[Consumer] = []
+        self.reclaimers: list[Reclaimer] = []
+        self.db = _open_database(app, options)
         self._stopping = asyncio.Event()
         self._signals = 0
         self._log = structlog.get_logger("streamworker.worker").bind(
             app=app.name, consumer=options.consumer
         )
+        # Probes and gauges run in the HTTP server's threads with a sync client of their own.
+        self._probe_client: redis.Redis | None = None
+        self._probe_lock = threading.Lock()
+        self._heartbeat = time.monotonic()
+        self._running = False
+        self.metrics.registry.register(
+            GroupStateCollector(lambda: read_group_states(self._probe(), self.app.handlers))
+        )
+
+    def _probe(self) -> redis.Redis:
+        with self._probe_lock:
+            if self._probe_client is None:
+                self._probe_client = open_sync_redis(self.options.redis_url, socket_timeout_s=2.0)
+            return self._probe_client
+
+    def liveness(self) -> tuple[bool, dict[str, Any]]:
+        """``/healthz``: the event loop answers, and every consume loop went round within
+        ``liveness_timeout_s``. Thread-safe (reads timestamps only)."""
+        now = time.monotonic()
+        if not self._running:
+            return True, {"starting": True}
+        blocked_s = now - self._heartbeat
+        loops = {
+            f"{c.spec.stream}/{c.spec.group}": round(now - c.last_turn, 3) for c in self.consumers
+        }
+        stuck = {k: v for k, v in loops.items() if v > self.options.liveness_timeout_s}
+        ok = blocked_s < _EVENT_LOOP_DEADLINE_S and not stuck
+        details: dict[str, Any] = {"loops_s_since_turn": loops}
+        if blocked_s >= _EVENT_LOOP_DEADLINE_S:
+            details["event_loop_blocked_s"] = round(blocked_s, 3)
+        if stuck:
+            details["stuck_loops"] = sorted(stuck)
+        return ok, details
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """``/readyz``: running and not shutting down, Redis answers, every group exists, and the
+        idempotency database answers. Called from the HTTP thread."""
+        if self._stopping.is_set():
+            return False, {"shutting_down": True}
+        if not self._running:
+            return False, {"starting": True}
+        try:
+            client = self._probe()
+            client.ping()
+            missing = missing_groups(client, self.app.handlers)
+        except Exception as exc:
+            return False, {"redis": f"{type(exc).__name__}: {exc}"}
+        details: dict[str, Any] = {"redis": "ok"}
+        ok = True
+        if missing:
+            ok = False
+            details["missing_groups"] = missing
+        if self.db is not None:
+            try:
+                self.db.ping()
+                details["database"] = "ok"
+            except Exception as exc:
+                ok = False
+                details["database"] = f"{type(exc).__name__}: {exc}"
+        return ok, details
+
+    async def _beat(self) -> None:
+        # If this stops, something blocks the event loop (a sync call in an async handler).
+        while True:
+            self._heartbeat = time.monotonic()
+            await asyncio.sleep(_HEARTBEAT_S)
 
     def stop(self) -> None:
         """Begin a graceful shutdown (idempotent). Safe to call from the event loop thread only."""
@@ -117,7 +248,13 @@ class Worker:
                     spec,
                     client=client,
                     consumer=self.options.consumer,
-                    strategy=_make_strategy(spec, client),
+                    strategy=_make_strategy(
+                        spec,
+                        client,
+                        consumer=self.options.consumer,
+                        db=self.db,
+                        threads=threads,
+                    ),
                     resolver=resolver,
                     metrics=self.metrics,
                     threads=threads,
@@ -128,6 +265,25 @@ class Worker:
                 )
                 for spec in specs
             ]
+            self.reclaimers = []
+            if self.options.reclaim:
+                if await _has_scripting(client):
+                    self.reclaimers = [
+                        Reclaimer(
+                            c,
+                            client,
+                            Backoff(
+                                self.options.reconnect_backoff_initial_s,
+                                self.options.reconnect_backoff_max_s,
+                            ),
+                        )
+                        for c in self.consumers
+                    ]
+                else:
+                    # Leases, retries and dead-consumer clean-up run as Lua scripts.
+                    self._log.warning(
+                        "reclaimer_disabled", reason="the server has no Lua scripting"
+                    )
             if self._stopping.is_set():
                 self.stop()
             self._log.info(
@@ -135,23 +291,69 @@ class Worker:
                 handlers=[s.name for s in specs],
                 redis_url=_redact(self.options.redis_url),
             )
-            await self._supervise()
+            pruner = (
+                asyncio.ensure_future(self._prune_loop(client)) if self.db is not None else None
+            )
+            try:
+                await self._supervise()
+            finally:
+                if pruner is not None:
+                    pruner.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await pruner
             abandoned = threads.busy
         finally:
             threads.shutdown()
+            if self.db is not None:
+                with contextlib.suppress(Exception):
+                    await self.db.dispose()
             with contextlib.suppress(Exception):
                 await resolver.close()
             with contextlib.suppress(Exception):
                 await client.aclose()
+            with self._probe_lock:
+                if self._probe_client is not None:
+                    self._probe_client.close()
+                    self._probe_client = None
             if install_signal_handlers:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
         self._log.info("worker_stopped", abandoned_threads=abandoned)
         return WorkerResult(abandoned_threads=abandoned)
 
+    async def _prune_loop(self, client: aioredis.Redis) -> None:
+        """Every ``prune_interval_s``, delete the processed rows no message can need any more."""
+        from streamworker.idempotency.sql import prune
+
+        assert self.db is not None
+        log = structlog.get_logger("streamworker.sql")
+        subscriptions = {(s.stream, s.group) for s in self.app.handlers if s.idempotency == "sql"}
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.options.prune_interval_s)
+                return
+            for stream, group in sorted(subscriptions):
+                try:
+                    result = await prune(self.db, client, stream, group)
+                except StreamworkerError as exc:
+                    # Redis or the database is away: the consume loops deal with it; try later.
+                    log.warning("prune_failed", stream=stream, group=group, error=str(exc))
+                    continue
+                if result.deleted:
+                    log.info(
+                        "processed_rows_pruned",
+                        stream=stream,
+                        group=group,
+                        rule=str(result.cut),
+                        deleted=result.deleted,
+                    )
+
     async def _supervise(self) -> None:
-        tasks = {asyncio.ensure_future(c.run()): c for c in self.consumers}
+        loops = [c.run() for c in self.consumers] + [r.run() for r in self.reclaimers]
+        tasks = [asyncio.ensure_future(loop) for loop in loops]
         stopping = asyncio.ensure_future(self._stopping.wait())
+        beat = asyncio.ensure_future(self._beat())
+        self._running = True
         try:
             done, _ = await asyncio.wait({*tasks, stopping}, return_when=asyncio.FIRST_COMPLETED)
             failed = next(
@@ -176,6 +378,18 @@ class Worker:
                     raise t.exception()  # type: ignore[misc]
         finally:
             stopping.cancel()
+            beat.cancel()
+            self._running = False
+
+
+async def _has_scripting(client: aioredis.Redis) -> bool:
+    try:
+        await client.script_exists("0" * 40)
+    except rex.ResponseError as exc:
+        return "unknown command" not in str(exc).lower()
+    except Exception:  # not reachable now: assume a real Redis; the loops handle the outage
+        return True
+    return True
 
 
 def _redact(url: str) -> str:

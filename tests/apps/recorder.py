@@ -5,6 +5,7 @@ SW_TEST_STREAM, SW_TEST_GROUP    what to consume (default: orders / billing)
 SW_TEST_LOG                      file: one line "start <id> <n> <delivery_count>" / "done <id> <n>"
 SW_TEST_SLEEP_S                  seconds each message takes (default 0)
 SW_TEST_BATCH                    batch size (default 5)
+SW_TEST_CLAIM_IDLE_MS            claim_idle_ms (default 60000)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def _record(line: str) -> None:
     group=os.environ.get("SW_TEST_GROUP", "billing"),
     batch_size=int(os.environ.get("SW_TEST_BATCH", "5")),
     block_ms=200,
+    claim_idle_ms=int(os.environ.get("SW_TEST_CLAIM_IDLE_MS", "60000")),
 )
 async def record(msg: Message) -> None:
     _record(f"start {msg.id} {msg.fields.get('n', '')} {msg.delivery_count}")

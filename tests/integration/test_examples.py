@@ -27,3 +27,26 @@ def test_quickstart_demo_processes_charges_and_dead_letters(redis_url: str) -> N
         "pending after the run: 0",
     ):
         assert line in out
+
+
+def test_sql_orders_demo_charges_every_order_once_across_a_crash_after_commit(
+    redis_url: str,
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "examples/sql_orders/demo.py", "--redis-url", redis_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in (
+        "produced 200 orders (order 7 has no amount)",
+        "worker 1 killed with SIGKILL after a commit, before its XACK",
+        "pending after the crash: 50",
+        "charges: 199 (orders 200, dead-lettered 1)",
+        "orders charged twice: 0",
+        "pending after the run: 0",
+    ):
+        assert line in result.stdout

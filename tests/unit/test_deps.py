@@ -115,3 +115,13 @@ async def test_worker_scoped_dependency_cannot_take_the_message() -> None:
 
     with pytest.raises(ConfigError, match="worker-scoped dependency cannot take the Message"):
         await Resolver().start([build_plan(handler)])
+
+
+def test_message_is_recognised_when_its_annotation_cannot_be_evaluated() -> None:
+    def handler(msg: Message) -> None: ...
+
+    # As `from __future__ import annotations` leaves it when the model is a local name.
+    handler.__annotations__["msg"] = "Message[ModelDefinedInAFunction]"
+    plan = build_plan(handler)
+    assert plan.params[0][0] == "msg"
+    assert type(plan.params[0][1]).__name__ == "MessageParam"

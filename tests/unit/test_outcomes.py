@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from streamworker.errors import DeadLetter, PermanentFailure, Retry
-from streamworker.outcomes import Action, decide, describe, over_delivered
+from streamworker.outcomes import Action, decide, describe, over_delivered, retry_delay_ms
 
 
 def test_success_is_acked() -> None:
@@ -47,3 +47,19 @@ def test_over_delivered_only_past_the_maximum() -> None:
 
 def test_describe_without_message_gives_the_type() -> None:
     assert describe(KeyError()) == "KeyError"
+
+
+def test_retry_delay_doubles_with_each_delivery_up_to_the_cap() -> None:
+    failed = decide(ValueError("x"), 1, 10)
+    assert [retry_delay_ms(failed, n, 100, 1000) for n in (1, 2, 3, 4, 5)] == [
+        100,
+        200,
+        400,
+        800,
+        1000,
+    ]
+
+
+def test_retry_delay_from_retry_wins() -> None:
+    outcome = decide(Retry(delay_ms=5), 4, 10)
+    assert retry_delay_ms(outcome, 4, 100, 1000) == 5

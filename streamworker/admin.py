@@ -1,0 +1,249 @@
+"""Operator tools behind ``streamworker pending`` and ``streamworker dlq``, usable from Python too.
+
+All functions take a sync redis-py client (bytes replies) and do no printing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import redis
+
+from streamworker.errors import StreamworkerError
+
+PROVENANCE_FIELDS = (
+    "dlq_stream",
+    "dlq_id",
+    "dlq_group",
+    "dlq_consumer",
+    "dlq_deliveries",
+    "dlq_error",
+    "dlq_handler",
+    "dlq_at_ms",
+    "dlq_body_missing",
+)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _id_ms(entry_id: str) -> int:
+    return int(entry_id.split("-", 1)[0])
+
+
+# --- pending -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerPending:
+    """One consumer's share of a group's PEL."""
+
+    name: str
+    pending: int
+    oldest_id: str | None
+    oldest_idle_ms: int | None
+    idle_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReport:
+    """A group's pending entries: totals, and per consumer with the age of its oldest entry."""
+
+    stream: str
+    group: str
+    pending: int
+    min_id: str | None
+    max_id: str | None
+    consumers: list[ConsumerPending]
+    lag: int | None
+    last_delivered_id: str | None
+
+    @property
+    def oldest_age_ms(self) -> int | None:
+        """Age of the oldest pending entry, from its id's timestamp."""
+        return (
+            None if self.min_id is None else max(0, int(time.time() * 1000) - _id_ms(self.min_id))
+        )
+
+
+def pending_report(client: redis.Redis, stream: str, group: str) -> PendingReport:
+    """Summarise ``group``'s pending entries on ``stream``.
+
+    Raises StreamworkerError when the stream or group does not exist.
+    """
+    try:
+        summary = client.xpending(stream, group)
+        groups = client.xinfo_groups(stream)
+        idle_by_name = {
+            _text(c["name"]): int(c["idle"]) for c in client.xinfo_consumers(stream, group)
+        }
+    except redis.ResponseError as exc:
+        raise StreamworkerError(f"stream {stream!r} group {group!r}: {exc}") from None
+    info = next((g for g in groups if _text(g["name"]) == group), {})
+    consumers = []
+    for row in summary.get("consumers") or []:
+        name = _text(row["name"])
+        oldest = client.xpending_range(stream, group, "-", "+", 1, consumername=name)
+        consumers.append(
+            ConsumerPending(
+                name=name,
+                pending=int(row["pending"]),
+                oldest_id=_text(oldest[0]["message_id"]) if oldest else None,
+                oldest_idle_ms=int(oldest[0]["time_since_delivered"]) if oldest else None,
+                idle_ms=idle_by_name.get(name),
+            )
+        )
+    for name, idle in idle_by_name.items():
+        if not any(c.name == name for c in consumers):
+            consumers.append(ConsumerPending(name, 0, None, None, idle))
+    lag = info.get("lag")
+    last = info.get("last-delivered-id")
+    return PendingReport(
+        stream=stream,
+        group=group,
+        pending=int(summary["pending"]),
+        min_id=_text(summary["min"]) if summary.get("min") else None,
+        max_id=_text(summary["max"]) if summary.get("max") else None,
+        consumers=sorted(consumers, key=lambda c: c.name),
+        lag=None if lag is None else int(lag),
+        last_delivered_id=None if last is None else _text(last),
+    )
+
+
+# --- dead letters --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterEntry:
+    """A dead-letter entry split into the original fields and streamworker's provenance."""
+
+    id: str
+    fields: dict[str, str]
+    provenance: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def original_stream(self) -> str | None:
+        return self.provenance.get("dlq_stream")
+
+    @property
+    def original_id(self) -> str | None:
+        return self.provenance.get("dlq_id")
+
+    @property
+    def error(self) -> str:
+        return self.provenance.get("dlq_error", "")
+
+
+def split_dead_letter(entry_id: Any, raw: Any) -> DeadLetterEntry:
+    """Split a raw entry (a field dict or a flat list): everything from the last ``dlq_stream``
+    field on is provenance."""
+    if raw is None:
+        raw = {}
+    pairs = (
+        list(raw.items()) if isinstance(raw, dict) else list(zip(raw[::2], raw[1::2], strict=True))
+    )
+    names = [_text(k) for k, _ in pairs]
+    cut = max((i for i, n in enumerate(names) if n == "dlq_stream"), default=len(names))
+    fields = {names[i]: _text(pairs[i][1]) for i in range(cut)}
+    provenance = {names[i]: _text(pairs[i][1]) for i in range(cut, len(names))}
+    return DeadLetterEntry(id=_text(entry_id), fields=fields, provenance=provenance)
+
+
+def iter_dead_letters(
+    client: redis.Redis, dlq: str, *, start: str = "-", count: int | None = None, page: int = 500
+) -> Iterator[DeadLetterEntry]:
+    """Dead letters of ``dlq`` from ``start`` on, oldest first (at most ``count``)."""
+    left = count
+    cursor = start
+    while left is None or left > 0:
+        size = page if left is None else min(page, left)
+        rows = client.xrange(dlq, min=cursor, max="+", count=size)
+        if not rows:
+            return
+        for entry_id, raw in rows:
+            yield split_dead_letter(entry_id, raw)
+        if left is not None:
+            left -= len(rows)
+        cursor = "(" + _text(rows[-1][0])
+        if len(rows) < size:
+            return
+
+
+def get_dead_letter(client: redis.Redis, dlq: str, entry_id: str) -> DeadLetterEntry | None:
+    """One dead letter by id, or None."""
+    rows = client.xrange(dlq, min=entry_id, max=entry_id)
+    return split_dead_letter(rows[0][0], rows[0][1]) if rows else None
+
+
+@dataclass
+class ReplayResult:
+    """What a replay did (or, with ``dry_run``, would do)."""
+
+    replayed: list[tuple[str, str, str]] = field(default_factory=list)  # (dlq id, stream, new id)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (dlq id, reason)
+
+
+def _replay_script(client: redis.Redis) -> Any:
+    source = (
+        resources.files("streamworker.lua").joinpath("replay_dead_letter.lua").read_text("utf-8")
+    )
+    return client.register_script(source)
+
+
+def replay_dead_letters(
+    client: redis.Redis,
+    dlq: str,
+    ids: list[str] | None = None,
+    *,
+    dry_run: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayResult:
+    """Move dead letters back to their original streams with fresh ids: the given ``ids``, or all.
+
+    Each entry moves atomically (one script: XADD to the original stream without the provenance
+    fields, XDEL from ``dlq``), so a replay interrupted at any point loses and duplicates nothing;
+    running it again continues where it stopped. ``progress(done, total)`` is called as it goes.
+    """
+    if ids is None:
+        entries: list[DeadLetterEntry] = list(iter_dead_letters(client, dlq))
+    else:
+        entries = []
+        for entry_id in ids:
+            found = get_dead_letter(client, dlq, entry_id)
+            if found is None:
+                raise StreamworkerError(f"no dead letter {entry_id} in {dlq!r}")
+            entries.append(found)
+    script = None if dry_run else _replay_script(client)
+    result = ReplayResult()
+    for done, entry in enumerate(entries, start=1):
+        target = entry.original_stream
+        if target is None:
+            result.skipped.append((entry.id, "not a streamworker dead letter"))
+        elif not entry.fields:
+            result.skipped.append((entry.id, "kept no original fields"))
+        elif dry_run:
+            result.replayed.append((entry.id, target, ""))
+        else:
+            assert script is not None
+            new_id = script(keys=[dlq, target], args=[entry.id])
+            if new_id == 0:
+                result.skipped.append((entry.id, "already gone"))
+            else:
+                result.replayed.append((entry.id, target, _text(new_id)))
+        if progress is not None:
+            progress(done, len(entries))
+    return result
+
+
+def purge_dead_letters(client: redis.Redis, dlq: str, ids: list[str] | None = None) -> int:
+    """Delete the given dead letters, or all of them (the stream key itself); returns how many."""
+    if ids is None:
+        n = int(client.xlen(dlq))
+        client.delete(dlq)
+        return n
+    return int(client.xdel(dlq, *ids)) if ids else 0

@@ -1,0 +1,238 @@
+"""``streamworker pending`` and ``streamworker dlq …``: the operator commands (argparse glue and
+output; the work is in :mod:`streamworker.admin`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+import redis
+
+from streamworker import admin
+from streamworker.errors import ConfigError, ConnectionLost
+from streamworker.keys import dead_letter_stream
+from streamworker.redisio import open_sync_redis
+from streamworker.settings import DEFAULT_REDIS_URL, load_settings
+
+
+def _client(args: argparse.Namespace) -> redis.Redis:
+    settings = load_settings(redis_url=args.redis_url)
+    url = settings.redis_url or DEFAULT_REDIS_URL
+    client = open_sync_redis(url)
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise ConnectionLost(f"cannot reach Redis at {url}: {exc}") from None
+    return client
+
+
+def _dlq_key(args: argparse.Namespace) -> str:
+    return str(args.dlq or dead_letter_stream(args.stream))
+
+
+def _age(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    seconds = ms / 1000
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.1f}s"
+
+
+def _cmd_pending(args: argparse.Namespace) -> int:
+    report = admin.pending_report(_client(args), args.stream, args.group)
+    if args.json:
+        data: dict[str, Any] = {
+            "stream": report.stream,
+            "group": report.group,
+            "pending": report.pending,
+            "min_id": report.min_id,
+            "max_id": report.max_id,
+            "oldest_age_ms": report.oldest_age_ms,
+            "lag": report.lag,
+            "last_delivered_id": report.last_delivered_id,
+            "consumers": [
+                c.__dict__ if hasattr(c, "__dict__") else _slots(c) for c in report.consumers
+            ],
+        }
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"stream {report.stream}  group {report.group}")
+    print(
+        f"pending {report.pending}  lag {report.lag if report.lag is not None else 'unknown'}  "
+        f"last delivered {report.last_delivered_id or '-'}"
+    )
+    if report.pending:
+        print(f"oldest pending {report.min_id} (added {_age(report.oldest_age_ms)} ago)")
+    if report.consumers:
+        print()
+        print(f"{'consumer':<32} {'pending':>8} {'oldest idle':>12} {'seen':>10}  oldest id")
+        for c in report.consumers:
+            print(
+                f"{c.name:<32} {c.pending:>8} {_age(c.oldest_idle_ms):>12} "
+                f"{_age(c.idle_ms):>10}  {c.oldest_id or '-'}"
+            )
+    return 0
+
+
+def _slots(obj: Any) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in obj.__slots__}
+
+
+def _cmd_dlq_list(args: argparse.Namespace) -> int:
+    entries = list(admin.iter_dead_letters(_client(args), _dlq_key(args), count=args.count))
+    if args.json:
+        print(json.dumps([_slots(e) for e in entries], indent=2))
+        return 0
+    if not entries:
+        print(f"{_dlq_key(args)}: no dead letters")
+        return 0
+    print(f"{'dead letter id':<22} {'original id':<22} {'tries':>5}  error")
+    for e in entries:
+        error = e.error if len(e.error) <= 70 else e.error[:67] + "..."
+        print(
+            f"{e.id:<22} {e.original_id or '-':<22} {e.provenance.get('dlq_deliveries', '-'):>5}  {error}"
+        )
+    return 0
+
+
+def _cmd_dlq_show(args: argparse.Namespace) -> int:
+    entry = admin.get_dead_letter(_client(args), _dlq_key(args), args.id)
+    if entry is None:
+        raise ConfigError(f"no dead letter {args.id} in {_dlq_key(args)!r}")
+    print(json.dumps(_slots(entry), indent=2))
+    return 0
+
+
+class _Progress:
+    """A progress bar on a terminal; a line per 10% elsewhere (logs stay readable)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.last_decile = -1
+        self.started = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        if total < 100:
+            return
+        if self.tty:
+            width = 30
+            filled = width * done // total
+            self.out.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+            if done == total:
+                self.out.write("\n")
+            self.out.flush()
+            return
+        decile = 10 * done // total
+        if decile != self.last_decile:
+            self.last_decile = decile
+            print(
+                f"replayed {done}/{total} ({time.monotonic() - self.started:.1f}s)", file=self.out
+            )
+
+
+def _cmd_dlq_replay(args: argparse.Namespace) -> int:
+    if not args.all and not args.id:
+        raise ConfigError("say which dead letters to replay: --id ID (repeatable) or --all")
+    result = admin.replay_dead_letters(
+        _client(args),
+        _dlq_key(args),
+        None if args.all else args.id,
+        dry_run=args.dry_run,
+        progress=_Progress(sys.stderr),
+    )
+    verb = "would replay" if args.dry_run else "replayed"
+    for dlq_id, stream, new_id in result.replayed:
+        suffix = f" as {new_id}" if new_id else ""
+        print(f"{verb} {dlq_id} -> {stream}{suffix}")
+    for dlq_id, reason in result.skipped:
+        print(f"skipped {dlq_id}: {reason}")
+    print(f"{verb} {len(result.replayed)}, skipped {len(result.skipped)}")
+    return 0
+
+
+def _cmd_dlq_purge(args: argparse.Namespace) -> int:
+    if not args.all and not args.id:
+        raise ConfigError("say which dead letters to purge: --id ID (repeatable) or --all")
+    client = _client(args)
+    key = _dlq_key(args)
+    if args.all and not args.yes:
+        n = client.xlen(key)
+        raise ConfigError(f"refusing to delete all {n} dead letters of {key!r} without --yes")
+    removed = admin.purge_dead_letters(client, key, None if args.all else args.id)
+    print(f"deleted {removed} dead letters from {key}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help=f"default: $STREAMWORKER_REDIS_URL, else {DEFAULT_REDIS_URL}",
+    )
+
+
+def add_admin_commands(sub: Any) -> None:
+    """Register ``pending`` and ``dlq`` on the CLI's subparsers."""
+    pending = sub.add_parser(
+        "pending",
+        help="show a group's pending entries per consumer, with the oldest entry's age",
+        description="Summarise the pending entries (delivered, not acknowledged) of GROUP on STREAM.",
+    )
+    pending.add_argument("stream", metavar="STREAM")
+    pending.add_argument("group", metavar="GROUP")
+    pending.add_argument("--json", action="store_true", help="machine-readable output")
+    _common(pending)
+    pending.set_defaults(func=_cmd_pending)
+
+    dlq = sub.add_parser(
+        "dlq",
+        help="list, show, replay or purge dead letters",
+        description=(
+            "Work with the dead-letter stream of STREAM ({STREAM}:dlq, or STREAM:dlq when STREAM "
+            "has a hash tag; --dlq names another)."
+        ),
+    )
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", metavar="ACTION")
+    dlq_sub.required = True
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = dlq_sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("stream", metavar="STREAM", help="the original stream")
+        p.add_argument("--dlq", metavar="KEY", help="the dead-letter stream, when not the default")
+        _common(p)
+        return p
+
+    p = action("list", "list dead letters, oldest first")
+    p.add_argument("--count", type=int, default=100, help="at most this many (default 100)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_dlq_list)
+
+    p = action("show", "show one dead letter: its fields and provenance")
+    p.add_argument("id", metavar="ID", help="the dead letter's id")
+    p.set_defaults(func=_cmd_dlq_show)
+
+    p = action(
+        "replay", "move dead letters back to their stream with fresh ids (atomically, one by one)"
+    )
+    p.add_argument(
+        "--id", action="append", metavar="ID", help="a dead letter to replay (repeatable)"
+    )
+    p.add_argument("--all", action="store_true", help="replay every dead letter")
+    p.add_argument(
+        "--dry-run", action="store_true", help="say what would be replayed; change nothing"
+    )
+    p.set_defaults(func=_cmd_dlq_replay)
+
+    p = action("purge", "delete dead letters for good")
+    p.add_argument(
+        "--id", action="append", metavar="ID", help="a dead letter to delete (repeatable)"
+    )
+    p.add_argument("--all", action="store_true", help="delete every dead letter (needs --yes)")
+    p.add_argument("--yes", action="store_true", help="confirm --all")
+    p.set_defaults(func=_cmd_dlq_purge)

@@ -1,0 +1,173 @@
+"""The command table and the :func:`command` decorator.
+
+A command function takes ``(ctx, args)`` and returns a :data:`~streamworker.engine.replies.Reply`
+(or a :class:`~streamworker.engine.context.Blocked` from ``ctx.block(...)``); it raises
+:class:`~streamworker.engine.errors.CommandError` for error replies::
+
+    @command("xadd", arity=-5, flags=("write",), first_key=1, last_key=1, step=1)
+    def xadd(ctx: Ctx, args: list[bytes]) -> Reply: ...
+
+* ``args`` excludes the command name: ``XADD s * f v`` gives ``[b"s", b"*", b"f", b"v"]``.
+  For a subcommand (``"xgroup|create"``) ``args`` excludes **both** words:
+  ``XGROUP CREATE s g $`` gives ``[b"s", b"g", b"$"]``. The spec's ``skip`` attribute is the
+  number of leading words dropped (1 or 2).
+* ``arity`` counts every word including the command (and subcommand) names, as in Redis's
+  COMMAND table: positive = exactly, negative = at least. Core checks it before calling the
+  function, and also rejects unknown commands and unknown subcommands with Redis's texts.
+* Registering ``"container|sub"`` creates the container entry (arity -2, no function) if it
+  does not exist; registering the container name itself later gives it a function (e.g.
+  ``COMMAND`` with no subcommand).
+* ``first_key``/``last_key``/``step`` are Redis's legacy key specs (argv positions, counting the
+  command name as 0; ``last_key=-1`` = up to the last argument).
+* ``flags`` are Redis's command flags as lowercase strings (``write``, ``readonly``, ``fast``,
+  ``blocking``, ``noscript``, ``no-multi``, ``admin``...); ``no-multi`` commands are refused
+  while a MULTI is open, ``noscript`` ones inside a script.
+
+Command modules register at import time; :func:`load_commands` imports every module of this
+package (including ``streams``) and returns the dispatch table keyed by the lowercased name as
+bytes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from streamworker.engine.context import Ctx
+
+if TYPE_CHECKING:
+    from streamworker.engine.context import Blocked
+    from streamworker.engine.replies import Reply
+
+__all__ = [
+    "COMMANDS",
+    "CommandFunc",
+    "CommandSpec",
+    "Ctx",
+    "command",
+    "load_commands",
+]
+
+CommandFunc = Callable[[Ctx, list[bytes]], "Reply | Blocked"]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+# Modules loaded by load_commands(); "streams" is optional while it is being written.
+_MODULES = (
+    "keys",
+    "strings",
+    "hashes",
+    "sets",
+    "zsets",
+    "lists",
+    "server",
+    "connection",
+    "transactions",
+    "streams",
+)
+_OPTIONAL_MODULES = frozenset({"streams"})
+
+
+class CommandSpec:
+    """One entry of the command table (a command, a container, or a subcommand)."""
+
+    __slots__ = (
+        "arity",
+        "container",
+        "first_key",
+        "flags",
+        "func",
+        "last_key",
+        "name",
+        "no_multi",
+        "noscript",
+        "queueable",
+        "skip",
+        "step",
+        "subcommands",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        func: CommandFunc | None,
+        arity: int,
+        flags: Iterable[str] = (),
+        first_key: int = 0,
+        last_key: int = 0,
+        step: int = 0,
+    ) -> None:
+        self.name = name
+        self.func = func
+        self.arity = arity
+        self.flags: frozenset[str] = frozenset(flags)
+        self.first_key = first_key
+        self.last_key = last_key
+        self.step = step
+        self.container: str | None = name.split("|", 1)[0] if "|" in name else None
+        self.skip = 2 if self.container is not None else 1
+        self.subcommands: dict[bytes, CommandSpec] | None = None
+        self.no_multi = "no-multi" in self.flags
+        self.noscript = "noscript" in self.flags
+        # Commands that run immediately even while MULTI is open (Redis's execCommand list).
+        self.queueable = name not in _MULTI_IMMEDIATE
+
+    def key_positions(self, argc: int) -> list[int]:
+        """Argv positions of the keys for a call with ``argc`` words (legacy key spec)."""
+        if self.first_key <= 0:
+            return []
+        last = self.last_key if self.last_key >= 0 else argc + self.last_key
+        step = self.step or 1
+        return list(range(self.first_key, min(last, argc - 1) + 1, step))
+
+    def __repr__(self) -> str:
+        return f"CommandSpec({self.name!r}, arity={self.arity})"
+
+
+_MULTI_IMMEDIATE = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
+
+COMMANDS: dict[str, CommandSpec] = {}
+"""Top-level commands by lowercase name; subcommands hang off ``spec.subcommands``."""
+
+
+def command(
+    name: str,
+    arity: int,
+    flags: Iterable[str] = (),
+    first_key: int = 0,
+    last_key: int = 0,
+    step: int = 0,
+) -> Callable[[_F], _F]:
+    """Register the decorated function as the implementation of ``name`` (see module doc)."""
+    lname = name.lower()
+
+    def deco(func: _F) -> _F:
+        spec = CommandSpec(lname, func, arity, flags, first_key, last_key, step)
+        if spec.container is not None:
+            parent = COMMANDS.get(spec.container)
+            if parent is None:
+                parent = CommandSpec(spec.container, None, -2)
+                COMMANDS[spec.container] = parent
+            if parent.subcommands is None:
+                parent.subcommands = {}
+            parent.subcommands[lname.split("|", 1)[1].encode()] = spec
+        else:
+            existing = COMMANDS.get(lname)
+            if existing is not None and existing.func is None:
+                spec.subcommands = existing.subcommands
+            COMMANDS[lname] = spec
+        return func
+
+    return deco
+
+
+def load_commands() -> dict[bytes, CommandSpec]:
+    """Import every command module and return the dispatch table keyed by lowercase bytes."""
+    for mod in _MODULES:
+        try:
+            importlib.import_module(f"{__name__}.{mod}")
+        except ModuleNotFoundError as exc:
+            if mod in _OPTIONAL_MODULES and exc.name == f"{__name__}.{mod}":
+                continue
+            raise
+    return {name.encode(): spec for name, spec in COMMANDS.items()}

@@ -1,0 +1,328 @@
+"""Generic key commands: DEL, UNLINK, EXISTS, TYPE, EXPIRE family, TTL family, PERSIST, SCAN,
+KEYS, RENAME, RENAMENX, RANDOMKEY, TOUCH."""
+
+from __future__ import annotations
+
+import bisect
+from typing import TYPE_CHECKING
+
+from streamworker.engine import msgs
+from streamworker.engine.commands import command
+from streamworker.engine.commands._args import to_int, to_str
+from streamworker.engine.errors import CommandError
+from streamworker.engine.keyspace import glob_match, type_name
+from streamworker.engine.numbers import LLONG_MAX
+from streamworker.engine.replies import NULL_BULK, OK, Status
+
+if TYPE_CHECKING:
+    from streamworker.engine.context import Ctx
+    from streamworker.engine.keyspace import Database
+    from streamworker.engine.replies import Reply
+
+
+@command("del", arity=-2, flags=("write",), first_key=1, last_key=-1, step=1)
+def del_(ctx: Ctx, args: list[bytes]) -> Reply:
+    """DEL key [key ...] -> number of keys removed."""
+    db = ctx.db
+    return sum(1 for key in args if db.delete(key))
+
+
+@command("unlink", arity=-2, flags=("write", "fast"), first_key=1, last_key=-1, step=1)
+def unlink(ctx: Ctx, args: list[bytes]) -> Reply:
+    """UNLINK key [key ...] -> number of keys removed."""
+    return del_(ctx, args)
+
+
+@command("exists", arity=-2, flags=("readonly", "fast"), first_key=1, last_key=-1, step=1)
+def exists(ctx: Ctx, args: list[bytes]) -> Reply:
+    """EXISTS key [key ...] -> how many of the keys exist (repeats count again)."""
+    db = ctx.db
+    return sum(1 for key in args if db.get(key) is not None)
+
+
+@command("touch", arity=-2, flags=("readonly", "fast"), first_key=1, last_key=-1, step=1)
+def touch(ctx: Ctx, args: list[bytes]) -> Reply:
+    """TOUCH key [key ...] -> how many of the keys exist."""
+    return exists(ctx, args)
+
+
+@command("type", arity=2, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def type_(ctx: Ctx, args: list[bytes]) -> Reply:
+    """TYPE key -> +string/+list/+set/+zset/+hash/+stream/+none."""
+    value = ctx.db.get(args[0])
+    return Status("none" if value is None else type_name(value))
+
+
+# --- expiry --------------------------------------------------------------------------------
+
+_NX, _XX, _GT, _LT = 1, 2, 4, 8
+
+
+def _expire_flags(args: list[bytes]) -> int:
+    flags = 0
+    for opt in args:
+        low = opt.lower()
+        if low == b"nx":
+            flags |= _NX
+        elif low == b"xx":
+            flags |= _XX
+        elif low == b"gt":
+            flags |= _GT
+        elif low == b"lt":
+            flags |= _LT
+        else:
+            raise CommandError(msgs.unsupported_option(to_str(opt.split(b"\0", 1)[0])))
+    if flags & _NX and flags & (_XX | _GT | _LT):
+        raise CommandError(msgs.EXPIRE_NX_XX_GT_LT)
+    if flags & _GT and flags & _LT:
+        raise CommandError(msgs.EXPIRE_GT_LT)
+    return flags
+
+
+def _expire_generic(ctx: Ctx, args: list[bytes], name: str, basetime: int, seconds: bool) -> int:
+    key = args[0]
+    flags = _expire_flags(args[2:])
+    when = to_int(args[1])
+    if seconds:
+        # C's LLONG_MIN / 1000 truncates toward zero: -(LLONG_MAX // 1000).
+        if when > LLONG_MAX // 1000 or when < -(LLONG_MAX // 1000):
+            raise CommandError(msgs.invalid_expire(name))
+        when *= 1000
+    if when > LLONG_MAX - basetime:
+        raise CommandError(msgs.invalid_expire(name))
+    when += basetime
+    db = ctx.db
+    if db.get(key) is None:
+        return 0
+    if flags:
+        current = db.get_expire(key)
+        if flags & _NX and current is not None:
+            return 0
+        if flags & _XX and current is None:
+            return 0
+        if flags & _GT and (current is None or when <= current):
+            return 0
+        if flags & _LT and current is not None and when >= current:
+            return 0
+    if when <= ctx.now_ms():
+        db.delete(key)
+        return 1
+    db.set_expire(key, when)
+    ctx.touch(key)
+    return 1
+
+
+@command("expire", arity=-3, flags=("write", "fast"), first_key=1, last_key=1, step=1)
+def expire(ctx: Ctx, args: list[bytes]) -> Reply:
+    """EXPIRE key seconds [NX|XX|GT|LT] -> 1 if the timeout was set, else 0."""
+    return _expire_generic(ctx, args, "expire", ctx.now_ms(), True)
+
+
+@command("pexpire", arity=-3, flags=("write", "fast"), first_key=1, last_key=1, step=1)
+def pexpire(ctx: Ctx, args: list[bytes]) -> Reply:
+    """PEXPIRE key milliseconds [NX|XX|GT|LT] -> 1 if the timeout was set, else 0."""
+    return _expire_generic(ctx, args, "pexpire", ctx.now_ms(), False)
+
+
+@command("expireat", arity=-3, flags=("write", "fast"), first_key=1, last_key=1, step=1)
+def expireat(ctx: Ctx, args: list[bytes]) -> Reply:
+    """EXPIREAT key unix-seconds [NX|XX|GT|LT]."""
+    return _expire_generic(ctx, args, "expireat", 0, True)
+
+
+@command("pexpireat", arity=-3, flags=("write", "fast"), first_key=1, last_key=1, step=1)
+def pexpireat(ctx: Ctx, args: list[bytes]) -> Reply:
+    """PEXPIREAT key unix-ms [NX|XX|GT|LT]."""
+    return _expire_generic(ctx, args, "pexpireat", 0, False)
+
+
+def _ttl(ctx: Ctx, key: bytes, ms: bool, absolute: bool = False) -> int:
+    db = ctx.db
+    if db.get(key) is None:
+        return -2
+    when = db.get_expire(key)
+    if when is None:
+        return -1
+    if absolute:
+        return when if ms else (when + 500) // 1000
+    ttl = max(0, when - ctx.now_ms())
+    return ttl if ms else (ttl + 500) // 1000
+
+
+@command("ttl", arity=2, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def ttl(ctx: Ctx, args: list[bytes]) -> Reply:
+    """TTL key -> seconds left (rounded), -1 without expiry, -2 if missing."""
+    return _ttl(ctx, args[0], False)
+
+
+@command("pttl", arity=2, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def pttl(ctx: Ctx, args: list[bytes]) -> Reply:
+    """PTTL key -> milliseconds left, -1 without expiry, -2 if missing."""
+    return _ttl(ctx, args[0], True)
+
+
+@command("expiretime", arity=2, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def expiretime(ctx: Ctx, args: list[bytes]) -> Reply:
+    """EXPIRETIME key -> absolute Unix seconds, -1, or -2."""
+    return _ttl(ctx, args[0], False, True)
+
+
+@command("pexpiretime", arity=2, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def pexpiretime(ctx: Ctx, args: list[bytes]) -> Reply:
+    """PEXPIRETIME key -> absolute Unix ms, -1, or -2."""
+    return _ttl(ctx, args[0], True, True)
+
+
+@command("persist", arity=2, flags=("write", "fast"), first_key=1, last_key=1, step=1)
+def persist(ctx: Ctx, args: list[bytes]) -> Reply:
+    """PERSIST key -> 1 if a timeout was removed."""
+    key = args[0]
+    db = ctx.db
+    if db.get(key) is None or not db.persist(key):
+        return 0
+    ctx.touch(key)
+    return 1
+
+
+# --- iteration -----------------------------------------------------------------------------
+
+_U64 = (1 << 64) - 1
+
+
+def _key_hash(key: bytes) -> int:
+    return hash(key) & _U64
+
+
+class _ScanIndex:
+    """Keys sorted by a stable 64-bit hash, rebuilt when a scan starts (cursor 0).
+
+    The cursor is the hash of the next key to return, so a key present for the whole
+    iteration is returned exactly once even if the index is rebuilt in between.
+    """
+
+    __slots__ = ("hashes", "keys")
+
+    def __init__(self, db: Database) -> None:
+        pairs = sorted((_key_hash(k), k) for k in db.data)
+        self.hashes = [h for h, _ in pairs]
+        self.keys = [k for _, k in pairs]
+
+
+def _parse_cursor(arg: bytes) -> int:
+    # strtoul semantics: leading '+'/'-' accepted (negative wraps), empty means 0.
+    text = arg
+    if text[:1].isspace():
+        raise CommandError(msgs.SCAN_INVALID_CURSOR)
+    neg = text[:1] == b"-"
+    if text[:1] in (b"-", b"+"):
+        text = text[1:]
+    if text and not text.isdigit():
+        raise CommandError(msgs.SCAN_INVALID_CURSOR)
+    if not text:
+        if arg:
+            raise CommandError(msgs.SCAN_INVALID_CURSOR)
+        return 0
+    value = int(text)
+    if value > _U64:
+        raise CommandError(msgs.SCAN_INVALID_CURSOR)
+    return (-value) & _U64 if neg else value
+
+
+@command("scan", arity=-2, flags=("readonly",))
+def scan(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SCAN cursor [MATCH pattern] [COUNT count] [TYPE type] -> [next-cursor, [keys]]."""
+    cursor = _parse_cursor(args[0])
+    count = 10
+    pattern: bytes | None = None
+    want_type: str | None = None
+    i = 1
+    n = len(args)
+    while i < n:
+        opt = args[i].lower()
+        if opt == b"count" and n - i >= 2:
+            count = to_int(args[i + 1])
+            if count < 1:
+                raise CommandError(msgs.SYNTAX)
+            i += 2
+        elif opt == b"match" and n - i >= 2:
+            pattern = None if args[i + 1] == b"*" else args[i + 1]
+            i += 2
+        elif opt == b"type" and n - i >= 2:
+            want_type = args[i + 1].decode("latin-1").lower()
+            i += 2
+        else:
+            raise CommandError(msgs.SYNTAX)
+    db = ctx.db
+    index = db.scan_cache
+    if cursor == 0 or not isinstance(index, _ScanIndex):
+        index = _ScanIndex(db)
+        db.scan_cache = index
+    start = bisect.bisect_left(index.hashes, cursor)
+    end = min(start + count, len(index.keys))
+    # Keys sharing the last hash go out together so the next cursor skips none of them.
+    while end < len(index.keys) and index.hashes[end] == index.hashes[end - 1]:
+        end += 1
+    next_cursor = index.hashes[end] if end < len(index.keys) else 0
+    out: list[bytes] = []
+    for key in index.keys[start:end]:
+        value = db.get(key)
+        if value is None:
+            continue
+        if want_type is not None and type_name(value) != want_type:
+            continue
+        if pattern is not None and not glob_match(pattern, key):
+            continue
+        out.append(key)
+    if next_cursor == 0:
+        db.scan_cache = None
+    return [str(next_cursor).encode(), out]
+
+
+@command("keys", arity=2, flags=("readonly",))
+def keys(ctx: Ctx, args: list[bytes]) -> Reply:
+    """KEYS pattern -> matching keys (Redis glob)."""
+    pattern = args[0]
+    live = ctx.db.keys()
+    if pattern == b"*":
+        return live
+    return [k for k in live if glob_match(pattern, k)]
+
+
+@command("randomkey", arity=1, flags=("readonly",))
+def randomkey(ctx: Ctx, args: list[bytes]) -> Reply:
+    """RANDOMKEY -> a random key or nil."""
+    key = ctx.db.random_key()
+    return NULL_BULK if key is None else key
+
+
+def _rename(ctx: Ctx, args: list[bytes], nx: bool) -> Reply:
+    src, dst = args
+    db = ctx.db
+    value = db.get(src)
+    if value is None:
+        raise CommandError(msgs.NO_SUCH_KEY)
+    if src == dst:
+        return 0 if nx else OK
+    when = db.get_expire(src)
+    if db.get(dst) is not None:
+        if nx:
+            return 0
+        db.delete(dst)
+    db.set(dst, value)
+    if when is not None:
+        db.set_expire(dst, when)
+    db.delete(src)
+    ctx.signal_key_ready(dst)
+    return 1 if nx else OK
+
+
+@command("rename", arity=3, flags=("write",), first_key=1, last_key=2, step=1)
+def rename(ctx: Ctx, args: list[bytes]) -> Reply:
+    """RENAME key newkey -> OK; ERR no such key."""
+    return _rename(ctx, args, False)
+
+
+@command("renamenx", arity=3, flags=("write", "fast"), first_key=1, last_key=2, step=1)
+def renamenx(ctx: Ctx, args: list[bytes]) -> Reply:
+    """RENAMENX key newkey -> 1 if renamed, 0 if newkey exists."""
+    return _rename(ctx, args, True)

@@ -1,0 +1,215 @@
+"""List commands (values are ``collections.deque[bytes]``)."""
+
+from __future__ import annotations
+
+from collections import deque
+from itertools import islice
+from typing import TYPE_CHECKING
+
+from streamworker.engine import msgs
+from streamworker.engine.commands import command
+from streamworker.engine.commands._args import to_int, to_timeout_ms
+from streamworker.engine.errors import CommandError
+from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, OK
+
+if TYPE_CHECKING:
+    from streamworker.engine.context import Blocked, Ctx
+    from streamworker.engine.replies import Reply
+
+
+def _list(ctx: Ctx, key: bytes) -> deque[bytes] | None:
+    return ctx.db.get_typed(key, deque)
+
+
+def _push(ctx: Ctx, args: list[bytes], left: bool, only_existing: bool) -> Reply:
+    key = args[0]
+    lst = _list(ctx, key)
+    if lst is None:
+        if only_existing:
+            return 0
+        lst = deque()
+        ctx.db.set(key, lst)
+    if left:
+        lst.extendleft(args[1:])
+    else:
+        lst.extend(args[1:])
+    ctx.touch(key)
+    ctx.signal_key_ready(key)
+    return len(lst)
+
+
+@command("lpush", arity=-3, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
+def lpush(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LPUSH key element [element ...] -> new length."""
+    return _push(ctx, args, True, False)
+
+
+@command("rpush", arity=-3, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
+def rpush(ctx: Ctx, args: list[bytes]) -> Reply:
+    """RPUSH key element [element ...] -> new length."""
+    return _push(ctx, args, False, False)
+
+
+@command("lpushx", arity=-3, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
+def lpushx(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LPUSHX key element [element ...] -> new length (0 if the key is missing)."""
+    return _push(ctx, args, True, True)
+
+
+@command("rpushx", arity=-3, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
+def rpushx(ctx: Ctx, args: list[bytes]) -> Reply:
+    """RPUSHX key element [element ...] -> new length (0 if the key is missing)."""
+    return _push(ctx, args, False, True)
+
+
+def _pop(ctx: Ctx, args: list[bytes], left: bool, name: str) -> Reply:
+    if len(args) > 2:
+        raise CommandError(msgs.wrong_arity(name))
+    has_count = len(args) == 2
+    count = 0
+    if has_count:
+        count = to_int(args[1], msgs.NOT_POSITIVE)
+        if count < 0:
+            raise CommandError(msgs.NOT_POSITIVE)
+    key = args[0]
+    lst = _list(ctx, key)
+    if lst is None:
+        return NULL_ARRAY if has_count else NULL_BULK
+    if has_count and not count:
+        return EMPTY_ARRAY
+    if not has_count:
+        value = lst.popleft() if left else lst.pop()
+        out: Reply = value
+    else:
+        take = min(count, len(lst))
+        pop = lst.popleft if left else lst.pop
+        out = [pop() for _ in range(take)]
+    if not lst:
+        ctx.db.delete(key)
+    else:
+        ctx.touch(key)
+    return out
+
+
+@command("lpop", arity=-2, flags=("write", "fast"), first_key=1, last_key=1, step=1)
+def lpop(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LPOP key [count] -> element (or array of up to count elements)."""
+    return _pop(ctx, args, True, "lpop")
+
+
+@command("rpop", arity=-2, flags=("write", "fast"), first_key=1, last_key=1, step=1)
+def rpop(ctx: Ctx, args: list[bytes]) -> Reply:
+    """RPOP key [count] -> element (or array of up to count elements, tail first)."""
+    return _pop(ctx, args, False, "rpop")
+
+
+def _norm_range(start: int, end: int, size: int) -> tuple[int, int] | None:
+    if start < 0:
+        start += size
+    if end < 0:
+        end += size
+    start = max(start, 0)
+    if start > end or start >= size:
+        return None
+    return start, min(end, size - 1)
+
+
+@command("lrange", arity=4, flags=("readonly",), first_key=1, last_key=1, step=1)
+def lrange(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LRANGE key start stop -> elements (inclusive, negative from the end)."""
+    start = to_int(args[1])
+    end = to_int(args[2])
+    lst = _list(ctx, args[0])
+    if lst is None:
+        return EMPTY_ARRAY
+    rng = _norm_range(start, end, len(lst))
+    if rng is None:
+        return EMPTY_ARRAY
+    return list(islice(lst, rng[0], rng[1] + 1))
+
+
+@command("llen", arity=2, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def llen(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LLEN key -> length."""
+    lst = _list(ctx, args[0])
+    return len(lst) if lst is not None else 0
+
+
+@command("lindex", arity=3, flags=("readonly",), first_key=1, last_key=1, step=1)
+def lindex(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LINDEX key index -> element or nil."""
+    lst = _list(ctx, args[0])
+    if lst is None:
+        return NULL_BULK
+    index = to_int(args[1])
+    if index < 0:
+        index += len(lst)
+    if not 0 <= index < len(lst):
+        return NULL_BULK
+    return lst[index]
+
+
+@command("ltrim", arity=4, flags=("write",), first_key=1, last_key=1, step=1)
+def ltrim(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LTRIM key start stop -> OK."""
+    start = to_int(args[1])
+    end = to_int(args[2])
+    key = args[0]
+    lst = _list(ctx, key)
+    if lst is None:
+        return OK
+    rng = _norm_range(start, end, len(lst))
+    if rng is None:
+        ctx.db.delete(key)
+        return OK
+    kept = deque(islice(lst, rng[0], rng[1] + 1))
+    if len(kept) != len(lst):
+        lst.clear()
+        lst.extend(kept)
+        ctx.touch(key)
+    return OK
+
+
+def _bpop(ctx: Ctx, args: list[bytes], left: bool) -> Reply | Blocked:
+    keys = args[:-1]
+    timeout_ms = to_timeout_ms(args[-1], True, ctx.now_ms())
+
+    def attempt(c: Ctx) -> Reply | None:
+        for key in keys:
+            lst = c.db.get_typed(key, deque)
+            if lst:
+                value = lst.popleft() if left else lst.pop()
+                if not lst:
+                    c.db.delete(key)
+                else:
+                    c.touch(key)
+                return [key, value]
+        return None
+
+    def retry(c: Ctx) -> Reply | None:
+        # A key that became a non-list while we waited is skipped, as Redis does.
+        try:
+            return attempt(c)
+        except CommandError:
+            return None
+
+    reply = attempt(ctx)
+    if reply is not None:
+        return reply
+    return ctx.block(keys, timeout_ms, retry, NULL_ARRAY)
+
+
+@command(
+    "blpop", arity=-3, flags=("write", "noscript", "blocking"), first_key=1, last_key=-2, step=1
+)
+def blpop(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
+    """BLPOP key [key ...] timeout -> [key, element], or nil after timeout seconds."""
+    return _bpop(ctx, args, True)
+
+
+@command(
+    "brpop", arity=-3, flags=("write", "noscript", "blocking"), first_key=1, last_key=-2, step=1
+)
+def brpop(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
+    """BRPOP key [key ...] timeout -> [key, element], or nil after timeout seconds."""
+    return _bpop(ctx, args, False)

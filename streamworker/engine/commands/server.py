@@ -1,0 +1,515 @@
+"""Server commands: INFO, CONFIG, COMMAND, DBSIZE, FLUSHDB, FLUSHALL, TIME, LASTSAVE, SWAPDB."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from streamworker.engine import msgs
+from streamworker.engine.commands import CommandSpec, command
+from streamworker.engine.commands._args import to_str
+from streamworker.engine.commands.connection import REDIS_VERSION
+from streamworker.engine.errors import CommandError
+from streamworker.engine.keyspace import glob_match
+from streamworker.engine.replies import NULL_BULK, OK, Map, Status, Verbatim
+
+if TYPE_CHECKING:
+    from streamworker.engine.context import Ctx
+    from streamworker.engine.replies import Reply
+
+
+@command("dbsize", arity=1, flags=("readonly", "fast"))
+def dbsize(ctx: Ctx, args: list[bytes]) -> Reply:
+    """DBSIZE -> number of keys in the current db."""
+    return len(ctx.db)
+
+
+def _flush_mode(args: list[bytes]) -> None:
+    if len(args) > 1:
+        raise CommandError(msgs.SYNTAX)
+    if args and args[0].lower() not in (b"sync", b"async"):
+        raise CommandError(msgs.SYNTAX)
+
+
+@command("flushdb", arity=-1, flags=("write",))
+def flushdb(ctx: Ctx, args: list[bytes]) -> Reply:
+    """FLUSHDB [ASYNC|SYNC] -> OK."""
+    _flush_mode(args)
+    ctx.db.flush()
+    return OK
+
+
+@command("flushall", arity=-1, flags=("write",))
+def flushall(ctx: Ctx, args: list[bytes]) -> Reply:
+    """FLUSHALL [ASYNC|SYNC] -> OK."""
+    _flush_mode(args)
+    ctx.keyspace.flush_all()
+    return OK
+
+
+@command("swapdb", arity=3, flags=("write", "fast"))
+def swapdb(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SWAPDB index1 index2 -> OK."""
+    from streamworker.engine.numbers import parse_int
+
+    a = parse_int(args[0])
+    if a is None or not -(2**31) <= a < 2**31:
+        raise CommandError("ERR invalid first DB index")
+    b = parse_int(args[1])
+    if b is None or not -(2**31) <= b < 2**31:
+        raise CommandError("ERR invalid second DB index")
+    dbs = ctx.keyspace.dbs
+    if not (0 <= a < len(dbs) and 0 <= b < len(dbs)):
+        raise CommandError(msgs.DB_INDEX_OUT_OF_RANGE)
+    if a != b:
+        da, db_ = dbs[a], dbs[b]
+        # Redis touches a watched key if it exists on either side of the swap.
+        for d in (da, db_):
+            for key in list(d.watchers):
+                if key in da.data or key in db_.data:
+                    d.touch(key)
+        da.data, db_.data = db_.data, da.data
+        da.expires, db_.expires = db_.expires, da.expires
+        da._heap, db_._heap = db_._heap, da._heap
+        da.scan_cache = db_.scan_cache = None
+        ctx.engine.signal_db_ready(a)
+        ctx.engine.signal_db_ready(b)
+    return OK
+
+
+@command("time", arity=1, flags=("loading", "stale", "fast"))
+def time_(ctx: Ctx, args: list[bytes]) -> Reply:
+    """TIME -> [unix seconds, microseconds] as bulk strings."""
+    from streamworker.engine.core import uses_wall_clock
+
+    # An injected test clock drives TIME too (at millisecond resolution).
+    us = time.time_ns() // 1000 if uses_wall_clock(ctx.engine) else ctx.now_ms() * 1000
+    return [str(us // 1_000_000).encode(), str(us % 1_000_000).encode()]
+
+
+@command("lastsave", arity=1, flags=("loading", "stale", "fast"))
+def lastsave(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LASTSAVE -> Unix time of the engine's start (no persistence yet)."""
+    return ctx.engine.started_ms // 1000
+
+
+# --- INFO ----------------------------------------------------------------------------------
+
+
+def _human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "K", "M", "G", "T", "P"):
+        if value < 1024 or unit == "P":
+            return f"{int(value)}B" if unit == "B" else f"{value:.2f}{unit}"
+        value /= 1024
+    return f"{n}B"
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _section_server(ctx: Ctx) -> list[str]:
+    engine = ctx.engine
+    uptime = int(time.monotonic() - engine.started_monotonic)
+    uname = platform.uname()
+    return [
+        f"redis_version:{REDIS_VERSION}",
+        "redis_git_sha1:00000000",
+        "redis_git_dirty:0",
+        "redis_build_id:0",
+        "redis_mode:standalone",
+        f"os:{uname.system} {uname.release} {uname.machine}",
+        f"arch_bits:{64 if sys.maxsize > 2**32 else 32}",
+        "monotonic_clock:POSIX clock_gettime",
+        "multiplexing_api:epoll",
+        "atomicvar_api:c11-builtin",
+        "gcc_version:0.0.0",
+        f"process_id:{os.getpid()}",
+        "process_supervised:no",
+        f"run_id:{engine.run_id}",
+        f"tcp_port:{engine.tcp_port}",
+        f"server_time_usec:{time.time_ns() // 1000}",
+        f"uptime_in_seconds:{uptime}",
+        f"uptime_in_days:{uptime // 86400}",
+        f"hz:{engine.config.get('hz')}",
+        f"configured_hz:{engine.config.get('hz')}",
+        f"lru_clock:{int(time.time()) & ((1 << 24) - 1)}",
+        f"executable:{sys.executable}",
+        "config_file:",
+        "io_threads_active:0",
+        "engine:streamworker",
+    ]
+
+
+def _section_clients(ctx: Ctx) -> list[str]:
+    engine = ctx.engine
+    blocked = sum(1 for c in engine.clients.values() if c.blocked is not None)
+    timeouts = sum(
+        1 for c in engine.clients.values() if c.blocked is not None and c.blocked.deadline
+    )
+    return [
+        f"connected_clients:{len(engine.clients)}",
+        "cluster_connections:0",
+        f"maxclients:{engine.config.get('maxclients')}",
+        "client_recent_max_input_buffer:0",
+        "client_recent_max_output_buffer:0",
+        f"blocked_clients:{blocked}",
+        "tracking_clients:0",
+        f"clients_in_timeout_table:{timeouts}",
+    ]
+
+
+def _section_memory(ctx: Ctx) -> list[str]:
+    rss = _rss_bytes()
+    maxmemory = int(ctx.engine.config.get("maxmemory") or 0)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return [
+        f"used_memory:{rss}",
+        f"used_memory_human:{_human_bytes(rss)}",
+        f"used_memory_rss:{rss}",
+        f"used_memory_rss_human:{_human_bytes(rss)}",
+        f"used_memory_peak:{rss}",
+        f"used_memory_peak_human:{_human_bytes(rss)}",
+        "used_memory_peak_perc:100.00%",
+        "used_memory_overhead:0",
+        "used_memory_startup:0",
+        f"used_memory_dataset:{rss}",
+        "used_memory_dataset_perc:100.00%",
+        f"total_system_memory:{total}",
+        f"total_system_memory_human:{_human_bytes(total)}",
+        "used_memory_lua:0",
+        "used_memory_scripts:0",
+        "number_of_cached_scripts:0",
+        f"maxmemory:{maxmemory}",
+        f"maxmemory_human:{_human_bytes(maxmemory)}",
+        f"maxmemory_policy:{ctx.engine.config.get('maxmemory-policy')}",
+        "mem_fragmentation_ratio:1.00",
+        "mem_allocator:libc",
+        "lazyfree_pending_objects:0",
+    ]
+
+
+def _section_persistence(ctx: Ctx) -> list[str]:
+    return [
+        "loading:0",
+        "async_loading:0",
+        "rdb_changes_since_last_save:0",
+        "rdb_bgsave_in_progress:0",
+        f"rdb_last_save_time:{ctx.engine.started_ms // 1000}",
+        "rdb_last_bgsave_status:ok",
+        "rdb_last_bgsave_time_sec:-1",
+        "rdb_current_bgsave_time_sec:-1",
+        "rdb_saves:0",
+        f"aof_enabled:{1 if ctx.engine.config.get('appendonly') == 'yes' else 0}",
+        "aof_rewrite_in_progress:0",
+        "aof_rewrite_scheduled:0",
+        "aof_last_rewrite_time_sec:-1",
+        "aof_current_rewrite_time_sec:-1",
+        "aof_last_bgrewrite_status:ok",
+        "aof_rewrites:0",
+        "aof_last_write_status:ok",
+    ]
+
+
+def _section_stats(ctx: Ctx) -> list[str]:
+    engine = ctx.engine
+    expired = sum(db.expired_count for db in ctx.keyspace.dbs)
+    return [
+        f"total_connections_received:{engine.stats_connections}",
+        f"total_commands_processed:{engine.stats_commands}",
+        "instantaneous_ops_per_sec:0",
+        "total_net_input_bytes:0",
+        "total_net_output_bytes:0",
+        "rejected_connections:0",
+        f"expired_keys:{expired}",
+        "evicted_keys:0",
+        "keyspace_hits:0",
+        "keyspace_misses:0",
+        "pubsub_channels:0",
+        "pubsub_patterns:0",
+        "latest_fork_usec:0",
+        "total_forks:0",
+        f"total_error_replies:{engine.stats_errors + engine.stats_rejected}",
+    ]
+
+
+def _section_replication(ctx: Ctx) -> list[str]:
+    return [
+        "role:master",
+        "connected_slaves:0",
+        "master_failover_state:no-failover",
+        f"master_replid:{ctx.engine.run_id}",
+        "master_replid2:0000000000000000000000000000000000000000",
+        "master_repl_offset:0",
+        "second_repl_offset:-1",
+        "repl_backlog_active:0",
+        "repl_backlog_size:1048576",
+        "repl_backlog_first_byte_offset:0",
+        "repl_backlog_histlen:0",
+    ]
+
+
+def _section_cpu(ctx: Ctx) -> list[str]:
+    self_ = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return [
+        f"used_cpu_sys:{self_.ru_stime:.6f}",
+        f"used_cpu_user:{self_.ru_utime:.6f}",
+        f"used_cpu_sys_children:{children.ru_stime:.6f}",
+        f"used_cpu_user_children:{children.ru_utime:.6f}",
+    ]
+
+
+def _section_cluster(ctx: Ctx) -> list[str]:
+    return ["cluster_enabled:0"]
+
+
+def _section_keyspace(ctx: Ctx) -> list[str]:
+    lines = []
+    now = ctx.now_ms()
+    for db in ctx.keyspace.dbs:
+        if not db.data:
+            continue
+        ttls = [w - now for w in db.expires.values() if w > now]
+        avg = sum(ttls) // len(ttls) if ttls else 0
+        lines.append(f"db{db.index}:keys={len(db.data)},expires={len(db.expires)},avg_ttl={avg}")
+    return lines
+
+
+_SECTIONS = {
+    "server": ("Server", _section_server),
+    "clients": ("Clients", _section_clients),
+    "memory": ("Memory", _section_memory),
+    "persistence": ("Persistence", _section_persistence),
+    "stats": ("Stats", _section_stats),
+    "replication": ("Replication", _section_replication),
+    "cpu": ("CPU", _section_cpu),
+    "modules": ("Modules", None),
+    "errorstats": ("Errorstats", None),
+    "cluster": ("Cluster", _section_cluster),
+    "keyspace": ("Keyspace", _section_keyspace),
+}
+_DEFAULT = (
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "modules",
+    "errorstats",
+    "cluster",
+    "keyspace",
+)
+
+
+@command("info", arity=-1, flags=("loading", "stale", "sentinel"))
+def info(ctx: Ctx, args: list[bytes]) -> Reply:
+    """INFO [section ...] -> the sections as ``# Name`` blocks (verbatim text in RESP3)."""
+    wanted: list[str] = []
+    if not args:
+        wanted = list(_DEFAULT)
+    for a in args:
+        name = a.decode("latin-1").lower()
+        if name in ("all", "everything", "default"):
+            wanted.extend(s for s in _DEFAULT if s not in wanted)
+        elif name in _SECTIONS and name not in wanted:
+            wanted.append(name)
+    blocks = []
+    for name in _DEFAULT:
+        if name not in wanted:
+            continue
+        title, fn = _SECTIONS[name]
+        lines = [f"# {title}"] + (fn(ctx) if fn is not None else [])
+        blocks.append("".join(line + "\r\n" for line in lines))
+    return Verbatim("\r\n".join(blocks))
+
+
+# --- CONFIG --------------------------------------------------------------------------------
+
+
+@command("config|get", arity=-3, flags=("admin", "noscript", "loading", "stale"))
+def config_get(ctx: Ctx, args: list[bytes]) -> Reply:
+    """CONFIG GET pattern [pattern ...] -> map of matching parameters."""
+    cfg = ctx.engine.config
+    out: dict[str, str] = {}
+    for pat in args:
+        text = pat.decode("utf-8", "surrogateescape").lower()
+        if not any(c in text for c in "*?[") and cfg.is_known(text):
+            # An exact name is echoed as the client spelled it.
+            out.setdefault(pat.decode("utf-8", "surrogateescape"), cfg.get(text) or "")
+            continue
+        for name in cfg.names():
+            if glob_match(pat, name.encode(), nocase=True):
+                out.setdefault(name, cfg.get(name) or "")
+    return Map((k.encode(), v.encode()) for k, v in out.items())
+
+
+@command("config|set", arity=-4, flags=("admin", "noscript", "loading", "stale"))
+def config_set(ctx: Ctx, args: list[bytes]) -> Reply:
+    """CONFIG SET parameter value [parameter value ...] -> OK (all or nothing)."""
+    if len(args) % 2:
+        raise CommandError(msgs.wrong_arity("config|set"))
+    cfg = ctx.engine.config
+    pending: dict[str, str] = {}
+    for i in range(0, len(args), 2):
+        name = args[i].decode("utf-8", "surrogateescape").lower()
+        if not cfg.is_known(name):
+            raise CommandError(msgs.config_unknown_param(to_str(args[i])))
+        if name in pending:
+            raise CommandError(msgs.config_set_failed(name, "duplicate parameter"))
+        pending[name] = args[i + 1].decode("utf-8", "surrogateescape")
+    checked = {name: cfg.validate(name, value) for name, value in pending.items()}
+    for name, value in checked.items():
+        cfg.set(name, value)
+    return OK
+
+
+@command("config|resetstat", arity=2, flags=("admin", "noscript", "loading", "stale"))
+def config_resetstat(ctx: Ctx, args: list[bytes]) -> Reply:
+    """CONFIG RESETSTAT -> OK."""
+    engine = ctx.engine
+    engine.stats_commands = engine.stats_errors = engine.stats_rejected = 0
+    return OK
+
+
+@command("config|rewrite", arity=2, flags=("admin", "noscript", "loading", "stale"))
+def config_rewrite(ctx: Ctx, args: list[bytes]) -> Reply:
+    """CONFIG REWRITE -> error: there is no config file."""
+    raise CommandError("ERR The server is running without a config file")
+
+
+_CONFIG_HELP = [
+    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET <pattern>",
+    "    Return parameters matching the glob-like <pattern> and their values.",
+    "SET <directive> <value>",
+    "    Set the configuration <directive> to <value>.",
+    "RESETSTAT",
+    "    Reset statistics reported by the INFO command.",
+    "REWRITE",
+    "    Rewrite the configuration file.",
+    "HELP",
+    "    Prints this help.",
+]
+
+
+@command("config|help", arity=2, flags=("loading", "stale"))
+def config_help(ctx: Ctx, args: list[bytes]) -> Reply:
+    """CONFIG HELP -> help lines."""
+    return [Status(line) for line in _CONFIG_HELP]
+
+
+# --- COMMAND -------------------------------------------------------------------------------
+
+
+def _command_info(spec: CommandSpec) -> Reply:
+    subs: list[Reply] = []
+    if spec.subcommands:
+        subs = [_command_info(s) for s in spec.subcommands.values()]
+    return [
+        spec.name.encode(),
+        spec.arity,
+        [Status(f) for f in sorted(spec.flags)],
+        spec.first_key,
+        spec.last_key,
+        spec.step,
+        [],
+        [],
+        [],
+        subs,
+    ]
+
+
+def _lookup(ctx: Ctx, name: bytes) -> CommandSpec | None:
+    table = ctx.engine.table
+    if b"|" in name:
+        parent, _, sub = name.lower().partition(b"|")
+        spec = table.get(parent)
+        return spec.subcommands.get(sub) if spec and spec.subcommands else None
+    return table.get(name.lower())
+
+
+@command("command", arity=-1, flags=("loading", "stale", "sentinel"))
+def command_(ctx: Ctx, args: list[bytes]) -> Reply:
+    """COMMAND -> info for every command."""
+    return [_command_info(spec) for spec in ctx.engine.table.values()]
+
+
+@command("command|count", arity=2, flags=("loading", "stale", "sentinel"))
+def command_count(ctx: Ctx, args: list[bytes]) -> Reply:
+    """COMMAND COUNT -> number of top-level commands."""
+    return len(ctx.engine.table)
+
+
+@command("command|list", arity=-2, flags=("loading", "stale", "sentinel"))
+def command_list(ctx: Ctx, args: list[bytes]) -> Reply:
+    """COMMAND LIST -> command names."""
+    return list(ctx.engine.table)
+
+
+@command("command|info", arity=-2, flags=("loading", "stale", "sentinel"))
+def command_info(ctx: Ctx, args: list[bytes]) -> Reply:
+    """COMMAND INFO [name ...] -> info arrays (nil for unknown names)."""
+    if not args:
+        return command_(ctx, args)
+    out: list[Reply] = []
+    for name in args:
+        spec = _lookup(ctx, name)
+        out.append(_command_info(spec) if spec is not None else NULL_BULK)
+    return out
+
+
+@command("command|docs", arity=-2, flags=("loading", "stale", "sentinel"))
+def command_docs(ctx: Ctx, args: list[bytes]) -> Reply:
+    """COMMAND DOCS [name ...] -> map name -> docs (minimal: summary and group)."""
+    names = args or list(ctx.engine.table)
+    items: list[tuple[Reply, Reply]] = []
+    for name in names:
+        spec = _lookup(ctx, name)
+        if spec is None:
+            continue
+        doc = (spec.func.__doc__ or "").strip().splitlines() if spec.func else []
+        items.append(
+            (
+                spec.name.encode(),
+                Map([(b"summary", (doc[0] if doc else spec.name).encode()), (b"since", b"1.0.0")]),
+            )
+        )
+    return Map(items)
+
+
+@command("command|getkeys", arity=-4, flags=("loading", "stale", "sentinel"))
+def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
+    """COMMAND GETKEYS command [arg ...] -> the key arguments (legacy key specs)."""
+    spec = ctx.engine.table.get(args[0].lower())
+    if spec is None:
+        raise CommandError("ERR Invalid command specified")
+    if spec.subcommands and len(args) >= 2:
+        spec = spec.subcommands.get(args[1].lower(), spec)
+    if spec.first_key <= 0 and "movablekeys" not in spec.flags:
+        raise CommandError("ERR The command has no key arguments")
+    n = len(args)
+    if (spec.arity > 0 and spec.arity != n) or n < -spec.arity:
+        raise CommandError("ERR Invalid number of arguments specified for command")
+    return [args[p] for p in spec.key_positions(n)]
+
+
+@command("debug", arity=-2, flags=("admin", "noscript", "loading", "stale"))
+def debug(ctx: Ctx, args: list[bytes]) -> Reply:
+    """DEBUG -> refused, as Redis 7.0 does by default."""
+    raise CommandError(
+        'ERR DEBUG command not allowed. If the enable-debug-command option is set to "local", '
+        "you can run it from a local connection, otherwise you need to set this option in the "
+        "configuration file, and then restart the server."
+    )

@@ -1,0 +1,173 @@
+"""Set commands (values are ``set[bytes]``)."""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from streamworker.engine import msgs
+from streamworker.engine.commands import command
+from streamworker.engine.commands._args import to_int
+from streamworker.engine.errors import CommandError
+from streamworker.engine.numbers import parse_int
+from streamworker.engine.replies import NULL_BULK, SetReply
+
+if TYPE_CHECKING:
+    from streamworker.engine.context import Ctx
+    from streamworker.engine.replies import Reply
+
+_INTSET_MAX = 512
+
+
+def _set(ctx: Ctx, key: bytes) -> set[bytes] | None:
+    return ctx.db.get_typed(key, set)
+
+
+def _ordered(members: set[bytes]) -> list[bytes]:
+    # Small all-integer sets are intsets in Redis and come back sorted numerically; keep that
+    # (deterministic, and what clients comparing against Redis see).
+    if len(members) <= _INTSET_MAX:
+        nums = []
+        for m in members:
+            n = parse_int(m)
+            if n is None:
+                return list(members)
+            nums.append((n, m))
+        nums.sort()
+        return [m for _, m in nums]
+    return list(members)
+
+
+@command("sadd", arity=-3, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
+def sadd(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SADD key member [member ...] -> number added."""
+    key = args[0]
+    s = _set(ctx, key)
+    if s is None:
+        s = set()
+        ctx.db.set(key, s)
+    before = len(s)
+    s.update(args[1:])
+    added = len(s) - before
+    if added:
+        ctx.touch(key)
+    return added
+
+
+@command("srem", arity=-3, flags=("write", "fast"), first_key=1, last_key=1, step=1)
+def srem(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SREM key member [member ...] -> number removed (the key goes when empty)."""
+    key = args[0]
+    s = _set(ctx, key)
+    if s is None:
+        return 0
+    before = len(s)
+    s.difference_update(args[1:])
+    removed = before - len(s)
+    if removed:
+        if not s:
+            ctx.db.delete(key)
+        else:
+            ctx.touch(key)
+    return removed
+
+
+@command("smembers", arity=2, flags=("readonly",), first_key=1, last_key=1, step=1)
+def smembers(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SMEMBERS key -> set of members."""
+    s = _set(ctx, args[0])
+    return SetReply(_ordered(s) if s else ())
+
+
+@command("sismember", arity=3, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def sismember(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SISMEMBER key member -> 1 or 0."""
+    s = _set(ctx, args[0])
+    return 1 if s and args[1] in s else 0
+
+
+@command("smismember", arity=-3, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def smismember(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SMISMEMBER key member [member ...] -> 1/0 per member."""
+    s = _set(ctx, args[0]) or set()
+    return [1 if m in s else 0 for m in args[1:]]
+
+
+@command("scard", arity=2, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def scard(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SCARD key -> number of members."""
+    s = _set(ctx, args[0])
+    return len(s) if s else 0
+
+
+@command("spop", arity=-2, flags=("write", "fast"), first_key=1, last_key=1, step=1)
+def spop(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SPOP key [count] -> a random member (or a set of up to count members)."""
+    if len(args) > 2:
+        raise CommandError(msgs.SYNTAX)
+    count = None
+    if len(args) == 2:
+        count = to_int(args[1], msgs.NOT_POSITIVE)
+        if count < 0:
+            raise CommandError(msgs.NOT_POSITIVE)
+    key = args[0]
+    s = _set(ctx, key)
+    if s is None:
+        return NULL_BULK if count is None else SetReply()
+    if count is None:
+        member = random.choice(list(s))
+        s.discard(member)
+        out: Reply = member
+        popped = [member]
+    else:
+        popped = random.sample(list(s), min(count, len(s)))
+        s.difference_update(popped)
+        out = SetReply(popped)
+    if popped:
+        if not s:
+            ctx.db.delete(key)
+        else:
+            ctx.touch(key)
+    return out
+
+
+@command("srandmember", arity=-2, flags=("readonly",), first_key=1, last_key=1, step=1)
+def srandmember(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SRANDMEMBER key [count] -> random member(s); negative count allows repeats."""
+    if len(args) > 2:
+        raise CommandError(msgs.SYNTAX)
+    count = to_int(args[1]) if len(args) == 2 else None
+    s = _set(ctx, args[0])
+    if count is None:
+        return random.choice(list(s)) if s else NULL_BULK
+    if not s:
+        return []
+    members = list(s)
+    if count >= 0:
+        return random.sample(members, min(count, len(members)))
+    return [random.choice(members) for _ in range(-count)]
+
+
+def _sets(ctx: Ctx, keys: list[bytes]) -> list[set[bytes]]:
+    return [_set(ctx, k) or set() for k in keys]
+
+
+@command("sinter", arity=-2, flags=("readonly",), first_key=1, last_key=-1, step=1)
+def sinter(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SINTER key [key ...] -> intersection."""
+    sets = _sets(ctx, args)
+    return SetReply(_ordered(set.intersection(*sets)))
+
+
+@command("sunion", arity=-2, flags=("readonly",), first_key=1, last_key=-1, step=1)
+def sunion(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SUNION key [key ...] -> union."""
+    sets = _sets(ctx, args)
+    return SetReply(_ordered(set().union(*sets)))
+
+
+@command("sdiff", arity=-2, flags=("readonly",), first_key=1, last_key=-1, step=1)
+def sdiff(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SDIFF key [key ...] -> members of the first set not in the others."""
+    sets = _sets(ctx, args)
+    return SetReply(_ordered(sets[0].difference(*sets[1:])))

@@ -1,0 +1,473 @@
+"""Sorted-set commands."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from streamworker.engine import msgs
+from streamworker.engine.commands import command
+from streamworker.engine.commands._args import to_double, to_int
+from streamworker.engine.errors import CommandError
+from streamworker.engine.model.zset import LexBound, ScoreBound, ZSet
+from streamworker.engine.numbers import strtod_prefix
+from streamworker.engine.replies import EMPTY_ARRAY, NULL_BULK, Double
+
+if TYPE_CHECKING:
+    from streamworker.engine.context import Ctx
+    from streamworker.engine.replies import Reply
+
+
+def _zset(ctx: Ctx, key: bytes) -> ZSet | None:
+    return ctx.db.get_typed(key, ZSet)
+
+
+def _parse_score_bound(arg: bytes) -> ScoreBound | None:
+    if arg[:1] == b"(":
+        value = strtod_prefix(arg[1:]) if len(arg) > 1 else 0.0
+        return None if value is None else ScoreBound(value, True)
+    value = strtod_prefix(arg)
+    return None if value is None else ScoreBound(value, False)
+
+
+def _score_range(lo: bytes, hi: bytes) -> tuple[ScoreBound, ScoreBound]:
+    low = _parse_score_bound(lo)
+    high = _parse_score_bound(hi)
+    if low is None or high is None:
+        raise CommandError(msgs.MIN_MAX_NOT_FLOAT)
+    return low, high
+
+
+def _parse_lex_bound(arg: bytes) -> LexBound | None:
+    c = arg[:1]
+    if c == b"+":
+        return LexBound(b"", True, 1) if len(arg) == 1 else None
+    if c == b"-":
+        return LexBound(b"", True, -1) if len(arg) == 1 else None
+    if c == b"(":
+        return LexBound(arg[1:], True)
+    if c == b"[":
+        return LexBound(arg[1:], False)
+    return None
+
+
+def _lex_range(lo: bytes, hi: bytes) -> tuple[LexBound, LexBound]:
+    low = _parse_lex_bound(lo)
+    high = _parse_lex_bound(hi)
+    if low is None or high is None:
+        raise CommandError(msgs.MIN_MAX_NOT_STRING)
+    return low, high
+
+
+# --- ZADD / ZINCRBY ------------------------------------------------------------------------
+
+
+def _zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
+    key = args[0]
+    nx = xx = gt = lt = ch = False
+    i = 1
+    n = len(args)
+    while i < n:
+        opt = args[i].lower()
+        if opt == b"nx":
+            nx = True
+        elif opt == b"xx":
+            xx = True
+        elif opt == b"ch":
+            ch = True
+        elif opt == b"incr":
+            incr = True
+        elif opt == b"gt":
+            gt = True
+        elif opt == b"lt":
+            lt = True
+        else:
+            break
+        i += 1
+    elements = n - i
+    if elements % 2 or not elements:
+        raise CommandError(msgs.SYNTAX)
+    if nx and xx:
+        raise CommandError(msgs.ZADD_XX_NX)
+    if (gt and nx) or (lt and nx) or (gt and lt):
+        raise CommandError(msgs.ZADD_GT_LT_NX)
+    if incr and elements > 2:
+        raise CommandError(msgs.ZADD_INCR_PAIR)
+    pairs = [(to_double(args[j]), args[j + 1]) for j in range(i, n, 2)]
+    db = ctx.db
+    zs = _zset(ctx, key)
+    added = updated = processed = 0
+    score = 0.0
+    if zs is None:
+        if xx:
+            return (NULL_BULK if not processed else Double(score)) if incr else 0
+        zs = ZSet()
+        db.set(key, zs)
+    for score_in, member in pairs:
+        score = score_in
+        cur = zs.scores.get(member)
+        if cur is not None:
+            if nx:
+                continue
+            if incr:
+                score += cur
+                if math.isnan(score):
+                    raise CommandError(msgs.ZSET_NAN)
+            if (lt and score >= cur) or (gt and score <= cur):
+                continue
+            processed += 1
+            if score != cur:
+                zs.add(member, score)
+                updated += 1
+        elif not xx:
+            zs.add(member, score)
+            added += 1
+            processed += 1
+    if added or updated:
+        ctx.touch(key)
+    if incr:
+        return Double(score) if processed else NULL_BULK
+    return added + updated if ch else added
+
+
+@command("zadd", arity=-4, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
+def zadd(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]."""
+    return _zadd_generic(ctx, args, False)
+
+
+@command("zincrby", arity=4, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
+def zincrby(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZINCRBY key increment member -> new score."""
+    return _zadd_generic(ctx, args, True)
+
+
+# --- lookups -------------------------------------------------------------------------------
+
+
+@command("zscore", arity=3, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def zscore(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZSCORE key member -> score or nil."""
+    zs = _zset(ctx, args[0])
+    score = zs.scores.get(args[1]) if zs is not None else None
+    return NULL_BULK if score is None else Double(score)
+
+
+@command("zmscore", arity=-3, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def zmscore(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZMSCORE key member [member ...] -> scores (nil for missing)."""
+    zs = _zset(ctx, args[0])
+    scores = zs.scores if zs is not None else {}
+    out: list[Reply] = []
+    for m in args[1:]:
+        s = scores.get(m)
+        out.append(NULL_BULK if s is None else Double(s))
+    return out
+
+
+@command("zcard", arity=2, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def zcard(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZCARD key -> number of members."""
+    zs = _zset(ctx, args[0])
+    return len(zs) if zs is not None else 0
+
+
+def _zrank(ctx: Ctx, args: list[bytes], reverse: bool) -> Reply:
+    zs = _zset(ctx, args[0])
+    if zs is None:
+        return NULL_BULK
+    rank = zs.rank(args[1])
+    if rank is None:
+        return NULL_BULK
+    return len(zs) - 1 - rank if reverse else rank
+
+
+@command("zrank", arity=3, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def zrank(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZRANK key member -> ascending rank or nil."""
+    return _zrank(ctx, args, False)
+
+
+@command("zrevrank", arity=3, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def zrevrank(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZREVRANK key member -> descending rank or nil."""
+    return _zrank(ctx, args, True)
+
+
+@command("zcount", arity=4, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def zcount(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZCOUNT key min max -> members with scores in range."""
+    low, high = _score_range(args[1], args[2])
+    zs = _zset(ctx, args[0])
+    if zs is None:
+        return 0
+    start, stop = zs.score_range(low, high)
+    return stop - start
+
+
+@command("zlexcount", arity=4, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
+def zlexcount(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZLEXCOUNT key min max -> members in the lex range."""
+    low, high = _lex_range(args[1], args[2])
+    zs = _zset(ctx, args[0])
+    if zs is None:
+        return 0
+    start, stop = zs.lex_range(low, high)
+    return stop - start
+
+
+@command("zrem", arity=-3, flags=("write", "fast"), first_key=1, last_key=1, step=1)
+def zrem(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZREM key member [member ...] -> number removed (the key goes when empty)."""
+    key = args[0]
+    zs = _zset(ctx, key)
+    if zs is None:
+        return 0
+    removed = 0
+    for m in args[1:]:
+        if zs.remove(m):
+            removed += 1
+            if not len(zs):
+                break
+    if removed:
+        if not len(zs):
+            ctx.db.delete(key)
+        else:
+            ctx.touch(key)
+    return removed
+
+
+# --- ranges --------------------------------------------------------------------------------
+
+_RANK, _SCORE, _LEX = 0, 1, 2
+
+
+def _emit(ctx: Ctx, items: list[tuple[float, bytes]], withscores: bool) -> Reply:
+    if not withscores:
+        return [m for _, m in items]
+    # Redis itself branches here: RESP3 gets [member, score] pairs, RESP2 a flat array.
+    if ctx.client.resp > 2:
+        return [[m, Double(s)] for s, m in items]
+    out: list[Reply] = []
+    for s, m in items:
+        out.append(m)
+        out.append(Double(s))
+    return out
+
+
+def _zrange_generic(
+    ctx: Ctx, args: list[bytes], rangetype: int | None, reverse: bool | None
+) -> Reply:
+    key = args[0]
+    minarg, maxarg = args[1], args[2]
+    withscores = False
+    offset = 0
+    limit = -1
+    j = 3
+    n = len(args)
+    while j < n:
+        opt = args[j].lower()
+        left = n - j - 1
+        if opt == b"withscores":
+            withscores = True
+        elif opt == b"limit" and left >= 2:
+            offset = to_int(args[j + 1])
+            limit = to_int(args[j + 2])
+            j += 2
+        elif reverse is None and opt == b"rev":
+            reverse = True
+        elif rangetype is None and opt == b"bylex":
+            rangetype = _LEX
+        elif rangetype is None and opt == b"byscore":
+            rangetype = _SCORE
+        else:
+            raise CommandError(msgs.SYNTAX)
+        j += 1
+    if reverse is None:
+        reverse = False
+    if rangetype is None:
+        rangetype = _RANK
+    if limit != -1 and rangetype == _RANK:
+        raise CommandError(msgs.LIMIT_NEEDS_BY)
+    if withscores and rangetype == _LEX:
+        raise CommandError(msgs.WITHSCORES_BYLEX)
+    if reverse and rangetype != _RANK:
+        minarg, maxarg = maxarg, minarg
+    if rangetype == _RANK:
+        start = to_int(minarg)
+        end = to_int(maxarg)
+    elif rangetype == _SCORE:
+        srange = _score_range(minarg, maxarg)
+    else:
+        lrange = _lex_range(minarg, maxarg)
+    zs = _zset(ctx, key)
+    if zs is None:
+        return EMPTY_ARRAY
+    size = len(zs)
+    if rangetype == _RANK:
+        if start < 0:
+            start += size
+        if end < 0:
+            end += size
+        start = max(start, 0)
+        if start > end or start >= size:
+            return EMPTY_ARRAY
+        end = min(end, size - 1)
+        if reverse:
+            items = zs.items_between(size - 1 - end, size - start)
+            items.reverse()
+        else:
+            items = zs.items_between(start, end + 1)
+        return _emit(ctx, items, withscores)
+    if offset > 0 and offset >= size:
+        return EMPTY_ARRAY
+    if offset < 0 or limit == 0:
+        return EMPTY_ARRAY
+    lo, hi = zs.score_range(*srange) if rangetype == _SCORE else zs.lex_range(*lrange)
+    if reverse:
+        stop = hi - offset
+        begin = lo if limit < 0 else max(lo, stop - limit)
+        items = zs.items_between(begin, stop) if stop > begin else []
+        items.reverse()
+    else:
+        first = lo + offset
+        last = hi if limit < 0 else min(hi, first + limit)
+        items = zs.items_between(first, last) if last > first else []
+    return _emit(ctx, items, withscores)
+
+
+@command("zrange", arity=-4, flags=("readonly",), first_key=1, last_key=1, step=1)
+def zrange(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count] [WITHSCORES]."""
+    return _zrange_generic(ctx, args, None, None)
+
+
+@command("zrangebyscore", arity=-4, flags=("readonly",), first_key=1, last_key=1, step=1)
+def zrangebyscore(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZRANGEBYSCORE key min max [WITHSCORES] [LIMIT offset count]."""
+    return _zrange_generic(ctx, args, _SCORE, False)
+
+
+@command("zrevrangebyscore", arity=-4, flags=("readonly",), first_key=1, last_key=1, step=1)
+def zrevrangebyscore(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZREVRANGEBYSCORE key max min [WITHSCORES] [LIMIT offset count]."""
+    return _zrange_generic(ctx, args, _SCORE, True)
+
+
+@command("zrevrange", arity=-4, flags=("readonly",), first_key=1, last_key=1, step=1)
+def zrevrange(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZREVRANGE key start stop [WITHSCORES]."""
+    return _zrange_generic(ctx, args, _RANK, True)
+
+
+@command("zrangebylex", arity=-4, flags=("readonly",), first_key=1, last_key=1, step=1)
+def zrangebylex(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZRANGEBYLEX key min max [LIMIT offset count]."""
+    return _zrange_generic(ctx, args, _LEX, False)
+
+
+@command("zrevrangebylex", arity=-4, flags=("readonly",), first_key=1, last_key=1, step=1)
+def zrevrangebylex(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZREVRANGEBYLEX key max min [LIMIT offset count]."""
+    return _zrange_generic(ctx, args, _LEX, True)
+
+
+def _zrem_range(ctx: Ctx, args: list[bytes], rangetype: int) -> Reply:
+    key = args[0]
+    if rangetype == _RANK:
+        start = to_int(args[1])
+        end = to_int(args[2])
+    elif rangetype == _SCORE:
+        srange = _score_range(args[1], args[2])
+    else:
+        lrange = _lex_range(args[1], args[2])
+    zs = _zset(ctx, key)
+    if zs is None:
+        return 0
+    size = len(zs)
+    if rangetype == _RANK:
+        if start < 0:
+            start += size
+        if end < 0:
+            end += size
+        start = max(start, 0)
+        if start > end or start >= size:
+            return 0
+        end = min(end, size - 1)
+        lo, hi = start, end + 1
+    elif rangetype == _SCORE:
+        lo, hi = zs.score_range(*srange)
+    else:
+        lo, hi = zs.lex_range(*lrange)
+    victims = zs.items_between(lo, hi)
+    for _, m in victims:
+        zs.remove(m)
+    if victims:
+        if not len(zs):
+            ctx.db.delete(key)
+        else:
+            ctx.touch(key)
+    return len(victims)
+
+
+@command("zremrangebyscore", arity=4, flags=("write",), first_key=1, last_key=1, step=1)
+def zremrangebyscore(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZREMRANGEBYSCORE key min max -> number removed."""
+    return _zrem_range(ctx, args, _SCORE)
+
+
+@command("zremrangebyrank", arity=4, flags=("write",), first_key=1, last_key=1, step=1)
+def zremrangebyrank(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZREMRANGEBYRANK key start stop -> number removed."""
+    return _zrem_range(ctx, args, _RANK)
+
+
+@command("zremrangebylex", arity=4, flags=("write",), first_key=1, last_key=1, step=1)
+def zremrangebylex(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZREMRANGEBYLEX key min max -> number removed."""
+    return _zrem_range(ctx, args, _LEX)
+
+
+def _zpop(ctx: Ctx, args: list[bytes], reverse: bool) -> Reply:
+    if len(args) > 2:
+        raise CommandError(msgs.SYNTAX)
+    has_count = len(args) == 2
+    count = 1
+    if has_count:
+        count = to_int(args[1], msgs.NOT_POSITIVE)
+        if count < 0:
+            raise CommandError(msgs.NOT_POSITIVE)
+    key = args[0]
+    zs = _zset(ctx, key)
+    if zs is None or count == 0:
+        return EMPTY_ARRAY
+    size = len(zs)
+    take = min(count, size)
+    items = zs.items_between(size - take, size) if reverse else zs.items_between(0, take)
+    if reverse:
+        items.reverse()
+    for _, m in items:
+        zs.remove(m)
+    if not len(zs):
+        ctx.db.delete(key)
+    else:
+        ctx.touch(key)
+    if has_count and ctx.client.resp > 2:
+        return [[m, Double(s)] for s, m in items]
+    out: list[Reply] = []
+    for s, m in items:
+        out.append(m)
+        out.append(Double(s))
+    return out
+
+
+@command("zpopmin", arity=-2, flags=("write", "fast"), first_key=1, last_key=1, step=1)
+def zpopmin(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZPOPMIN key [count] -> lowest members with scores."""
+    return _zpop(ctx, args, False)
+
+
+@command("zpopmax", arity=-2, flags=("write", "fast"), first_key=1, last_key=1, step=1)
+def zpopmax(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZPOPMAX key [count] -> highest members with scores."""
+    return _zpop(ctx, args, True)

@@ -1,0 +1,255 @@
+"""Per-client state, the command context (:class:`Ctx`) and blocked-command handles.
+
+Kept apart from :mod:`.core` so that command modules can import :class:`Ctx` without a cycle;
+:mod:`.core` and :mod:`.commands` re-export these names.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from streamworker.engine.replies import NULL_ARRAY
+
+if TYPE_CHECKING:
+    from streamworker.engine.commands import CommandSpec
+    from streamworker.engine.core import Engine
+    from streamworker.engine.keyspace import Database, Keyspace
+    from streamworker.engine.replies import Reply
+
+__all__ = ["Blocked", "ClientState", "Ctx", "OnReady"]
+
+OnReady = Callable[["Ctx"], "Reply | None"]
+"""Re-run by core when a key a client blocks on is signalled: a reply serves the client,
+``None`` keeps it blocked. Raising CommandError serves the client with that error."""
+
+
+class ClientState:
+    """One connection's state. Created by :meth:`Engine.connect`; mutated only under the
+    engine lock."""
+
+    __slots__ = (
+        "addr",
+        "blocked",
+        "closed",
+        "created_ms",
+        "ctx",
+        "db_index",
+        "dirty_cas",
+        "id",
+        "in_multi",
+        "laddr",
+        "last_cmd",
+        "last_interaction_ms",
+        "lib_name",
+        "lib_ver",
+        "multi_error",
+        "multi_queue",
+        "name",
+        "resp",
+        "watched",
+    )
+
+    def __init__(self, client_id: int, created_ms: int) -> None:
+        self.id = client_id
+        self.name: bytes | None = None
+        self.resp = 2
+        self.db_index = 0
+        self.in_multi = False
+        # (spec, whole argv) of each queued command
+        self.multi_queue: list[tuple[CommandSpec, Sequence[bytes]]] = []
+        self.multi_error = False
+        self.dirty_cas = False
+        # (db, key, expired-when-watched); see Database.touch
+        self.watched: list[WatchedKey] = []
+        self.lib_name: bytes | None = None
+        self.lib_ver: bytes | None = None
+        self.created_ms = created_ms
+        self.last_interaction_ms = created_ms
+        self.last_cmd = "NULL"
+        self.blocked: Blocked | None = None
+        self.closed = False
+        self.addr = "127.0.0.1:0"
+        self.laddr = "127.0.0.1:0"
+        self.ctx: Ctx
+
+    def __repr__(self) -> str:
+        return f"ClientState(id={self.id}, db={self.db_index}, resp={self.resp})"
+
+
+class WatchedKey:
+    """A WATCHed key. ``expired`` is Redis 7.0's flag for a key already logically expired when
+    WATCH ran: its later deletion is not a modification."""
+
+    __slots__ = ("client", "db", "expired", "key")
+
+    def __init__(self, client: ClientState, db: Database, key: bytes, expired: bool) -> None:
+        self.client = client
+        self.db = db
+        self.key = key
+        self.expired = expired
+
+
+class Ctx:
+    """What a command function sees. One per client, reused across its commands.
+
+    Attributes: ``engine``, ``keyspace``, ``client`` (:class:`ClientState`), ``db`` (the
+    client's current :class:`~.keyspace.Database`), ``in_multi`` (True while EXEC runs the
+    queued commands), ``in_script`` (True inside EVAL), ``argv`` (the whole command being run
+    as received, for error texts that echo the client's spelling of a subcommand).
+    """
+
+    __slots__ = ("argv", "client", "db", "engine", "in_multi", "in_script", "keyspace")
+
+    def __init__(self, engine: Engine, client: ClientState) -> None:
+        self.engine = engine
+        self.keyspace: Keyspace = engine.keyspace
+        self.client = client
+        self.db: Database = engine.keyspace.dbs[client.db_index]
+        self.in_multi = False
+        self.in_script = False
+        # The whole command being run, as received (argv[1] is a subcommand as typed).
+        self.argv: Sequence[bytes] = ()
+
+    def now_ms(self) -> int:
+        """The engine clock in Unix milliseconds (injectable via ``Engine(clock=...)``)."""
+        return self.engine.clock()
+
+    def signal_key_ready(self, key: bytes) -> None:
+        """Mark ``key`` (in the current db) ready: after the current command, clients blocked on
+        it get their ``on_ready`` re-run in FIFO order."""
+        engine = self.engine
+        if engine._waiters:
+            engine.signal_key_ready(self.db.index, key)
+
+    def touch(self, key: bytes) -> None:
+        """Mark ``key`` (in the current db) modified, for WATCH. ``Database.set``/``delete``
+        already do this; call it after modifying a value in place."""
+        if self.db.watchers:
+            self.db.touch(key)
+
+    def select(self, index: int) -> None:
+        """Switch the client's current database (SELECT)."""
+        self.client.db_index = index
+        self.db = self.keyspace.dbs[index]
+
+    def block(
+        self,
+        keys: list[bytes],
+        timeout_ms: int,
+        on_ready: OnReady | None = None,
+        on_timeout_reply: Reply = NULL_ARRAY,
+        *,
+        retry: OnReady | None = None,
+    ) -> Reply | Blocked:
+        """Block the client on ``keys`` of the current db; return the result to the caller.
+
+        ``timeout_ms`` is relative, 0 = forever. ``on_ready`` (alias ``retry``) is re-run after
+        a command signals one of the keys. Inside MULTI or a script there is no blocking: the
+        timeout reply is returned at once, as Redis does.
+        """
+        func = on_ready if on_ready is not None else retry
+        if func is None:
+            raise TypeError("block() needs on_ready")
+        if self.in_multi or self.in_script:
+            return on_timeout_reply
+        return Blocked(self, list(keys), timeout_ms, func, on_timeout_reply)
+
+
+class Blocked:
+    """A command waiting for a key. Returned by ``execute`` instead of a reply.
+
+    The transport waits for :attr:`reply`: synchronously with :meth:`Engine.wait`, or by
+    registering a callback with :meth:`add_done_callback` (run under the engine lock, possibly
+    from another thread: it must be quick and must not call into the engine; asyncio
+    transports use ``loop.call_soon_threadsafe``). When its own deadline passes the transport
+    calls :meth:`Engine.timeout_blocked`, which resolves it with the timeout reply unless it
+    was served first. A Blocked resolves exactly once.
+    """
+
+    __slots__ = (
+        "_callbacks",
+        "_event",
+        "ctx",
+        "db_index",
+        "deadline",
+        "keys",
+        "on_ready",
+        "on_timeout_reply",
+        "reply",
+        "resolved",
+        "timeout_ms",
+    )
+
+    def __init__(
+        self,
+        ctx: Ctx,
+        keys: list[bytes],
+        timeout_ms: int,
+        on_ready: OnReady,
+        on_timeout_reply: Reply,
+    ) -> None:
+        self.ctx = ctx
+        self.db_index = ctx.db.index
+        self.keys = keys
+        self.timeout_ms = timeout_ms
+        # Monotonic deadline in seconds; None = block forever.
+        # Timeouts beyond ~30 years overflow Redis's deadline arithmetic; treat as forever.
+        self.deadline: float | None = (
+            time.monotonic() + timeout_ms / 1000.0 if 0 < timeout_ms < 10**12 else None
+        )
+        self.on_ready = on_ready
+        self.on_timeout_reply = on_timeout_reply
+        self.reply: Reply | None = None
+        self.resolved = False
+        self._callbacks: list[Callable[[Blocked], Any]] = []
+        self._event: threading.Event | None = None
+
+    @property
+    def client(self) -> ClientState:
+        """The blocked client."""
+        return self.ctx.client
+
+    def remaining_s(self) -> float | None:
+        """Seconds until the deadline (>= 0), or None when blocking forever."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.monotonic())
+
+    def add_done_callback(self, fn: Callable[[Blocked], Any]) -> None:
+        """Call ``fn(self)`` once resolved (immediately if already resolved). Take the engine
+        lock (``engine.lock``) around the call to avoid a race with resolution."""
+        if self.resolved:
+            fn(self)
+        else:
+            self._callbacks.append(fn)
+
+    def _event_obj(self) -> threading.Event:
+        if self._event is None:
+            self._event = threading.Event()
+            if self.resolved:
+                self._event.set()
+        return self._event
+
+    def resolve(self, reply: Reply) -> bool:
+        """Deliver ``reply`` (engine lock held). Returns False if already resolved."""
+        if self.resolved:
+            return False
+        self.reply = reply
+        self.resolved = True
+        if self._event is not None:
+            self._event.set()
+        callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            try:
+                fn(self)
+            except Exception:
+                # The waiting side is gone (e.g. its event loop closed); the command that
+                # served it must not fail because of that.
+                pass
+        return True
+
+    def __repr__(self) -> str:
+        return f"Blocked(client={self.ctx.client.id}, keys={self.keys!r}, resolved={self.resolved})"

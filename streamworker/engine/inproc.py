@@ -1,0 +1,782 @@
+"""redis-py clients that execute on an in-process :class:`~streamworker.engine.core.Engine`.
+
+``engine://memory`` (one shared engine per process) and ``engine://memory/NAME`` (one per name)
+resolve through :func:`engine_from_url`. :func:`sync_client` and :func:`async_client` return a
+``redis.Redis`` / ``redis.asyncio.Redis`` whose connection pool uses :class:`EngineConnection` /
+:class:`AsyncEngineConnection`: no socket and no RESP bytes. Commands reach the engine as
+``list[bytes]`` (redis-py's encoder turns the arguments to bytes) and replies are converted
+straight to what redis-py's parser would have produced for the negotiated protocol (RESP3 by
+default; HELLO is answered by the engine). Errors go through the parser's ``parse_error`` so
+redis-py raises the same exception classes as over a socket.
+
+Blocking commands (XREAD/XREADGROUP BLOCK) wait on the engine: a sync client's thread waits on
+an event; an asyncio client awaits a future resolved with ``loop.call_soon_threadsafe``. A
+``socket_timeout`` shorter than the BLOCK time behaves as over a socket: TimeoutError, and the
+connection is closed (the engine forgets the waiter).
+
+This is the only engine module that imports redis-py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import redis
+import redis.asyncio
+import redis.asyncio.retry
+import redis.retry
+from redis.asyncio.connection import AbstractConnection as _AsyncAbstractConnection
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.connection import AbstractConnection as _SyncAbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+try:
+    from redis.maint_notifications import MaintNotificationsConfig
+except ImportError:  # redis-py < 7
+    MaintNotificationsConfig = None  # type: ignore[assignment,misc]
+try:
+    from redis._defaults import DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_RETRY_COUNT
+except ImportError:  # redis-py < 8: the same values, spelled out
+    DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, DEFAULT_RETRY_COUNT = 1, 10, 3
+
+from streamworker.engine.context import Blocked, ClientState
+from streamworker.engine.core import Engine
+from streamworker.engine.errors import CommandError
+from streamworker.engine.protocol import RequestParser
+from streamworker.engine.replies import (
+    Double,
+    Map,
+    NullArray,
+    NullBulk,
+    SetReply,
+    Status,
+    Verbatim,
+    format_double,
+)
+
+__all__ = [
+    "AsyncEngineConnection",
+    "EngineConnection",
+    "async_client",
+    "async_pool",
+    "engine_from_url",
+    "forget_engine",
+    "sync_client",
+    "sync_pool",
+]
+
+_REGISTRY: dict[str, Engine] = {}
+_REGISTRY_LOCK = threading.Lock()
+_SENTINEL: Any = object()
+
+
+def _engine_key(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.scheme != "engine":
+        raise ValueError(f"not an engine:// URL: {url!r}")
+    if parsed.netloc == "" and parsed.path:
+        raise ValueError(
+            f"{url!r}: engine:///path (an engine with a data directory) needs persistence, "
+            "which is not implemented yet; use engine://memory or engine://memory/NAME"
+        )
+    if parsed.netloc != "memory":
+        raise ValueError(
+            f"{url!r}: unknown engine location {parsed.netloc!r}; "
+            "use engine://memory or engine://memory/NAME"
+        )
+    name = unquote(parsed.path.strip("/"))
+    if "/" in name:
+        raise ValueError(f"{url!r}: an engine name cannot contain '/'")
+    return name
+
+
+def engine_from_url(url: str) -> Engine:
+    """The process-wide Engine for ``url``: the same URL always gives the same Engine.
+
+    ``engine://memory`` is the default in-memory engine; ``engine://memory/NAME`` is a separate
+    named one. ``engine:///path`` (persistent) raises ValueError for now. Thread-safe.
+    """
+    key = _engine_key(url)
+    with _REGISTRY_LOCK:
+        engine = _REGISTRY.get(key)
+        if engine is None:
+            engine = Engine()
+            _REGISTRY[key] = engine
+        return engine
+
+
+def forget_engine(url: str) -> None:
+    """Drop the registry's Engine for ``url`` (tests); clients still holding it keep it."""
+    with _REGISTRY_LOCK:
+        _REGISTRY.pop(_engine_key(url), None)
+
+
+# --- arguments and replies -----------------------------------------------------------------
+
+
+class _Batch(list):  # type: ignore[type-arg]
+    """Packed commands: a list of argv lists (what ``pack_command(s)`` returns here)."""
+
+    __slots__ = ()
+
+
+class _WithResp:
+    """A reply produced under another protocol than the client's current one (HELLO/RESET
+    in the middle of a pipeline)."""
+
+    __slots__ = ("reply", "resp")
+
+    def __init__(self, reply: Any, resp: int) -> None:
+        self.reply = reply
+        self.resp = resp
+
+
+_RESP_SWITCHERS = frozenset({b"hello", b"reset"})
+
+
+def _make_packer(encoder: Any) -> Callable[[Sequence[Any]], list[bytes]]:
+    """argv builder equivalent to redis-py's packers + ``Encoder.encode``, minus the RESP."""
+    encode = encoder.encode
+    encoding = encoder.encoding
+    errors = encoder.encoding_errors
+    names: dict[Any, list[bytes]] = {}
+
+    def to_argv(args: Sequence[Any]) -> list[bytes]:
+        first = args[0]
+        head = names.get(first)
+        if head is None:
+            # redis-py sends multi-word names ("CLIENT SETNAME") as one string and splits them.
+            if type(first) is str:
+                head = first.encode().split()
+            elif type(first) is bytes:
+                head = first.split() if b" " in first else [first]
+            else:
+                head = [bytes(encode(first))]
+            if len(names) < 512 and type(first) in (str, bytes):
+                names[first] = head
+        out = head.copy()
+        append = out.append
+        it = iter(args)
+        next(it)
+        for a in it:
+            t = type(a)
+            if t is bytes:
+                append(a)
+            elif t is str:
+                append(a.encode(encoding, errors))
+            else:
+                v = encode(a)
+                append(v if type(v) is bytes else bytes(v))
+        return out
+
+    return to_argv
+
+
+class _Packer:
+    """``command_packer`` for redis-py: packing is just encoding the arguments to bytes."""
+
+    __slots__ = ("_argv",)
+
+    def __init__(self, encoder: Any) -> None:
+        self._argv = _make_packer(encoder)
+
+    def pack(self, *args: Any) -> _Batch:
+        return _Batch((self._argv(args),))
+
+
+def _error_text(exc: CommandError) -> str:
+    # The socket parsers decode error lines as UTF-8 with replacement.
+    return exc.text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+class _Converter:
+    """Engine reply -> the Python value redis-py's parsers produce."""
+
+    __slots__ = ("convert",)
+
+    def __init__(
+        self,
+        resp: int,
+        decode: Callable[[bytes], Any] | None,
+        parse_error: Callable[[str], Exception],
+    ) -> None:
+        resp3 = resp >= 3
+
+        def error(exc: CommandError) -> Exception:
+            err = parse_error(_error_text(exc))
+            if isinstance(err, RedisConnectionError):
+                raise err
+            return err
+
+        def text(b: bytes) -> Any:
+            return decode(b) if decode is not None else b
+
+        statuses: dict[str, Any] = {}
+
+        def conv(v: Any) -> Any:
+            t = type(v)
+            if t is bytes:
+                return v if decode is None else decode(v)
+            if t is int:
+                return v
+            if t is list or t is tuple:
+                return [conv(x) for x in v]
+            if t is Status:
+                r = statuses.get(v.text)
+                if r is None:
+                    r = statuses[v.text] = text(v.text.encode("utf-8", "surrogateescape"))
+                return r
+            if t is NullBulk or t is NullArray or v is None:
+                return None
+            if t is Map:
+                if resp3:
+                    return {conv(k): conv(x) for k, x in v.items}
+                flat: list[Any] = []
+                for k, x in v.items:
+                    flat.append(conv(k))
+                    flat.append(conv(x))
+                return flat
+            if t is Double:
+                return v.value if resp3 else text(format_double(v.value))
+            if t is SetReply:
+                return [conv(x) for x in v.items]
+            if t is Verbatim:
+                return text(v.text)
+            if t is CommandError:
+                return error(v)
+            if t is bool:
+                return v if resp3 else int(v)
+            if t is str:
+                return text(v.encode("utf-8", "surrogateescape"))
+            if isinstance(v, CommandError):
+                return error(v)
+            if isinstance(v, int):
+                return int(v)
+            raise TypeError(f"cannot convert {t.__name__} reply")
+
+        self.convert = conv
+
+
+# --- shared machinery ----------------------------------------------------------------------
+
+
+class _EngineSession:
+    """The engine side of one connection: its ClientState, pending replies, deferred
+    commands (queued behind a blocked one) and the reply converter."""
+
+    __slots__ = ("client", "conv", "conv_resp", "deferred", "engine", "replies")
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.client: ClientState = engine.connect()
+        self.replies: deque[Any] = deque()
+        self.deferred: list[list[bytes]] = []
+        # Reply converter for the protocol ``conv_resp``; rebuilt when HELLO/RESET change it.
+        self.conv: Callable[[Any], Any] | None = None
+        self.conv_resp = 0
+
+    def close(self) -> None:
+        self.replies.clear()
+        self.deferred = []
+        self.engine.disconnect(self.client)
+
+    def run(self, cmds: list[list[bytes]]) -> None:
+        """Execute ``cmds`` (or queue them behind a blocked command)."""
+        if self.deferred:
+            self.deferred.extend(cmds)
+            return
+        engine = self.engine
+        client = self.client
+        replies = self.replies
+        if len(cmds) == 1:
+            replies.append(engine.execute(client, cmds[0]))
+            return
+        if any(argv and argv[0].lower() in _RESP_SWITCHERS for argv in cmds):
+            self._run_switching(cmds)
+            return
+        out = engine.execute_many(client, cmds)
+        replies.extend(out)
+        if len(out) < len(cmds):
+            self.deferred = cmds[len(out) :]
+
+    def _run_switching(self, cmds: list[list[bytes]]) -> None:
+        # Replies must be converted for the protocol in force when each was produced.
+        produced: list[tuple[Any, int]] = []
+        client = self.client
+        for i, argv in enumerate(cmds):
+            reply = self.engine.execute(client, argv)
+            produced.append((reply, client.resp))
+            if type(reply) is Blocked:
+                self.deferred = cmds[i + 1 :]
+                break
+        final = client.resp
+        for reply, resp in produced:
+            self.replies.append(reply if resp == final else _WithResp(reply, resp))
+
+    def after_blocked(self) -> None:
+        """Run the commands that were queued behind a served blocked command."""
+        cmds, self.deferred = self.deferred, []
+        if cmds:
+            self.run(cmds)
+
+    def converter(self, encoder: Any, parse_error: Callable[[str], Exception]) -> Any:
+        """The converter for the client's current protocol (rebuilt when it changes)."""
+        resp = self.client.resp
+        self.conv = _Converter(resp, _decoder(encoder), parse_error).convert
+        self.conv_resp = resp
+        return self.conv
+
+    def converter_for(
+        self, resp: int, encoder: Any, parse_error: Callable[[str], Exception], raw: bool
+    ) -> Any:
+        """A one-off converter (another protocol, or no decoding)."""
+        return _Converter(resp, None if raw else _decoder(encoder), parse_error).convert
+
+
+def _decoder(encoder: Any) -> Callable[[bytes], Any] | None:
+    if not encoder.decode_responses:
+        return None
+    encoding = encoder.encoding
+    errors = encoder.encoding_errors
+
+    def decode(b: bytes) -> str:
+        return b.decode(encoding, errors)
+
+    return decode
+
+
+def _unpack_raw(command: Any) -> list[list[bytes]]:
+    # Somebody packed RESP bytes themselves (send_packed_command with bytes): parse them.
+    if isinstance(command, str):
+        command = command.encode()
+    if isinstance(command, bytes | bytearray | memoryview):
+        command = [command]
+    parser = RequestParser()
+    cmds: list[list[bytes]] = []
+    for chunk in command:
+        cmds.extend(parser.feed(bytes(chunk)))
+    return cmds
+
+
+_CONN_KWARGS_IGNORED = (
+    "host",
+    "port",
+    "socket_connect_timeout",
+    "socket_keepalive",
+    "socket_keepalive_options",
+    "socket_type",
+    "path",
+    "ssl_context",
+)
+
+
+class _FakeSock:
+    """Stands in for the socket redis-py expects to hold while connected."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: _EngineSession) -> None:
+        self._session = session
+
+    def shutdown(self, how: int) -> None:
+        """No-op (there is no socket)."""
+
+    def close(self) -> None:
+        """Disconnect the engine client."""
+        self._session.close()
+
+    def settimeout(self, value: float | None) -> None:
+        """No-op."""
+
+    def fileno(self) -> int:
+        return -1
+
+
+# --- sync ----------------------------------------------------------------------------------
+
+
+class EngineConnection(_SyncAbstractConnection):
+    """A redis-py ``Connection`` executing on an :class:`Engine` (no socket, no RESP).
+
+    Extra keyword arguments: ``engine`` (an Engine) or ``engine_url`` (``engine://memory...``).
+    TCP-only arguments (host, port, keepalive...) are accepted and ignored. One connection is
+    used by one thread at a time (as redis-py does); the engine itself is thread-safe.
+    """
+
+    def __init__(
+        self, *, engine: Engine | None = None, engine_url: str = "engine://memory", **kwargs: Any
+    ) -> None:
+        for name in _CONN_KWARGS_IGNORED:
+            kwargs.pop(name, None)
+        self._engine = engine if engine is not None else engine_from_url(engine_url)
+        self._engine_url = engine_url
+        self._session: _EngineSession | None = None
+        self._host = "engine"
+        self.port = 0
+        super().__init__(**kwargs)
+        self._decode = bool(self.encoder.decode_responses)
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @host.setter
+    def host(self, value: str) -> None:
+        self._host = value
+
+    def repr_pieces(self) -> list[tuple[str, Any]]:
+        pieces: list[tuple[str, Any]] = [("engine", self._engine_url), ("db", self.db)]
+        if self.client_name:
+            pieces.append(("client_name", self.client_name))
+        return pieces
+
+    def _host_error(self) -> str:
+        return self._engine_url
+
+    def _construct_command_packer(self, packer: Any) -> Any:
+        return packer if packer is not None else _Packer(self.encoder)
+
+    def _connect(self) -> _FakeSock:
+        self._session = _EngineSession(self._engine)
+        return _FakeSock(self._session)
+
+    def pack_commands(self, commands: Iterable[Sequence[Any]]) -> _Batch:
+        packer = self._command_packer
+        if isinstance(packer, _Packer):
+            to_argv = packer._argv
+            return _Batch([to_argv(cmd) for cmd in commands])
+        base: Any = super()
+        return base.pack_commands(commands)  # type: ignore[no-any-return]
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        conn: Any = self
+        if not self._sock:
+            conn.connect_check_health(check_health=False)
+        if check_health and self.health_check_interval:
+            conn.check_health()
+        session = self._session
+        if session is None or session.client.closed:
+            # After QUIT the server has closed the connection: fail like a dead socket so
+            # redis-py disconnects (and reconnects on retry).
+            conn.disconnect()
+            raise RedisConnectionError(f"Error while writing to {self._engine_url}: closed")
+        cmds = command if type(command) is _Batch else _unpack_raw(command)
+        session.run(cmds)
+
+    def can_read(self, timeout: float = 0) -> bool:
+        if not self._sock:
+            conn: Any = self
+            conn.connect()
+        session = self._session
+        return bool(session is not None and session.replies)
+
+    def read_response(
+        self,
+        disable_decoding: bool = False,
+        *,
+        timeout: Any = _SENTINEL,
+        disconnect_on_error: bool = True,
+        push_request: bool = False,
+    ) -> Any:
+        session = self._session
+        if session is None or not session.replies:
+            if timeout is not _SENTINEL:
+                return None
+            raise RedisConnectionError(f"Error while reading from {self._engine_url}: no reply")
+        item = session.replies.popleft()
+        t = type(item)
+        if (t is bytes and not self._decode) or t is int:
+            response: Any = item
+        else:
+            if t is Blocked:
+                item = self._await_blocked(item, timeout, disconnect_on_error)
+                session.after_blocked()
+                t = type(item)
+            if t is _WithResp or disable_decoding:
+                resp = item.resp if t is _WithResp else session.client.resp
+                if t is _WithResp:
+                    item = item.reply
+                response = session.converter_for(
+                    resp, self.encoder, self._parser.parse_error, disable_decoding
+                )(item)
+            else:
+                conv = session.conv
+                if conv is None or session.conv_resp != session.client.resp:
+                    conv = session.converter(self.encoder, self._parser.parse_error)
+                response = conv(item)
+            if isinstance(response, Exception):
+                raise response
+        if self.health_check_interval:
+            conn: Any = self
+            conn.next_health_check = time.monotonic() + self.health_check_interval
+        return response
+
+    def _await_blocked(self, blocked: Blocked, timeout: Any, disconnect_on_error: bool) -> Any:
+        limit = self.socket_timeout if timeout is _SENTINEL else timeout
+        conn: Any = self
+        try:
+            reply = self._engine.wait(blocked, limit)
+        except BaseException:
+            if disconnect_on_error:
+                conn.disconnect()
+            raise
+        if reply is None:
+            # The read timed out before the command did: as over a socket, give up the
+            # connection (the engine forgets the waiter).
+            if disconnect_on_error:
+                conn.disconnect()
+            raise RedisTimeoutError(f"Timeout reading from {self._engine_url}")
+        return reply
+
+
+# --- asyncio -------------------------------------------------------------------------------
+
+
+class _FakeStream:
+    """Stands in for the asyncio StreamReader/StreamWriter pair."""
+
+    __slots__ = ("_buffer", "_session")
+
+    def __init__(self, session: _EngineSession) -> None:
+        self._session = session
+        self._buffer = b""
+
+    def close(self) -> None:
+        self._session.close()
+
+    async def wait_closed(self) -> None:
+        return None
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+
+class AsyncEngineConnection(_AsyncAbstractConnection):
+    """A ``redis.asyncio`` connection executing on an :class:`Engine` (no socket, no RESP).
+
+    Same keyword arguments as :class:`EngineConnection`. Blocked commands are awaited on a
+    future the engine resolves through ``loop.call_soon_threadsafe``, so an XADD from another
+    thread or another task of the same loop wakes them.
+    """
+
+    def __init__(
+        self, *, engine: Engine | None = None, engine_url: str = "engine://memory", **kwargs: Any
+    ) -> None:
+        for name in _CONN_KWARGS_IGNORED:
+            kwargs.pop(name, None)
+        self._engine = engine if engine is not None else engine_from_url(engine_url)
+        self._engine_url = engine_url
+        self._session: _EngineSession | None = None
+        self.host = "engine"
+        self.port = 0
+        super().__init__(**kwargs)
+        self._argv = _make_packer(self.encoder)
+        self._decode = bool(self.encoder.decode_responses)
+
+    def repr_pieces(self) -> list[tuple[str, Any]]:
+        pieces: list[tuple[str, Any]] = [("engine", self._engine_url), ("db", self.db)]
+        if self.client_name:
+            pieces.append(("client_name", self.client_name))
+        return pieces
+
+    def _host_error(self) -> str:
+        return self._engine_url
+
+    async def _connect(self) -> None:
+        session = _EngineSession(self._engine)
+        self._session = session
+        stream: Any = _FakeStream(session)
+        self._reader = stream
+        self._writer = stream
+
+    def _close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+        self._session = None
+
+    async def disconnect(
+        self,
+        nowait: bool = False,
+        error: Exception | None = None,
+        failure_count: int | None = None,
+        health_check_failed: bool = False,
+    ) -> None:
+        conn: Any = self
+        conn._reset_himport_state()
+        conn._parser.on_disconnect()
+        conn.reset_should_reconnect()
+        self._close()
+
+    def pack_command(self, *args: Any) -> _Batch:
+        return _Batch((self._argv(args),))
+
+    def pack_commands(self, commands: Iterable[Iterable[Any]]) -> _Batch:
+        to_argv: Any = self._argv
+        return _Batch([to_argv(cmd) for cmd in commands])
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        conn: Any = self
+        if not self.is_connected:
+            await conn.connect_check_health(check_health=False)
+        if check_health and self.health_check_interval:
+            await conn.check_health()
+        session = self._session
+        if session is None or session.client.closed:
+            await self.disconnect()
+            raise RedisConnectionError(f"Error while writing to {self._engine_url}: closed")
+        cmds = command if type(command) is _Batch else _unpack_raw(command)
+        session.run(cmds)
+
+    async def can_read_destructive(self) -> bool:
+        session = self._session
+        return bool(session is not None and session.replies)
+
+    async def can_read(self) -> bool:
+        session = self._session
+        return bool(session is not None and session.replies)
+
+    async def read_response(
+        self,
+        disable_decoding: bool = False,
+        timeout: float | None = None,  # noqa: ASYNC109 - redis-py's signature
+        *,
+        disconnect_on_error: bool = True,
+        push_request: bool | None = False,
+    ) -> Any:
+        session = self._session
+        if session is None or not session.replies:
+            if timeout is not None:
+                return None
+            raise RedisConnectionError(f"Error while reading from {self._engine_url}: no reply")
+        item = session.replies.popleft()
+        t = type(item)
+        if (t is bytes and not self._decode) or t is int:
+            response: Any = item
+        else:
+            if t is Blocked:
+                item = await self._await_blocked(session, item, timeout, disconnect_on_error)
+                session.after_blocked()
+                t = type(item)
+            if t is _WithResp or disable_decoding:
+                resp = item.resp if t is _WithResp else session.client.resp
+                if t is _WithResp:
+                    item = item.reply
+                response = session.converter_for(
+                    resp, self.encoder, self._parser.parse_error, disable_decoding
+                )(item)
+            else:
+                conv = session.conv
+                if conv is None or session.conv_resp != session.client.resp:
+                    conv = session.converter(self.encoder, self._parser.parse_error)
+                response = conv(item)
+            if isinstance(response, Exception):
+                raise response from None
+        if self.health_check_interval:
+            self.next_health_check = asyncio.get_running_loop().time() + self.health_check_interval
+        return response
+
+    async def _await_blocked(
+        self,
+        session: _EngineSession,
+        blocked: Blocked,
+        read_timeout_s: float | None,
+        disconnect_on_error: bool,
+    ) -> Any:
+        engine = self._engine
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def wake(_: Blocked) -> None:
+            loop.call_soon_threadsafe(_set_done, fut)
+
+        with engine.lock:
+            blocked.add_done_callback(wake)
+        read_limit = read_timeout_s if read_timeout_s is not None else self.socket_timeout
+        try:
+            while not fut.done():
+                remaining = blocked.remaining_s()
+                wait_s = remaining
+                if read_limit is not None and (wait_s is None or read_limit < wait_s):
+                    wait_s = read_limit
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), wait_s)
+                except TimeoutError:
+                    if blocked.resolved:
+                        break
+                    if remaining is not None and (read_limit is None or remaining <= read_limit):
+                        engine.timeout_blocked(blocked)
+                        break
+                    if disconnect_on_error:
+                        await self.disconnect(nowait=True)
+                    raise RedisTimeoutError(f"Timeout reading from {self._engine_url}") from None
+        except BaseException:
+            if not blocked.resolved and disconnect_on_error:
+                await self.disconnect(nowait=True)
+            raise
+        return blocked.reply
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+# --- clients -------------------------------------------------------------------------------
+
+
+def sync_pool(url: str = "engine://memory", **kwargs: Any) -> redis.ConnectionPool:
+    """A redis-py ConnectionPool of :class:`EngineConnection` on ``engine_from_url(url)``."""
+    engine = engine_from_url(url)
+    if MaintNotificationsConfig is not None:
+        # No maintenance-notification handshake: there is no server to move.
+        kwargs.setdefault("maint_notifications_config", MaintNotificationsConfig(enabled=False))
+    return redis.ConnectionPool(
+        connection_class=EngineConnection, engine=engine, engine_url=url, **kwargs
+    )
+
+
+def async_pool(url: str = "engine://memory", **kwargs: Any) -> redis.asyncio.ConnectionPool:
+    """A redis.asyncio ConnectionPool of :class:`AsyncEngineConnection`."""
+    engine = engine_from_url(url)
+    return redis.asyncio.ConnectionPool(
+        connection_class=AsyncEngineConnection, engine=engine, engine_url=url, **kwargs
+    )
+
+
+def _default_backoff() -> ExponentialWithJitterBackoff:
+    return ExponentialWithJitterBackoff(base=DEFAULT_RETRY_BASE, cap=DEFAULT_RETRY_CAP)
+
+
+def sync_client(url: str = "engine://memory", **kwargs: Any) -> redis.Redis:
+    """A ``redis.Redis`` on the in-process engine for ``url``.
+
+    Keyword arguments are redis-py's (``decode_responses``, ``protocol``, ``db``,
+    ``socket_timeout``, ``client_name``, ``single_connection_client``...). Closing the client
+    closes its pool.
+    """
+    single = kwargs.pop("single_connection_client", False)
+    # redis.Redis's own default retry policy (a pool built by hand would have none).
+    kwargs.setdefault("retry", redis.retry.Retry(_default_backoff(), DEFAULT_RETRY_COUNT))
+    client = redis.Redis(connection_pool=sync_pool(url, **kwargs), single_connection_client=single)
+    client.auto_close_connection_pool = True
+    return client
+
+
+def async_client(url: str = "engine://memory", **kwargs: Any) -> redis.asyncio.Redis:
+    """A ``redis.asyncio.Redis`` on the in-process engine for ``url`` (see
+    :func:`sync_client`)."""
+    single = kwargs.pop("single_connection_client", False)
+    kwargs.setdefault("retry", redis.asyncio.retry.Retry(_default_backoff(), DEFAULT_RETRY_COUNT))
+    client = redis.asyncio.Redis(
+        connection_pool=async_pool(url, **kwargs), single_connection_client=single
+    )
+    client.auto_close_connection_pool = True
+    return client

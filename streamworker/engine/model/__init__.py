@@ -1,0 +1,1 @@
+"""Pure data structures of the engine (no RESP, no command parsing)."""

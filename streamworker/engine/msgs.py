@@ -1,0 +1,250 @@
+"""Every error text the engine sends, verbatim Redis 7.0.15 wire text (without the leading ``-``).
+
+A flat module of constants and small functions, append-friendly: add new texts at the end of the
+relevant section (or a new section), never change an existing text without a differential test
+against redis-server 7.0.15 showing it.
+"""
+
+from __future__ import annotations
+
+# --- generic -------------------------------------------------------------------------------
+
+SYNTAX = "ERR syntax error"
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+NOT_INTEGER = "ERR value is not an integer or out of range"
+NOT_FLOAT = "ERR value is not a valid float"
+NOT_POSITIVE = "ERR value is out of range, must be positive"
+INT_OUT_OF_RANGE = "ERR value is out of range, value must between -2147483648 and 2147483647"
+NO_SUCH_KEY = "ERR no such key"
+OVERFLOW = "ERR increment or decrement would overflow"
+INCR_NAN_OR_INF = "ERR increment would produce NaN or Infinity"
+TIMEOUT_NOT_FLOAT = "ERR timeout is not a float or out of range"
+TIMEOUT_NOT_INTEGER = "ERR timeout is not an integer or out of range"
+# Redis 7.0 prints XREAD and '$' for XREADGROUP too.
+XREAD_UNBALANCED = (
+    "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified."
+)
+TIMEOUT_NEGATIVE = "ERR timeout is negative"
+TIMEOUT_OUT_OF_RANGE = "ERR timeout is out of range"
+
+
+def wrong_arity(cmd: str) -> str:
+    """``ERR wrong number of arguments for 'get' command`` (``cmd`` is the lowercase full name,
+    ``container|sub`` for subcommands)."""
+    return f"ERR wrong number of arguments for '{cmd}' command"
+
+
+def unknown_command(name: str, args_text: str) -> str:
+    """``args_text`` is the quoted args list as Redis builds it: ``'a' 'b' `` (trailing space)."""
+    return f"ERR unknown command '{name}', with args beginning with: {args_text}"
+
+
+def unknown_subcommand(sub: str, container_upper: str) -> str:
+    """``ERR unknown subcommand 'x'. Try XGROUP HELP.``"""
+    return f"ERR unknown subcommand '{sub}'. Try {container_upper} HELP."
+
+
+def unknown_subcommand_or_arity(sub: str, container_upper: str) -> str:
+    """The HELP-style text some containers send from inside the command (CLIENT, CONFIG...)."""
+    return (
+        f"ERR unknown subcommand or wrong number of arguments for '{sub}'. "
+        f"Try {container_upper} HELP."
+    )
+
+
+# --- keys ----------------------------------------------------------------------------------
+
+
+def invalid_expire(cmd: str) -> str:
+    """``ERR invalid expire time in 'set' command`` (``cmd`` lowercase)."""
+    return f"ERR invalid expire time in '{cmd}' command"
+
+
+EXPIRE_NX_XX_GT_LT = "ERR NX and XX, GT or LT options at the same time are not compatible"
+EXPIRE_GT_LT = "ERR GT and LT options at the same time are not compatible"
+
+
+def unsupported_option(opt: str) -> str:
+    """``ERR Unsupported option FOO`` (EXPIRE family, text as given)."""
+    return f"ERR Unsupported option {opt}"
+
+
+SCAN_INVALID_CURSOR = "ERR invalid cursor"
+RENAME_NO_SUCH_KEY = "ERR no such key"
+
+# --- strings -------------------------------------------------------------------------------
+
+STRING_TOO_LONG = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
+VALUE_NOT_FLOAT = "ERR value is not a valid float"
+DECREMENT_OVERFLOW = "ERR decrement would overflow"
+OFFSET_OUT_OF_RANGE = "ERR offset is out of range"
+
+# --- hashes --------------------------------------------------------------------------------
+
+HASH_NOT_INTEGER = "ERR hash value is not an integer"
+HASH_NOT_FLOAT = "ERR hash value is not a float"
+VALUE_NAN_OR_INF = "ERR value is NaN or Infinity"
+
+# --- sorted sets ---------------------------------------------------------------------------
+
+ZADD_XX_NX = "ERR XX and NX options at the same time are not compatible"
+ZADD_GT_LT_NX = "ERR GT, LT, and/or NX options at the same time are not compatible"
+ZADD_INCR_PAIR = "ERR INCR option supports a single increment-element pair"
+ZSET_NAN = "ERR resulting score is not a number (NaN)"
+MIN_MAX_NOT_FLOAT = "ERR min or max is not a float"
+MIN_MAX_NOT_STRING = "ERR min or max not valid string range item"
+WITHSCORES_BYLEX = "ERR syntax error, WITHSCORES not supported in combination with BYLEX"
+LIMIT_NEEDS_BY = (
+    "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"
+)
+
+# --- lists ---------------------------------------------------------------------------------
+
+# --- server / connection -------------------------------------------------------------------
+
+DB_INDEX_OUT_OF_RANGE = "ERR DB index is out of range"
+NOPROTO = "NOPROTO unsupported protocol version"
+PROTOCOL_VERSION_NOT_INTEGER = "ERR Protocol version is not an integer or out of range"
+CLIENT_NAME_SPACES = "ERR Client names cannot contain spaces, newlines or special characters."
+INVALID_CLIENT_ID = "ERR No such client"
+
+
+def config_unknown_param(name: str) -> str:
+    """CONFIG SET of an unsupported parameter."""
+    return f"ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+
+
+def config_set_failed(name: str, reason: str) -> str:
+    """CONFIG SET with a bad value: ``ERR CONFIG SET failed (possibly related to argument
+    'maxmemory') - argument couldn't be parsed into an integer``."""
+    return f"ERR CONFIG SET failed (possibly related to argument '{name}') - {reason}"
+
+
+NOAUTH_HELLO = "WRONGPASS invalid username-password pair or user is disabled."
+AUTH_NOT_CONFIGURED = (
+    "ERR AUTH <password> called without any password configured for the default user. "
+    "Are you sure your configuration is correct?"
+)
+
+# --- transactions --------------------------------------------------------------------------
+
+MULTI_NESTED = "ERR MULTI calls can not be nested"
+EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
+DISCARD_WITHOUT_MULTI = "ERR DISCARD without MULTI"
+WATCH_IN_MULTI = "ERR WATCH inside MULTI is not allowed"
+EXECABORT = "EXECABORT Transaction discarded because of previous errors."
+NOT_ALLOWED_IN_MULTI = "ERR Command not allowed inside a transaction"
+
+# --- protocol ------------------------------------------------------------------------------
+
+PROTO_INVALID_MULTIBULK_LEN = "ERR Protocol error: invalid multibulk length"
+PROTO_INVALID_BULK_LEN = "ERR Protocol error: invalid bulk length"
+PROTO_TOO_BIG_MBULK = "ERR Protocol error: too big mbulk count string"
+PROTO_TOO_BIG_BULK = "ERR Protocol error: too big bulk count string"
+PROTO_TOO_BIG_INLINE = "ERR Protocol error: too big inline request"
+PROTO_UNBALANCED_QUOTES = "ERR Protocol error: unbalanced quotes in request"
+
+
+def proto_expected_dollar(got: str) -> str:
+    """``ERR Protocol error: expected '$', got 'x'``."""
+    return f"ERR Protocol error: expected '$', got '{got}'"
+
+
+# --- blocking ------------------------------------------------------------------------------
+
+# --- streams (owned by the stream engineer; append below) ----------------------------------
+
+INVALID_STREAM_ID = "ERR Invalid stream ID specified as stream command argument"
+XADD_ID_ZERO = "ERR The ID specified in XADD must be greater than 0-0"
+XADD_ID_TOO_SMALL = (
+    "ERR The ID specified in XADD is equal or smaller than the target stream top item"
+)
+STREAM_EXHAUSTED = "ERR The stream has exhausted the last possible ID, unable to add more items"
+STREAM_ELEMENTS_TOO_LARGE = "ERR Elements are too large to be stored"
+TRIM_MAXLEN_AND_MINID = (
+    "ERR syntax error, MAXLEN and MINID options at the same time are not compatible"
+)
+TRIM_MAXLEN_NEGATIVE = "ERR The MAXLEN argument must be >= 0."
+TRIM_LIMIT_NEGATIVE = "ERR The LIMIT argument must be >= 0."
+TRIM_LIMIT_WITHOUT_STRATEGY = (
+    "ERR syntax error, LIMIT cannot be used without specifying a trimming strategy"
+)
+TRIM_LIMIT_WITHOUT_APPROX = "ERR syntax error, LIMIT cannot be used without the special ~ option"
+XTRIM_WITHOUT_STRATEGY = "ERR syntax error, XTRIM must be called with a trimming strategy"
+RANGE_INVALID_START = "ERR invalid start ID for the interval"
+RANGE_INVALID_END = "ERR invalid end ID for the interval"
+XREAD_GROUP_OPTION = (
+    "ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead."
+)
+XREAD_NOACK_OPTION = (
+    "ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead."
+)
+XREADGROUP_MISSING_GROUP = "ERR Missing GROUP option for XREADGROUP"
+XREADGROUP_DOLLAR = (
+    "ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history "
+    "of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ "
+    "ID would just return an empty result set."
+)
+XREAD_GREATER = (
+    "ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> "
+    "<consumer> option."
+)
+TIMEOUT_NOT_INTEGER = "ERR timeout is not an integer or out of range"
+# Redis 7.0 prints XREAD and '$' for XREADGROUP too.
+XREAD_UNBALANCED = (
+    "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified."
+)
+UNBLOCKED_STREAM_DELETED = "UNBLOCKED the stream key no longer exists"
+NOGROUP_BLOCKED_GROUP_DESTROYED = (
+    "NOGROUP the consumer group this client was blocked on no longer exists"
+)
+XGROUP_KEY_REQUIRED = (
+    "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want "
+    "to use the MKSTREAM option to create an empty stream automatically."
+)
+BUSYGROUP = "BUSYGROUP Consumer Group name already exists"
+ENTRIESREAD_INVALID = "ERR value for ENTRIESREAD must be positive or -1"
+XCLAIM_MIN_IDLE = "ERR Invalid min-idle-time argument for XCLAIM"
+XCLAIM_IDLE = "ERR Invalid IDLE option argument for XCLAIM"
+XCLAIM_TIME = "ERR Invalid TIME option argument for XCLAIM"
+XCLAIM_RETRYCOUNT = "ERR Invalid RETRYCOUNT option argument for XCLAIM"
+XAUTOCLAIM_MIN_IDLE = "ERR Invalid min-idle-time argument for XAUTOCLAIM"
+XAUTOCLAIM_COUNT = "ERR COUNT must be > 0"
+XAUTOCLAIM_COUNT_TOO_HIGH = (
+    "ERR Insufficient memory, failed allocating transient memory, COUNT too high."
+)
+XSETID_ENTRIES_ADDED_NEGATIVE = "ERR entries_added must be positive"
+XSETID_BELOW_MAX_DELETED = (
+    "ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id"
+)
+XSETID_BELOW_TOP = "ERR The ID specified in XSETID is smaller than the target stream top item"
+XSETID_ENTRIES_ADDED_BELOW_LENGTH = (
+    "ERR The entries_added specified in XSETID is smaller than the target stream length"
+)
+
+
+def xread_block_in_script(cmd: str) -> str:
+    """``cmd`` is the command name as the script wrote it."""
+    return f"ERR {cmd} command is not allowed with BLOCK option from scripts"
+
+
+def xreadgroup_nogroup(key: str, group: str) -> str:
+    """XREADGROUP on a missing key or group."""
+    return (
+        f"NOGROUP No such key '{key}' or consumer group '{group}' in XREADGROUP with GROUP option"
+    )
+
+
+def nogroup_key_or_group(key: str, group: str) -> str:
+    """XPENDING / XCLAIM / XAUTOCLAIM on a missing key or group."""
+    return f"NOGROUP No such key '{key}' or consumer group '{group}'"
+
+
+def nogroup_for_key(group: str, key: str) -> str:
+    """XGROUP SETID/CREATECONSUMER/DELCONSUMER and XINFO CONSUMERS on a missing group."""
+    return f"NOGROUP No such consumer group '{group}' for key name '{key}'"
+
+
+def xclaim_unrecognized(opt: str) -> str:
+    """An XCLAIM option that is neither an ID nor a known option."""
+    return f"ERR Unrecognized XCLAIM option '{opt}'"

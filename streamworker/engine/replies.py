@@ -1,0 +1,211 @@
+"""Reply values returned by command functions, rendered per protocol by :mod:`.protocol`.
+
+Commands return plain Python values; the encoder (or the in-process adapter) turns them into
+RESP2 or RESP3. The mapping is:
+
+=========================  ==========================  ==========================
+Python value               RESP2                       RESP3
+=========================  ==========================  ==========================
+``bytes``                  bulk string                 bulk string
+``int`` (not ``bool``)     integer ``:``               integer ``:``
+:class:`Status`            simple string ``+``         simple string ``+``
+``list`` / ``tuple``       array                       array
+:data:`NULL_BULK`          ``$-1``                     ``_``
+:data:`NULL_ARRAY`         ``*-1``                     ``_``
+:class:`Map`               flat array k1 v1 k2 v2      map ``%``
+:class:`Double`            bulk string (``%.17g``)     double ``,``
+:class:`SetReply`          array                       set ``~``
+:class:`Verbatim`          bulk string                 verbatim ``=`` (``txt:``)
+:class:`~.errors.CommandError`  error ``-``            error ``-``
+=========================  ==========================  ==========================
+
+Commands never branch on the protocol unless Redis does; they build :class:`Map` /
+:class:`Double` / :class:`SetReply` where Redis's RESP3 reply differs in shape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+
+if TYPE_CHECKING:
+    from streamworker.engine.errors import CommandError
+
+__all__ = [
+    "EMPTY_ARRAY",
+    "NULL_ARRAY",
+    "NULL_BULK",
+    "OK",
+    "PONG",
+    "QUEUED",
+    "Double",
+    "Map",
+    "NullArray",
+    "NullBulk",
+    "Reply",
+    "SetReply",
+    "Status",
+    "Verbatim",
+    "format_double",
+]
+
+
+class Status:
+    """A simple-string reply (``+OK``). ``text`` must not contain CR or LF."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"Status({self.text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Status) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(("Status", self.text))
+
+
+class NullBulk:
+    """Type of :data:`NULL_BULK`, the null bulk string (``$-1`` / RESP3 ``_``)."""
+
+    __slots__ = ()
+    _instance: NullBulk | None = None
+
+    def __new__(cls) -> NullBulk:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NULL_BULK"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+class NullArray:
+    """Type of :data:`NULL_ARRAY`, the null array (``*-1`` / RESP3 ``_``)."""
+
+    __slots__ = ()
+    _instance: NullArray | None = None
+
+    def __new__(cls) -> NullArray:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NULL_ARRAY"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+NULL_BULK: Final = NullBulk()
+"""The null bulk reply (GET of a missing key)."""
+
+NULL_ARRAY: Final = NullArray()
+"""The null array reply (XREAD with nothing to return, EXEC aborted by WATCH)."""
+
+
+class Map:
+    """A map reply: a flat array ``k1 v1 k2 v2`` in RESP2, a ``%`` map in RESP3.
+
+    ``items`` keeps the order given; duplicate keys are kept as given (Redis never sends them).
+    """
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Iterable[tuple[Reply, Reply]] = ()) -> None:
+        self.items: list[tuple[Reply, Reply]] = list(items)
+
+    def __repr__(self) -> str:
+        return f"Map({self.items!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Map) and other.items == self.items
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Double:
+    """A double reply: bulk text in RESP2 (Redis 7.0's ``%.17g``), ``,`` in RESP3."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Double({self.value!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Double) and (
+            other.value == self.value or (math.isnan(other.value) and math.isnan(self.value))
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class SetReply:
+    """A set reply: an array in RESP2, a ``~`` set in RESP3 (SMEMBERS)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Iterable[Reply] = ()) -> None:
+        self.items: list[Reply] = list(items)
+
+    def __repr__(self) -> str:
+        return f"SetReply({self.items!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SetReply) and other.items == self.items
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Verbatim:
+    """A verbatim-text reply (INFO, CLIENT INFO): bulk in RESP2, ``=`` with ``txt:`` in RESP3."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str | bytes) -> None:
+        self.text: bytes = text.encode() if isinstance(text, str) else text
+
+    def __repr__(self) -> str:
+        return f"Verbatim({self.text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Verbatim) and other.text == self.text
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+Reply: TypeAlias = (
+    "bytes | int | Status | list[Any] | tuple[Any, ...] | NullBulk | NullArray | Map | Double"
+    " | SetReply | Verbatim | CommandError"
+)
+"""Any value a command may return (nested containers hold Replies)."""
+
+OK: Final = Status("OK")
+QUEUED: Final = Status("QUEUED")
+PONG: Final = Status("PONG")
+EMPTY_ARRAY: Final[tuple[()]] = ()
+
+
+def format_double(value: float) -> bytes:
+    """Format a double as Redis 7.0 does in replies: ``%.17g``, with ``inf`` / ``-inf``.
+
+    ``1.0 -> b"1"``, ``1.5 -> b"1.5"``, ``0.1 -> b"0.10000000000000001"``.
+    """
+    if value == math.inf:
+        return b"inf"
+    if value == -math.inf:
+        return b"-inf"
+    if value != value:
+        return b"nan"
+    return b"%.17g" % value

@@ -1,0 +1,348 @@
+"""The reclaimer: one per subscription, beside its consume loop.
+
+Four jobs, on one timer:
+
+* **Leases.** Entries this worker holds (being processed, or failed and waiting for a retry) get
+  their idle time reset every ``lease_interval_ms`` (a third of ``claim_idle_ms``) by a script
+  that checks ownership first. So another worker never mistakes a long-running handler's entry
+  for an abandoned one, and ``claim_idle_ms`` can be seconds, not the longest handler's run time.
+* **Retries.** A failed entry stays in this consumer's PEL; when its backoff has passed, a script
+  claims it to this consumer again (counting a delivery) and it is processed like any batch.
+* **Reclaim.** XAUTOCLAIM, with a cursor loop until ``0-0``, takes entries idle longer than
+  ``claim_idle_ms`` from any consumer of the group (dead or stuck workers); entries deleted while
+  pending come back in XAUTOCLAIM's third list and are counted. Servers without XAUTOCLAIM
+  (before Redis 6.2) get the XPENDING + XCLAIM equivalent.
+* **Dead consumers.** Consumers idle longer than ``consumer_gc_idle_ms`` with nothing pending are
+  deleted, atomically with that check (XGROUP DELCONSUMER would drop a PEL unacknowledged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+import redis.exceptions as rex
+import structlog
+
+from streamworker.errors import ConnectionLost
+from streamworker.redisio import Entry, LuaScript, connection_errors
+from streamworker.runtime.backoff import Backoff
+from streamworker.runtime.consumer import Consumer
+
+_RENEW = LuaScript("renew_leases")
+_CLAIM_OWN = LuaScript("claim_own")
+_DELETE_CONSUMER = LuaScript("delete_consumer")
+
+# How often dead consumers are looked for, at most.
+_GC_INTERVAL_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPage:
+    """One XAUTOCLAIM round: the claimed entries with their delivery counters, and the ids that
+    were deleted from the stream while pending (Redis has already removed them from the PEL)."""
+
+    entries: list[Entry]
+    counts: dict[bytes, int]
+    deleted: list[bytes]
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def _entry(raw: Any) -> Entry:
+    entry_id, fields = raw[0], raw[1]
+    if fields is not None and not isinstance(fields, dict):
+        it = iter(fields)
+        fields = dict(zip(it, it, strict=True))
+    return Entry(id=_as_bytes(entry_id), fields=fields or None)
+
+
+async def autoclaim_pages(
+    client: aioredis.Redis,
+    stream: str,
+    group: str,
+    consumer: str,
+    min_idle_ms: int,
+    *,
+    count: int = 100,
+    use_xautoclaim: bool = True,
+) -> AsyncIterator[ClaimPage]:
+    """Claim for ``consumer`` every entry of the group idle at least ``min_idle_ms``, page by page.
+
+    Follows XAUTOCLAIM's cursor until it returns ``0-0`` (each call scans at most ``count * 10``
+    PEL entries, so a page may be empty while the scan goes on). With ``use_xautoclaim=False`` it
+    walks the PEL with XPENDING and claims with XCLAIM, which re-checks the idle time server-side.
+    """
+    if use_xautoclaim:
+        cursor: bytes = b"0-0"
+        while True:
+            async with connection_errors():
+                reply = await client.xautoclaim(
+                    stream, group, consumer, min_idle_ms, start_id=cursor, count=count
+                )
+            cursor = _as_bytes(reply[0])
+            entries = [_entry(e) for e in reply[1] if e is not None and e[0] is not None]
+            deleted = [_as_bytes(i) for i in (reply[2] if len(reply) > 2 else [])]
+            counts = await _counts(client, stream, group, consumer, entries)
+            yield ClaimPage(entries, counts, deleted)
+            if cursor == b"0-0":
+                return
+    else:
+        start: bytes = b"-"
+        while True:
+            async with connection_errors():
+                rows = await client.xpending_range(stream, group, min=start, max="+", count=count)
+            if not rows:
+                return
+            idle_ids = [
+                _as_bytes(r["message_id"])
+                for r in rows
+                if int(r["time_since_delivered"]) >= min_idle_ms
+            ]
+            entries = []
+            if idle_ids:
+                async with connection_errors():
+                    claimed = await client.xclaim(
+                        stream, group, consumer, min_idle_ms, list[Any](idle_ids)
+                    )
+                entries = [_entry(e) for e in claimed if e is not None and e[0] is not None]
+            got = {e.id for e in entries}
+            # XCLAIM silently drops entries deleted from the stream from the PEL; an id that was
+            # idle enough, is not returned and is no longer pending was such an entry.
+            missing = [i for i in idle_ids if i not in got]
+            deleted = await _not_pending(client, stream, group, missing)
+            counts = await _counts(client, stream, group, consumer, entries)
+            yield ClaimPage(entries, counts, deleted)
+            start = b"(" + _as_bytes(rows[-1]["message_id"])
+            if len(rows) < count:
+                return
+
+
+async def _counts(
+    client: aioredis.Redis, stream: str, group: str, consumer: str, entries: list[Entry]
+) -> dict[bytes, int]:
+    if not entries:
+        return {}
+    ids = sorted(entries, key=lambda e: tuple(int(p) for p in e.id.split(b"-")))
+    async with connection_errors():
+        rows = await client.xpending_range(
+            stream,
+            group,
+            min=ids[0].id,
+            max=ids[-1].id,
+            count=len(entries) * 2 + 10,
+            consumername=consumer,
+        )
+    wanted = {e.id for e in entries}
+    return {
+        _as_bytes(r["message_id"]): int(r["times_delivered"])
+        for r in rows
+        if _as_bytes(r["message_id"]) in wanted
+    }
+
+
+async def _not_pending(
+    client: aioredis.Redis, stream: str, group: str, ids: list[bytes]
+) -> list[bytes]:
+    gone = []
+    for entry_id in ids:
+        async with connection_errors():
+            rows = await client.xpending_range(stream, group, min=entry_id, max=entry_id, count=1)
+        if not rows:
+            gone.append(entry_id)
+    return gone
+
+
+class Reclaimer:
+    """Leases, retries, reclaim and consumer clean-up for one Consumer. Use from one event loop."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        client: aioredis.Redis,
+        backoff: Backoff,
+        *,
+        use_xautoclaim: bool | None = None,
+    ) -> None:
+        self.consumer = consumer
+        self.spec = consumer.spec
+        self._client = client
+        self._backoff = backoff
+        self._use_xautoclaim = use_xautoclaim
+        self._next_lease = 0.0
+        self._next_claim = 0.0
+        self._next_gc = 0.0
+        self._log = structlog.get_logger("streamworker.reaper").bind(
+            stream=self.spec.stream, group=self.spec.group, consumer=consumer.consumer
+        )
+        self.claimed_total = 0
+
+    async def run(self) -> None:
+        """Until the consumer stops. Connection losses back off and retry; the consume loop
+        reports them too, so they are logged at debug here."""
+        consumer = self.consumer
+        # This consumer's own backlog is replayed by the consume loop first; claiming it here at
+        # the same time would deliver those entries twice.
+        backlog = asyncio.ensure_future(consumer.backlog_drained.wait())
+        stop = asyncio.ensure_future(consumer.stopped())
+        await asyncio.wait({backlog, stop}, return_when=asyncio.FIRST_COMPLETED)
+        backlog.cancel()
+        stop.cancel()
+        while not consumer.stopping():
+            try:
+                await self.tick()
+                self._backoff.reset()
+                await self._sleep(self._until_next())
+            except ConnectionLost as exc:
+                delay = self._backoff.next_delay()
+                self._log.debug(
+                    "reclaimer_connection_lost", error=str(exc), retry_in_s=round(delay, 3)
+                )
+                await self._sleep(delay)
+            except rex.ResponseError as exc:
+                if str(exc).startswith("NOGROUP"):
+                    await self._sleep(self.spec.claim_interval_ms / 1000)  # the loop recreates it
+                    continue
+                raise
+
+    def _until_next(self) -> float:
+        now = time.monotonic()
+        due = [self._next_lease, self._next_claim]
+        if self.consumer.retries:
+            due.append(min(self.consumer.retries.values()))
+        return max(0.005, min(due) - now)
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.consumer.stopped(), seconds)
+
+    async def tick(self) -> None:
+        """One round of whatever is due now (exposed for tests)."""
+        now = time.monotonic()
+        if now >= self._next_lease:
+            self._next_lease = now + self.spec.lease_interval_ms / 1000
+            await self.renew_leases()
+        await self.retry_due()
+        if now >= self._next_claim:
+            self._next_claim = now + self.spec.claim_interval_ms / 1000
+            await self.reclaim()
+        if now >= self._next_gc:
+            self._next_gc = now + min(_GC_INTERVAL_S, self.spec.consumer_gc_idle_ms / 1000)
+            await self.delete_dead_consumers()
+
+    async def renew_leases(self) -> None:
+        """Reset the idle time of every entry this consumer holds."""
+        held = self.consumer.held_ids()
+        if not held:
+            return
+        lost = await _RENEW(
+            self._client, [self.spec.stream], [self.spec.group, self.consumer.consumer, *held]
+        )
+        for entry_id in lost or ():
+            eid = _as_bytes(entry_id)
+            # Acked meanwhile by this worker (the common case), claimed away, or deleted: either
+            # way this consumer no longer owes it a retry.
+            self.consumer.retries.pop(eid, None)
+
+    async def retry_due(self) -> None:
+        """Deliver again the failed entries whose backoff has passed."""
+        now = time.monotonic()
+        due = [
+            i
+            for i, at in self.consumer.retries.items()
+            if at <= now and i not in self.consumer.in_flight
+        ]
+        if not due or self.consumer.stopping():
+            return
+        for entry_id in due:
+            self.consumer.retries.pop(entry_id, None)
+        claimed, deleted = await _CLAIM_OWN(
+            self._client, [self.spec.stream], [self.spec.group, self.consumer.consumer, *due]
+        )
+        entries = [_entry(row) for row in claimed]
+        counts = {_as_bytes(row[0]): int(row[2]) for row in claimed}
+        if deleted:
+            self.consumer.count_deleted([_as_bytes(i) for i in deleted])
+        if entries:
+            self.consumer.count_claimed(len(entries), "self")
+            self._log.debug("retries_claimed", count=len(entries))
+            await self.consumer.process(entries, counts)
+
+    async def reclaim(self) -> None:
+        """Claim and process entries idle past ``claim_idle_ms`` from any consumer of the group."""
+        if self._use_xautoclaim is None:
+            self._use_xautoclaim = await self._has_xautoclaim()
+        pages = autoclaim_pages(
+            self._client,
+            self.spec.stream,
+            self.spec.group,
+            self.consumer.consumer,
+            self.spec.claim_idle_ms,
+            count=self.spec.batch_size,
+            use_xautoclaim=self._use_xautoclaim,
+        )
+        async for page in pages:
+            if page.deleted:
+                self.consumer.count_deleted(page.deleted)
+            if not page.entries:
+                continue
+            self.claimed_total += len(page.entries)
+            # Entries of this consumer stay leased and never idle, so these are normally others'.
+            self.consumer.count_claimed(len(page.entries), "others")
+            self._log.info("entries_reclaimed", count=len(page.entries))
+            await self.consumer.process(page.entries, page.counts)
+            if self.consumer.stopping():
+                return
+
+    async def _has_xautoclaim(self) -> bool:
+        # Ask with a group that does not exist: NOGROUP means the command is there. (A real call
+        # would purge deleted entries from the PEL as a side effect, even with an idle time no
+        # entry can have.)
+        try:
+            async with connection_errors():
+                await self._client.execute_command(  # type: ignore[no-untyped-call]
+                    "XAUTOCLAIM", self.spec.stream, "\x00streamworker-probe", "probe", 0, "0-0"
+                )
+        except rex.ResponseError as exc:
+            text = str(exc)
+            if text.startswith("NOGROUP"):
+                return True
+            if "unknown command" in text.lower():
+                self._log.info("xautoclaim_unavailable_using_xpending_xclaim")
+                return False
+            raise
+        return True
+
+    async def delete_dead_consumers(self) -> None:
+        """Delete other consumers of the group idle past ``consumer_gc_idle_ms`` holding nothing."""
+        async with connection_errors():
+            rows = await self._client.xinfo_consumers(self.spec.stream, self.spec.group)
+        for row in rows:
+            info = {_as_bytes(k): v for k, v in dict(row).items()}
+            name_b = _as_bytes(info[b"name"])
+            pending = int(info.get(b"pending", 0))
+            idle = int(info.get(b"idle", 0))
+            if (
+                name_b == self.consumer.consumer.encode()
+                or pending
+                or idle < self.spec.consumer_gc_idle_ms
+            ):
+                continue
+            deleted = await _DELETE_CONSUMER(
+                self._client,
+                [self.spec.stream],
+                [self.spec.group, name_b, self.spec.consumer_gc_idle_ms],
+            )
+            if deleted == 1:
+                self._log.info(
+                    "dead_consumer_deleted",
+                    dead_consumer=name_b.decode(errors="replace"),
+                    idle_ms=idle,
+                )

@@ -1,0 +1,92 @@
+"""A test App with an ``idempotency="sql"`` handler, run by ``streamworker run`` in a subprocess:
+each order on stream ``orders`` becomes one row in ``charges`` (see tests/support/sql.py).
+Configured by environment variables (this is user code, so reading the environment is fine):
+
+SW_TEST_LOG          file: one line "start <id> <n> <delivery_count> <consumer>" per handler call
+SW_TEST_SLEEP_S      seconds each handler takes (default 0)
+SW_TEST_BATCH        batch size (default 5)
+SW_TEST_KILL         where this process SIGKILLs itself, once:
+                       before_commit:K     at the K-th batch commit, before it is sent
+                       after_commit:K      after the K-th batch committed, before its XACK
+                       handler:N           when the handler of order N starts (between two
+                                           messages of a batch: the ones before it are done)
+
+The kill points in the strategy are reached by wrapping SqlStrategy's methods here, in the test
+app: the library has no test hooks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from streamworker import App, Message
+from streamworker.idempotency import sql
+from tests.support.sql import Charge
+
+app = App("sql-charges")
+
+_LOG = os.environ.get("SW_TEST_LOG", "sql_charges.log")
+_SLEEP = float(os.environ.get("SW_TEST_SLEEP_S", "0"))
+_POINT, _, _ARG = os.environ.get("SW_TEST_KILL", "").partition(":")
+_calls = {"before_commit": 0, "after_commit": 0}
+
+
+def _record(line: str) -> None:
+    fd = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _die(where: str) -> None:
+    _record(f"kill {where}")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _at(point: str) -> bool:
+    _calls[point] += 1
+    return point == _POINT and _calls[point] == int(_ARG)
+
+
+_commit = sql.SqlStrategy._commit
+_xack = sql.SqlStrategy._xack
+
+
+async def _commit_or_die(self: sql.SqlStrategy, tx: Any) -> BaseException | None:
+    if _at("before_commit"):
+        _die("before_commit")
+    return await _commit(self, tx)
+
+
+async def _xack_or_die(self: sql.SqlStrategy, ids: Any) -> None:
+    if _at("after_commit"):
+        _die("after_commit")
+    await _xack(self, ids)
+
+
+sql.SqlStrategy._commit = _commit_or_die  # type: ignore[method-assign]
+sql.SqlStrategy._xack = _xack_or_die  # type: ignore[method-assign]
+
+
+@app.handler(
+    "orders",
+    group="billing",
+    idempotency="sql",
+    batch_size=int(os.environ.get("SW_TEST_BATCH", "5")),
+    block_ms=200,
+)
+def charge(msg: Message, session: Session) -> None:
+    n = msg.fields["n"]
+    _record(f"start {msg.id} {n} {msg.delivery_count} {msg.consumer}")
+    if _POINT == "handler" and n == _ARG:
+        _die("handler")
+    session.add(Charge(message_id=msg.id, order_id=n, amount_cents=100))
+    if _SLEEP:
+        time.sleep(_SLEEP)

@@ -1,0 +1,215 @@
+"""``idempotency="sql"`` under SIGKILL: ``streamworker run`` of tests/apps/sql_charges.py in real
+subprocesses, on SQLite (file, WAL) and PostgreSQL 15.
+
+Every test ends the same way: each order's charge row exists exactly once and the PEL is empty.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.support.proc import read_lines, run_cli, streamworker, wait_for
+from tests.support.sql import (
+    charges_per_message,
+    create_business_tables,
+    pending_ids,
+    processed_ids,
+)
+
+pytestmark = pytest.mark.slow
+
+APP = "tests/apps/sql_charges.py:app"
+
+
+def _start(
+    redis_url: str, db_url: str, log: Path, consumer: str = "pod-0", **env: str
+) -> subprocess.Popen[bytes]:
+    return streamworker(
+        "run",
+        APP,
+        "--redis-url",
+        redis_url,
+        "--db-url",
+        db_url,
+        "--consumer",
+        consumer,
+        env={"SW_TEST_LOG": str(log), "STREAMWORKER_RECONNECT_BACKOFF_MAX_S": "0.5", **env},
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> str:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return err.decode(errors="replace")
+
+
+def _killed(proc: subprocess.Popen[bytes]) -> None:
+    proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def _orders(client: redis.Redis, n: int) -> list[str]:
+    return [client.xadd("orders", {"n": str(i)}).decode() for i in range(n)]
+
+
+def _finish_and_check(
+    redis_url: str, db_url: str, client: redis.Redis, ids: list[str], log: Path
+) -> str:
+    """Run a clean worker until everything is charged; check exactly once and an empty PEL."""
+    proc = _start(redis_url, db_url, log)
+    try:
+        wait_for(lambda: len(charges_per_message(db_url)) == len(ids), 30, "every order charged")
+        wait_for(lambda: not pending_ids(client, "orders", "billing"), 30, "empty PEL")
+    finally:
+        err = _stop(proc)
+    assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
+    return err
+
+
+def test_sigkill_before_the_commit_loses_the_batch_effects_and_redoes_them_once(
+    db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    create_business_tables(db_url)
+    ids = _orders(redis_client, 15)
+    proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="before_commit:2")
+    _killed(proc)
+    # Batch 1 committed and acked; batch 2 ran its handlers but never committed.
+    assert sorted(charges_per_message(db_url)) == sorted(ids[:5])
+    assert pending_ids(redis_client, "orders", "billing") == [i.encode() for i in ids[5:10]]
+    _finish_and_check(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
+    # The restart ran batch 2's handlers again (their first run never committed).
+    rerun = [r[1] for r in read_lines(tmp_path / "run2.log") if r[0] == "start"]
+    assert rerun[:5] == ids[5:10]
+
+
+def test_sigkill_after_the_commit_before_the_xack_is_recognised_as_duplicates(
+    db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    create_business_tables(db_url)
+    ids = _orders(redis_client, 15)
+    proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:2")
+    _killed(proc)
+    # Batch 2 is committed (charges and processed rows) but still pending.
+    assert sorted(charges_per_message(db_url)) == sorted(ids[:10])
+    assert pending_ids(redis_client, "orders", "billing") == [i.encode() for i in ids[5:10]]
+    err = _finish_and_check(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
+    # Redelivered, acked as duplicates: their handlers did not run again.
+    started = [r[1] for r in read_lines(tmp_path / "run2.log") if r[0] == "start"]
+    assert started == ids[10:]
+    assert err.count('"duplicate_acked"') == 5
+
+
+def test_sigkill_between_two_messages_of_a_batch_redoes_the_batch_once(
+    db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    create_business_tables(db_url)
+    ids = _orders(redis_client, 12)
+    # Order 7 is the third message of batch 2: orders 5 and 6 are done, in the open transaction.
+    proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="handler:7")
+    _killed(proc)
+    assert sorted(charges_per_message(db_url)) == sorted(ids[:5])
+    first = [r[2] for r in read_lines(tmp_path / "run1.log") if r[0] == "start"]
+    assert first == [str(i) for i in range(8)]
+    _finish_and_check(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
+
+
+def test_prune_between_a_crash_after_commit_and_the_redelivery_keeps_the_rows_it_needs(
+    db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """The retention rule under its worst case: rows committed, XACK lost, then a prune."""
+    create_business_tables(db_url)
+    ids = _orders(redis_client, 15)
+    proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:2")
+    _killed(proc)
+    result = run_cli("prune", "orders", "billing", "--redis-url", redis_url, "--db-url", db_url)
+    assert result.returncode == 0, result.stderr
+    # Batch 1 (acked) is pruned; batch 2 (committed, pending) keeps its rows.
+    assert "deleted 5 processed row(s)" in result.stdout
+    assert processed_ids(db_url) == ids[5:10]
+    err = _finish_and_check(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
+    assert err.count('"duplicate_acked"') == 5
+    started = [r[1] for r in read_lines(tmp_path / "run2.log") if r[0] == "start"]
+    assert started == ids[10:]
+
+
+def test_xclaim_race_between_two_live_consumers_applies_each_message_once(
+    db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """pod-0 is slow with batch 1 when its entries are claimed to pod-1, which starts and
+    processes them concurrently; the processed row serialises the two."""
+    create_business_tables(db_url)
+    ids = _orders(redis_client, 10)
+    log0, log1 = tmp_path / "pod0.log", tmp_path / "pod1.log"
+    # pod-0 holds batch 1 for about 4 s: long enough for pod-1 to start (over a second on a busy
+    # machine) while pod-0's transaction is still open, short of SQLite's 5 s busy timeout.
+    pod0 = _start(redis_url, db_url, log0, "pod-0", SW_TEST_SLEEP_S="0.8")
+    pod1 = None
+    try:
+        wait_for(lambda: read_lines(log0), 20, "pod-0 handling batch 1")
+        claimed = redis_client.xclaim("orders", "billing", "pod-1", 0, ids[:5], justid=True)
+        assert len(claimed) == 5
+        pod1 = _start(redis_url, db_url, log1, "pod-1", SW_TEST_SLEEP_S="0.4")
+        wait_for(lambda: len(charges_per_message(db_url)) == 10, 60, "every order charged")
+        wait_for(lambda: not pending_ids(redis_client, "orders", "billing"), 30, "empty PEL")
+    finally:
+        err0 = _stop(pod0)
+        err1 = _stop(pod1) if pod1 is not None else ""
+    assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
+    # Both held batch 1 at once; pod-1's claim waited for pod-0's commit and found duplicates.
+    pod1_started = {r[1] for r in read_lines(log1) if r[0] == "start"}
+    assert not pod1_started & set(ids[:5]), (err0[-3000:], err1[-3000:])
+    assert err1.count('"duplicate_acked"') == 5
+
+
+def test_claims_flying_between_two_live_consumers_never_apply_a_message_twice(
+    db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """A storm: two workers, new orders arriving, and the test XCLAIMing pending entries back and
+    forth (as stalled leases would) while both process."""
+    create_business_tables(db_url)
+    rng = random.Random(4)
+    log0, log1 = tmp_path / "pod0.log", tmp_path / "pod1.log"
+    ids = _orders(redis_client, 20)
+    pods = [
+        _start(redis_url, db_url, log0, "pod-0", SW_TEST_SLEEP_S="0.05", SW_TEST_BATCH="4"),
+        _start(redis_url, db_url, log1, "pod-1", SW_TEST_SLEEP_S="0.05", SW_TEST_BATCH="4"),
+    ]
+    try:
+        wait_for(lambda: read_lines(log0) or read_lines(log1), 20, "the pods at work")
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            if len(ids) < 80:
+                ids += _orders(redis_client, 2)
+            rows = redis_client.xpending_range("orders", "billing", "-", "+", 100)
+            for row in rows:
+                if rng.random() < 0.5:
+                    other = "pod-1" if row["consumer"] == b"pod-0" else "pod-0"
+                    redis_client.xclaim(
+                        "orders", "billing", other, 0, [row["message_id"]], justid=True
+                    )
+            time.sleep(0.05)
+        time.sleep(1.0)
+    finally:
+        for pod in pods:
+            _stop(pod)
+    assert set(charges_per_message(db_url).values()) == {1}
+    # Entries claimed to a pod after it had moved on sit in its PEL until its reclaimer takes
+    # them (after claim_idle_ms); hand them all to pod-0 and let it drain them.
+    stranded = [
+        r["message_id"] for r in redis_client.xpending_range("orders", "billing", "-", "+", 1000)
+    ]
+    if stranded:
+        redis_client.xclaim("orders", "billing", "pod-0", 0, stranded, justid=True)
+    _finish_and_check(redis_url, db_url, redis_client, ids, tmp_path / "final.log")
