@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 services:  ## install redis-server and PostgreSQL when missing (apt-get)
 	./scripts/install-services.sh
 
-demo: $(STAMP) services  ## produce orders, run a worker on them, print what happened
+demo: $(STAMP)  ## produce orders, run a worker on them (embedded engine), print what happened
 	$(BIN)/python examples/quickstart/demo.py
 
 test: $(STAMP) services  ## the whole suite (unit, engine, conformance, integration, slow)

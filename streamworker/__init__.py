@@ -2,7 +2,7 @@
 
 The public API::
 
-    from streamworker import App, Message, Depends, Retry, DeadLetter
+    from streamworker import App, Message, Depends, Retry, DeadLetter, Effects
 
 Everything else is importable from its module but not part of the stable surface.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from streamworker.app import App, HandlerSpec
 from streamworker.deps import Depends
+from streamworker.effects import Effects
 from streamworker.errors import (
     ConfigError,
     ConnectionLost,
@@ -31,6 +32,7 @@ __all__ = [
     "ConnectionLost",
     "DeadLetter",
     "Depends",
+    "Effects",
     "HandlerSpec",
     "Message",
     "PermanentFailure",

@@ -18,7 +18,7 @@ from streamworker.keys import dead_letter_stream
 Idempotency = Literal["none", "sql", "lua"]
 IDEMPOTENCY_MODES: tuple[str, ...] = ("none", "sql", "lua")
 # Strategies whose implementation ships in this version.
-AVAILABLE_IDEMPOTENCY: tuple[str, ...] = ("none", "sql")
+AVAILABLE_IDEMPOTENCY: tuple[str, ...] = ("none", "sql", "lua")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,6 +50,10 @@ class HandlerSpec:
     retry_backoff_ms: int = 1_000
     retry_backoff_max_ms: int = 60_000
     consumer_gc_idle_ms: int = 3_600_000
+    dedup_field: str | None = None
+    """``idempotency="lua"``: the entry field holding the business key of producer dedup."""
+    dedup_window_ms: int = 600_000
+    """How long an applied business key is remembered (``dedup_field``)."""
 
     @property
     def lease_interval_ms(self) -> int:
@@ -167,6 +171,8 @@ class App:
         retry_backoff_ms: int = 1_000,
         retry_backoff_max_ms: int = 60_000,
         consumer_gc_idle_ms: int = 3_600_000,
+        dedup_field: str | None = None,
+        dedup_window_ms: int = 600_000,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``stream`` in consumer ``group``.
 
@@ -179,7 +185,9 @@ class App:
             stream: the stream key to consume.
             group: the consumer group; created at ``start_id`` (with MKSTREAM) when missing.
             idempotency: ``"none"`` (at-least-once: the handler may see a message again after a
-                crash), ``"sql"`` or ``"lua"`` (effectively-once; see the docs).
+                crash), ``"sql"`` or ``"lua"`` (effectively-once; see the docs). With ``"lua"``
+                the handler returns :class:`~streamworker.effects.Effects` (or None), applied
+                with the XACK in one script (:mod:`streamworker.idempotency.lua`).
             model: a pydantic model validated from the entry's fields (or from the JSON in
                 ``body_field``). A body that fails validation is a permanent failure: the message
                 is dead-lettered at once, never retried.
@@ -202,6 +210,12 @@ class App:
             retry_backoff_max_ms: the cap of that wait.
             consumer_gc_idle_ms: consumers of the group idle this long with nothing pending are
                 deleted (the reclaimer takes over their entries first).
+            dedup_field: ``idempotency="lua"`` only: an entry field holding the message's
+                business key (e.g. ``"order_id"``). A message whose business key was applied
+                less than ``dedup_window_ms`` ago (a producer's duplicate XADD) is acked without
+                its effects; one without the field is dead-lettered.
+            dedup_window_ms: how long an applied business key is remembered; the record holds
+                the distinct keys of one window (about 100 bytes each plus the key's length).
         """
         if idempotency not in IDEMPOTENCY_MODES:
             raise ConfigError(
@@ -225,6 +239,7 @@ class App:
             ("retry_backoff_ms", retry_backoff_ms, 0),
             ("retry_backoff_max_ms", retry_backoff_max_ms, 0),
             ("consumer_gc_idle_ms", consumer_gc_idle_ms, 1),
+            ("dedup_window_ms", dedup_window_ms, 1),
         ):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"{label} must be an integer >= {low}, got {value!r}")
@@ -234,6 +249,16 @@ class App:
             )
         if model is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise ConfigError(f"model must be a pydantic BaseModel subclass, got {model!r}")
+        if dedup_field is not None:
+            if idempotency != "lua":
+                raise ConfigError(
+                    f"dedup_field works with idempotency='lua' only, not {idempotency!r} (with "
+                    f"'sql', put a unique constraint on the business key in your table)"
+                )
+            if not isinstance(dedup_field, str) or not dedup_field:
+                raise ConfigError(
+                    f"dedup_field must be a non-empty field name, got {dedup_field!r}"
+                )
         if idempotency == "sql" and concurrency != 1:
             # One transaction per batch, on one connection: its handlers run one after another.
             raise ConfigError(
@@ -275,6 +300,8 @@ class App:
                 retry_backoff_ms=retry_backoff_ms,
                 retry_backoff_max_ms=max(retry_backoff_max_ms, retry_backoff_ms),
                 consumer_gc_idle_ms=consumer_gc_idle_ms,
+                dedup_field=dedup_field,
+                dedup_window_ms=dedup_window_ms,
             )
             return func
 

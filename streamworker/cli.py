@@ -22,6 +22,7 @@ import structlog
 from streamworker import __version__
 from streamworker.app import App
 from streamworker.cli_admin import add_admin_commands
+from streamworker.cli_engine import add_engine_commands
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
 from streamworker.extras import require_extra
 from streamworker.observability.health import HealthServer
@@ -335,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sql_commands(sub)
 
     add_admin_commands(sub)
+    add_engine_commands(sub)
     return parser
 
 

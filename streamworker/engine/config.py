@@ -76,6 +76,44 @@ def _any(value: str) -> str:
 
 _LLONG_MAX = 2**63 - 1
 
+_OBUF_CLASSES = {"normal": "normal", "slave": "slave", "replica": "slave", "pubsub": "pubsub"}
+
+
+def parse_client_output_buffer_limit(value: str) -> dict[str, tuple[int, int, int]]:
+    """``client-output-buffer-limit`` text -> ``{class: (hard bytes, soft bytes, soft
+    seconds)}`` (classes ``normal``, ``slave``, ``pubsub``); ValueError when malformed."""
+    words = value.split()
+    if not words or len(words) % 4:
+        raise ValueError("Wrong number of arguments in buffer limit configuration.")
+    out: dict[str, tuple[int, int, int]] = {}
+    mem = _memory(0, _LLONG_MAX)
+    for i in range(0, len(words), 4):
+        cls = _OBUF_CLASSES.get(words[i].lower())
+        if cls is None:
+            raise ValueError("Invalid client class specified in buffer limit configuration.")
+        try:
+            hard = int(mem(words[i + 1]))
+            soft = int(mem(words[i + 2]))
+            seconds = int(words[i + 3], 10)
+        except ValueError:
+            raise ValueError(
+                "Error in hard, soft or soft_seconds setting in buffer limit configuration."
+            ) from None
+        if seconds < 0:
+            raise ValueError(
+                "Error in hard, soft or soft_seconds setting in buffer limit configuration."
+            )
+        out[cls] = (hard, soft, seconds)
+    return out
+
+
+def _client_output_buffer_limit(value: str) -> str:
+    limits = parse_client_output_buffer_limit(value)
+    full = parse_client_output_buffer_limit(_PARAMS["client-output-buffer-limit"][0])
+    full.update(limits)
+    return " ".join(f"{cls} {h} {s} {sec}" for cls, (h, s, sec) in full.items())
+
+
 # name -> (default, validator or None for immutable)
 _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "stream-node-max-entries": ("100", _int_range(0, _LLONG_MAX)),
@@ -94,8 +132,19 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
             "noeviction",
         ),
     ),
+    # Persistence is chosen at start (engine serve --dir, engine:///path): see _FIXED.
     "appendonly": ("no", _bool),
     "appendfsync": ("everysec", _enum("always", "everysec", "no")),
+    "auto-aof-rewrite-percentage": ("100", _int_range(0, 2**31 - 1)),
+    "auto-aof-rewrite-min-size": ("67108864", _memory(0, _LLONG_MAX)),
+    "aof-load-truncated": ("yes", _bool),
+    "aof-timestamp-enabled": ("no", None),
+    # Unlike Redis (normal 0 0 0), normal clients are bounded by default: a client that
+    # never reads its replies is disconnected instead of exhausting memory.
+    "client-output-buffer-limit": (
+        "normal 268435456 67108864 60 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
+        _client_output_buffer_limit,
+    ),
     # No snapshots: the engine is in-memory (persistence is AOF, part 2).
     "save": ("", _any),
     "databases": ("16", None),
@@ -132,16 +181,25 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
 }
 
 
+# Parameters that parse like Redis's but cannot change while the engine runs.
+_FIXED = {
+    "appendonly": "persistence is chosen when the engine starts "
+    "(streamworker engine serve --dir, engine:///path)",
+}
+
+
 class EngineConfig:
     """CONFIG parameters of one engine. Not thread-safe alone (the engine lock guards it)."""
 
-    __slots__ = ("stream_node_max_bytes", "stream_node_max_entries", "values")
+    __slots__ = ("stream_node_max_bytes", "stream_node_max_entries", "values", "version")
 
     def __init__(self, databases: int = 16) -> None:
         self.values: dict[str, str] = {name: default for name, (default, _) in _PARAMS.items()}
         self.values["databases"] = str(databases)
         self.stream_node_max_entries = 100
         self.stream_node_max_bytes = 4096
+        # Bumped by every set(): transports cache parsed values and re-read them on change.
+        self.version = 0
 
     def names(self) -> list[str]:
         """All parameter names, in table order."""
@@ -164,13 +222,17 @@ class EngineConfig:
         if validator is None:
             raise CommandError(msgs.config_set_failed(name, "can't set immutable config"))
         try:
-            return validator(value)
+            checked = validator(value)
         except ValueError as exc:
             raise CommandError(msgs.config_set_failed(name, str(exc))) from None
+        if name in _FIXED and checked != self.values[name]:
+            raise CommandError(msgs.config_set_failed(name, _FIXED[name]))
+        return checked
 
     def set(self, name: str, value: str) -> None:
         """Store an already validated value."""
         self.values[name] = value
+        self.version += 1
         if name == "stream-node-max-entries":
             self.stream_node_max_entries = int(value)
         elif name == "stream-node-max-bytes":

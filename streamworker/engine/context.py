@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from streamworker.engine.replies import NULL_ARRAY
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from streamworker.engine.keyspace import Database, Keyspace
     from streamworker.engine.replies import Reply
 
-__all__ = ["Blocked", "ClientState", "Ctx", "OnReady"]
+__all__ = ["Blocked", "ClientIO", "ClientState", "Ctx", "OnReady"]
 
 OnReady = Callable[["Ctx"], "Reply | None"]
 """Re-run by core when a key a client blocks on is signalled: a reply serves the client,
@@ -32,14 +32,17 @@ class ClientState:
 
     __slots__ = (
         "addr",
+        "authenticated",
         "blocked",
         "closed",
         "created_ms",
         "ctx",
         "db_index",
         "dirty_cas",
+        "fd",
         "id",
         "in_multi",
+        "io",
         "laddr",
         "last_cmd",
         "last_interaction_ms",
@@ -73,10 +76,29 @@ class ClientState:
         self.closed = False
         self.addr = "127.0.0.1:0"
         self.laddr = "127.0.0.1:0"
+        # False until AUTH/HELLO AUTH succeeds on a server with requirepass (set by the
+        # transport at connect); commands without the no-auth flag are refused meanwhile.
+        self.authenticated = True
+        # The socket's file descriptor (CLIENT LIST), -1 for in-process clients.
+        self.fd = -1
+        # The transport's buffer sizes for CLIENT LIST (qbuf, obl, oll, omem), if any.
+        self.io: ClientIO | None = None
         self.ctx: Ctx
 
     def __repr__(self) -> str:
         return f"ClientState(id={self.id}, db={self.db_index}, resp={self.resp})"
+
+
+class ClientIO(Protocol):
+    """What a network transport reports about a connection's buffers (CLIENT LIST)."""
+
+    def query_buffer_bytes(self) -> int:
+        """Bytes received and not yet parsed into a complete command (``qbuf``)."""
+        ...
+
+    def output_buffer_bytes(self) -> int:
+        """Reply bytes not yet accepted by the socket (``omem``)."""
+        ...
 
 
 class WatchedKey:
@@ -101,7 +123,16 @@ class Ctx:
     as received, for error texts that echo the client's spelling of a subcommand).
     """
 
-    __slots__ = ("argv", "client", "db", "engine", "in_multi", "in_script", "keyspace")
+    __slots__ = (
+        "argv",
+        "client",
+        "db",
+        "engine",
+        "in_multi",
+        "in_script",
+        "keyspace",
+        "prop_custom",
+    )
 
     def __init__(self, engine: Engine, client: ClientState) -> None:
         self.engine = engine
@@ -112,10 +143,46 @@ class Ctx:
         self.in_script = False
         # The whole command being run, as received (argv[1] is a subcommand as typed).
         self.argv: Sequence[bytes] = ()
+        # True once the running command chose what it propagates (ctx.propagate /
+        # ctx.no_propagate): the engine then does not log the command as received.
+        self.prop_custom = False
 
     def now_ms(self) -> int:
         """The engine clock in Unix milliseconds (injectable via ``Engine(clock=...)``)."""
         return self.engine.clock()
+
+    @property
+    def propagating(self) -> bool:
+        """Whether the engine logs writes (an append-only file is attached and not loading).
+
+        Commands that log something else than what they received check this first, so that
+        an in-memory engine never builds what nobody reads."""
+        prop = self.engine.propagator
+        return prop is not None and prop.active
+
+    def propagate(self, argv: Sequence[bytes]) -> None:
+        """Log ``argv`` (in the current db) *instead of* the running command; call it again to
+        log more, in order. The effects must be deterministic: what the clock or randomness
+        decided is spelled out (XADD's generated ID, an absolute expiry time).
+
+        No-op without persistence. Calling it with nothing to log is :meth:`no_propagate`."""
+        prop = self.engine.propagator
+        if prop is not None:
+            self.prop_custom = True
+            if prop.active:
+                prop.ops.append((self.db.index, argv))
+
+    def also_propagate(self, argv: Sequence[bytes]) -> None:
+        """Log ``argv`` (in the current db) before the running command's own record (which is
+        still logged as received unless :meth:`propagate` / :meth:`no_propagate` is called)."""
+        prop = self.engine.propagator
+        if prop is not None and prop.active:
+            prop.ops.append((self.db.index, argv))
+
+    def no_propagate(self) -> None:
+        """Do not log the running command (it changed nothing, or logged its effects with
+        :meth:`also_propagate`)."""
+        self.prop_custom = True
 
     def signal_key_ready(self, key: bytes) -> None:
         """Mark ``key`` (in the current db) ready: after the current command, clients blocked on

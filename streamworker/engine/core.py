@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import CommandSpec, load_commands
@@ -22,9 +22,10 @@ from streamworker.engine.keyspace import Keyspace, unwatch_all
 from streamworker.engine.replies import QUEUED
 
 if TYPE_CHECKING:
+    from streamworker.engine.aof import AppendOnlyFile
     from streamworker.engine.replies import Reply
 
-__all__ = ["Blocked", "ClientState", "Ctx", "Engine", "OnReady"]
+__all__ = ["Blocked", "ClientState", "Ctx", "Engine", "OnReady", "Propagator"]
 
 
 def _wall_clock_ms() -> int:
@@ -34,9 +35,47 @@ def _wall_clock_ms() -> int:
 _CRON_INTERVAL_S = 0.1  # Redis's default hz 10
 
 
+# Commands never logged as received: what they run is logged command by command (a script's
+# effects, EXEC's queued commands), as Redis 7.0 propagates them.
+_EFFECTS_ONLY = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro", "exec"})
+
+
 def uses_wall_clock(engine: Engine) -> bool:
     """Whether ``engine`` runs on the real clock (no clock was injected)."""
     return engine.clock is _wall_clock_ms
+
+
+class Propagator(Protocol):
+    """What the engine feeds the writes it executes to (the append-only file, :mod:`.aof`).
+
+    The engine appends ``(db index, argv)`` to :attr:`ops` for every write-flagged command
+    that did not fail (or what the command chose with ``ctx.propagate`` /
+    ``ctx.also_propagate``), calls :meth:`begin_call` before and :meth:`end_call` after each
+    top-level command (and after each blocked client it serves), and :meth:`after_execute`
+    at the end of every :meth:`Engine.execute` / :meth:`Engine.execute_many`, still under the
+    lock, before waking the clients served meanwhile. Everything runs under the engine lock.
+    """
+
+    depth: int
+    """Nesting of command calls in progress (EXEC's and scripts' commands are nested)."""
+    ops: list[tuple[int, Sequence[bytes]]]
+    """The writes of the call in progress, in execution order."""
+    active: bool
+    """False while the file is being loaded: commands need not build what they propagate."""
+    write_error: str | None
+    """Why the last write to the file failed (write commands are then refused), or None."""
+
+    def begin_call(self) -> None:
+        """A top-level command starts (fix the clock for it)."""
+
+    def end_call(self) -> None:
+        """A top-level command (or a served blocked client) ends: log :attr:`ops`."""
+
+    def after_execute(self) -> None:
+        """An ``execute``/``execute_many`` ends (flush, and fsync if the policy says so)."""
+
+    def tick(self) -> None:
+        """Housekeeping is about to run outside a command (advance the clock)."""
 
 
 class Engine:
@@ -68,6 +107,22 @@ class Engine:
         self.stats_errors = 0
         self.stats_rejected = 0
         self.tcp_port = 0
+        # The append-only file (or any Propagator) fed with every write; None = in memory only.
+        self.propagator: Propagator | None = None
+        # Blocked clients served during an execute() while a propagator is attached: they are
+        # woken only after the propagator has flushed the writes that served them.
+        self._wakeups: list[tuple[Blocked, Reply]] = []
+        # The append-only file (for INFO and BGREWRITEAOF); None in memory.
+        self.persistence: AppendOnlyFile | None = None
+        # Lua scripting (a scripting.ScriptRuntime), created by the first EVAL/SCRIPT command.
+        self.scripting: Any = None
+
+    def set_clock(self, clock: Callable[[], int]) -> None:
+        """Replace the engine clock (commands and key expiry both use it)."""
+        self.clock = clock
+        self.keyspace.clock = clock
+        for db in self.keyspace.dbs:
+            db._clock = clock
 
     # -- clients -----------------------------------------------------------------------------
 
@@ -103,6 +158,8 @@ class Engine:
                 self._serve_ready()
             if time.monotonic() >= self._next_cron:
                 self._cron()
+            if self.propagator is not None:
+                self._after_execute()
             return reply
 
     def execute_many(
@@ -126,7 +183,17 @@ class Engine:
                     break
             if time.monotonic() >= self._next_cron:
                 self._cron()
+            if self.propagator is not None:
+                self._after_execute()
         return out
+
+    def _after_execute(self) -> None:
+        assert self.propagator is not None
+        self.propagator.after_execute()
+        if self._wakeups:
+            wakeups, self._wakeups = self._wakeups, []
+            for blocked, reply in wakeups:
+                blocked.resolve(reply)
 
     def _dispatch(self, client: ClientState, argv: Sequence[bytes]) -> Reply | Blocked:
         # The hot path (a few hundred ns): no per-call dict building, one args slice.
@@ -150,6 +217,8 @@ class Engine:
             if spec.name == "exec":
                 return self._exec_abort(client, msgs.wrong_arity("exec"))
             return self._reject(client, msgs.wrong_arity(spec.name))
+        if not client.authenticated and "no-auth" not in spec.flags:
+            return self._reject(client, msgs.NOAUTH)
         ctx = client.ctx
         if client.in_multi:
             if spec.no_multi:
@@ -166,6 +235,13 @@ class Engine:
             return self._reject(client, msgs.wrong_arity(spec.name))
         args = argv[spec.skip :]
         ctx.argv = argv
+        if self.propagator is not None:
+            reply = self._call_propagating(
+                spec, ctx, argv, args if type(args) is list else list(args)
+            )
+            if type(reply) is Blocked:
+                self._register(reply)
+            return reply
         try:
             reply = func(ctx, args if type(args) is list else list(args))
         except CommandError as exc:
@@ -177,6 +253,48 @@ class Engine:
             self._register(reply)
         return reply
 
+    def _call_propagating(
+        self, spec: CommandSpec, ctx: Ctx, argv: Sequence[bytes], args: list[bytes]
+    ) -> Reply | Blocked:
+        # The persistent path: the command's writes go to the propagator. A write-flagged
+        # command that succeeds is logged as received unless it chose its own propagation
+        # (ctx.propagate / ctx.no_propagate), e.g. XADD * logs the ID it generated.
+        prop = self.propagator
+        assert prop is not None
+        assert spec.func is not None
+        if prop.write_error is not None and "write" in spec.flags:
+            self.stats_rejected += 1
+            return CommandError(f"MISCONF Errors writing to the AOF file: {prop.write_error}")
+        top = prop.depth == 0
+        if top:
+            prop.begin_call()
+        prop.depth += 1
+        db_index = ctx.db.index
+        outer = ctx.prop_custom
+        ctx.prop_custom = False
+        try:
+            reply = spec.func(ctx, args)
+        except CommandError as exc:
+            self.stats_errors += 1
+            reply = exc
+        except Exception as exc:
+            reply = self._internal_error(spec, exc)
+        finally:
+            prop.depth -= 1
+        rtype = type(reply)
+        if (
+            not ctx.prop_custom
+            and rtype is not CommandError
+            and rtype is not Blocked
+            and "write" in spec.flags
+            and spec.name not in _EFFECTS_ONLY
+        ):
+            prop.ops.append((db_index, argv))
+        ctx.prop_custom = outer
+        if top:
+            prop.end_call()
+        return reply
+
     def run_queued(self, ctx: Ctx, spec: CommandSpec, argv: Sequence[bytes]) -> Reply:
         """Run one command queued by MULTI (EXEC's loop). Blocking commands don't block."""
         self.stats_commands += 1
@@ -184,14 +302,64 @@ class Engine:
         func = spec.func
         assert func is not None
         ctx.argv = argv
-        try:
-            reply = func(ctx, list(argv[spec.skip :]))
-        except CommandError as exc:
-            self.stats_errors += 1
-            return exc
-        except Exception as exc:
-            return self._internal_error(spec, exc)
+        if self.propagator is not None:
+            reply = self._call_propagating(spec, ctx, argv, list(argv[spec.skip :]))
+        else:
+            try:
+                reply = func(ctx, list(argv[spec.skip :]))
+            except CommandError as exc:
+                self.stats_errors += 1
+                return exc
+            except Exception as exc:
+                return self._internal_error(spec, exc)
         if type(reply) is Blocked:  # ctx.block returns the timeout reply in MULTI
+            return reply.on_timeout_reply
+        return reply  # type: ignore[return-value]
+
+    def call_from_script(
+        self, ctx: Ctx, argv: list[bytes], read_only: bool = False, propagate: bool = True
+    ) -> Reply:
+        """Run one command for a script's ``redis.call`` / ``redis.pcall``: the one entry point
+        of every command a Lua script runs (``ctx`` is the script client's, ``in_script`` set;
+        the engine lock is held by the EVAL that runs the script).
+
+        What Redis refuses from scripts is refused with its texts, as CommandError replies:
+        unknown commands and subcommands, wrong arity, ``noscript`` commands, and writes when
+        ``read_only`` (EVAL_RO, or a ``#!lua flags=no-writes`` script). The command's own
+        errors come back the same way. Blocking commands do not block (``ctx.block`` returns
+        the timeout reply in scripts).
+        """
+        spec = self.table.get(argv[0].lower())
+        if spec is not None and spec.subcommands is not None and len(argv) >= 2:
+            spec = spec.subcommands.get(argv[1].lower())
+        if spec is None:
+            return CommandError(msgs.SCRIPT_UNKNOWN_COMMAND)
+        arity = spec.arity
+        n = len(argv)
+        if n != arity and (arity > 0 or n < -arity):
+            return CommandError(msgs.SCRIPT_WRONG_ARITY)
+        if spec.noscript or spec.func is None:
+            return CommandError(msgs.SCRIPT_COMMAND_NOT_ALLOWED)
+        if read_only and "write" in spec.flags:
+            return CommandError(msgs.SCRIPT_WRITE_IN_READ_ONLY)
+        self.stats_commands += 1
+        ctx.client.last_cmd = spec.name
+        ctx.argv = argv
+        # Persistence hook: with a propagator attached, each write a script runs is logged as
+        # its own effect (Redis 7.0 replicates a script's effects, not the EVAL) and the
+        # propagator's end_call for the EVAL logs them together; redis.set_repl(REPL_NONE)
+        # passes propagate=False.
+        if self.propagator is not None and propagate:
+            reply = self._call_propagating(spec, ctx, argv, argv[spec.skip :])
+        else:
+            try:
+                reply = spec.func(ctx, argv[spec.skip :])
+            except CommandError as exc:
+                self.stats_errors += 1
+                return exc
+            except Exception as exc:
+                return self._internal_error(spec, exc)
+        if type(reply) is Blocked:
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
 
@@ -262,6 +430,9 @@ class Engine:
                 for blocked in list(queue):
                     if blocked.resolved or blocked not in queue:
                         continue
+                    prop = self.propagator
+                    if prop is not None:
+                        prop.depth += 1
                     try:
                         reply = blocked.on_ready(blocked.ctx)
                     except CommandError as exc:
@@ -271,10 +442,18 @@ class Engine:
                             f"ERR engine internal error while unblocking: "
                             f"{type(exc).__name__}: {exc}"
                         )
+                    if prop is not None:
+                        # A served client is a call of its own (Redis re-runs its command):
+                        # its writes are logged as one unit.
+                        prop.depth -= 1
+                        prop.end_call()
                     if reply is None:
                         continue
                     self._unblock(blocked)
-                    blocked.resolve(reply)
+                    if prop is not None:
+                        self._wakeups.append((blocked, reply))
+                    else:
+                        blocked.resolve(reply)
 
     def unblock(self, blocked: Blocked, reply: Reply) -> bool:
         """Serve ``blocked`` with ``reply`` now (CLIENT UNBLOCK); False if already served."""
@@ -317,6 +496,8 @@ class Engine:
 
     def _cron(self) -> None:
         self._next_cron = time.monotonic() + _CRON_INTERVAL_S
+        if self.propagator is not None:
+            self.propagator.tick()
         self.keyspace.active_expire()
         if self._ready:
             self._serve_ready()
@@ -325,6 +506,8 @@ class Engine:
         """Run one housekeeping pass now (active expiry)."""
         with self.lock:
             self._cron()
+            if self.propagator is not None:
+                self._after_execute()
 
 
 def _printable(arg: bytes, limit: int) -> str:

@@ -1,7 +1,7 @@
 """redis-py clients that execute on an in-process :class:`~streamworker.engine.core.Engine`.
 
-``engine://memory`` (one shared engine per process) and ``engine://memory/NAME`` (one per name)
-resolve through :func:`engine_from_url`. :func:`sync_client` and :func:`async_client` return a
+``engine://memory`` (one shared engine per process), ``engine://memory/NAME`` (one per name) and
+``engine:///path/to/dir`` (persistent, see :mod:`.aof`) resolve through :func:`engine_from_url`. :func:`sync_client` and :func:`async_client` return a
 ``redis.Redis`` / ``redis.asyncio.Redis`` whose connection pool uses :class:`EngineConnection` /
 :class:`AsyncEngineConnection`: no socket and no RESP bytes. Commands reach the engine as
 ``list[bytes]`` (redis-py's encoder turns the arguments to bytes) and replies are converted
@@ -24,8 +24,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
+from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 import redis
 import redis.asyncio
@@ -77,45 +79,72 @@ _REGISTRY_LOCK = threading.Lock()
 _SENTINEL: Any = object()
 
 
-def _engine_key(url: str) -> str:
+_FSYNC_POLICIES = ("always", "everysec", "no")
+
+
+def _parse_engine_url(url: str) -> tuple[str, Path | None, str]:
+    # -> (registry key, data directory or None, appendfsync)
     parsed = urlparse(url)
     if parsed.scheme != "engine":
         raise ValueError(f"not an engine:// URL: {url!r}")
+    query = parse_qs(parsed.query)
+    unknown = set(query) - {"appendfsync"}
+    if unknown:
+        raise ValueError(f"{url!r}: unknown option(s) {', '.join(sorted(unknown))}")
+    policy = query.get("appendfsync", ["everysec"])[-1]
+    if policy not in _FSYNC_POLICIES:
+        raise ValueError(f"{url!r}: appendfsync must be always, everysec or no, not {policy!r}")
     if parsed.netloc == "" and parsed.path:
-        raise ValueError(
-            f"{url!r}: engine:///path (an engine with a data directory) needs persistence, "
-            "which is not implemented yet; use engine://memory or engine://memory/NAME"
-        )
+        directory = Path(unquote(parsed.path)).resolve()
+        return f"\0dir:{directory}", directory, policy
     if parsed.netloc != "memory":
         raise ValueError(
             f"{url!r}: unknown engine location {parsed.netloc!r}; "
-            "use engine://memory or engine://memory/NAME"
+            "use engine://memory, engine://memory/NAME or engine:///path/to/dir"
         )
     name = unquote(parsed.path.strip("/"))
     if "/" in name:
         raise ValueError(f"{url!r}: an engine name cannot contain '/'")
-    return name
+    return name, None, policy
+
+
+def _engine_key(url: str) -> str:
+    return _parse_engine_url(url)[0]
 
 
 def engine_from_url(url: str) -> Engine:
     """The process-wide Engine for ``url``: the same URL always gives the same Engine.
 
     ``engine://memory`` is the default in-memory engine; ``engine://memory/NAME`` is a separate
-    named one. ``engine:///path`` (persistent) raises ValueError for now. Thread-safe.
+    named one. ``engine:///path/to/dir`` is persistent: the directory's append-only file
+    (the same files as ``streamworker engine serve --dir``) is replayed on first use and every
+    write is logged to it, fsynced as ``?appendfsync=always|everysec|no`` says (default
+    everysec; ``always`` fsyncs before each command returns). A directory is locked by the
+    process that opened it: another process gets
+    :class:`~streamworker.engine.aof.DirectoryLockedError`. Thread-safe.
     """
-    key = _engine_key(url)
+    key, directory, policy = _parse_engine_url(url)
     with _REGISTRY_LOCK:
         engine = _REGISTRY.get(key)
         if engine is None:
-            engine = Engine()
+            if directory is None:
+                engine = Engine()
+            else:
+                from streamworker.engine.aof import open_persistent
+
+                engine = open_persistent(directory, appendfsync=policy).engine
             _REGISTRY[key] = engine
         return engine
 
 
 def forget_engine(url: str) -> None:
-    """Drop the registry's Engine for ``url`` (tests); clients still holding it keep it."""
+    """Drop the registry's Engine for ``url`` (tests); clients still holding it keep it. A
+    persistent engine's file is flushed and closed and its directory unlocked (the engine
+    keeps working in memory)."""
     with _REGISTRY_LOCK:
-        _REGISTRY.pop(_engine_key(url), None)
+        engine = _REGISTRY.pop(_engine_key(url), None)
+    if engine is not None and engine.persistence is not None:
+        engine.persistence.close()
 
 
 # --- arguments and replies -----------------------------------------------------------------
@@ -139,6 +168,17 @@ class _WithResp:
 
 
 _RESP_SWITCHERS = frozenset({b"hello", b"reset"})
+_FIRST = itemgetter(0)
+
+
+def _may_switch_resp(cmds: list[list[bytes]]) -> bool:
+    # Whether a pipeline has a HELLO or RESET: its distinct command names (few; one C-level
+    # pass to collect them) are checked instead of every command.
+    try:
+        names = set(map(_FIRST, cmds))
+    except IndexError:  # an empty command somewhere
+        names = {argv[0] for argv in cmds if argv}
+    return any(name.lower() in _RESP_SWITCHERS for name in names)
 
 
 def _make_packer(encoder: Any) -> Callable[[Sequence[Any]], list[bytes]]:
@@ -227,7 +267,19 @@ class _Converter:
             if t is int:
                 return v
             if t is list or t is tuple:
-                return [conv(x) for x in v]
+                # Leaves (bytes, ints) inline: stream replies are mostly flat lists of bytes,
+                # and a call per field dominated the XREAD/XREADGROUP conversion.
+                out: list[Any] = []
+                append = out.append
+                for x in v:
+                    tx = type(x)
+                    if tx is bytes:
+                        append(x if decode is None else decode(x))
+                    elif tx is int:
+                        append(x)
+                    else:
+                        append(conv(x))
+                return out
             if t is Status:
                 r = statuses.get(v.text)
                 if r is None:
@@ -237,6 +289,10 @@ class _Converter:
                 return None
             if t is Map:
                 if resp3:
+                    if v.plain and decode is None:
+                        # Fresh lists of bytes (XREAD/XREADGROUP entries): already what the
+                        # parser would build; copying them was most of the conversion cost.
+                        return dict(v.items)
                     return {conv(k): conv(x) for k, x in v.items}
                 flat: list[Any] = []
                 for k, x in v.items:
@@ -298,7 +354,7 @@ class _EngineSession:
         if len(cmds) == 1:
             replies.append(engine.execute(client, cmds[0]))
             return
-        if any(argv and argv[0].lower() in _RESP_SWITCHERS for argv in cmds):
+        if _may_switch_resp(cmds):
             self._run_switching(cmds)
             return
         out = engine.execute_many(client, cmds)

@@ -121,6 +121,13 @@ def config_set_failed(name: str, reason: str) -> str:
 
 
 NOAUTH_HELLO = "WRONGPASS invalid username-password pair or user is disabled."
+NOAUTH = "NOAUTH Authentication required."
+NOAUTH_HELLO_FIRST = (
+    "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO "
+    "AUTH <user> <pass> option can be used to authenticate the client and select the RESP "
+    "protocol version at the same time"
+)
+MAX_CLIENTS = "ERR max number of clients reached"
 AUTH_NOT_CONFIGURED = (
     "ERR AUTH <password> called without any password configured for the default user. "
     "Are you sure your configuration is correct?"
@@ -143,6 +150,8 @@ PROTO_TOO_BIG_MBULK = "ERR Protocol error: too big mbulk count string"
 PROTO_TOO_BIG_BULK = "ERR Protocol error: too big bulk count string"
 PROTO_TOO_BIG_INLINE = "ERR Protocol error: too big inline request"
 PROTO_UNBALANCED_QUOTES = "ERR Protocol error: unbalanced quotes in request"
+PROTO_UNAUTH_MULTIBULK_LEN = "ERR Protocol error: unauthenticated multibulk length"
+PROTO_UNAUTH_BULK_LEN = "ERR Protocol error: unauthenticated bulk length"
 
 
 def proto_expected_dollar(got: str) -> str:
@@ -248,3 +257,66 @@ def nogroup_for_key(group: str, key: str) -> str:
 def xclaim_unrecognized(opt: str) -> str:
     """An XCLAIM option that is neither an ID nor a known option."""
     return f"ERR Unrecognized XCLAIM option '{opt}'"
+
+
+# --- scripting (EVAL, EVALSHA, SCRIPT, and what scripts see) ----------------------------------
+
+NOSCRIPT = "NOSCRIPT No matching script. Please use EVAL."
+EVAL_NUMKEYS_TOO_BIG = "ERR Number of keys can't be greater than number of args"
+EVAL_NUMKEYS_NEGATIVE = "ERR Number of keys can't be negative"
+NOTBUSY = "NOTBUSY No scripts in execution right now."
+UNKILLABLE = (
+    "UNKILLABLE Sorry the script already executed write commands against the dataset. You can "
+    "either wait the script termination or kill the server in a hard way using the SHUTDOWN "
+    "NOSAVE command."
+)
+BUSY_SCRIPT = (
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+)
+SCRIPT_FLUSH_OPTION = "ERR SCRIPT FLUSH only support SYNC|ASYNC option"
+SCRIPT_DEBUG_OPTION = "ERR Use SCRIPT DEBUG YES/SYNC/NO"
+SCRIPT_DEBUG_UNSUPPORTED = (
+    "ERR SCRIPT DEBUG is not supported by the streamworker engine (no Lua debugger)"
+)
+SCRIPT_INVALID_SHEBANG = "ERR Invalid script shebang"
+SCRIPT_RO_WITH_WRITE_FLAG = "ERR Can not execute a script with write flag using *_ro command."
+SCRIPT_KILLED = "ERR Script killed by user with SCRIPT KILL..."
+# What redis.call / redis.pcall report (the err field of the error table).
+SCRIPT_NO_ARGS = "ERR Please specify at least one argument for this redis lib call"
+SCRIPT_BAD_ARG_TYPE = "ERR Lua redis lib command arguments must be strings or integers"
+SCRIPT_UNKNOWN_COMMAND = "ERR Unknown Redis command called from script"
+SCRIPT_WRONG_ARITY = "ERR Wrong number of args calling Redis command from script"
+SCRIPT_COMMAND_NOT_ALLOWED = "ERR This Redis command is not allowed from script"
+SCRIPT_WRITE_IN_READ_ONLY = "ERR Write commands are not allowed from read-only scripts."
+# The other redis.* functions.
+SCRIPT_SETRESP_ARGS = "ERR redis.setresp() requires one argument."
+SCRIPT_SETRESP_VERSION = "ERR RESP version must be 2 or 3."
+SCRIPT_LOG_ARGS = "ERR redis.log() requires two arguments or more."
+SCRIPT_LOG_LEVEL_NOT_NUMBER = "ERR First argument must be a number (log level)."
+SCRIPT_LOG_INVALID_LEVEL = "ERR Invalid debug level."
+SCRIPT_SHA1HEX_ARGS = "ERR wrong number of arguments"
+SCRIPT_SET_REPL_ARGS = "ERR redis.set_repl() requires two arguments."
+SCRIPT_SET_REPL_FLAGS = (
+    "ERR Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE."
+)
+SCRIPT_ACL_INVALID_COMMAND = "ERR Invalid command passed to redis.acl_check_cmd()"
+
+
+def script_compile_error(lua_error: str) -> str:
+    """A script that does not compile: ``lua_error`` is Lua's ``user_script:1: ...`` text."""
+    return f"ERR Error compiling script (new function): {lua_error}"
+
+
+def script_unexpected_engine(first_word: str) -> str:
+    """A shebang naming another engine than ``#!lua``."""
+    return f"ERR Unexpected engine in script shebang: {first_word}"
+
+
+def script_unknown_shebang_option(option: str) -> str:
+    """A shebang option other than ``flags=``."""
+    return f"ERR Unknown lua shebang option: {option}"
+
+
+def script_unexpected_flag(flag: str) -> str:
+    """A ``flags=`` entry Redis 7.0 does not know."""
+    return f"ERR Unexpected flag in script shebang: {flag}"

@@ -45,6 +45,8 @@ class ProtocolError(Exception):
     def __init__(self, text: str) -> None:
         super().__init__(text)
         self.text = text
+        # The commands that were complete before the malformed input (set by feed()).
+        self.commands: list[list[bytes]] = []
 
 
 def _string2ll(buf: bytes) -> int | None:
@@ -75,95 +77,200 @@ class RequestParser:
 
     ``max_bulk_len`` is ``proto-max-bulk-len`` (512 MB by default). Empty commands (``*0``,
     ``*-1`` and blank inline lines) produce nothing, as in Redis.
+
+    Like Redis's, it keeps the arguments of a multibulk command already received, so a huge
+    command arriving in many reads is parsed once, and a large bulk string is not looked at
+    again until all of it is there.
     """
 
-    __slots__ = ("_buf", "_pos", "max_bulk_len")
+    __slots__ = ("_args", "_buf", "_left", "_mb_bytes", "_need", "authenticated", "max_bulk_len")
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
         self._buf = bytearray()
-        self._pos = 0
+        # The multibulk command in progress: its arguments so far, how many are missing,
+        # and how many bytes of input they took.
+        self._args: list[bytes] | None = None
+        self._left = 0
+        self._mb_bytes = 0
+        # Do not parse again before the buffer holds this many bytes.
+        self._need = 0
         self.max_bulk_len = max_bulk_len
+        # Redis bounds what a client that has not authenticated yet may send: at most 10
+        # arguments of at most 16 KB (a server with requirepass sets this False until AUTH).
+        self.authenticated = True
 
     @property
     def pending(self) -> int:
         """Bytes received but not yet consumed as a complete command."""
-        return len(self._buf) - self._pos
+        return len(self._buf) + self._mb_bytes
 
     def feed(self, data: bytes) -> list[list[bytes]]:
         """Append ``data`` and return every command now complete (possibly none).
 
         Raises :class:`ProtocolError` on malformed input; the commands completed before the
-        error are lost with it (Redis has executed them already; callers that need them
-        should feed smaller pieces).
+        error are in the exception's ``commands`` (Redis executes them before replying with
+        the error).
         """
         buf = self._buf
-        buf += data
+        if buf:
+            buf += data
+            if len(buf) < self._need:
+                return []
+            view = bytes(buf)
+        else:
+            view = data if type(data) is bytes else bytes(data)
         out: list[list[bytes]] = []
-        while self._pos < len(buf):
-            cmd = self._multibulk() if buf[self._pos] == 0x2A else self._inline()
-            if cmd is _INCOMPLETE:
-                break
-            if cmd:
-                out.append(cmd)  # type: ignore[arg-type]
-        if self._pos:
-            del buf[: self._pos]
-            self._pos = 0
+        try:
+            pos = self._parse(view, out)
+        except ProtocolError as exc:
+            exc.commands = out
+            raise
+        if buf:
+            del buf[:pos]
+        elif pos < len(view):
+            buf += view[pos:]
         return out
 
-    def _inline(self) -> object:
-        buf = self._buf
-        nl = buf.find(b"\n", self._pos)
-        if nl < 0:
-            if len(buf) - self._pos > INLINE_MAX_SIZE:
-                raise ProtocolError(msgs.PROTO_TOO_BIG_INLINE)
-            return _INCOMPLETE
-        end = nl - 1 if nl > self._pos and buf[nl - 1] == 0x0D else nl
-        line = bytes(buf[self._pos : end])
-        self._pos = nl + 1
-        args = parse_inline_args(line)
-        if args is None:
-            raise ProtocolError(msgs.PROTO_UNBALANCED_QUOTES)
-        return args
-
-    def _multibulk(self) -> object:
-        buf = self._buf
-        pos = self._pos
-        cr = buf.find(b"\r\n", pos)
-        if cr < 0:
-            if len(buf) - pos > INLINE_MAX_SIZE:
-                raise ProtocolError(msgs.PROTO_TOO_BIG_MBULK)
-            return _INCOMPLETE
-        count = _string2ll(bytes(buf[pos + 1 : cr]))
-        if count is None or count > _INT_MAX:
-            raise ProtocolError(msgs.PROTO_INVALID_MULTIBULK_LEN)
-        pos = cr + 2
-        if count <= 0:
-            self._pos = pos
-            return []
-        args: list[bytes] = []
+    def _parse(self, data: bytes, out: list[list[bytes]]) -> int:
+        # Parses complete commands from data into out; returns how many bytes were consumed.
+        n = len(data)
+        pos = 0
+        args = self._args
+        left = self._left
         maxlen = self.max_bulk_len
-        for _ in range(count):
-            cr = buf.find(b"\r\n", pos)
-            if cr < 0:
-                if len(buf) - pos > INLINE_MAX_SIZE:
-                    raise ProtocolError(msgs.PROTO_TOO_BIG_BULK)
-                return _INCOMPLETE
-            if buf[pos] != 0x24:  # '$'
-                raise ProtocolError(msgs.proto_expected_dollar(chr(buf[pos])))
-            size = _string2ll(bytes(buf[pos + 1 : cr]))
-            if size is None or size < 0 or size > maxlen:
-                raise ProtocolError(msgs.PROTO_INVALID_BULK_LEN)
-            start = cr + 2
-            # Redis skips the two bytes after the payload without checking they are CRLF.
-            if len(buf) < start + size + 2:
-                return _INCOMPLETE
-            args.append(bytes(buf[start : start + size]))
-            pos = start + size + 2
-        self._pos = pos
-        return args
+        authenticated = self.authenticated
+        find = data.find
+        self._need = 0
+        if args is None and n <= _FAST_MAX and n and data[0] == 0x2A:
+            pos = _parse_split(data, out, authenticated, maxlen)
+        # Where the bytes of the multibulk in progress start in data (its earlier bytes, in
+        # _mb_bytes, came in earlier reads).
+        mb_start = 0
+        while True:
+            if args is None:
+                if pos >= n:
+                    break
+                if data[pos] != 0x2A:  # not '*': an inline command
+                    nl = find(b"\n", pos)
+                    if nl < 0:
+                        if n - pos > INLINE_MAX_SIZE:
+                            raise ProtocolError(msgs.PROTO_TOO_BIG_INLINE)
+                        self._need = n - pos + 1
+                        break
+                    end = nl - 1 if nl > pos and data[nl - 1] == 0x0D else nl
+                    line = data[pos:end]
+                    pos = nl + 1
+                    inline = parse_inline_args(line)
+                    if inline is None:
+                        raise ProtocolError(msgs.PROTO_UNBALANCED_QUOTES)
+                    if inline:
+                        out.append(inline)
+                    continue
+                cr = find(b"\r\n", pos)
+                if cr < 0:
+                    if n - pos > INLINE_MAX_SIZE:
+                        raise ProtocolError(msgs.PROTO_TOO_BIG_MBULK)
+                    self._need = n - pos + 1
+                    break
+                digits = data[pos + 1 : cr]
+                if digits.isdigit() and cr - pos < 12 and (digits[0] != 0x30 or cr - pos == 2):
+                    count = int(digits)
+                else:
+                    parsed = _string2ll(digits)
+                    if parsed is None:
+                        raise ProtocolError(msgs.PROTO_INVALID_MULTIBULK_LEN)
+                    count = parsed
+                if count > _INT_MAX:
+                    raise ProtocolError(msgs.PROTO_INVALID_MULTIBULK_LEN)
+                if count > 10 and not authenticated:
+                    raise ProtocolError(msgs.PROTO_UNAUTH_MULTIBULK_LEN)
+                mb_start = pos
+                self._mb_bytes = 0
+                pos = cr + 2
+                if count <= 0:
+                    continue
+                args = []
+                left = count
+            append = args.append
+            while left:
+                cr = find(b"\r\n", pos)
+                if cr < 0:
+                    if n - pos > INLINE_MAX_SIZE:
+                        raise ProtocolError(msgs.PROTO_TOO_BIG_BULK)
+                    self._need = n - pos + 1
+                    break
+                if data[pos] != 0x24:  # '$'
+                    raise ProtocolError(msgs.proto_expected_dollar(chr(data[pos])))
+                digits = data[pos + 1 : cr]
+                if digits.isdigit() and cr - pos < 20 and (digits[0] != 0x30 or cr - pos == 2):
+                    size = int(digits)
+                else:
+                    parsed = _string2ll(digits)
+                    if parsed is None or parsed < 0:
+                        raise ProtocolError(msgs.PROTO_INVALID_BULK_LEN)
+                    size = parsed
+                if size > maxlen:
+                    raise ProtocolError(msgs.PROTO_INVALID_BULK_LEN)
+                if size > 16384 and not authenticated:
+                    raise ProtocolError(msgs.PROTO_UNAUTH_BULK_LEN)
+                # Redis skips the two bytes after the payload without checking they are CRLF.
+                end = cr + 2 + size
+                if end + 2 > n:
+                    self._need = end + 2 - pos
+                    break
+                append(data[cr + 2 : end])
+                pos = end + 2
+                left -= 1
+            if left:
+                self._mb_bytes += pos - mb_start
+                break
+            out.append(args)
+            args = None
+            self._mb_bytes = 0
+        self._args = args
+        self._left = left
+        return pos
 
 
-_INCOMPLETE: Final = object()
+_FAST_MAX: Final = 4 * 1024 * 1024
+_FMT_BULK: Final = b"$%d".__mod__
+# "$<n>" for the usual argument lengths, looked up rather than formatted.
+_BULK_HEAD: Final = [b"$%d" % n for n in range(4096)].__getitem__
+
+
+def _parse_split(data: bytes, out: list[list[bytes]], authenticated: bool, maxlen: int) -> int:
+    # The fast path for a read of ordinary commands: split on CRLF (in C) and accept a
+    # command only if every "$<len>" line matches the length of the part after it. A payload
+    # holding CRLF splits short and fails that check, as does anything malformed: parsing
+    # then continues byte by byte from that command (which also produces the errors).
+    # Returns the bytes consumed.
+    parts = data.split(b"\r\n")
+    last = len(parts) - 1  # parts[last] follows the last CRLF: incomplete
+    small = authenticated or len(data) <= 16384
+    if len(data) > maxlen or not small:
+        return 0
+    i = 0
+    append = out.append
+    while i < last:
+        head = parts[i]
+        digits = head[1:]
+        if head[:1] != b"*" or not digits.isdigit() or digits[0] == 0x30:
+            break
+        count = int(digits)
+        j = i + 1 + 2 * count
+        if j > last or (count > 10 and not authenticated):
+            break
+        args = parts[i + 2 : j : 2]
+        try:
+            heads = list(map(_BULK_HEAD, map(len, args)))
+        except IndexError:  # an argument of 4 KB or more
+            heads = list(map(_FMT_BULK, map(len, args)))
+        if heads != parts[i + 1 : j : 2]:
+            break
+        append(args)
+        i = j
+    return sum(map(len, parts[:i])) + 2 * i if i else 0
+
 
 _ESCAPES: Final = {
     ord("n"): b"\n",

@@ -116,12 +116,18 @@ class Map:
     """A map reply: a flat array ``k1 v1 k2 v2`` in RESP2, a ``%`` map in RESP3.
 
     ``items`` keeps the order given; duplicate keys are kept as given (Redis never sends them).
+
+    ``plain=True`` promises that every key is ``bytes`` and every value is built only of
+    ``bytes``, ``int`` and ``list`` objects that are fresh (not shared with engine state):
+    an in-process transport may then hand the values over without copying them (XREAD /
+    XREADGROUP replies). It changes nothing on the wire.
     """
 
-    __slots__ = ("items",)
+    __slots__ = ("items", "plain")
 
-    def __init__(self, items: Iterable[tuple[Reply, Reply]] = ()) -> None:
+    def __init__(self, items: Iterable[tuple[Reply, Reply]] = (), plain: bool = False) -> None:
         self.items: list[tuple[Reply, Reply]] = list(items)
+        self.plain = plain
 
     def __repr__(self) -> str:
         return f"Map({self.items!r})"

@@ -101,6 +101,19 @@ def _make_strategy(
             is_async=spec.is_async,
             run_sync=run_sync,
         )
+    if spec.idempotency == "lua":
+        from streamworker.idempotency.lua import LuaStrategy
+
+        return LuaStrategy(
+            client,
+            stream=spec.stream,
+            group=spec.group,
+            consumer=consumer,
+            concurrency=spec.concurrency,
+            max_deliveries=spec.max_deliveries,
+            dedup_field=spec.dedup_field,
+            dedup_window_ms=spec.dedup_window_ms,
+        )
     raise ConfigError(f"{spec.name}: idempotency={spec.idempotency!r} is not available")
 
 

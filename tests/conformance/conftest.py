@@ -1,4 +1,5 @@
-"""The backends every conformance test runs on: a real redis-server and the embedded engine."""
+"""The backends every conformance test runs on: a real redis-server, the embedded engine in
+process, and the engine's RESP server (``streamworker engine serve``) over TCP."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.support.engine_server import EngineServerProcess
 from tests.support.servers import RedisServer
 
 _engine_ids = itertools.count()
@@ -18,7 +20,17 @@ def _backends() -> list[str]:
     backends = ["redis"]
     if importlib.util.find_spec("streamworker.engine.inproc") is not None:
         backends.append("engine")
+    if importlib.util.find_spec("streamworker.engine.server") is not None:
+        backends.append("engine-server")
     return backends
+
+
+@pytest.fixture(scope="session")
+def engine_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineServerProcess]:
+    """One ``streamworker engine serve`` (with a data directory) for the whole session."""
+    server = EngineServerProcess(tmp_path_factory.mktemp("engine-server")).start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(params=_backends())
@@ -27,6 +39,11 @@ def backend_url(request: pytest.FixtureRequest, redis_server: RedisServer) -> st
     if request.param == "redis":
         redis_server.client().flushall()
         return redis_server.url
+    if request.param == "engine-server":
+        server: EngineServerProcess = request.getfixturevalue("engine_server")
+        with server.client() as client:
+            client.flushall()
+        return server.url
     return f"engine://memory/conformance-{next(_engine_ids)}"
 
 

@@ -65,11 +65,6 @@ def test_clients_of_one_url_share_data(url: str) -> None:
     assert b.get("k") == b"v"
 
 
-def test_persistent_engine_url_is_refused_for_now() -> None:
-    with pytest.raises(ValueError, match="persistence"):
-        engine_from_url("engine:///var/lib/data")
-
-
 def test_non_engine_url_is_refused() -> None:
     with pytest.raises(ValueError, match="engine://"):
         engine_from_url("redis://localhost")

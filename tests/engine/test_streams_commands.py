@@ -88,6 +88,32 @@ def test_xadd_ms_star_forms(x: X) -> None:
     )
 
 
+def test_xadd_ms_star_after_max_seq_is_the_elements_too_large_error(x: X) -> None:
+    x("XADD", "s", "5-18446744073709551615", "f", "v")
+    assert x.err("XADD", "s", "5-*", "f", "v") == "ERR Elements are too large to be stored"
+    assert x("XLEN", "s") == 1
+
+
+def test_xgroup_subcommand_errors_echo_the_word_as_typed(x: X) -> None:
+    x("XADD", "s", "1-0", "f", "v")
+    assert x.err("XINFO", "stream", "s", "x") == (
+        "ERR unknown subcommand or wrong number of arguments for 'stream'. Try XINFO HELP."
+    )
+    assert x.err("XGROUP", "SetId", "s", "g", "0", "FOO", "1") == (
+        "ERR unknown subcommand or wrong number of arguments for 'SetId'. Try XGROUP HELP."
+    )
+
+
+def test_xread_block_in_script_echoes_the_command_as_typed(x: X) -> None:
+    x.client.ctx.in_script = True
+    try:
+        assert x.err("xread", "BLOCK", "0", "STREAMS", "s", "$") == (
+            "ERR xread command is not allowed with BLOCK option from scripts"
+        )
+    finally:
+        x.client.ctx.in_script = False
+
+
 def test_xadd_bare_ms_means_seq_zero(x: X) -> None:
     assert x("XADD", "s", "7", "f", "v") == b"7-0"
 

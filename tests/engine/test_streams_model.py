@@ -4,6 +4,7 @@ trimming, consumer groups and PELs — no commands, no RESP."""
 from __future__ import annotations
 
 import gc
+import random
 import tracemalloc
 
 import pytest
@@ -18,6 +19,7 @@ from streamworker.engine.model.stream import (
     Stream,
     StreamIDExhaustedError,
     StreamIDTooSmallError,
+    StreamSeqOverflowError,
 )
 
 FV = [b"f", b"v"]
@@ -72,6 +74,13 @@ def test_explicit_id_not_above_the_last_is_too_small() -> None:
         s.resolve_explicit_id(make_id(5, 3), seq_given=True)
     with pytest.raises(StreamIDTooSmallError):
         s.resolve_explicit_id(make_id(4, 0), seq_given=False)
+
+
+def test_ms_star_after_the_last_seq_of_that_ms_overflows() -> None:
+    s = Stream()
+    s.append(make_id(5, 2**64 - 1), FV)
+    with pytest.raises(StreamSeqOverflowError):
+        s.resolve_explicit_id(make_id(5, 0), seq_given=False)
 
 
 def test_deleted_ids_are_never_reused() -> None:
@@ -392,6 +401,89 @@ def test_pending_list_irange_and_ceiling() -> None:
     assert list(pl.irange(10, 20)) == [12, 15, 18]
     assert pl.ceiling(10) == 12
     assert pl.ceiling(3000) is None
+
+
+# --- bulk paths (range_reply, ack_many) -------------------------------------------------------
+
+
+def _random_stream(rng: random.Random, n: int) -> Stream:
+    s = Stream()
+    names = [[b"a", b"b"], [b"a", b"b"], [b"a", b"b"], [b"x"], [b"a", b"b", b"c"]]
+    max_entries = rng.choice([3, 10, 100])
+    for i in range(1, n + 1):
+        fields = rng.choice(names)
+        fv: list[bytes] = []
+        for f in fields:
+            size = rng.choice([4, 4, 4, 4, 0, 7, 300])
+            fv += [f, bytes([0x30 + i % 10]) * size]
+        s.append(make_id(i // 3, i % 3), fv, max_entries)
+    for sid in rng.sample(range(1, n + 1), n // 5):
+        s.delete(make_id(sid // 3, sid % 3))
+    return s
+
+
+def test_range_reply_matches_range() -> None:
+    rng = random.Random(7)
+    for _ in range(40):
+        n = rng.randrange(1, 400)
+        s = _random_stream(rng, n)
+        for _ in range(30):
+            start = make_id(rng.randrange(0, n // 3 + 2), rng.randrange(0, 3))
+            end = rng.choice([MAX_ID, make_id(rng.randrange(0, n // 3 + 2), rng.randrange(0, 3))])
+            count = rng.choice([0, 1, 2, 10, 100])
+            sids: list[int] = []
+            expected = s.range(start, end, count)
+            assert s.range_reply(start, end, count, sids) == [
+                [b"%d-%d" % (sid >> 64, sid & ((1 << 64) - 1)), fv] for sid, fv in expected
+            ]
+            assert sids == [sid for sid, _ in expected]
+
+
+def _pel_state(g: ConsumerGroup) -> list[object]:
+    out: list[object] = [list(g.pel), sorted(g.pel._d)]
+    for c in g.sorted_consumers():
+        out += [c.name, list(c.pel), sorted(c.pel._d)]
+        out += [(sid, pe.consumer.name if pe.consumer else None) for sid, pe in c.pel.items()]
+    return out
+
+
+def test_ack_many_matches_ack_one_by_one() -> None:
+    rng = random.Random(11)
+    for _ in range(60):
+        s = _stream(1)
+        g = s.create_group(b"g", 0, 0)
+        assert g is not None
+        consumers = [g.get_or_create_consumer(name, 0) for name in (b"c1", b"c2", b"c3")]
+        n = rng.randrange(1, 3000)
+        i = 1
+        while i <= n:
+            batch = list(range(i, min(n + 1, i + rng.randrange(1, 200))))
+            g.deliver_new([make_id(x, 0) for x in batch], rng.choice(consumers), 5)
+            i = batch[-1] + 1
+        for _ in range(10):
+            k = rng.randrange(0, 300)
+            lo = rng.randrange(1, n + 1)
+            sids = [make_id(lo + j, 0) for j in range(k)]
+            if rng.random() < 0.3:
+                sids += rng.sample(sids, min(3, len(sids)))
+            if rng.random() < 0.3:
+                rng.shuffle(sids)
+            twin = g.copy()
+            expected = sum(twin.ack(sid) for sid in sids)
+            assert g.ack_many(sids) == expected
+            assert _pel_state(g) == _pel_state(twin)
+
+
+def test_add_ascending_into_an_emptied_pending_list_appends() -> None:
+    pl = PendingList()
+    pl.add_ascending([1, 2, 3], [PendingEntry(None, 0) for _ in range(3)])
+    for sid in (1, 2, 3):
+        pl.pop(sid)
+    pl.add_ascending(list(range(10, 3000)), [PendingEntry(None, 0) for _ in range(10, 3000)])
+    assert list(pl) == list(range(10, 3000))
+    assert pl.first() == 10
+    assert pl.last() == 2999
+    assert list(pl.irange(1500, 1502)) == [1500, 1501, 1502]
 
 
 # --- memory -----------------------------------------------------------------------------------

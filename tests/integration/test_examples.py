@@ -8,6 +8,26 @@ import sys
 from tests.support.proc import ROOT
 
 
+def test_quickstart_demo_runs_on_the_embedded_engine_by_default() -> None:
+    result = subprocess.run(
+        [sys.executable, "examples/quickstart/demo.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "(engine://memory)" in result.stdout
+    for line in (
+        "charged order 1: 12.50 EUR",
+        "dead-lettered order 3: DeadLetter: order 3 has no amount",
+        "dead-lettered order not-a-number: PermanentFailure: body failed validation",
+        "pending after the run: 0",
+    ):
+        assert line in result.stdout
+
+
 def test_quickstart_demo_processes_charges_and_dead_letters(redis_url: str) -> None:
     result = subprocess.run(
         [sys.executable, "examples/quickstart/demo.py", "--redis-url", redis_url],
@@ -47,6 +67,30 @@ def test_sql_orders_demo_charges_every_order_once_across_a_crash_after_commit(
         "pending after the crash: 50",
         "charges: 199 (orders 200, dead-lettered 1)",
         "orders charged twice: 0",
+        "pending after the run: 0",
+    ):
+        assert line in result.stdout
+
+
+def test_click_counters_demo_counts_each_click_once_across_a_crash_and_a_replay(
+    redis_url: str,
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "examples/click_counters/demo.py", "--redis-url", redis_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in (
+        "produced 1020 clicks (1000 distinct click ids: 20 sent twice by a retrying producer)",
+        "worker 1 killed with SIGKILL before its 3rd batch's script (its handlers had run)",
+        "pending after the crash: 100",
+        "total clicks counted: 1000",
+        "counters match the distinct clicks: yes",
+        "replayed 1020 entries (XGROUP SETID clicks counters 0): counters unchanged: yes",
         "pending after the run: 0",
     ):
         assert line in result.stdout

@@ -64,6 +64,7 @@ _MODULES = (
     "connection",
     "transactions",
     "streams",
+    "scripting",
 )
 _OPTIONAL_MODULES = frozenset({"streams"})
 

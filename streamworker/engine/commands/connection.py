@@ -100,9 +100,13 @@ def hello(ctx: Ctx, args: list[bytes]) -> Reply:
         else:
             raise CommandError(f"ERR Syntax error in HELLO option '{to_str(args[j])}'")
         j += 1
-    if user is not None and password is not None and not _check_auth(ctx, user, password):
-        raise CommandError(msgs.NOAUTH_HELLO)
     client = ctx.client
+    if user is not None and password is not None:
+        if not _check_auth(ctx, user, password):
+            raise CommandError(msgs.NOAUTH_HELLO)
+        client.authenticated = True
+    if not client.authenticated:
+        raise CommandError(msgs.NOAUTH_HELLO_FIRST)
     if name is not None:
         client.name = name or None
     if ver:
@@ -123,6 +127,7 @@ def auth(ctx: Ctx, args: list[bytes]) -> Reply:
         user, password = args
     if not _check_auth(ctx, user, password):
         raise CommandError(msgs.NOAUTH_HELLO)
+    ctx.client.authenticated = True
     return OK
 
 
@@ -141,6 +146,8 @@ def reset(ctx: Ctx, args: list[bytes]) -> Reply:
     ctx.select(0)
     client.resp = 2
     client.name = None
+    # Back to the default user: authenticated only if it needs no password.
+    client.authenticated = not ctx.engine.config.get("requirepass")
     return Status("RESET")
 
 
@@ -163,12 +170,21 @@ def client_info_line(ctx: Ctx, client: ClientState) -> str:
         flags += "d"
     name = (client.name or b"").decode("utf-8", "surrogateescape")
     multi = len(client.multi_queue) if client.in_multi else -1
+    qbuf = omem = 0
+    if client.io is not None:
+        qbuf = client.io.query_buffer_bytes()
+        omem = client.io.output_buffer_bytes()
+    # Redis's reply buffer is 16 KB; what does not fit goes to the reply list (oll/omem).
+    obl = min(omem, 16384)
+    oll = 1 if omem > 16384 else 0
+    qbuf_free = max(0, 16384 - qbuf) if qbuf < 16384 else 0
+    tot_mem = 1024 + qbuf + qbuf_free + omem
     return (
-        f"id={client.id} addr={client.addr} laddr={client.laddr} fd=8 name={name} age={age} "
-        f"idle={idle} flags={flags or 'N'} db={client.db_index} sub=0 psub=0 ssub=0 "
-        f"multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=1024 rbp=0 obl=0 oll=0 "
-        f"omem=0 tot-mem=1024 events=r cmd={client.last_cmd} user=default redir=-1 "
-        f"resp={client.resp}"
+        f"id={client.id} addr={client.addr} laddr={client.laddr} fd={client.fd} name={name} "
+        f"age={age} idle={idle} flags={flags or 'N'} db={client.db_index} sub=0 psub=0 ssub=0 "
+        f"multi={multi} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem=0 multi-mem=0 rbs=16384 "
+        f"rbp=0 obl={obl} oll={oll} omem={omem if oll else 0} tot-mem={tot_mem} events=r "
+        f"cmd={client.last_cmd} user=default redir=-1 resp={client.resp}"
     )
 
 

@@ -200,4 +200,5 @@ def hincrbyfloat(ctx: Ctx, args: list[bytes]) -> Reply:
     text = ld_format_human(result)
     h[field] = text
     ctx.touch(key)
+    ctx.propagate([b"HSET", key, field, text])
     return text

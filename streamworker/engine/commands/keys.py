@@ -92,6 +92,8 @@ def _expire_generic(ctx: Ctx, args: list[bytes], name: str, basetime: int, secon
         raise CommandError(msgs.invalid_expire(name))
     when += basetime
     db = ctx.db
+    # Logged as the absolute time (or the deletion) it resolved to; nothing if unchanged.
+    ctx.no_propagate()
     if db.get(key) is None:
         return 0
     if flags:
@@ -106,9 +108,11 @@ def _expire_generic(ctx: Ctx, args: list[bytes], name: str, basetime: int, secon
             return 0
     if when <= ctx.now_ms():
         db.delete(key)
+        ctx.propagate([b"DEL", key])
         return 1
     db.set_expire(key, when)
     ctx.touch(key)
+    ctx.propagate([b"PEXPIREAT", key, b"%d" % when])
     return 1
 
 

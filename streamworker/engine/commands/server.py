@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import resource
@@ -16,6 +17,8 @@ from streamworker.engine.commands.connection import REDIS_VERSION
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import glob_match
 from streamworker.engine.replies import NULL_BULK, OK, Map, Status, Verbatim
+
+_log = logging.getLogger("streamworker.engine")
 
 if TYPE_CHECKING:
     from streamworker.engine.context import Ctx
@@ -199,6 +202,29 @@ def _section_memory(ctx: Ctx) -> list[str]:
 
 
 def _section_persistence(ctx: Ctx) -> list[str]:
+    aof = ctx.engine.persistence
+    if aof is not None:
+        return [
+            "loading:0",
+            "async_loading:0",
+            "current_cow_peak:0",
+            "current_cow_size:0",
+            "current_cow_size_age:0",
+            "current_fork_perc:0.00",
+            "current_save_keys_processed:0",
+            "current_save_keys_total:0",
+            "rdb_changes_since_last_save:0",
+            "rdb_bgsave_in_progress:0",
+            f"rdb_last_save_time:{ctx.engine.started_ms // 1000}",
+            "rdb_last_bgsave_status:ok",
+            "rdb_last_bgsave_time_sec:-1",
+            "rdb_current_bgsave_time_sec:-1",
+            "rdb_saves:0",
+            "rdb_last_cow_size:0",
+            "rdb_last_load_keys_expired:0",
+            "rdb_last_load_keys_loaded:0",
+            *aof.info_lines(),
+        ]
     return [
         "loading:0",
         "async_loading:0",
@@ -507,9 +533,44 @@ def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
 
 @command("debug", arity=-2, flags=("admin", "noscript", "loading", "stale"))
 def debug(ctx: Ctx, args: list[bytes]) -> Reply:
-    """DEBUG -> refused, as Redis 7.0 does by default."""
+    """DEBUG LOG message -> OK (writes the message to the engine's log, as test suites and
+    tools use it); any other DEBUG subcommand is refused, as Redis 7.0 does by default."""
+    if args[0].lower() == b"log" and len(args) == 2:
+        _log.warning("DEBUG LOG: %s", args[1].decode("utf-8", "replace"))
+        return OK
     raise CommandError(
         'ERR DEBUG command not allowed. If the enable-debug-command option is set to "local", '
         "you can run it from a local connection, otherwise you need to set this option in the "
         "configuration file, and then restart the server."
     )
+
+
+# --- persistence ------------------------------------------------------------------------------
+
+
+@command("bgrewriteaof", arity=1, flags=("admin", "noscript"))
+def bgrewriteaof(ctx: Ctx, args: list[bytes]) -> Reply:
+    """BGREWRITEAOF -> starts compacting the append-only file from the current state, in the
+    background (INFO ``aof_rewrite_in_progress`` is 1 until it is done)."""
+    aof = ctx.engine.persistence
+    if aof is None:
+        raise CommandError(
+            "ERR the engine runs in memory: there is no append-only file to rewrite "
+            "(start it with a data directory: streamworker engine serve --dir DIR)"
+        )
+    try:
+        started = aof.start_rewrite()
+    except OSError as exc:
+        raise CommandError(f"ERR Background append only file rewriting failed: {exc}") from None
+    if not started:
+        raise CommandError("ERR Background append only file rewriting already in progress")
+    return Status("Background append only file rewriting started")
+
+
+@command("function|flush", arity=-2, flags=("write", "noscript"))
+def function_flush(ctx: Ctx, args: list[bytes]) -> Reply:
+    """FUNCTION FLUSH [ASYNC|SYNC] -> OK. The engine has no functions (only EVAL scripts), so
+    there is nothing to delete; test suites call it between tests."""
+    _flush_mode(args)
+    ctx.no_propagate()
+    return OK

@@ -128,6 +128,10 @@ def spop(ctx: Ctx, args: list[bytes]) -> Reply:
             ctx.db.delete(key)
         else:
             ctx.touch(key)
+        # The members chance picked are logged, not the draw.
+        ctx.propagate([b"SREM", key, *popped])
+    else:
+        ctx.no_propagate()
     return out
 
 

@@ -13,6 +13,8 @@ so :func:`_streams_reply` does too.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final
 
 from streamworker.engine import msgs
@@ -20,6 +22,7 @@ from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
 from streamworker.engine.errors import CommandError
 from streamworker.engine.ids import (
+    MASK64,
     MAX_ID,
     format_id,
     parse_id,
@@ -38,6 +41,7 @@ from streamworker.engine.model.stream import (
     Stream,
     StreamIDExhaustedError,
     StreamIDTooSmallError,
+    StreamSeqOverflowError,
 )
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, OK, Map, Status
 
@@ -55,6 +59,8 @@ _XAUTOCLAIM_ATTEMPTS_FACTOR: Final = 10
 _XAUTOCLAIM_MAX_COUNT: Final = _LLONG_MAX // 16
 _ADDRESS_SPACE: Final = 1 << 47
 
+_FIRST: Final = itemgetter(0)
+
 _TRIM_NONE: Final = 0
 _TRIM_MAXLEN: Final = 1
 _TRIM_MINID: Final = 2
@@ -69,11 +75,10 @@ def _text(arg: bytes) -> str:
 
 
 def _typed_word(ctx: Ctx, index: int, default: str) -> str:
-    # The command/subcommand word as the client typed it, for the error texts that echo it.
-    # The engine context does not carry the raw argv (yet); redis-py and most clients send
-    # these words in uppercase.
-    argv = getattr(ctx, "argv", None)
-    if argv is not None and len(argv) > index:
+    # The command/subcommand word as the client typed it, for the error texts that echo it
+    # (``default`` when the context carries no argv, e.g. a direct call).
+    argv = ctx.argv
+    if len(argv) > index:
         return _text(argv[index])
     return default
 
@@ -127,10 +132,11 @@ def _entries_reply(entries: list[Entry]) -> list[Any]:
     return [[format_id(sid), fv] for sid, fv in entries]
 
 
-def _streams_reply(ctx: Ctx, served: list[tuple[bytes, list[Any]]]) -> Reply:
+def _streams_reply(ctx: Ctx, served: list[tuple[bytes, list[Any]]], plain: bool = False) -> Reply:
     # XREAD/XREADGROUP: RESP3 map stream -> entries; RESP2 array of [stream, entries].
+    # ``plain``: the entries are fresh lists of bytes only (no nil bodies), see Map.plain.
     if ctx.client.resp >= 3:
-        return Map(served)
+        return Map(served, plain)
     return [[key, entries] for key, entries in served]
 
 
@@ -269,7 +275,9 @@ def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.XADD_ID_ZERO)
     key = args[0]
     db = ctx.db
-    s = db.get_typed(key, Stream)
+    s = db.get(key) if db.expires else db.data.get(key)
+    if s is not None and type(s) is not Stream:
+        s = db.get_typed(key, Stream)  # WRONGTYPE
     created = False
     if s is None:
         if p is not None and p.nomkstream:
@@ -285,6 +293,10 @@ def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.STREAM_EXHAUSTED) from None
     except StreamIDTooSmallError:
         raise CommandError(msgs.XADD_ID_TOO_SMALL) from None
+    except StreamSeqOverflowError:
+        # 7.0's streamAppendItem fails here without setting errno, so XADD takes its
+        # "not EDOM" branch.
+        raise CommandError(msgs.STREAM_ELEMENTS_TOO_LARGE) from None
     if created:
         db.set(key, s)
     cfg = ctx.engine.config
@@ -294,7 +306,20 @@ def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
     if p is not None and p.strategy != _TRIM_NONE:
         _trim(s, p)
     ctx.signal_key_ready(key)
-    return format_id(sid)
+    idb = b"%d-%d" % (sid >> 64, sid & MASK64)
+    if ctx.propagating:
+        # Logged with the ID it got (as Redis propagates XADD *) and approximate trimming
+        # spelled out as the exact trim it amounted to (it depends on the node layout).
+        if p is None:
+            ctx.propagate([b"XADD", key, idb, *args[2:]])
+        else:
+            argv = [b"XADD", key]
+            if p.strategy != _TRIM_NONE:
+                argv += _exact_trim_args(s, p)
+            argv.append(idb)
+            argv += args[idpos + 1 :]
+            ctx.propagate(argv)
+    return idb
 
 
 @command("xtrim", arity=-4, flags=("write",), first_key=1, last_key=1, step=1)
@@ -307,7 +332,23 @@ def xtrim(ctx: Ctx, args: list[bytes]) -> Reply:
     deleted = _trim(s, p)
     if deleted:
         ctx.touch(args[0])
+        if p.approx:
+            ctx.propagate([b"XTRIM", args[0], *_exact_trim_args(s, p)])
+    else:
+        ctx.no_propagate()
     return deleted
+
+
+def _exact_trim_args(s: Stream, p: _AddTrimArgs) -> list[bytes]:
+    # The trim options that remove exactly what this trim removed (Redis's
+    # streamRewriteApproxSpecifier / streamRewriteTrimArgument).
+    if not p.approx:
+        if p.strategy == _TRIM_MAXLEN:
+            return [b"MAXLEN", b"=", b"%d" % p.maxlen]
+        return [b"MINID", b"=", format_id(p.minid)]
+    if p.strategy == _TRIM_MAXLEN:
+        return [b"MAXLEN", b"=", b"%d" % s.length]
+    return [b"MINID", b"=", format_id(s.first_id if s.length else s.last_id + 1)]
 
 
 # --- XLEN / XDEL / XRANGE -----------------------------------------------------------------
@@ -365,6 +406,8 @@ def _xrange(ctx: Ctx, args: list[bytes], rev: bool) -> Reply:
         return EMPTY_ARRAY
     if count == 0:
         return NULL_ARRAY
+    if not rev:
+        return s.range_reply(start, end, max(count, 0))
     return _entries_reply(s.range(start, end, max(count, 0), rev))
 
 
@@ -382,6 +425,18 @@ def xrevrange(ctx: Ctx, args: list[bytes]) -> Reply:
 
 # --- XREAD / XREADGROUP -------------------------------------------------------------------
 
+# The IDs of recent group deliveries as sent (b"<ms>-<seq>" -> packed ID): XACK mostly gets
+# these very strings back, and a lookup is far cheaper than parsing. A pure cache of
+# parse_strict_id (a canonical ID parses to exactly that), bounded, shared by all engines.
+_DELIVERED_IDS: dict[bytes, int] = {}
+_DELIVERED_IDS_MAX: Final = 1 << 15
+
+
+def _remember_ids(entries: list[list[Any]], sids: list[int]) -> None:
+    if len(_DELIVERED_IDS) >= _DELIVERED_IDS_MAX:
+        _DELIVERED_IDS.clear()
+    _DELIVERED_IDS.update(zip(map(_FIRST, entries), sids, strict=True))
+
 
 def _read_group_new(
     ctx: Ctx,
@@ -390,37 +445,49 @@ def _read_group_new(
     consumer: Consumer,
     count: int,
     noack: bool,
+    delivered: list[int] | None = None,
 ) -> list[Any]:
-    # Deliver entries after the group's last-delivered ID ('>').
-    entries = s.range(g.last_id + 1, MAX_ID, count)
-    if not entries:
-        return []
+    # Deliver entries after the group's last-delivered ID ('>'); their IDs are appended to
+    # ``delivered`` when given.
+    sids: list[int] = []
+    out = s.range_reply(g.last_id + 1, MAX_ID, count, sids)
+    if not out:
+        return out
     # Redis's per-entry entries-read update, with the stream-level tombstone facts hoisted:
     # "a tombstone at or after sid" only depends on sid <= max_deleted_id.
     er = g.entries_read
     mdel = s.max_deleted_id
     tombs = bool(s.length and mdel and s.first_id <= mdel)
-    added = s.entries_added
-    out: list[Any] = []
-    append = out.append
-    for sid, fv in entries:
-        if er != INVALID_ENTRIES_READ and not (tombs and sid <= mdel):
-            er += 1
-        elif added:
-            er = s.estimate_entries_read(sid)
-        append([format_id(sid), fv])
+    if er != INVALID_ENTRIES_READ and not (tombs and sids[0] <= mdel):
+        er += len(sids)  # IDs ascend: no tombstone after any of them either
+    else:
+        added = s.entries_added
+        for sid in sids:
+            if er != INVALID_ENTRIES_READ and not (tombs and sid <= mdel):
+                er += 1
+            elif added:
+                er = s.estimate_entries_read(sid)
     g.entries_read = er
-    g.last_id = entries[-1][0]
+    g.last_id = sids[-1]
     if not noack:
-        g.deliver_new([sid for sid, _ in entries], consumer, ctx.engine.clock())
+        g.deliver_new(sids, consumer, ctx.engine.clock())
+        _remember_ids(out, sids)
+        if delivered is not None:
+            delivered += sids
     return out
 
 
 def _read_group_history(
-    ctx: Ctx, s: Stream, consumer: Consumer, start: int, count: int
+    ctx: Ctx,
+    s: Stream,
+    consumer: Consumer,
+    start: int,
+    count: int,
+    delivered: list[int] | None = None,
 ) -> list[Any]:
     # The consumer's own pending entries from 'start'; deleted entries come back as nil
-    # bodies and stay pending, the others count one more delivery.
+    # bodies and stay pending, the others count one more delivery (their IDs are appended
+    # to ``delivered`` when given).
     now = ctx.engine.clock()
     out: list[Any] = []
     pel = consumer.pel
@@ -435,7 +502,83 @@ def _read_group_history(
             pe.delivery_time = now
             pe.delivery_count += 1
             out.append([format_id(sid), fv])
+            if delivered is not None:
+                delivered.append(sid)
     return out
+
+
+# A history read past every possible ID ('>' is MAX-MAX itself): it serves nothing but
+# refreshes, or creates, the consumer, which is how a read that changed nothing else is logged.
+_TOUCH_ID: Final = format_id(MAX_ID - 1)
+
+
+def _log_claims(
+    ctx: Ctx, key: bytes, g: ConsumerGroup, name: bytes, sids: list[int], with_lastid: bool
+) -> None:
+    # Redis's streamPropagateXCLAIM, batched: one XCLAIM ... FORCE JUSTID per (delivery time,
+    # count), which sets owner, time and count exactly (and the consumer's seen-time, at the
+    # record's clock).
+    batches: dict[tuple[int, int], list[bytes]] = {}
+    pel = g.pel
+    for sid in sids:
+        pe = pel[sid]
+        batches.setdefault((pe.delivery_time, pe.delivery_count), []).append(format_id(sid))
+    tail = [b"FORCE", b"JUSTID"]
+    if with_lastid:
+        tail += [b"LASTID", format_id(g.last_id)]
+    for (when, n), ids in batches.items():
+        ctx.propagate(
+            [
+                b"XCLAIM",
+                key,
+                g.name,
+                name,
+                b"0",
+                *ids,
+                b"TIME",
+                b"%d" % when,
+                b"RETRYCOUNT",
+                b"%d" % n,
+                *tail,
+            ]
+        )
+
+
+def _log_setid(ctx: Ctx, key: bytes, g: ConsumerGroup) -> None:
+    # Redis's streamPropagateGroupID: last-delivered-id and entries-read together.
+    ctx.propagate(
+        [
+            b"XGROUP",
+            b"SETID",
+            key,
+            g.name,
+            format_id(g.last_id),
+            b"ENTRIESREAD",
+            b"%d" % g.entries_read,
+        ]
+    )
+
+
+def _log_group_read(
+    ctx: Ctx,
+    key: bytes,
+    g: ConsumerGroup,
+    name: bytes,
+    created: bool,
+    delivered: list[int],
+    moved: bool,
+) -> None:
+    # What a group read did, as Redis 7.0 propagates it: XGROUP CREATECONSUMER for a consumer
+    # it created, XCLAIMs for the deliveries, XGROUP SETID when last-delivered-id moved. A
+    # read that only refreshed the consumer's seen-time is logged as the touch read.
+    if created:
+        ctx.propagate([b"XGROUP", b"CREATECONSUMER", key, g.name, name])
+    if delivered:
+        _log_claims(ctx, key, g, name, delivered, True)
+    elif not created:
+        ctx.propagate([b"XREADGROUP", b"GROUP", g.name, name, b"STREAMS", key, _TOUCH_ID])
+    if moved:
+        _log_setid(ctx, key, g)
 
 
 def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blocked:
@@ -523,6 +666,7 @@ def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blo
         gts.append(gt)
 
     served: list[tuple[bytes, list[Any]]] = []
+    plain = True  # no history read (whose deleted entries have nil bodies)
     for k in range(nstreams):
         s = streams[k]
         if s is None:
@@ -532,24 +676,34 @@ def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blo
         if g is not None:
             if gt != MAX_ID:
                 history = True
+                plain = False
             else:
                 history = False
                 last = s.last_live_id() if s.length else None
                 if last is None or last <= g.last_id:
                     continue
+            logged = ctx.propagating
+            created = logged and consumername not in g.consumers
+            last_before = g.last_id
+            delivered: list[int] | None = [] if logged else None
             consumer = g.get_or_create_consumer(consumername, ctx.engine.clock())
             if history:
-                entries = _read_group_history(ctx, s, consumer, gt + 1, count)
+                entries = _read_group_history(ctx, s, consumer, gt + 1, count, delivered)
             else:
-                entries = _read_group_new(ctx, s, g, consumer, count, noack)
+                entries = _read_group_new(ctx, s, g, consumer, count, noack, delivered)
+            if delivered is not None:
+                moved = g.last_id != last_before
+                _log_group_read(ctx, keys[k], g, consumername, created, delivered, moved)
         else:
             last = s.last_live_id() if s.length else None
             if last is None or last <= gt:
                 continue
-            entries = _entries_reply(s.range(gt + 1, MAX_ID, count))
+            entries = s.range_reply(gt + 1, MAX_ID, count)
         served.append((keys[k], entries))
+    if xreadgroup:
+        ctx.no_propagate()
     if served:
-        return _streams_reply(ctx, served)
+        return _streams_reply(ctx, served, plain)
     if timeout == -1:
         return NULL_ARRAY
 
@@ -609,11 +763,18 @@ class _Waiter:
         if s.last_id <= gt:
             return None
         if g is not None:
+            logged = ctx.propagating
+            created = logged and self.consumer not in g.consumers
+            last_before = g.last_id
+            delivered: list[int] | None = [] if logged else None
             consumer = g.get_or_create_consumer(self.consumer, ctx.engine.clock())
-            entries = _read_group_new(ctx, s, g, consumer, self.count, self.noack)
+            entries = _read_group_new(ctx, s, g, consumer, self.count, self.noack, delivered)
+            if delivered is not None:
+                moved = g.last_id != last_before
+                _log_group_read(ctx, key, g, self.consumer, created, delivered, moved)
         else:
-            entries = _entries_reply(s.range(gt + 1, MAX_ID, self.count))
-        return _streams_reply(ctx, [(key, entries)])
+            entries = s.range_reply(gt + 1, MAX_ID, self.count)
+        return _streams_reply(ctx, [(key, entries)], True)
 
 
 @command("xread", arity=-4, flags=("readonly", "blocking", "movablekeys"))
@@ -641,13 +802,11 @@ def xack(ctx: Ctx, args: list[bytes]) -> Reply:
     g = _lookup_group(s, args[1])
     if g is None:
         return 0
-    sids = [_strict_id(a) for a in args[2:]]
-    ack = g.ack
-    acked = 0
-    for sid in sids:
-        if ack(sid):
-            acked += 1
-    return acked
+    ids = args[2:]
+    sids = list(map(_DELIVERED_IDS.pop, ids, repeat(None, len(ids))))
+    if None in sids:
+        sids = [_strict_id(a) if sid is None else sid for a, sid in zip(ids, sids, strict=True)]
+    return g.ack_many(sids)  # type: ignore[arg-type]
 
 
 @command("xpending", arity=-3, flags=("readonly",), first_key=1, last_key=1, step=1)
@@ -761,7 +920,8 @@ def xclaim(ctx: Ctx, args: list[bytes]) -> Reply:
         else:
             raise CommandError(msgs.xclaim_unrecognized(_text(args[j])))
         j += 1
-    if last_id > g.last_id:
+    moved = last_id > g.last_id
+    if moved:
         g.last_id = last_id
     if deliverytime != -1:
         # A bogus time (negative or in the future) is clamped to now, not an error.
@@ -773,6 +933,8 @@ def xclaim(ctx: Ctx, args: list[bytes]) -> Reply:
     out: list[Any] = []
     pel = g.pel
     name = args[2]
+    claimed: list[int] = []
+    dropped: list[bytes] = []
     for sid in sids:
         pe: PendingEntry | None = pel.get(sid)
         fv = None if justid else s.get(sid)
@@ -780,6 +942,7 @@ def xclaim(ctx: Ctx, args: list[bytes]) -> Reply:
             # The entry is gone from the stream: it leaves the PEL silently.
             if pe is not None:
                 g.drop_pending(sid)
+                dropped.append(format_id(sid))
             continue
         if force and pe is None:
             pe = PendingEntry(None, now, 1)
@@ -798,7 +961,31 @@ def xclaim(ctx: Ctx, args: list[bytes]) -> Reply:
         elif not justid:
             pe.delivery_count += 1
         out.append(format_id(sid) if fv is None else [format_id(sid), fv])
+        claimed.append(sid)
+    if ctx.propagating:
+        _log_claim_effects(ctx, args[0], g, name, claimed, dropped, moved)
     return out
+
+
+def _log_claim_effects(
+    ctx: Ctx,
+    key: bytes,
+    g: ConsumerGroup,
+    name: bytes,
+    claimed: list[int],
+    dropped: list[bytes],
+    moved: bool,
+) -> None:
+    # XCLAIM / XAUTOCLAIM as Redis 7.0 propagates them: each claim with its resulting time
+    # and count, entries deleted from the stream dropped from the PEL (an XCLAIM of an ID the
+    # stream no longer has), last-delivered-id moved by LASTID as XGROUP SETID.
+    ctx.no_propagate()
+    if dropped:
+        ctx.propagate([b"XCLAIM", key, g.name, name, b"0", *dropped, b"JUSTID"])
+    if claimed:
+        _log_claims(ctx, key, g, name, claimed, False)
+    if moved:
+        _log_setid(ctx, key, g)
 
 
 @command("xautoclaim", arity=-6, flags=("write", "fast"), first_key=1, last_key=1, step=1)
@@ -846,6 +1033,8 @@ def xautoclaim(ctx: Ctx, args: list[bytes]) -> Reply:
     consumer: Consumer | None = None
     claimed: list[Any] = []
     deleted: list[bytes] = []
+    claimed_sids: list[int] = []
+    dropped_sids: list[int] = []
     pel = g.pel
     # Walk the PEL like Redis's rax iterator, re-seeking after each removal.
     sid_or_none = pel.ceiling(start)
@@ -857,6 +1046,7 @@ def xautoclaim(ctx: Ctx, args: list[bytes]) -> Reply:
             # Purged and reported even when not idle enough; it uses up COUNT.
             g.drop_pending(sid)
             deleted.append(format_id(sid))
+            dropped_sids.append(sid)
             count -= 1
             sid_or_none = pel.ceiling(sid)
             continue
@@ -871,8 +1061,11 @@ def xautoclaim(ctx: Ctx, args: list[bytes]) -> Reply:
         if not justid:
             pe.delivery_count += 1
         claimed.append(format_id(sid) if fv is None else [format_id(sid), fv])
+        claimed_sids.append(sid)
         count -= 1
     cursor = b"0-0" if sid_or_none is None else format_id(sid_or_none)
+    if ctx.propagating:
+        _log_claim_effects(ctx, args[0], g, name, claimed_sids, deleted, False)
     return [cursor, claimed, deleted]
 
 

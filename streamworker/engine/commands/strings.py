@@ -112,10 +112,14 @@ def _set_generic(
             reply = old
     found = old is not None
     if (flags & _NX and found) or (flags & _XX and not found):
+        ctx.no_propagate()
         return reply if flags & _GET else NULL_BULK
     db.set(key, value, keep_ttl=bool(flags & _KEEPTTL) or when is not None)
     if when is not None:
         db.set_expire(key, when)
+        if ctx.propagating:
+            # A relative expiry is logged as the absolute time it resolved to.
+            ctx.propagate([b"SET", key, value, b"PXAT", b"%d" % when])
     return reply
 
 
@@ -171,6 +175,7 @@ def getex(ctx: Ctx, args: list[bytes]) -> Reply:
     """GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]."""
     flags, expire = _parse_set_options(args, 1, False)
     reply = get(ctx, args[:1])
+    ctx.no_propagate()
     if reply is NULL_BULK:
         return reply
     when = _expire_ms(ctx, expire, flags, "getex") if expire is not None else None
@@ -179,11 +184,14 @@ def getex(ctx: Ctx, args: list[bytes]) -> Reply:
     if when is not None:
         if when <= ctx.now_ms():
             db.delete(key)
+            ctx.propagate([b"DEL", key])
         else:
             db.set_expire(key, when)
             ctx.touch(key)
+            ctx.propagate([b"PEXPIREAT", key, b"%d" % when])
     elif flags & _PERSIST and db.persist(key):
         ctx.touch(key)
+        ctx.propagate([b"PERSIST", key])
     return reply
 
 
@@ -254,6 +262,8 @@ def incrbyfloat(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.INCR_NAN_OR_INF)
     text = ld_format_human(result)
     db.set(key, text, keep_ttl=True)
+    # Float arithmetic is logged as its result (as Redis does, so replicas agree exactly).
+    ctx.propagate([b"SET", key, text, b"KEEPTTL"])
     return text
 
 

@@ -14,8 +14,8 @@ away when its last live entry is deleted, or whole when trimming can drop it).
 A node keeps, for memory (a million small entries must stay under ~250 bytes each):
 
 * ``ms`` / ``seq``: two ``array('Q')`` with every entry's ID (live or deleted), 16 bytes/entry;
-  the IDs inside a node are increasing, so a position is found by bisecting ``ms`` and then
-  ``seq`` among equal ``ms``.
+  the IDs inside a node are normally increasing, so a position is found by bisecting ``ms``
+  and then ``seq`` among equal ``ms``.
 * ``flags``: one byte per entry (deleted / same-fields-as-master / wide lengths).
 * ``offs``: ``array('I')`` of each entry's offset in ``blob``.
 * ``blob``: the entries' strings, length-prefixed. Like Redis's master entry, a node remembers
@@ -24,8 +24,18 @@ A node keeps, for memory (a million small entries must stay under ~250 bytes eac
   The tail node's blob is a ``bytearray`` (appends are amortised O(1)); it becomes immutable
   ``bytes`` (no over-allocation) when a newer node opens.
 
-Entries are decoded only when read. Nodes are found by bisecting the list of their master IDs
-(the ID of the first entry ever added to the node, as in Redis's rax keys).
+Entries are decoded only when read (one ``struct`` unpack per entry, formats cached by the
+entry's length bytes). Nodes are found by bisecting the list of their master IDs (the ID of the
+first entry ever added to the node, as in Redis's rax keys).
+
+Out-of-order IDs
+----------------
+XSETID may set the last ID back below a deleted entry (it only checks the last *live* entry),
+after which new IDs can repeat or undercut older, deleted ones. Redis then answers reads by its
+iterator's rules (seek the node by master ID, walk, skip tombstones and entries before the
+range, stop at the first live entry past it). A stream tracks whether its IDs are still
+strictly increasing in node order; while they are, lookups bisect; once they are not (until
+the stream is emptied of nodes), reads, lookups and deletions replay those rules by scanning.
 
 Node size accounting
 --------------------
@@ -54,7 +64,9 @@ import struct
 from array import array
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator, Sequence
-from typing import Final
+from itertools import repeat
+from operator import attrgetter
+from typing import Any, Final
 
 from streamworker.engine.ids import MASK64, MAX_ID, MAX_U64, parse_ll
 
@@ -68,6 +80,7 @@ __all__ = [
     "Stream",
     "StreamIDExhaustedError",
     "StreamIDTooSmallError",
+    "StreamSeqOverflowError",
 ]
 
 Entry = tuple[int, list[bytes]]
@@ -93,6 +106,11 @@ class StreamIDTooSmallError(Exception):
 
 class StreamIDExhaustedError(Exception):
     """The stream's last ID is the maximum: no further ID exists."""
+
+
+class StreamSeqOverflowError(Exception):
+    """``ms-*`` where the last ID is ``ms-18446744073709551615``: no sequence is left in that
+    millisecond (Redis 7.0 fails this without setting errno; see the XADD command)."""
 
 
 def _lp_int(v: int) -> int:
@@ -269,6 +287,48 @@ class _Node:
         out[1::2] = values
         return out
 
+    def bulk_reply(self, i: int, j: int, sids: list[int] | None, out: list[list[Any]]) -> bool:
+        """Append ``[b"<ms>-<seq>", [field, value, ...]]`` for entries ``i`` to ``j - 1`` to
+        ``out`` (and their IDs to ``sids``) if they are all live, stored with the master
+        fields and one-byte lengths, and share one value layout: then one C-level unpack
+        decodes them all. Returns False, appending nothing, otherwise."""
+        cnt = j - i
+        if self.flags.count(_SAME, i, j) != cnt:
+            return False
+        fields = self.fields
+        k = len(fields)
+        blob = self.blob
+        offs = self.offs
+        p0 = offs[i]
+        lens = bytes(blob[p0 : p0 + k])
+        size = k + sum(lens)
+        p1 = p0 + cnt * size
+        if cnt > 1:
+            # Same-fields entries are stored back to back as <lengths><values>: they share
+            # the layout when every one starts with these lengths.
+            if offs[j - 1] != p1 - size:
+                return False
+            for c in range(k):
+                if blob[p0 + c : p1 : size] != lens[c : c + 1] * cnt:
+                    return False
+        st = _BULK_UNPACKERS.get(lens) or _bulk_unpacker(lens)
+        ms = self.ms[i:j]
+        seq = self.seq[i:j]
+        if sids is not None:
+            sids += [(a << 64) | b for a, b in zip(ms, seq, strict=True)]
+        # Everything per entry happens in C: the values come out as columns, zipped with the
+        # field names into [f1, v1, f2, v2, ...] lists, then with the formatted IDs.
+        columns = zip(*st.iter_unpack(blob[p0:p1]), strict=True)
+        interleaved = [
+            x for f, col in zip(fields, columns, strict=True) for x in (repeat(f, cnt), col)
+        ]
+        fvs = map(list, zip(*interleaved, strict=True))
+        out += map(list, zip(map(_FMT_ID, zip(ms, seq, strict=True)), fvs, strict=True))
+        return True
+
+
+_FMT_ID: Final = b"%d-%d".__mod__
+
 
 # Entry decoding unpacks all of an entry's strings in one C call with a struct format built
 # from its length bytes; formats are cached by those bytes (entries of a stream mostly share
@@ -281,6 +341,18 @@ def _unpacker(lens: bytes) -> struct.Struct:
         _UNPACKERS.clear()
     st = struct.Struct("<" + "".join([f"{n}s" for n in lens]))
     _UNPACKERS[lens] = st
+    return st
+
+
+# The same for runs of entries sharing their lengths: the lengths are skipped as padding.
+_BULK_UNPACKERS: dict[bytes, struct.Struct] = {}
+
+
+def _bulk_unpacker(lens: bytes) -> struct.Struct:
+    if len(_BULK_UNPACKERS) >= 4096:
+        _BULK_UNPACKERS.clear()
+    st = struct.Struct(f"<{len(lens)}x" + "".join([f"{n}s" for n in lens]))
+    _BULK_UNPACKERS[lens] = st
     return st
 
 
@@ -373,11 +445,14 @@ class PendingList:
     def add_ascending(self, sids: list[int], pes: list[PendingEntry]) -> None:
         """Insert increasing IDs, none present (a batch of new deliveries)."""
         maxes = self._maxes
-        if not maxes or sids[0] <= maxes[-1]:
+        if maxes and sids[0] <= maxes[-1]:
             for sid, pe in zip(sids, pes, strict=True):
                 self.add(sid, pe)
             return
         self._d.update(zip(sids, pes, strict=True))
+        if not maxes:
+            self._lists.append([])
+            maxes.append(0)
         pos = len(maxes) - 1
         run = self._lists[pos]
         run.extend(sids)
@@ -406,6 +481,35 @@ class PendingList:
             if i == len(run):
                 maxes[pos] = run[-1]
         return pe
+
+    def _unlink(self, sids: list[int]) -> None:
+        # Take IDs already popped from the dict out of the sorted runs (each is in a run
+        # once). Acknowledgements mostly come in order, for IDs that sit next to each other
+        # in one run: those go in one slice deletion.
+        if len(sids) > 1:
+            sids = sorted(sids)
+        lists = self._lists
+        maxes = self._maxes
+        n = len(sids)
+        k = 0
+        while k < n:
+            sid = sids[k]
+            pos = bisect_left(maxes, sid)
+            run = lists[pos]
+            i = bisect_left(run, sid)
+            m = min(n - k, len(run) - i)
+            if m > 1 and run[i : i + m] != sids[k : k + m]:
+                m = 1
+                rn = len(run)
+                while k + m < n and i + m < rn and run[i + m] == sids[k + m]:
+                    m += 1
+            del run[i : i + m]
+            k += m
+            if not run:
+                del lists[pos]
+                del maxes[pos]
+            elif i == len(run):
+                maxes[pos] = run[-1]
 
     def first(self) -> int:
         """The smallest ID (the list must not be empty)."""
@@ -451,6 +555,9 @@ class PendingList:
         for run in self._lists:
             for sid in run:
                 yield sid, d[sid]
+
+
+_OWNER: Final = attrgetter("consumer")
 
 
 class Consumer:
@@ -536,18 +643,50 @@ class ConsumerGroup:
             pe.consumer.pel.pop(sid)
         return True
 
+    def ack_many(self, sids: list[int]) -> int:
+        """:meth:`ack` each of ``sids`` in turn (repeats count once); returns how many were
+        pending."""
+        gpel = self.pel
+        pes = list(map(gpel._d.pop, sids, repeat(None, len(sids))))
+        gone = sids
+        if not pes:
+            return 0
+        if None in pes:
+            gone = [sid for sid, pe in zip(sids, pes, strict=True) if pe is not None]
+            if not gone:
+                return 0
+            pes = [pe for pe in pes if pe is not None]
+        gpel._unlink(gone)
+        owners: list[Consumer | None] = list(map(_OWNER, pes))
+        owner = owners[0]
+        if owner is not None and owners.count(owner) == len(owners):
+            cpel = owner.pel
+            for _ in map(cpel._d.pop, gone):
+                pass
+            cpel._unlink(gone)
+        else:
+            for sid, c in zip(gone, owners, strict=True):
+                if c is not None:
+                    c.pel.pop(sid)
+        return len(gone)
+
     def deliver_new(self, sids: list[int], consumer: Consumer, now_ms: int) -> None:
         """:meth:`deliver` for increasing IDs (a ``>`` read), batched."""
         gpel = self.pel
-        fresh: list[int] = []
-        for sid in sids:
-            if sid in gpel:
-                self.deliver(sid, consumer, now_ms)
-            else:
-                fresh.append(sid)
-        if not fresh:
-            return
-        pes = [PendingEntry(consumer, now_ms, 1) for _ in fresh]
+        if gpel and sids[0] <= gpel.last():
+            # Some may be pending already (the group was rewound).
+            fresh: list[int] = []
+            for sid in sids:
+                if sid in gpel:
+                    self.deliver(sid, consumer, now_ms)
+                else:
+                    fresh.append(sid)
+            if not fresh:
+                return
+        else:
+            fresh = sids
+        n = len(fresh)
+        pes = list(map(PendingEntry, repeat(consumer, n), repeat(now_ms, n)))
         self.pel.add_ascending(fresh, pes)
         consumer.pel.add_ascending(fresh, pes)
 
@@ -674,7 +813,8 @@ class Stream:
     def resolve_explicit_id(self, sid: int, seq_given: bool) -> int:
         """The ID for an explicit XADD ID (``ms-seq``, or ``ms-*`` when not ``seq_given``).
 
-        Raises :class:`StreamIDExhaustedError` when the last ID is the maximum and
+        Raises :class:`StreamIDExhaustedError` when the last ID is the maximum,
+        :class:`StreamSeqOverflowError` for ``ms-*`` when ``ms``'s sequence is used up, and
         :class:`StreamIDTooSmallError` when the ID is not greater than the last ID.
         """
         last = self.last_id
@@ -682,7 +822,7 @@ class Stream:
             raise StreamIDExhaustedError
         if not seq_given and last >> 64 == sid >> 64:
             if last & MASK64 == MAX_U64:
-                raise StreamIDTooSmallError
+                raise StreamSeqOverflowError
             sid = last + 1
         if sid <= last:
             raise StreamIDTooSmallError
@@ -716,7 +856,9 @@ class Stream:
         for v in values:
             k = len(v)
             vtot += k
-            if k < 64 and (not k or v[0] not in _NUM_START):
+            # A string of k < 64 bytes takes k + 2 unless it is a canonical integer (which
+            # starts with '-' or a digit, and not with '0' unless it is "0").
+            if k < 64 and (not k or v[0] not in _NUM_START or (v[0] == 0x30 and k > 1)):
                 vlp += k + 2
             else:
                 vlp += _lp_str(v)
@@ -939,6 +1081,63 @@ class Stream:
                 ni -= 1
                 if ni >= 0:
                     i = len(nodes[ni].ms) - 1
+        return out
+
+    def range_reply(
+        self, start: int, end: int, count: int = 0, sids: list[int] | None = None
+    ) -> list[list[Any]]:
+        """The entries of ``range(start, end, count)`` (forward) shaped as stream commands
+        reply them, ``[[b"<ms>-<seq>", [field, value, ...]], ...]``; their IDs are appended
+        to ``sids`` when given. Runs of entries that share one layout are decoded in bulk."""
+        out: list[list[Any]] = []
+        if not self._ordered or start > end or not self.length:
+            for sid, fv in self.range(start, end, count):
+                out.append([b"%d-%d" % (sid >> 64, sid & MASK64), fv])
+                if sids is not None:
+                    sids.append(sid)
+            return out
+        nodes = self._nodes
+        nn = len(nodes)
+        ni = bisect_right(self._keys, start) - 1
+        if ni < 0:
+            ni = 0
+            i = 0
+        else:
+            i = nodes[ni].index_ge(start)
+        while ni < nn:
+            node = nodes[ni]
+            if node.master > end:
+                break
+            ni += 1
+            if not node.live:
+                i = 0
+                continue
+            if i < node.head:
+                i = node.head
+            ms = node.ms
+            sq = node.seq
+            j = len(ms)
+            if ((ms[-1] << 64) | sq[-1]) > end:
+                j = node.index_le(end) + 1
+            if i >= j:
+                i = 0
+                continue
+            jj = j
+            if count and j - i > count - len(out):
+                jj = i + count - len(out)
+            if not node.bulk_reply(i, jj, sids, out):
+                fl = node.flags
+                while i < j:
+                    if not fl[i] & _DELETED:
+                        out.append([b"%d-%d" % (ms[i], sq[i]), node.decode(i)])
+                        if sids is not None:
+                            sids.append((ms[i] << 64) | sq[i])
+                        if len(out) == count:
+                            return out
+                    i += 1
+            elif len(out) == count:
+                return out
+            i = 0
         return out
 
     def _scan(self, start: int, end: int, rev: bool) -> Iterator[tuple[int, int, int]]:

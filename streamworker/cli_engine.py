@@ -1,0 +1,79 @@
+"""``streamworker engine serve``: the embedded engine as a Redis server (argparse glue; the
+server is :mod:`streamworker.engine.server`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from streamworker.errors import ConfigError, StreamworkerError
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from streamworker.engine.aof import PersistenceError
+    from streamworker.engine.server import ProtectedModeError, ServerOptions, serve
+
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    options = ServerOptions(
+        bind=args.bind,
+        port=args.port,
+        data_dir=Path(args.dir) if args.dir else None,
+        appendfsync=args.appendfsync,
+        requirepass=args.requirepass or None,
+    )
+    try:
+        return serve(options)
+    except ProtectedModeError as exc:
+        raise ConfigError(str(exc)) from None
+    except PersistenceError as exc:
+        raise StreamworkerError(str(exc)) from None
+    except OSError as exc:
+        raise StreamworkerError(
+            f"cannot listen on {options.bind} port {options.port}: {exc.strerror or exc}"
+        ) from None
+
+
+def add_engine_commands(sub: Any) -> None:
+    """Register ``streamworker engine serve`` on the top-level subparsers ``sub``."""
+    engine = sub.add_parser(
+        "engine",
+        help="the embedded Redis 7.0-compatible stream engine",
+        description="The embedded Redis 7.0-compatible stream engine.",
+    )
+    engine_sub = engine.add_subparsers(dest="engine_command", metavar="COMMAND")
+    engine_sub.required = True
+    serve = engine_sub.add_parser(
+        "serve",
+        help="serve the engine over RESP (redis-cli, redis-py, any Redis client)",
+        description=(
+            "Serve the engine over TCP until SIGTERM or SIGINT (then it flushes its file and "
+            "exits 0). With --dir, every write is logged to DIR/appendonly.aof and replayed "
+            "on start; without it the data lives in memory only."
+        ),
+        epilog="example: streamworker engine serve --port 6390 --dir ./data --appendfsync always",
+    )
+    serve.add_argument(
+        "--bind",
+        metavar="ADDR",
+        default="127.0.0.1",
+        help="address(es) to listen on, space-separated (default: 127.0.0.1); a non-loopback "
+        "address needs --requirepass",
+    )
+    serve.add_argument("--port", metavar="N", type=int, default=6390, help="default: 6390")
+    serve.add_argument(
+        "--dir", metavar="DIR", help="data directory (append-only file); default: in memory"
+    )
+    serve.add_argument(
+        "--appendfsync",
+        choices=("always", "everysec", "no"),
+        default="everysec",
+        help="when the file is fsynced: before each reply, once a second, or by the OS "
+        "(default: everysec)",
+    )
+    serve.add_argument("--requirepass", metavar="PASS", help="password clients must AUTH with")
+    serve.set_defaults(func=_cmd_serve)

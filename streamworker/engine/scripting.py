@@ -1,0 +1,1409 @@
+"""Lua scripting for the engine (EVAL and friends): Redis 7.0's Lua 5.1 sandbox, on lupa.
+
+One :class:`ScriptRuntime` per :class:`~streamworker.engine.core.Engine` (created on first use
+by :func:`runtime_for`) owns a Lua 5.1 state (``lupa.lua51``), the script cache (sha1 ->
+compiled chunk) and the client the scripts' commands run as. A script runs entirely under the
+engine lock: nothing interleaves with it, as in Redis.
+
+What a script sees is what Redis 7.0.15 sets up, checked against redis-server by the
+differential tests:
+
+* Globals: exactly Redis's 35 names (``redis``, ``KEYS``, ``ARGV``, ``string``, ``math``,
+  ``table``, ``coroutine``, ``cjson``, ``bit``, ``struct``, ``cmsgpack``, the base functions Redis
+  keeps, ``__redis__err__handler``); no ``os``/``io``/``debug``/``require``/``loadfile``/
+  ``dofile``/``getfenv``. The global table and the library tables are read-only: assigning a
+  global or a library field fails with ``Attempt to modify a readonly table``, reading an
+  unknown global with ``Script attempted to access nonexistent global variable 'x'``. Lua 5.1
+  has no read-only tables, so they are empty proxies (``__index`` to the real table, a failing
+  ``__newindex``) and ``rawset``/``rawget``/``setmetatable``/``getmetatable``/``next``/
+  ``pairs``/``ipairs`` see through them.
+* ``redis.call``/``redis.pcall`` and the other API functions, ``math.random`` (Redis's own
+  48-bit generator, its state kept across scripts), ``cjson``, ``bit``, ``struct`` and
+  ``cmsgpack`` (:mod:`.lualibs`) are Python functions: to Lua they are C functions (so an error
+  in ``return redis.call(...)`` still reports the caller's line), but ``type()`` says
+  ``userdata`` where Redis says ``function``.
+* Replies: Redis's conversion rules both ways, for ``redis.setresp(2)`` and ``(3)``; errors
+  carry `` script: <sha1>, on @user_script:<line>.`` as Redis 7.0 appends them.
+
+Every command a script runs goes through :meth:`Engine.call_from_script
+<streamworker.engine.core.Engine.call_from_script>`.
+
+Known differences from Redis 7.0.15 (each has a strict xfail in the differential tests): the API
+and library functions are userdata to ``type()`` and to C functions that check for a function
+(``table.foreach(t, redis.call)``); an error raised by a sandbox wrapper (``rawset`` on a
+read-only table...) that the script tail-calls (``return rawset(...)``) reports no line; ``-0``
+passed to Lua functions arrives as ``0``; RESP3 big numbers go out as bulk strings and verbatim
+strings always as ``txt``; a NaN double prints ``nan`` where glibc prints ``-nan``; a reply
+nested deeper than 200 levels is cut there (Redis: ~8000); SCRIPT DEBUG YES/SYNC (the Lua
+debugger) is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, NoReturn
+
+from streamworker.engine import lualibs, msgs
+from streamworker.engine.commands.connection import REDIS_VERSION
+from streamworker.engine.context import ClientState, Ctx
+from streamworker.engine.errors import CommandError
+from streamworker.engine.replies import (
+    NULL_BULK,
+    OK,
+    Double,
+    Map,
+    NullArray,
+    NullBulk,
+    SetReply,
+    Status,
+    Verbatim,
+    format_double,
+)
+
+try:  # Redis embeds Lua 5.1: other versions differ in ways scripts notice (integers, goto...).
+    from lupa import lua51 as _lua51
+except ImportError:  # pragma: no cover - lupa always ships lua51 in the supported versions
+    _lua51 = None
+
+if TYPE_CHECKING:
+    from streamworker.engine.core import Engine
+    from streamworker.engine.replies import Reply
+
+__all__ = [
+    "LUA_UNAVAILABLE",
+    "Script",
+    "ScriptRuntime",
+    "lua_available",
+    "runtime_for",
+    "sha1hex",
+]
+
+LUA_UNAVAILABLE: Final = (
+    "Lua scripting needs lupa with Lua 5.1 (the lupa.lua51 module): pip install 'lupa>=2.0'"
+)
+"""Why scripting is unavailable when :func:`lua_available` is False."""
+
+_log = logging.getLogger("streamworker.engine.scripting")
+
+# Redis's LL_DEBUG .. LL_WARNING, as redis.log levels.
+_LOG_LEVELS: Final = (logging.DEBUG, logging.DEBUG, logging.INFO, logging.WARNING)
+
+_LLONG_MIN: Final = -(2**63)
+
+# Values unpacked onto the Lua stack at once when a script's reply is handed to Python; a
+# bigger reply is read from its table (Lua 5.1 refuses to unpack ~8000 values).
+_MAX_UNPACK: Final = 4000
+
+_SHEBANG_FLAGS: Final = frozenset(
+    {"no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys"}
+)
+
+
+def lua_available() -> bool:
+    """Whether Lua 5.1 (``lupa.lua51``) can be loaded; without it EVAL & co are not registered."""
+    return _lua51 is not None
+
+
+def sha1hex(data: bytes) -> str:
+    """The lowercase hex SHA1 of ``data`` (a script's name in the cache)."""
+    return hashlib.sha1(data).hexdigest()
+
+
+class ScriptCallError(Exception):
+    """Raised by a Python function called from Lua to raise a Lua error.
+
+    ``value`` is what the Lua code catches: a Lua table (``{err=...}``, as ``redis.call`` raises)
+    or a byte string (as ``luaL_error`` raises). lupa hands the exception object to Lua as a
+    userdata; the sandbox turns it back into ``value`` wherever Lua code can see an error
+    (the error handler, ``pcall``, ``xpcall``, ``coroutine.resume``).
+    """
+
+    def __init__(self, value: Any) -> None:
+        super().__init__(value)
+        self.value = value
+
+
+class Script:
+    """A compiled script in the cache: its ``sha`` (lowercase hex), ``body``, the shebang
+    ``flags`` (``None`` without a shebang: the "eval compatibility mode") and the Lua chunk."""
+
+    __slots__ = ("body", "flags", "fn", "sha")
+
+    def __init__(self, sha: str, body: bytes, flags: frozenset[str] | None, fn: Any) -> None:
+        self.sha = sha
+        self.body = body
+        self.flags = flags
+        self.fn = fn
+
+    def __repr__(self) -> str:
+        return f"Script({self.sha!r}, flags={self.flags!r})"
+
+
+class _RunState:
+    """The script being run (mutable: ``redis.setresp`` / ``redis.set_repl`` change it)."""
+
+    __slots__ = ("propagate", "read_only", "running", "sha", "wrote")
+
+    def __init__(self) -> None:
+        self.sha = ""
+        self.read_only = False
+        self.propagate = True
+        self.running = False
+        # A write command ran: SCRIPT KILL refuses from then on (UNKILLABLE), as Redis does.
+        self.wrote = False
+
+
+def parse_shebang(body: bytes) -> tuple[int, frozenset[str] | None]:
+    """``(offset of the code, flags)`` for a script body: Redis 7.0's ``#!lua flags=...`` line.
+
+    The code keeps the shebang's line feed so that line numbers stay the user's. Raises
+    CommandError with Redis's texts for a malformed shebang.
+    """
+    if not body.startswith(b"#!"):
+        return 0, None
+    end = body.find(b"\n")
+    if end < 0:
+        raise CommandError(msgs.SCRIPT_INVALID_SHEBANG)
+    parts = body[:end].split()
+    if not parts or parts[0] != b"#!lua":
+        engine = parts[0] if parts else b""
+        raise CommandError(msgs.script_unexpected_engine(_text(engine)))
+    flags: set[str] = set()
+    for part in parts[1:]:
+        if not part.startswith(b"flags="):
+            raise CommandError(msgs.script_unknown_shebang_option(_text(part)))
+        value = part[6:]
+        if not value:
+            continue
+        for flag in value.split(b","):
+            name = _text(flag)
+            if name not in _SHEBANG_FLAGS:
+                raise CommandError(msgs.script_unexpected_flag(name))
+            flags.add(name)
+    return end, frozenset(flags)
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "surrogateescape")
+
+
+def _to_long_long(x: Any) -> int:
+    """C's ``(long long)`` cast of a Lua number, as x86-64 does it (out of range: LLONG_MIN)."""
+    if type(x) is int:
+        return x if -(2**63) <= x < 2**63 else _LLONG_MIN
+    if x != x or x in (math.inf, -math.inf):
+        return _LLONG_MIN
+    v = int(x)
+    return v if -(2**63) <= v < 2**63 else _LLONG_MIN
+
+
+def error_table_text(buf: bytes) -> bytes:
+    """Redis's ``luaPushErrorBuff``: ``-CODE msg`` keeps its code, anything else gets ``ERR``;
+    the message loses surrounding CR/LF. Returns the ``err`` field's text."""
+    buf = buf.split(b"\0", 1)[0]
+    if buf.startswith(b"-"):
+        code, sep, msg = buf[1:].partition(b" ")
+        if not sep:
+            code, msg = b"ERR", buf[1:]
+    else:
+        code, msg = b"ERR", buf
+    return code + b" " + msg.strip(b"\r\n")
+
+
+# --- the Lua side ----------------------------------------------------------------------------
+
+# Runs once per Lua state, as chunk "=streamworker" (the error handler recognises its frames).
+# It receives a table of Python functions and returns the functions Python calls.
+_BOOT: Final = r"""
+local py = ...
+local type, tostring, error, select, next, ipairs, unpack = type, tostring, error, select, next, ipairs, unpack
+local rawget, rawset, setmetatable, getmetatable = rawget, rawset, setmetatable, getmetatable
+local pcall, xpcall, loadstring, load, setfenv = pcall, xpcall, loadstring, load, setfenv
+local getinfo, sethook, raw_getmetatable = debug.getinfo, debug.sethook, debug.getmetatable
+local concat = table.concat
+local byte, format = string.byte, string.format
+local co_resume = coroutine.resume
+local INTERNAL = '=streamworker'
+local py_unwrap, py_tick = py.unwrap, py.tick
+
+-- Read-only tables are empty proxies; REAL maps a proxy to its table, VIEW to what
+-- getmetatable shows for it (false: nothing), HIDDEN lists metatables never shown.
+local REAL = setmetatable({}, {__mode = 'k'})
+local VIEW = setmetatable({}, {__mode = 'k'})
+local HIDDEN = setmetatable({}, {__mode = 'k'})
+
+local function ro_newindex()
+  error('Attempt to modify a readonly table', 2)
+end
+
+local function readonly(real, view)
+  local proxy = setmetatable({}, {__index = real, __newindex = ro_newindex})
+  REAL[proxy] = real
+  VIEW[proxy] = view or false
+  return proxy
+end
+
+local function unwrap(e)
+  if type(e) == 'userdata' then
+    local v = py_unwrap(e)
+    if v ~= nil then
+      return v
+    end
+  end
+  return e
+end
+
+-- luaL_argerror as the C functions raise it: the name the caller used, the caller's position.
+local function argerror(n, extra)
+  local info = getinfo(2, 'n')
+  local name = info and info.name or '?'
+  error(format("bad argument #%d to '%s' (%s)", n, name, extra), 3)
+end
+
+local function typename_at(n, ...)
+  if select('#', ...) < n then
+    return 'no value'
+  end
+  return type((select(n, ...)))
+end
+
+local function check_table(n, ...)
+  local t = typename_at(n, ...)
+  if t ~= 'table' then
+    local info = getinfo(2, 'n')
+    local name = info and info.name or '?'
+    error(format("bad argument #%d to '%s' (table expected, got %s)", n, name, t), 3)
+  end
+end
+
+local function check_any(n, ...)
+  if select('#', ...) < n then
+    local info = getinfo(2, 'n')
+    local name = info and info.name or '?'
+    error(format("bad argument #%d to '%s' (value expected)", n, name), 3)
+  end
+end
+
+local function sb_rawget(...)
+  check_table(1, ...)
+  check_any(2, ...)
+  local t, k = ...
+  return rawget(REAL[t] or t, k)
+end
+
+local function sb_rawset(...)
+  check_table(1, ...)
+  check_any(2, ...)
+  check_any(3, ...)
+  local t, k, v = ...
+  if REAL[t] then
+    error('Attempt to modify a readonly table', 0)
+  end
+  return rawset(t, k, v)
+end
+
+local function sb_setmetatable(...)
+  check_table(1, ...)
+  local t, mt = ...
+  local tm = type(mt)
+  if select('#', ...) < 2 or (tm ~= 'nil' and tm ~= 'table') then
+    argerror(2, 'nil or table expected')
+  end
+  if REAL[t] then
+    error('Attempt to modify a readonly table', 0)
+  end
+  local old = raw_getmetatable(t)
+  if old ~= nil and rawget(old, '__metatable') ~= nil then
+    error('cannot change a protected metatable', 2)
+  end
+  return setmetatable(t, mt)
+end
+
+local STRING_VIEW
+local G
+
+local function sb_getmetatable(...)
+  check_any(1, ...)
+  local o = ...
+  local view = VIEW[o]
+  if view ~= nil then
+    return view or nil
+  end
+  if type(o) == 'string' then
+    return STRING_VIEW
+  end
+  local mt = getmetatable(o)
+  if mt ~= nil and HIDDEN[mt] then
+    return nil
+  end
+  return mt
+end
+
+local function sb_next(...)
+  check_table(1, ...)
+  local t, k = ...
+  return next(REAL[t] or t, k)
+end
+
+local function sb_pairs(...)
+  check_table(1, ...)
+  local t = ...
+  return next, REAL[t] or t, nil
+end
+
+local function sb_ipairs(...)
+  check_table(1, ...)
+  local t = ...
+  return ipairs(REAL[t] or t)
+end
+
+-- Redis's pcall: an error table's err text is returned instead of the table (7.0 compat).
+local function pcall_result(ok, ...)
+  if ok then
+    return ok, ...
+  end
+  local e = unwrap((...))
+  if type(e) == 'table' then
+    local m = e.err
+    local tm = type(m)
+    if tm == 'string' or tm == 'number' then
+      return false, m
+    end
+    return false, e, m
+  end
+  return false, e
+end
+
+local function sb_pcall(...)
+  if select('#', ...) == 0 then
+    -- Redis's pcall then calls its own result placeholder, a boolean.
+    return false, 'attempt to call a boolean value'
+  end
+  return pcall_result(pcall(...))
+end
+
+local function sb_xpcall(...)
+  check_any(2, ...)
+  local f, h = ...
+  return xpcall(f, function(e) return h(unwrap(e)) end)
+end
+
+local function resume_result(ok, ...)
+  if ok then
+    return ok, ...
+  end
+  return false, unwrap((...))
+end
+
+local function sb_resume(...)
+  if type((...)) ~= 'thread' then
+    argerror(1, 'coroutine expected')
+  end
+  return resume_result(co_resume(...))
+end
+
+-- Redis's Lua never loads bytecode: it lexes it as text (and fails on char(27)).
+local function sb_loadstring(...)
+  local s, chunkname = ...
+  local ts = type(s)
+  if ts ~= 'string' and ts ~= 'number' then
+    argerror(1, 'string expected, got ' .. typename_at(1, ...))
+  end
+  s = tostring(s)
+  local fn, err
+  if byte(s, 1) == 27 then
+    fn, err = loadstring(' ' .. s, chunkname or s)
+  else
+    fn, err = loadstring(s, chunkname)
+  end
+  if fn then
+    setfenv(fn, G)
+  end
+  return fn, err
+end
+
+local function sb_load(...)
+  local f, chunkname = ...
+  if type(f) ~= 'function' then
+    argerror(1, 'function expected, got ' .. typename_at(1, ...))
+  end
+  local first = true
+  local fn, err = load(function()
+    local piece = f()
+    if first then
+      first = false
+      if type(piece) == 'string' and byte(piece, 1) == 27 then
+        return ' ' .. piece
+      end
+    end
+    return piece
+  end, chunkname)
+  if fn then
+    setfenv(fn, G)
+  end
+  return fn, err
+end
+
+local function missing_global(t, k)
+  error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+end
+
+-- The frames of this chunk stand for C functions (Redis's are): with the C functions they
+-- call, they count as one C frame, and Redis reports the frame above the first C frame.
+local function error_position()
+  -- Level 1 is this function, 2 the handler: 3 raised the error.
+  local level, skipped = 3, false
+  local i = getinfo(level, 'Sl')
+  while i do
+    if i.source == INTERNAL then
+      skipped = true
+    elseif i.what == 'C' then
+      local up = getinfo(level + 1, 'S')
+      if not (up and up.source == INTERNAL) then
+        break
+      end
+    else
+      break
+    end
+    level = level + 1
+    i = getinfo(level, 'Sl')
+  end
+  if not skipped and i and i.what == 'C' then
+    i = getinfo(level + 1, 'Sl')
+  end
+  return i
+end
+
+local function err_handler(err)
+  local i = error_position()
+  err = unwrap(err)
+  if type(err) ~= 'table' then
+    err = {err = 'ERR ' .. tostring(err)}
+  end
+  if i then
+    err['source'] = i.source
+    err['line'] = i.currentline
+  end
+  return err
+end
+
+-- luaPushErrorBuff for redis.error_reply.
+local function error_buff(buf)
+  buf = buf:match('^[^%z]*')
+  local code, msg
+  if byte(buf, 1) == 45 then
+    local sp = buf:find(' ', 1, true)
+    if sp then
+      code, msg = buf:sub(2, sp - 1), buf:sub(sp + 1)
+    else
+      code, msg = 'ERR', buf:sub(2)
+    end
+  else
+    code, msg = 'ERR', buf
+  end
+  msg = msg:gsub('^[\r\n]+', ''):gsub('[\r\n]+$', '')
+  return code .. ' ' .. msg
+end
+
+local function error_reply(...)
+  local e = ...
+  if select('#', ...) ~= 1 or type(e) ~= 'string' then
+    return {err = 'ERR wrong number or type of arguments'}
+  end
+  if byte(e, 1) ~= 45 then
+    e = '-' .. e
+  end
+  return {err = error_buff(e)}
+end
+
+local function status_reply(...)
+  local s = ...
+  if select('#', ...) ~= 1 or type(s) ~= 'string' then
+    return {err = 'ERR wrong number or type of arguments'}
+  end
+  return {ok = s}
+end
+
+-- The globals: a fresh table with Redis's names only, seen through a read-only proxy.
+local RG = {}
+G = setmetatable({}, {__index = RG, __newindex = ro_newindex})
+REAL[G] = RG
+VIEW[G] = readonly({__index = missing_global, __newindex = ro_newindex})
+setmetatable(RG, {__index = missing_global})
+
+local function copy(t)
+  local c = {}
+  for k, v in next, t do
+    c[k] = v
+  end
+  return c
+end
+
+local redis = {
+  call = py.call, pcall = py.pcall, setresp = py.setresp, log = py.log,
+  sha1hex = py.sha1hex, set_repl = py.set_repl, acl_check_cmd = py.acl_check_cmd,
+  error_reply = error_reply, status_reply = status_reply,
+  breakpoint = function() return false end,
+  debug = function() end,
+  replicate_commands = function() return true end,
+  LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
+  REPL_NONE = 0, REPL_AOF = 1, REPL_SLAVE = 2, REPL_REPLICA = 2, REPL_ALL = 3,
+  REDIS_VERSION = py.version, REDIS_VERSION_NUM = py.version_num,
+}
+HIDDEN[getmetatable(py.call)] = true
+
+local math_lib = copy(math)
+math_lib.random, math_lib.randomseed = py.random, py.randomseed
+local co_lib = copy(coroutine)
+co_lib.resume = sb_resume
+
+local STRING = readonly(string)
+STRING_VIEW = readonly({__index = STRING})
+
+RG.string = STRING
+RG.math = readonly(math_lib)
+RG.table = readonly(table)
+RG.coroutine = readonly(co_lib)
+RG.redis = readonly(redis)
+RG.cjson = readonly(copy(py.cjson))
+RG.bit = readonly(copy(py.bit))
+RG.struct = readonly(copy(py.struct))
+RG.cmsgpack = readonly(copy(py.cmsgpack))
+RG._G = G
+RG._VERSION = _VERSION
+RG.assert, RG.collectgarbage, RG.error, RG.gcinfo = assert, collectgarbage, error, gcinfo
+RG.select, RG.tonumber, RG.tostring, RG.type, RG.unpack = select, tonumber, tostring, type, unpack
+RG.rawequal = rawequal
+RG.getmetatable, RG.setmetatable = sb_getmetatable, sb_setmetatable
+RG.rawget, RG.rawset, RG.next, RG.pairs, RG.ipairs = sb_rawget, sb_rawset, sb_next, sb_pairs, sb_ipairs
+RG.pcall, RG.xpcall = sb_pcall, sb_xpcall
+RG.loadstring, RG.load = sb_loadstring, sb_load
+RG.__redis__err__handler = err_handler
+RG.KEYS, RG.ARGV = {}, {}
+
+
+-- Script reply -> tags (one letter per value) + values, rebuilt by Python.
+local T, V, nt, nv
+-- Redis answers "reached lua stack limit" in place of values nested ~8000 deep (a table that
+-- contains itself); the engine's reply encoders recurse, so it stops at 200 levels.
+local MAX_DEPTH = 200
+local function walk(v, depth)
+  if depth > MAX_DEPTH then
+    nt = nt + 1; T[nt] = 'e'; nv = nv + 1; V[nv] = 'ERR reached lua stack limit'
+    return
+  end
+  local t = type(v)
+  if t == 'string' then
+    nt = nt + 1; T[nt] = 's'; nv = nv + 1; V[nv] = v
+  elseif t == 'number' then
+    nt = nt + 1; T[nt] = 'n'; nv = nv + 1; V[nv] = v
+  elseif t == 'boolean' then
+    nt = nt + 1; T[nt] = v and 'T' or 'F'
+  elseif t == 'table' then
+    local x = rawget(v, 'err')
+    if type(x) == 'string' then
+      nt = nt + 1; T[nt] = 'e'; nv = nv + 1; V[nv] = x
+      return
+    end
+    x = rawget(v, 'ok')
+    if type(x) == 'string' then
+      nt = nt + 1; T[nt] = 'o'; nv = nv + 1; V[nv] = x
+      return
+    end
+    x = rawget(v, 'double')
+    if type(x) == 'number' then
+      nt = nt + 1; T[nt] = 'd'; nv = nv + 1; V[nv] = x
+      return
+    end
+    x = rawget(v, 'big_number')
+    if type(x) == 'string' then
+      nt = nt + 1; T[nt] = 'b'; nv = nv + 1; V[nv] = x
+      return
+    end
+    x = rawget(v, 'verbatim_string')
+    if type(x) == 'table' then
+      local f, s = rawget(x, 'format'), rawget(x, 'string')
+      if type(f) == 'string' and type(s) == 'string' then
+        nt = nt + 1; T[nt] = 'v'; nv = nv + 2; V[nv - 1] = f; V[nv] = s
+        return
+      end
+    end
+    x = rawget(v, 'map')
+    if type(x) == 'table' then
+      nt = nt + 1; T[nt] = 'm'; nv = nv + 1
+      local slot, n = nv, 0
+      for k, y in next, x do
+        walk(k, depth + 1)
+        walk(y, depth + 1)
+        n = n + 1
+      end
+      V[slot] = n
+      return
+    end
+    x = rawget(v, 'set')
+    if type(x) == 'table' then
+      nt = nt + 1; T[nt] = 'S'; nv = nv + 1
+      local slot, n = nv, 0
+      for k in next, x do
+        walk(k, depth + 1)
+        n = n + 1
+      end
+      V[slot] = n
+      return
+    end
+    nt = nt + 1; T[nt] = 'a'; nv = nv + 1
+    local slot, j = nv, 1
+    while true do
+      x = rawget(v, j)
+      if x == nil then
+        break
+      end
+      walk(x, depth + 1)
+      j = j + 1
+    end
+    V[slot] = j - 1
+  else
+    nt = nt + 1; T[nt] = 'N'
+  end
+end
+
+local function as_text(x)
+  local t = type(x)
+  if t == 'string' then
+    return x
+  elseif t == 'number' then
+    return tostring(x)
+  end
+  return false
+end
+
+-- The count hook: after SCRIPT KILL, fail the script, and again at every instruction of the
+-- script's own code (a pcall in it cannot swallow the kill); never inside this chunk.
+local function tick()
+  if py_tick() then
+    local info = getinfo(2, 'S')
+    if info and info.source ~= INTERNAL then
+      sethook(tick, '', 1)
+      error({err = 'ERR Script killed by user with SCRIPT KILL...'})
+    end
+  end
+end
+
+local function run(fn, keys, argv, hook)
+  RG.KEYS, RG.ARGV = keys, argv
+  if hook then
+    sethook(tick, '', hook)
+  end
+  local ok, res = xpcall(fn, err_handler)
+  if hook then
+    sethook()
+  end
+  if not ok then
+    if type(res) ~= 'table' then
+      return 'X', 1, tostring(res)
+    end
+    local msg = as_text(res.err)
+    if not msg then
+      msg = 'ERR ' .. tostring(res.err)
+    end
+    return 'E', 3, msg, as_text(res.source), as_text(res.line)
+  end
+  if type(res) == 'table' and rawget(res, 'err') == nil and rawget(res, 'ok') == nil
+      and rawget(res, 'double') == nil and rawget(res, 'big_number') == nil
+      and rawget(res, 'verbatim_string') == nil and rawget(res, 'map') == nil
+      and rawget(res, 'set') == nil then
+    -- The usual reply, an array of strings/numbers/booleans: Python reads the types itself.
+    local j = 1
+    while true do
+      local t = type(rawget(res, j))
+      if t ~= 'string' and t ~= 'number' and t ~= 'boolean' then
+        break
+      end
+      j = j + 1
+    end
+    if rawget(res, j) == nil and j <= 4001 then
+      return 'A', j - 1, unpack(res, 1, j - 1)
+    end
+  end
+  T, V, nt, nv = {}, {}, 0, 0
+  local walked, werr = pcall(walk, res, 1)
+  if not walked then
+    return 'X', 1, tostring(werr)
+  end
+  local tags = concat(T, '', 1, nt)
+  if nv > 4000 then
+    return tags, nv, V
+  end
+  return tags, nv, unpack(V, 1, nv)
+end
+
+local function compile(code)
+  local fn, err = loadstring(code, '@user_script')
+  if not fn then
+    return false, err
+  end
+  setfenv(fn, G)
+  return fn
+end
+
+-- For Python functions raising luaL_error-style errors: their caller's position and the
+-- name they were called by (level 2 is the Python function, a C function to Lua).
+local function callsite()
+  local n = getinfo(2, 'n')
+  local i = getinfo(3, 'Sl')
+  local where = ''
+  if i and i.currentline > 0 then
+    where = i.short_src .. ':' .. i.currentline .. ': '
+  end
+  return where, n and n.name or '?', n and n.namewhat or ''
+end
+
+return run, compile, callsite, function() sethook() end
+"""
+
+
+# Reply tables built by one call from Python (cheaper than a lupa table_from per level).
+_BUILDERS: Final = r"""
+local function array(...)
+  return {...}
+end
+
+local function row(...)
+  return {{...}}
+end
+
+local function rows(n, ...)
+  local v = {...}
+  local out, k = {}, n
+  for r = 1, n do
+    local t = {}
+    for c = 1, v[r] do
+      t[c] = v[k + c]
+    end
+    k = k + v[r]
+    out[r] = t
+  end
+  return out
+end
+
+return array, row, rows
+"""
+
+
+class ScriptRuntime:
+    """The Lua state, script cache and script client of one engine.
+
+    Not thread-safe by itself: every method runs under the engine lock (commands do).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        if _lua51 is None:
+            raise RuntimeError(LUA_UNAVAILABLE)
+        self.engine = engine
+        # The client scripts' commands run as (Redis's lua_client): its own db and protocol.
+        self.client = ClientState(0, engine.clock())
+        self.ctx = Ctx(engine, self.client)
+        self.client.ctx = self.ctx
+        self.ctx.in_script = True
+        self.scripts: dict[str, Script] = {}
+        # math.random's generator lives outside the Lua state (SCRIPT FLUSH keeps it), as
+        # Redis's does.
+        self.rand = lualibs.Rand48()
+        self._st = _RunState()
+        self._kill = False
+        self._run: Callable[..., Any]
+        self._compile: Callable[..., Any]
+        self._callsite: Callable[..., Any]
+        self._clear_hook: Callable[[], None]
+        self._lua_array: Callable[..., Any]
+        self._lua_row: Callable[..., Any]
+        self._lua_rows: Callable[..., Any]
+        self.lua: Any = None
+        self._new_state()
+
+    # -- the Lua state -----------------------------------------------------------------------
+
+    def _new_state(self) -> None:
+        assert _lua51 is not None
+        lua = _lua51.LuaRuntime(
+            encoding=None,
+            register_eval=False,
+            register_builtins=False,
+            unpack_returned_tuples=True,
+            attribute_filter=_deny_attributes,
+        )
+        self.lua = lua
+        self._lua_array, self._lua_row, self._lua_rows = lua.execute(
+            _BUILDERS, name="=streamworker"
+        )
+        libs = lualibs.Libraries(lua, self._lua_error, self._arg_error)
+        api = {
+            b"call": self._make_call(raise_errors=True),
+            b"pcall": self._make_call(raise_errors=False),
+            b"setresp": self._setresp,
+            b"log": self._log,
+            b"sha1hex": self._sha1hex,
+            b"set_repl": self._set_repl,
+            b"acl_check_cmd": self._acl_check_cmd,
+            b"random": self._random,
+            b"randomseed": self._randomseed,
+            b"unwrap": _unwrap,
+            b"tick": self._tick,
+            b"version": REDIS_VERSION.encode(),
+            b"version_num": _version_num(REDIS_VERSION),
+            b"cjson": libs.cjson,
+            b"bit": libs.bit,
+            b"struct": libs.struct,
+            b"cmsgpack": libs.cmsgpack,
+        }
+        self._run, self._compile, self._callsite, self._clear_hook = lua.execute(
+            _BOOT, lua.table_from(api), name="=streamworker"
+        )
+        # Recompile the cached scripts in the new state (SCRIPT FLUSH clears the cache first).
+        for script in self.scripts.values():
+            script.fn = self._compile_chunk(script)
+
+    # -- cache -------------------------------------------------------------------------------
+
+    def load(self, body: bytes) -> Script:
+        """Compile ``body`` (if not cached) and return it; CommandError for a bad shebang or
+        a syntax error, with Redis's texts."""
+        sha = sha1hex(body)
+        script = self.scripts.get(sha)
+        if script is not None:
+            return script
+        offset, flags = parse_shebang(body)
+        script = Script(sha, body, flags, None)
+        script.fn = self._compile_chunk(script, offset)
+        self.scripts[sha] = script
+        return script
+
+    def _compile_chunk(self, script: Script, offset: int | None = None) -> Any:
+        if offset is None:
+            offset = parse_shebang(script.body)[0]
+        code = script.body[offset:]
+        if code[:1] == b"\x1b":
+            # Redis's Lua lexes bytecode as text; the space keeps it from loading as binary.
+            code = b" " + code
+        fn = self._compile(code)
+        if type(fn) is tuple:
+            raise CommandError(msgs.script_compile_error(_text(fn[1])))
+        return fn
+
+    def get(self, sha: bytes | str) -> Script | None:
+        """The cached script named ``sha`` (any case), or None."""
+        key = sha.decode("latin-1") if isinstance(sha, bytes) else sha
+        return self.scripts.get(key.lower())
+
+    def flush(self) -> None:
+        """SCRIPT FLUSH: forget every script and start a fresh Lua state."""
+        self.scripts.clear()
+        self._new_state()
+
+    # -- running -----------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Whether a script is running now (always False outside the engine lock)."""
+        return self._st.running
+
+    def request_kill(self) -> Reply:
+        """SCRIPT KILL from outside the engine lock (thread-safe, lock-free): a transport that
+        receives SCRIPT KILL while a script holds the lock calls this and sends the reply.
+
+        OK: the running script stops within ~100,000 Lua instructions and fails with Redis's
+        ``Script killed by user with SCRIPT KILL...``. NOTBUSY when no script runs;
+        UNKILLABLE once the script has written (stopping it would leave half its writes).
+        """
+        st = self._st
+        if not st.running:
+            return CommandError(msgs.NOTBUSY)
+        if st.wrote:
+            return CommandError(msgs.UNKILLABLE)
+        self._kill = True
+        return OK
+
+    def run(
+        self, caller: Ctx, script: Script, keys: Sequence[bytes], args: Sequence[bytes], ro: bool
+    ) -> Reply:
+        """Run ``script`` for ``caller`` with KEYS/ARGV; its reply (CommandError on failure).
+
+        ``ro``: called as EVAL_RO/EVALSHA_RO. A script with a shebang and without
+        ``no-writes`` is refused there; write commands are refused in read-only runs.
+        """
+        flags = script.flags
+        if flags is not None and ro and "no-writes" not in flags:
+            return CommandError(msgs.SCRIPT_RO_WITH_WRITE_FLAG)
+        st = self._st
+        st.sha = script.sha
+        st.read_only = ro or (flags is not None and "no-writes" in flags)
+        st.propagate = True
+        st.wrote = False
+        sctx = self.ctx
+        sclient = self.client
+        if sctx.db is not caller.db:
+            sctx.select(caller.db.index)
+        sclient.resp = 2
+        sctx.in_multi = caller.in_multi or caller.client.in_multi
+        new_array = self._new_array
+        self._kill = False
+        st.running = True
+        try:
+            res = self._run(script.fn, new_array(keys), new_array(args), 100_000)
+        except Exception as exc:  # a lupa-level failure (out of memory, an engine bug)
+            self._clear_hook()
+            return CommandError(f"ERR Error running script {script.sha}: {exc}")
+        finally:
+            st.running = False
+            self._kill = False
+            sctx.in_multi = False
+        return self._reply(res, script.sha, sclient.resp == 3)
+
+    def _new_array(self, items: Sequence[bytes]) -> Any:
+        if len(items) <= _MAX_UNPACK:
+            return self._lua_array(*items)
+        return self.lua.table_from(items)
+
+    def _tick(self) -> bool:
+        return self._kill
+
+    def _reply(self, res: Any, sha: str, resp3: bool) -> Reply:
+        tags: bytes = res[0]
+        n: int = res[1]
+        if tags == b"E":
+            msg, src, line = res[2], res[3], res[4]
+            text = msg
+            if src is not False and line is not False:
+                text += b" script: " + sha.encode() + b", on " + src + b":" + line + b"."
+            return CommandError(_text(text))
+        if tags == b"X":
+            return CommandError(f"ERR Error running script {sha}, {_text(res[2])[:100]} ")
+        if tags == b"s":
+            return res[2]  # type: ignore[no-any-return]
+        if tags == b"n":
+            return _to_long_long(res[2])
+        if tags == b"A":
+            return [_flat_item(v, resp3) for v in res[2:]]
+        if n > _MAX_UNPACK:
+            table = res[2]
+            vals: Sequence[Any] = [table[i] for i in range(1, n + 1)]
+        else:
+            vals = res[2:]
+        if tags[0] == _A and not tags.translate(None, b"sn")[1:]:
+            # A flat array of strings and numbers (the usual script reply): no tree to walk.
+            items = vals[1:]
+            return [
+                v if t == _S else _to_long_long(v) for t, v in zip(tags[1:], items, strict=True)
+            ]
+        return _build_reply(tags, vals, resp3)
+
+    # -- redis.* -----------------------------------------------------------------------------
+
+    def _make_call(self, raise_errors: bool) -> Callable[..., Any]:
+        call_from_script = self.engine.call_from_script
+        sctx = self.ctx
+        sclient = self.client
+        st = self._st
+        err_table = self._err_table
+        conv2, conv3 = self._converters()
+        writes = _write_commands(self.engine)
+        no_args = msgs.SCRIPT_NO_ARGS.encode()
+        bad_arg = msgs.SCRIPT_BAD_ARG_TYPE.encode()
+
+        def call(*args: Any) -> Any:
+            if not args:
+                return _fail(err_table(no_args), raise_errors)
+            argv = list(args)
+            for a in argv:
+                if type(a) is not bytes:
+                    if not _convert_argv(argv):
+                        return _fail(err_table(bad_arg), raise_errors)
+                    break
+            reply = call_from_script(sctx, argv, st.read_only, st.propagate)
+            if sclient.last_cmd in writes:
+                st.wrote = True
+            t = type(reply)
+            if t is bytes or t is int:
+                return reply
+            if isinstance(reply, CommandError):
+                text = reply.text.encode("utf-8", "surrogateescape")
+                return _fail(err_table(error_table_text(b"-" + text), True), raise_errors)
+            return conv3(reply) if sclient.resp == 3 else conv2(reply)
+
+        return call
+
+    def _err_table(self, text: bytes, stats_flag: bool = False) -> Any:
+        fields: dict[bytes, Any] = {b"err": text}
+        if stats_flag:
+            fields[b"ignore_error_stats_update"] = True
+        return self.lua.table_from(fields)
+
+    def _converters(self) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+        """Reply -> Lua value, as Redis parses a command's RESP2 / RESP3 reply for Lua."""
+        table_from = self.lua.table_from
+        err_table = self._err_table
+        lua_array = self._lua_array
+        lua_row = self._lua_row
+        lua_rows = self._lua_rows
+
+        def array(v: Any, conv: Callable[[Any], Any]) -> Any:
+            # Lists of strings/integers (most replies) and lists of such lists (XPENDING,
+            # XINFO...) are built by one Lua call: far cheaper than a lupa table per level.
+            if not v:
+                return lua_array()
+            t0 = type(v[0])
+            if t0 is list or t0 is tuple:
+                if len(v) == 1:
+                    row = v[0]
+                    for y in row:
+                        ty = type(y)
+                        if ty is not bytes and ty is not int:
+                            return table_from([conv(row)])
+                    if len(row) <= _MAX_UNPACK:
+                        return lua_row(*row)
+                    return table_from([conv(row)])
+                head: list[Any] = [len(v)]
+                vals: list[Any] = []
+                for x in v:
+                    tx = type(x)
+                    if tx is not list and tx is not tuple:
+                        return table_from([conv(x) for x in v])
+                    for y in x:
+                        ty = type(y)
+                        if ty is not bytes and ty is not int:
+                            return table_from([conv(x) for x in v])
+                    head.append(len(x))
+                    vals += x
+                if len(head) + len(vals) <= _MAX_UNPACK:
+                    return lua_rows(*head, *vals)
+                return table_from([conv(x) for x in v])
+            for x in v:
+                tx = type(x)
+                if tx is not bytes and tx is not int:
+                    return table_from([conv(x) for x in v])
+            return lua_array(*v) if len(v) <= _MAX_UNPACK else table_from(v)
+
+        def status(v: Status) -> Any:
+            return table_from({b"ok": v.text.encode("utf-8", "surrogateescape")})
+
+        def error(v: CommandError) -> Any:
+            text = v.text.encode("utf-8", "surrogateescape")
+            return err_table(error_table_text(b"-" + text), True)
+
+        def conv2(v: Any) -> Any:
+            t = type(v)
+            if t is bytes or t is int:
+                return v
+            if t is list or t is tuple:
+                return array(v, conv2)
+            if t is NullBulk or t is NullArray or v is None:
+                return False
+            if t is Status:
+                return status(v)
+            if t is Map:
+                flat: list[Any] = []
+                for k, x in v.items:
+                    flat.append(conv2(k))
+                    flat.append(conv2(x))
+                return table_from(flat)
+            if t is Double:
+                return format_double(v.value)
+            if t is SetReply:
+                return table_from([conv2(x) for x in v.items])
+            if t is Verbatim:
+                return v.text
+            if t is bool:
+                return int(v)
+            if t is str:
+                return v.encode("utf-8", "surrogateescape")
+            if isinstance(v, CommandError):
+                return error(v)
+            if isinstance(v, int):
+                return int(v)
+            raise TypeError(f"cannot convert {t.__name__} reply for Lua")
+
+        def conv3(v: Any) -> Any:
+            t = type(v)
+            if t is bytes or t is int:
+                return v
+            if t is list or t is tuple:
+                return array(v, conv3)
+            if t is NullBulk or t is NullArray or v is None:
+                return None
+            if t is Status:
+                return status(v)
+            if t is Map:
+                return table_from({b"map": table_from({conv3(k): conv3(x) for k, x in v.items})})
+            if t is Double:
+                return table_from({b"double": v.value})
+            if t is SetReply:
+                return table_from({b"set": table_from({conv3(x): True for x in v.items})})
+            if t is Verbatim:
+                inner = table_from({b"format": b"txt", b"string": v.text})
+                return table_from({b"verbatim_string": inner})
+            if t is bool:
+                return v
+            if t is str:
+                return v.encode("utf-8", "surrogateescape")
+            if isinstance(v, CommandError):
+                return error(v)
+            if isinstance(v, int):
+                return int(v)
+            raise TypeError(f"cannot convert {t.__name__} reply for Lua")
+
+        return conv2, conv3
+
+    def _raise_table(self, text: str) -> NoReturn:
+        raise ScriptCallError(self._err_table(text.encode()))
+
+    def _setresp(self, *args: Any) -> None:
+        if len(args) != 1:
+            self._raise_table(msgs.SCRIPT_SETRESP_ARGS)
+        resp = lualibs.lua_tonumber(args[0])
+        if resp is None or resp not in (2, 3):
+            self._raise_table(msgs.SCRIPT_SETRESP_VERSION)
+        self.client.resp = int(resp)
+
+    def _log(self, *args: Any) -> None:
+        if len(args) < 2:
+            self._raise_table(msgs.SCRIPT_LOG_ARGS)
+        level = lualibs.lua_tonumber(args[0])
+        if level is None:
+            self._raise_table(msgs.SCRIPT_LOG_LEVEL_NOT_NUMBER)
+        assert level is not None
+        lvl = _to_long_long(level)
+        if not 0 <= lvl <= 3:
+            self._raise_table(msgs.SCRIPT_LOG_INVALID_LEVEL)
+        parts = [p for p in (lualibs.lua_tostring(a) for a in args[1:]) if p is not None]
+        _log.log(_LOG_LEVELS[lvl], "%s", _text(b" ".join(parts)))
+
+    def _sha1hex(self, *args: Any) -> bytes:
+        if len(args) != 1:
+            self._raise_table(msgs.SCRIPT_SHA1HEX_ARGS)
+        data = lualibs.lua_tostring(args[0]) or b""
+        return sha1hex(data).encode()
+
+    def _set_repl(self, *args: Any) -> None:
+        if len(args) != 1:
+            self._raise_table(msgs.SCRIPT_SET_REPL_ARGS)
+        flags = _to_long_long(lualibs.lua_tonumber(args[0]) or 0)
+        if flags & ~3:
+            self._raise_table(msgs.SCRIPT_SET_REPL_FLAGS)
+        # Only the append-only file is a propagation target here (no replicas).
+        self._st.propagate = bool(flags & 1)
+
+    def _acl_check_cmd(self, *args: Any) -> bool:
+        if not args:
+            self._raise_table(msgs.SCRIPT_NO_ARGS)
+        argv = _redis_argv(args)
+        if argv is None:
+            self._raise_table(msgs.SCRIPT_BAD_ARG_TYPE)
+        assert argv is not None
+        table = self.engine.table
+        spec = table.get(argv[0].lower())
+        if spec is not None and len(argv) > 1 and spec.subcommands is not None:
+            spec = spec.subcommands.get(argv[1].lower())
+        if spec is None:
+            self._raise_table(msgs.SCRIPT_ACL_INVALID_COMMAND)
+        return True  # no ACLs: the default user may run everything
+
+    def _random(self, *args: Any) -> Any:
+        # Redis's math.random: lua's own, with rand() replaced by its redisLrand48().
+        r = (self.rand.next() % 2147483647) / 2147483647.0
+        if not args:
+            return r
+        if len(args) == 1:
+            u = self._check_int(args, 1)
+            if u < 1:
+                self._arg_error(1, "interval is empty")
+            return math.floor(r * u) + 1
+        if len(args) == 2:
+            lo = self._check_int(args, 1)
+            hi = self._check_int(args, 2)
+            if lo > hi:
+                self._arg_error(2, "interval is empty")
+            return math.floor(r * (hi - lo + 1)) + lo
+        return self._lua_error("wrong number of arguments")
+
+    def _randomseed(self, *args: Any) -> None:
+        self.rand.seed(self._check_int(args, 1))
+
+    def _check_int(self, args: Sequence[Any], n: int) -> int:
+        """luaL_checkint: a number (or numeric string), truncated to a C int."""
+        value = lualibs.lua_tonumber(args[n - 1]) if len(args) >= n else None
+        if value is None:
+            got = lualibs.lua_typename(args, n)
+            self._arg_error(n, f"number expected, got {got}")
+        assert value is not None
+        v = _to_long_long(value) & 0xFFFFFFFF
+        return v - (1 << 32) if v >= 1 << 31 else v
+
+    # -- raising Lua errors from Python -----------------------------------------------------
+
+    def _lua_error(self, msg: str) -> NoReturn:
+        """Raise ``msg`` as luaL_error does: prefixed with the calling Lua line."""
+        where, _name, _what = self._callsite()
+        raise ScriptCallError(where + msg.encode("utf-8", "surrogateescape"))
+
+    def _arg_error(self, n: int, extra: str) -> NoReturn:
+        """Raise luaL_argerror's ``bad argument #n to 'name' (extra)``."""
+        where, name, what = self._callsite()
+        fname = _text(name) if isinstance(name, bytes) else "?"
+        if what == b"method":
+            n -= 1
+            if n == 0:
+                msg = f"calling '{fname}' on bad self ({extra})"
+                raise ScriptCallError(where + msg.encode("utf-8", "surrogateescape"))
+        msg = f"bad argument #{n} to '{fname}' ({extra})"
+        raise ScriptCallError(where + msg.encode("utf-8", "surrogateescape"))
+
+
+def _write_commands(engine: Engine) -> frozenset[str]:
+    names = set()
+    for spec in engine.table.values():
+        if "write" in spec.flags:
+            names.add(spec.name)
+        for sub in (spec.subcommands or {}).values():
+            if "write" in sub.flags:
+                names.add(sub.name)
+    return frozenset(names)
+
+
+def _deny_attributes(obj: Any, name: Any, is_setting: bool) -> Any:
+    # Scripts must not reach Python objects' attributes (a function's __globals__...).
+    raise AttributeError("access denied")
+
+
+def _unwrap(obj: Any) -> Any:
+    return obj.value if isinstance(obj, ScriptCallError) else None
+
+
+def _fail(table: Any, raise_errors: bool) -> Any:
+    if raise_errors:
+        raise ScriptCallError(table)
+    return table
+
+
+def _version_num(version: str) -> int:
+    major, minor, patch = (int(p) for p in version.split("."))
+    return (major << 16) | (minor << 8) | patch
+
+
+def _convert_argv(argv: list[Any]) -> bool:
+    """Turn redis.call's arguments into a command in place: strings as they are, numbers as
+    ``%.17g`` (Redis's luaArgsToRedisArgv); False if another type is there."""
+    for i, a in enumerate(argv):
+        t = type(a)
+        if t is bytes:
+            continue
+        if t is int and -(10**17) < a < 10**17:
+            argv[i] = b"%d" % a  # what %.17g prints for these, faster
+        elif t is int or t is float:
+            argv[i] = b"%.17g" % a
+        else:
+            return False
+    return True
+
+
+def _redis_argv(args: tuple[Any, ...]) -> list[bytes] | None:
+    """redis.call's arguments as a command (see :func:`_convert_argv`), None if invalid."""
+    argv = list(args)
+    return argv if _convert_argv(argv) else None
+
+
+def _flat_item(v: Any, resp3: bool) -> Reply:
+    t = type(v)
+    if t is bytes:
+        return v  # type: ignore[no-any-return]
+    if t is bool:
+        if resp3:
+            return v  # type: ignore[no-any-return]
+        return 1 if v else NULL_BULK
+    return _to_long_long(v)
+
+
+_S, _N, _T, _F, _NIL = b"s"[0], b"n"[0], b"T"[0], b"F"[0], b"N"[0]
+_E, _O, _D, _B, _V = b"e"[0], b"o"[0], b"d"[0], b"b"[0], b"v"[0]
+_A, _M, _SET = b"a"[0], b"m"[0], b"S"[0]
+
+
+def _build_reply(tags: bytes, vals: Sequence[Any], resp3: bool) -> Reply:
+    """Rebuild a script's reply from the Lua walk (Redis's luaReplyToRedisReply): one tag per
+    value in depth-first order, containers followed by their items. Iterative: a container
+    is finished when its last item arrives."""
+    vi = 0
+    # Open containers: [kind, items, remaining items]; maps count keys and values.
+    stack: list[list[Any]] = []
+    root: Reply = NULL_BULK
+    for t in tags:
+        value: Reply
+        if t == _S:
+            value = vals[vi]
+            vi += 1
+        elif t == _N:
+            value = _to_long_long(vals[vi])
+            vi += 1
+        elif t in (_A, _M, _SET):
+            n = vals[vi]
+            vi += 1
+            stack.append([t, [], 2 * n if t == _M else n])
+            if n:
+                continue
+            value = _close(stack.pop())
+        elif t == _T:
+            value = True if resp3 else 1
+        elif t == _F:
+            value = False if resp3 else NULL_BULK
+        elif t == _NIL:
+            value = NULL_BULK
+        elif t == _E:
+            value = CommandError(_text(vals[vi]))
+            vi += 1
+        elif t == _O:
+            value = Status(_text(vals[vi].replace(b"\r", b" ").replace(b"\n", b" ")))
+            vi += 1
+        elif t == _D:
+            value = Double(float(vals[vi]))
+            vi += 1
+        elif t == _B:
+            # RESP3 has a big-number type the engine's encoder lacks: a bulk string meanwhile.
+            value = vals[vi].replace(b"\r", b" ").replace(b"\n", b" ")
+            vi += 1
+        elif t == _V:
+            # Verbatim replies carry "txt" here whatever the script's format (encoder limit).
+            value = Verbatim(vals[vi + 1])
+            vi += 2
+        else:
+            raise ValueError(f"bad reply tag {chr(t)!r}")
+        while True:
+            if not stack:
+                root = value
+                break
+            top = stack[-1]
+            top[1].append(value)
+            top[2] -= 1
+            if top[2]:
+                break
+            value = _close(stack.pop())
+    return root
+
+
+def _close(container: list[Any]) -> Reply:
+    kind, items, _ = container
+    if kind == _A:
+        return items  # type: ignore[no-any-return]
+    if kind == _SET:
+        return SetReply(items)
+    return Map(list(zip(items[::2], items[1::2], strict=True)))
+
+
+def runtime_for(engine: Engine) -> ScriptRuntime:
+    """The engine's ScriptRuntime, created on first use (needs the engine lock held)."""
+    runtime = engine.scripting
+    if runtime is None:
+        runtime = ScriptRuntime(engine)
+        engine.scripting = runtime
+    return runtime  # type: ignore[no-any-return]

@@ -1,0 +1,657 @@
+"""The engine's RESP server: ``streamworker engine serve``.
+
+An asyncio server (one thread, like Redis's event loop) that speaks RESP2 and RESP3 to any
+Redis client: redis-cli, redis-py, redis-benchmark. Commands run on an :class:`Engine`
+directly in the event loop (they are short; the engine lock is uncontended in a server
+process). What it does as Redis does:
+
+* **Pipelining**: every complete command in a read is executed in one ``execute_many`` and the
+  replies leave in one write.
+* **Blocking commands** (XREAD/XREADGROUP BLOCK): the client waits without blocking the loop;
+  it is served in FIFO order by the engine's waiter queues, or answered with the null reply at
+  its deadline. Commands it pipelined behind the blocking one wait for it.
+* **Persistence** (``--dir``): the engine logs writes to its append-only file (:mod:`.aof`).
+  The file is written before any reply leaves; with ``appendfsync always`` the replies of one
+  event-loop turn wait for one fsync (group commit), so no client is told about a write that
+  is not on disk.
+* **Limits**: malformed input gets Redis's protocol error and the connection is closed
+  (others are unaffected); bulk and multibulk lengths are bounded (``proto-max-bulk-len``,
+  the 10-argument / 16 KB bounds before AUTH); a client whose unread replies exceed
+  ``client-output-buffer-limit`` (normal class) or whose unparsed input exceeds
+  ``client-query-buffer-limit`` is disconnected; ``maxclients``; idle ``timeout``.
+* **Protected mode**: binding a non-loopback address without ``requirepass`` is refused.
+
+Shut down with SIGTERM or SIGINT: the server stops accepting, flushes and fsyncs the file,
+closes the connections and returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from streamworker.engine import msgs
+from streamworker.engine.aof import AppendOnlyFile, open_persistent
+from streamworker.engine.config import parse_client_output_buffer_limit
+from streamworker.engine.context import Blocked
+from streamworker.engine.core import Engine
+from streamworker.engine.protocol import ProtocolError, RequestParser, encode_into
+
+if TYPE_CHECKING:
+    from streamworker.engine.context import ClientState
+
+__all__ = [
+    "EngineServer",
+    "ProtectedModeError",
+    "ServerOptions",
+    "check_protected_mode",
+    "run_server",
+]
+
+_log = logging.getLogger("streamworker.engine.server")
+
+# Commands after which the rest of a pipeline must see the new connection state: the reply
+# encoding (HELLO, RESET) or no more commands at all (QUIT).
+_SWITCHERS = frozenset({b"hello", b"reset", b"quit"})
+_CRON_INTERVAL_S = 0.1
+
+
+class ProtectedModeError(ValueError):
+    """Refusal to listen on a non-loopback address without a password."""
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """What ``streamworker engine serve`` is started with.
+
+    ``data_dir`` None keeps the data in memory only. ``port`` 0 picks a free port (see
+    :attr:`EngineServer.port`).
+    """
+
+    bind: str = "127.0.0.1"
+    port: int = 6390
+    data_dir: Path | None = None
+    appendfsync: str = "everysec"
+    requirepass: str | None = None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def check_protected_mode(bind: str, requirepass: str | None) -> None:
+    """Raise :class:`ProtectedModeError` when ``bind`` lists an address other clients could
+    reach and no password is set (Redis's protected mode, made a start-up error)."""
+    if requirepass:
+        return
+    exposed = [h for h in bind.split() if not _is_loopback(h)]
+    if exposed:
+        raise ProtectedModeError(
+            f"refusing to listen on {', '.join(exposed)} without a password (protected mode): "
+            "anyone who can reach that address could read and change the data. "
+            "Set --requirepass, or bind a loopback address (--bind 127.0.0.1)"
+        )
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: parses requests, runs them, buffers and writes replies."""
+
+    __slots__ = (
+        "_timer",
+        "blocked",
+        "client",
+        "closing",
+        "out",
+        "parser",
+        "proto_error",
+        "queued",
+        "queued_bytes",
+        "server",
+        "soft_since",
+        "transport",
+    )
+
+    def __init__(self, server: EngineServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.client: ClientState | None = None
+        self.parser = RequestParser()
+        self.out = bytearray()
+        self.blocked: Blocked | None = None
+        # Commands received behind a blocking one (run once it is served).
+        self.queued: deque[list[bytes]] = deque()
+        self.queued_bytes = 0
+        self.proto_error: ProtocolError | None = None
+        self.closing = False
+        self.soft_since = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- ClientIO (CLIENT LIST) -----------------------------------------------------------
+
+    def query_buffer_bytes(self) -> int:
+        return self.parser.pending + self.queued_bytes
+
+    def output_buffer_bytes(self) -> int:
+        size = len(self.out)
+        if self.transport is not None:
+            size += self.transport.get_write_buffer_size()
+        return size
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        server = self.server
+        engine = server.engine
+        cfg = engine.config
+        server.refresh_config()
+        if len(server.connections) >= server.maxclients:
+            engine.stats_rejected += 1
+            transport.write(b"-" + msgs.MAX_CLIENTS.encode() + b"\r\n")
+            transport.close()
+            self.closing = True
+            return
+        client = engine.connect()
+        self.client = client
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        client.addr = _format_addr(peer)
+        client.laddr = _format_addr(local)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            client.fd = sock.fileno()
+        client.authenticated = not cfg.get("requirepass")
+        client.io = self
+        self.parser.authenticated = client.authenticated
+        self.parser.max_bulk_len = server.max_bulk_len
+        server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        server = self.server
+        server.connections.discard(self)
+        if self.client is not None:
+            server.engine.disconnect(self.client)
+            self.client.io = None
+        self.out = bytearray()
+        self.queued.clear()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        client = self.client
+        assert client is not None
+        client.last_interaction_ms = time.time_ns() // 1_000_000
+        server = self.server
+        if server.engine.config.version != server.cfg_version:
+            server.refresh_config()
+        try:
+            cmds = self.parser.feed(data)
+        except ProtocolError as exc:
+            cmds = exc.commands
+            self.proto_error = exc
+        if self.blocked is not None or self.queued:
+            for argv in cmds:
+                self.queued.append(argv)
+                self.queued_bytes += sum(map(len, argv)) + 16 * len(argv)
+        elif cmds:
+            self._run(cmds)
+        if self._gone():
+            return
+        if self.blocked is None and not self.queued and self.proto_error is not None:
+            self._protocol_error(self.proto_error)
+            return
+        if self.parser.pending + self.queued_bytes > server.query_buffer_limit:
+            _log.warning(
+                "closing client that reached max query buffer length: id=%d addr=%s (qbuf=%d)",
+                client.id,
+                client.addr,
+                self.parser.pending + self.queued_bytes,
+            )
+            self._close_now()
+            return
+        if self.out:
+            server.send(self)
+
+    # -- running commands ---------------------------------------------------------------
+
+    def _run(self, cmds: list[list[bytes]]) -> None:
+        # Runs commands until one blocks or the client asks to quit; the rest are queued.
+        server = self.server
+        engine = server.engine
+        client = self.client
+        assert client is not None
+        out = self.out
+        switch = False
+        for argv in cmds:
+            if argv[0].lower() in _SWITCHERS:
+                switch = True
+                break
+        if not switch:
+            if len(cmds) == 1:
+                reply = engine.execute(client, cmds[0])
+                if type(reply) is Blocked:
+                    self._block(reply)
+                else:
+                    encode_into(out, reply, client.resp)
+            else:
+                results = engine.execute_many(client, cmds)
+                resp = client.resp
+                for reply in results:
+                    # Bulk strings and integers (XADD's ID, XACK's count) inline: the encoder's
+                    # dispatch would cost as much as the reply.
+                    if type(reply) is bytes:
+                        out += b"$%d\r\n%b\r\n" % (len(reply), reply)
+                    elif type(reply) is int:
+                        out += b":%d\r\n" % reply
+                    elif type(reply) is Blocked:
+                        self._block(reply)
+                        break
+                    else:
+                        encode_into(out, reply, resp)
+                if len(results) < len(cmds):
+                    self.queued.extend(cmds[len(results) :])
+        else:
+            for i, argv in enumerate(cmds):
+                reply = engine.execute(client, argv)
+                if type(reply) is Blocked:
+                    self._block(reply)
+                    self.queued.extend(cmds[i + 1 :])
+                    break
+                encode_into(out, reply, client.resp)
+                if client.closed:
+                    # QUIT: the reply goes out, nothing after it runs.
+                    self.closing = True
+                    server.send(self, force=True)
+                    if self.transport is not None:
+                        self.transport.close()
+                    return
+        self.parser.authenticated = client.authenticated
+        if self.queued and self.blocked is None:
+            self.queued_bytes = 0
+            more = list(self.queued)
+            self.queued.clear()
+            self._run(more)
+
+    def _block(self, blocked: Blocked) -> None:
+        self.blocked = blocked
+        loop = self.server.loop
+        engine = self.server.engine
+        with engine.lock:
+            blocked.add_done_callback(lambda b: loop.call_soon_threadsafe(self._unblocked, b))
+        remaining = blocked.remaining_s()
+        if remaining is not None and not blocked.resolved:
+            self._timer = loop.call_later(remaining, self._deadline, blocked)
+
+    def _deadline(self, blocked: Blocked) -> None:
+        self._timer = None
+        if not self.closing:
+            self.server.engine.timeout_blocked(blocked)
+
+    def _unblocked(self, blocked: Blocked) -> None:
+        if self.closing or self.blocked is not blocked:
+            return
+        self.blocked = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        client = self.client
+        assert client is not None
+        assert blocked.reply is not None
+        encode_into(self.out, blocked.reply, client.resp)
+        if self.queued:
+            self.queued_bytes = 0
+            more = list(self.queued)
+            self.queued.clear()
+            self._run(more)
+        if self._gone():
+            return
+        if self.blocked is None and not self.queued and self.proto_error is not None:
+            self._protocol_error(self.proto_error)
+            return
+        self.server.send(self)
+
+    # -- writing and closing --------------------------------------------------------------
+
+    def _gone(self) -> bool:
+        # A method, not the attribute: running commands may close the connection (QUIT),
+        # which a type checker's narrowing of ``self.closing`` would not see.
+        return self.closing
+
+    def _protocol_error(self, exc: ProtocolError) -> None:
+        # Redis answers what came before, then the error, then closes the connection.
+        client = self.client
+        assert client is not None
+        _log.info("protocol error from client id=%d addr=%s: %s", client.id, client.addr, exc.text)
+        self.out += b"-" + exc.text.encode() + b"\r\n"
+        self.closing = True
+        self.server.send(self, force=True)
+        if self.transport is not None:
+            self.transport.close()
+
+    def write_out(self) -> None:
+        """Hand the buffered replies to the transport; enforce the output buffer limit."""
+        transport = self.transport
+        if transport is None or not self.out:
+            return
+        data = self.out
+        self.out = bytearray()
+        if transport.is_closing():
+            return
+        transport.write(data)
+        pending = transport.get_write_buffer_size()
+        if pending:
+            self.server.check_output_limit(self, pending)
+
+    def _close_now(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def _format_addr(addr: Any) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host = str(addr[0])
+        return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
+    return str(addr or "?:0")
+
+
+class EngineServer:
+    """A RESP server for an :class:`Engine` (and its append-only file, if any).
+
+    Create it, ``await start()``, ``await serve_until(stop_event)`` or ``await close()``.
+    Not thread-safe: use it from the event loop it was started on.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        aof: AppendOnlyFile | None = None,
+        *,
+        bind: str = "127.0.0.1",
+        port: int = 6390,
+    ) -> None:
+        self.engine = engine
+        self.aof = aof
+        self.bind = bind
+        self.requested_port = port
+        self.port = port
+        self.connections: set[_Connection] = set()
+        self._servers: list[asyncio.AbstractServer] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: list[_Connection] = []
+        self._flush_scheduled = False
+        self._cron_task: asyncio.Task[None] | None = None
+        self.cfg_version = -1
+        self.maxclients = 10000
+        self.max_bulk_len = 512 * 1024 * 1024
+        self.query_buffer_limit = 1024 * 1024 * 1024
+        self.obuf_hard = 0
+        self.obuf_soft = 0
+        self.obuf_soft_s = 0
+        self.idle_timeout_s = 0
+        self.refresh_config()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None
+        return self._loop
+
+    def refresh_config(self) -> None:
+        """Re-read the limits from the engine's config (CONFIG SET changed it)."""
+        cfg = self.engine.config
+        if cfg.version == self.cfg_version:
+            return
+        self.cfg_version = cfg.version
+        self.maxclients = int(cfg.get("maxclients") or 10000)
+        self.max_bulk_len = int(cfg.get("proto-max-bulk-len") or 512 * 1024 * 1024)
+        self.query_buffer_limit = int(cfg.get("client-query-buffer-limit") or 1 << 30)
+        limits = parse_client_output_buffer_limit(cfg.get("client-output-buffer-limit") or "")
+        self.obuf_hard, self.obuf_soft, self.obuf_soft_s = limits.get("normal", (0, 0, 0))
+        self.idle_timeout_s = int(cfg.get("timeout") or 0)
+        for conn in self.connections:
+            conn.parser.max_bulk_len = self.max_bulk_len
+
+    async def start(self) -> None:
+        """Listen on every address of ``bind``; sets :attr:`port` (useful with port 0)."""
+        self._loop = asyncio.get_running_loop()
+        hosts = self.bind.split() or ["127.0.0.1"]
+        port = self.requested_port
+        for host in hosts:
+            srv = await self._loop.create_server(
+                lambda: _Connection(self),
+                host=host,
+                port=port,
+                reuse_address=True,
+                backlog=511,
+            )
+            self._servers.append(srv)
+            if port == 0:
+                port = srv.sockets[0].getsockname()[1]
+        self.port = port
+        self.engine.tcp_port = port
+        cfg = self.engine.config
+        with self.engine.lock:
+            cfg.set("port", str(port))
+            cfg.set("bind", " ".join(hosts))
+        self._cron_task = self._loop.create_task(self._cron())
+
+    async def serve_until(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set, then :meth:`close`."""
+        try:
+            await stop.wait()
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Stop listening, flush the file, close every connection."""
+        for srv in self._servers:
+            srv.close()
+        if self._cron_task is not None:
+            self._cron_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cron_task
+            self._cron_task = None
+        self._flush_all()
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        for srv in self._servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(srv.wait_closed(), 2)
+        self._servers = []
+        # Let the transports deliver their close.
+        await asyncio.sleep(0)
+
+    # -- output -----------------------------------------------------------------------------
+
+    def send(self, conn: _Connection, force: bool = False) -> None:
+        """Write ``conn``'s replies once the writes they depend on are safe: at once if
+        nothing awaits an fsync, else after the group commit of this loop turn."""
+        aof = self.aof
+        if aof is not None:
+            if aof.needs_sync:
+                if conn not in self._pending:
+                    self._pending.append(conn)
+                if not self._flush_scheduled:
+                    self._flush_scheduled = True
+                    self.loop.call_soon(self._flush_all)
+                if not force:
+                    return
+                self._flush_all()
+                return
+            if aof.buf:
+                aof.flush()
+        conn.write_out()
+
+    def _flush_all(self) -> None:
+        self._flush_scheduled = False
+        aof = self.aof
+        if aof is not None:
+            with self.engine.lock:
+                aof.flush()
+        pending, self._pending = self._pending, []
+        for conn in pending:
+            conn.write_out()
+
+    def check_output_limit(self, conn: _Connection, pending: int) -> None:
+        """Disconnect ``conn`` when its unsent replies pass the normal-class limits."""
+        self.refresh_config()
+        hard, soft, soft_s = self.obuf_hard, self.obuf_soft, self.obuf_soft_s
+        over = False
+        if hard and pending >= hard:
+            over = True
+        elif soft and pending >= soft:
+            now = time.monotonic()
+            if not conn.soft_since:
+                conn.soft_since = now
+            elif now - conn.soft_since >= soft_s:
+                over = True
+        else:
+            conn.soft_since = 0.0
+        if over:
+            client = conn.client
+            _log.warning(
+                "Client id=%d addr=%s closed for overcoming of output buffer limits (omem=%d)",
+                client.id if client else -1,
+                client.addr if client else "?",
+                pending,
+            )
+            conn._close_now()
+
+    # -- housekeeping --------------------------------------------------------------------
+
+    async def _cron(self) -> None:
+        # Active expiry, automatic rewrites, config changes, idle and soft-limit checks.
+        last_slow = 0.0
+        while True:
+            await asyncio.sleep(_CRON_INTERVAL_S)
+            try:
+                self.engine.run_cron()
+                self.refresh_config()
+                now = time.monotonic()
+                if now - last_slow >= 1.0:
+                    last_slow = now
+                    self._slow_checks()
+                if self._pending and not self._flush_scheduled:
+                    self._flush_all()
+            except Exception:  # pragma: no cover - housekeeping must not stop
+                _log.exception("server cron failed")
+
+    def _slow_checks(self) -> None:
+        idle_s = self.idle_timeout_s
+        now_ms = time.time_ns() // 1_000_000
+        for conn in list(self.connections):
+            client = conn.client
+            if client is None or conn.transport is None:
+                continue
+            if (
+                idle_s
+                and conn.blocked is None
+                and not client.in_multi
+                and now_ms - client.last_interaction_ms > idle_s * 1000
+            ):
+                _log.info("closing idle client id=%d addr=%s", client.id, client.addr)
+                conn.transport.close()
+                continue
+            pending = conn.transport.get_write_buffer_size()
+            if pending:
+                self.check_output_limit(conn, pending)
+            else:
+                conn.soft_since = 0.0
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def open_engine(options: ServerOptions) -> tuple[Engine, AppendOnlyFile | None]:
+    """The engine for ``options``: replayed from its data directory, or in memory."""
+    engine = Engine()
+    aof = None
+    if options.data_dir is not None:
+        aof = open_persistent(
+            options.data_dir, engine, appendfsync=options.appendfsync, auto_flush=False
+        )
+    else:
+        engine.config.set("appendfsync", options.appendfsync)
+    if options.requirepass:
+        engine.config.set("requirepass", options.requirepass)
+    engine.config.set("protected-mode", "yes")
+    return engine, aof
+
+
+async def run_server(
+    options: ServerOptions,
+    *,
+    stop: asyncio.Event | None = None,
+    ready: Any = None,
+) -> int:
+    """Run ``streamworker engine serve`` until SIGTERM/SIGINT (or ``stop``); returns 0.
+
+    Raises :class:`ProtectedModeError`, :class:`~.aof.PersistenceError` or OSError (port in
+    use) before serving. ``ready``, if given, is called with the server once it listens.
+    """
+    check_protected_mode(options.bind, options.requirepass)
+    engine, aof = open_engine(options)
+    try:
+        server = EngineServer(engine, aof, bind=options.bind, port=options.port)
+        await server.start()
+        loop = asyncio.get_running_loop()
+        stop = stop or asyncio.Event()
+        installed: list[signal.Signals] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+        where = f"data in {aof.dir}, appendfsync {aof.policy}" if aof else "in memory only"
+        _log.warning(
+            "streamworker engine (Redis 7.0.15 compatible) ready to accept connections on "
+            "%s port %d (%s)",
+            options.bind,
+            server.port,
+            where,
+        )
+        if ready is not None:
+            ready(server)
+        try:
+            await server.serve_until(stop)
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+        _log.warning(
+            "streamworker engine: shut down (%d connections closed)", len(server.connections)
+        )
+    finally:
+        if aof is not None:
+            aof.close()
+    return 0
+
+
+def serve(options: ServerOptions) -> int:
+    """Blocking entry point of ``streamworker engine serve``."""
+    return asyncio.run(run_server(options))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that was free a moment ago (tests, benchmarks)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,479 @@
+"""``idempotency="lua"``: the handler returns the Redis writes it wants as
+:class:`~streamworker.effects.Effects`; one script per batch applies each message's effects and
+XACKs it, atomically, so that the effects of a message apply once.
+
+The guarantee, precisely
+------------------------
+
+For a message M of stream S read by group G:
+
+* **At most once per delivery cycle.** M's effects are applied only by a script run that finds M
+  in G's pending entries list (PEL), owned by the calling consumer, and that same script run
+  XACKs M. Redis runs a script atomically and replicates and persists its writes as one
+  MULTI/EXEC, so a crash of the worker, of Redis (AOF) or a failover leaves either the effects
+  *and* the ack, or neither. Once acked, M is not in the PEL, so no later run applies it again.
+* **At least once.** M is acked only by that script (or by the dead-letter script, which moves it
+  to the dead-letter stream with its body and reason). A crash before the script, an effect that
+  cannot apply, or a lost connection leaves M pending: it is delivered again.
+* **Replays.** An acked entry enters G's PEL again only by an explicit rewind of the group:
+  ``XGROUP SETID`` to an id before M, deleting and re-creating the group (streamworker re-creates
+  a missing group at ``start_id``), or ``XCLAIM … FORCE``. That is a deliberate replay and applies
+  M's effects again, unless ``dedup_field`` recognises M within ``dedup_window_ms`` (below).
+* **No partial effects.** Every effect of a message is checked before its first write: key types
+  (TYPE), that the number under a key or field is one (as INCRBY/INCRBYFLOAT would parse it), and
+  that the result does not overflow (integers: refused within 8192 of the 64-bit limits, where
+  Redis would still take it). A message whose effects cannot apply gets an
+  :class:`~streamworker.effects.EffectError` with the reason: nothing of it is written, it is not
+  acked, and it is retried and dead-lettered like a failing handler; the rest of the batch goes on.
+
+Bookkeeping memory: none beyond the PEL entries Redis keeps for every consumer group anyway (and
+removes with the XACK). There is no set of processed ids to grow or expire.
+
+Producer duplicates: ``dedup_field``
+-----------------------------------
+
+A producer that retries an XADD adds the same event twice under two entry ids; no id-based
+record can tell. With ``dedup_field="order_id"`` the value of that field is the message's
+business key: a message whose business key was *applied* less than ``dedup_window_ms`` ago is
+acked without its effects (and without running its handler when the check before the handlers
+already sees it). The record is one sorted set per (stream, group), :func:`dedup_record_key`,
+member = business key, score = when it was applied, by the workers' clocks (keep them in sync;
+the window is exact up to their skew). Each batch's script first drops members older than the
+window, and the set expires ``dedup_window_ms`` after its last insert, so its size is the number
+of distinct business keys applied in the last ``dedup_window_ms``: about 100 bytes each plus the
+key's length (``MEMORY USAGE``), flat under a steady load.
+
+Why a sorted set: one key per business key with ``PX`` costs more (measured for a 14-character
+business key: 133 bytes with its prefix, against 112 in the sorted set) and leaves reclaiming
+memory to Redis's background expiry, which lags under a high expiry rate; time-bucketed hashes
+are smaller per key (67 bytes) but hold up to two windows' keys and free a whole bucket at once
+(one blocking DEL of millions of fields). The sorted set
+is trimmed by the script itself, exactly and a little at every batch, and is one key to watch
+(``ZCARD``, ``MEMORY USAGE``). A message without the field is dead-lettered before
+its handler runs. Keys of messages whose effects failed are not recorded.
+
+Choose the window above the longest time between an event and its duplicate being *processed*:
+the producer's retry horizon plus the time a message can spend pending (retries up to
+``max_deliveries``). A duplicate processed later than that is applied again.
+
+Side effects outside Redis
+--------------------------
+
+Handlers may also call HTTP services, send e-mails, write elsewhere, and return ``None``. Before
+the handlers of a batch run, one round trip (``check_ownership.lua``) reads which of its entries
+are still pending for this consumer; entries another consumer has claimed meanwhile (or acked)
+are skipped, so a claim race that happened before the batch started does not run a handler
+twice. That is all it does. A claim that happens *while* a handler runs, or a crash between a
+handler's external call and the script's XACK, runs the handler again (here or elsewhere):
+external effects are at-least-once, as with any framework. Pass an idempotency key such as
+``f"{msg.stream}:{msg.group}:{msg.id}"`` (or the business key) to the services you call.
+
+Redis Cluster
+-------------
+
+Every key one script touches must be in one slot: the record uses the stream's hash tag
+(``{S}:dedup:G``), and effect keys must carry it too (``{clicks}:views`` for stream ``clicks``).
+When the server reports ``cluster_enabled:1`` (``INFO cluster``), an effect on a key of another
+slot is refused with an :class:`~streamworker.effects.EffectError` naming both slots, before the
+script is called. (The worker's connection itself is not cluster-aware: it must reach the node
+that serves the stream's slot.) Effects may not change the consumed stream (XADD to it is
+allowed) nor the record.
+
+Thread and task safety: one :class:`LuaStrategy` serves one subscription; ``process`` is called
+by one consume loop at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+import redis.exceptions as rex
+import structlog
+from redis.crc import key_slot
+
+from streamworker.effects import Effect, EffectError, Effects
+from streamworker.errors import PermanentFailure
+from streamworker.idempotency.base import Invoke
+from streamworker.keys import hash_tag
+from streamworker.message import Message
+from streamworker.outcomes import CLAIMED_AWAY, DUPLICATE, Action, Outcome, decide
+from streamworker.redisio import LuaScript, connection_errors
+
+_CHECK = LuaScript("check_ownership")
+_APPLY = LuaScript("apply_effects")
+
+# Statuses returned by the scripts (see their headers).
+_OWNED = 0
+_NOT_PENDING = 1
+_CLAIMED = 2
+_BUSINESS_DUPLICATE = 3
+_RECORD_EXPIRED = 4
+
+# ARGV index of the first business key / effect argument of apply_effects.lua.
+_FIRST_PAYLOAD = 9
+
+# After the shutdown deadline, the finished part of a batch is still applied, within this bound.
+_APPLY_ON_CANCEL_TIMEOUT_S = 2.0
+
+DEFAULT_DEDUP_WINDOW_MS = 600_000
+"""``dedup_window_ms`` when not given: 10 minutes."""
+
+
+def dedup_record_key(stream: str, group: str) -> str:
+    """The business-key record of ``group`` on ``stream``: ``{S}:dedup:G``, or ``S:dedup:G`` when
+    S already carries a hash tag, so that it hashes to the stream's slot."""
+    if hash_tag(stream) is not None:
+        return f"{stream}:dedup:{group}"
+    return f"{{{stream}}}:dedup:{group}"
+
+
+def effects_of(value: Any) -> tuple[Effect, ...]:
+    """The effects a handler returned: ``None`` is none; anything but an Effects is an error."""
+    if value is None:
+        return ()
+    if isinstance(value, Effects):
+        return value.ops
+    raise EffectError(
+        f"the handler returned {type(value).__name__}; an idempotency='lua' handler returns "
+        f"Effects or None"
+    )
+
+
+class LuaStrategy:
+    """``idempotency="lua"`` for one subscription; see the module docstring for the guarantee.
+
+    Args:
+        client: the Redis client (the two scripts, INFO cluster once).
+        stream, group, consumer: the subscription and this consumer's name.
+        concurrency: how many handlers of a batch run at once.
+        max_deliveries: to decide on a message whose effects could not apply.
+        dedup_field: the entry field holding the business key (None: no business dedup).
+        dedup_window_ms: how long an applied business key is remembered.
+    """
+
+    name = "lua"
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        stream: str,
+        group: str,
+        consumer: str,
+        concurrency: int = 1,
+        max_deliveries: int = 5,
+        dedup_field: str | None = None,
+        dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS,
+    ) -> None:
+        self._client = client
+        self.stream = stream
+        self.group = group
+        self.consumer = consumer
+        self._concurrency = concurrency
+        self._max_deliveries = max_deliveries
+        self.dedup_field = dedup_field
+        self.dedup_window_ms = dedup_window_ms
+        self.record_key = dedup_record_key(stream, group)
+        self._stream_key = stream.encode()
+        self._record = self.record_key.encode()
+        # None until INFO cluster was read; then the stream's slot, or -1 when not a cluster.
+        self._slot: int | None = None
+        self._log = structlog.get_logger("streamworker.lua").bind(
+            stream=stream, group=group, consumer=consumer
+        )
+
+    # Kept as methods so that crash tests can stop the process at these exact points.
+    async def _check(self, args: Sequence[str | bytes | int]) -> list[Any] | int:
+        result: list[Any] | int = await _CHECK(self._client, [self._stream_key, self._record], args)
+        return result
+
+    async def _apply(
+        self, keys: Sequence[bytes], args: Sequence[str | bytes | int]
+    ) -> list[Any] | int:
+        result: list[Any] | int = await _APPLY(self._client, keys, args)
+        return result
+
+    def _cutoff(self, now_ms: int) -> str:
+        return str(now_ms - self.dedup_window_ms) if self.dedup_field else ""
+
+    async def process(self, batch: Sequence[Message[Any]], invoke: Invoke) -> list[Outcome]:
+        """See :class:`~streamworker.idempotency.base.Strategy`. Raises ConnectionLost when Redis
+        is away (nothing of the unfinished part of the batch was applied or acked)."""
+        if not batch:
+            return []
+        outcomes: list[Outcome | None] = [None] * len(batch)
+        bkeys = [""] * len(batch)
+        if self.dedup_field:
+            self._business_keys(batch, outcomes, bkeys)
+        todo = [i for i, o in enumerate(outcomes) if o is None]
+        run: list[int] = []
+        skip_handler: list[int] = []
+        if todo:
+            ids = [batch[i].id for i in todo]
+            low, high = _id_range(ids)
+            args: list[str | bytes | int] = [
+                self.group,
+                self.consumer,
+                self._cutoff(_now_ms()),
+                low,
+                high,
+                len(ids),
+                " ".join(ids),
+            ]
+            if self.dedup_field:
+                args += [bkeys[i] for i in todo]
+            reply = await self._check(args)
+            if isinstance(reply, int):  # every entry is ours, no business key to look up
+                run = todo
+            else:
+                for i, status in zip(todo, reply, strict=True):
+                    if status == _OWNED:
+                        run.append(i)
+                    elif status == _BUSINESS_DUPLICATE:
+                        skip_handler.append(i)
+                    else:
+                        outcomes[i] = self._lost(batch[i], int(status), before=True)
+        try:
+            await self._run_handlers(batch, run, outcomes, invoke)
+        except asyncio.CancelledError:
+            # The shutdown deadline: what finished is still applied and acked (or it runs again).
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    asyncio.shield(self._finish(batch, outcomes, bkeys, skip_handler)),
+                    _APPLY_ON_CANCEL_TIMEOUT_S,
+                )
+            raise
+        await self._finish(batch, outcomes, bkeys, skip_handler)
+        return cast("list[Outcome]", outcomes)  # every slot is filled by now
+
+    def _business_keys(
+        self, batch: Sequence[Message[Any]], outcomes: list[Outcome | None], bkeys: list[str]
+    ) -> None:
+        assert self.dedup_field is not None
+        for i, msg in enumerate(batch):
+            value = msg.fields.get(self.dedup_field, "")
+            if value:
+                bkeys[i] = value
+            else:
+                outcomes[i] = decide(
+                    PermanentFailure(
+                        f"field {self.dedup_field!r} (the handler's dedup_field) is missing "
+                        f"or empty"
+                    ),
+                    msg.delivery_count,
+                    self._max_deliveries,
+                )
+
+    async def _run_handlers(
+        self,
+        batch: Sequence[Message[Any]],
+        run: list[int],
+        outcomes: list[Outcome | None],
+        invoke: Invoke,
+    ) -> None:
+        if self._concurrency == 1 or len(run) <= 1:
+            for i in run:
+                outcomes[i] = await invoke(batch[i], {})
+            return
+        sem = asyncio.Semaphore(self._concurrency)
+
+        async def limited(i: int) -> None:
+            async with sem:
+                outcomes[i] = await invoke(batch[i], {})
+
+        tasks = [asyncio.ensure_future(limited(i)) for i in run]
+        try:
+            await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            for t in tasks:
+                t.cancel()
+            raise
+
+    async def _finish(
+        self,
+        batch: Sequence[Message[Any]],
+        outcomes: list[Outcome | None],
+        bkeys: list[str],
+        skip_handler: list[int],
+    ) -> None:
+        """One apply script for the messages whose handler succeeded (with their effects) and the
+        business duplicates found before the handlers (ack only); updates ``outcomes``."""
+        # (batch index, effects or None: ack only if still a business duplicate), in batch order
+        items: list[tuple[int, tuple[Effect, ...] | None]] = []
+        for i, outcome in enumerate(outcomes):
+            if outcome is None:
+                if i in skip_handler:
+                    items.append((i, None))
+                continue
+            if outcome.action is not Action.ACK or outcome.duplicate:
+                continue
+            if outcome.value is None:
+                items.append((i, ()))
+                continue
+            try:
+                effects = effects_of(outcome.value)
+                if effects:
+                    await self._check_keys(effects)
+            except EffectError as exc:
+                outcomes[i] = self._rejected(batch[i], exc)
+                continue
+            items.append((i, effects))
+        if not items:
+            return
+        now = _now_ms()
+        keys: list[bytes] = [self._stream_key, self._record]
+        index: dict[bytes, int] = {}
+        # ARGV[9…]: business keys and effect arguments; the layout (ARGV[8]) points into it.
+        payload: list[str | bytes | int] = []
+        layout: list[str] = [str(len(items))]
+        for i, ops in items:
+            entry_id = batch[i].id
+            bkey = 0
+            if bkeys[i]:
+                payload.append(bkeys[i])
+                bkey = _FIRST_PAYLOAD + len(payload) - 1
+            if ops is None:
+                layout.append(f"{entry_id},{bkey},-1")
+            elif not ops and not bkey:
+                layout.append(entry_id)
+            else:
+                layout.append(f"{entry_id},{bkey},{len(ops)}")
+                for op in ops:
+                    k = index.get(op.key)
+                    if k is None:
+                        keys.append(op.key)
+                        k = index[op.key] = len(keys)  # KEYS is 1-based in Lua
+                    layout.append(
+                        f"{op.command},{k},{_FIRST_PAYLOAD + len(payload)},{len(op.args)}"
+                    )
+                    payload.extend(op.args)
+        low, high = _id_range([batch[items[0][0]].id, batch[items[-1][0]].id])
+        args: list[str | bytes | int] = [
+            self.group,
+            self.consumer,
+            now,
+            self._cutoff(now),
+            self.dedup_window_ms,
+            low,
+            high,
+            " ".join(layout),
+            *payload,
+        ]
+        reply = await self._apply(keys, args)
+        if isinstance(reply, int):  # every message applied and acked
+            self._log.debug("effects_applied", messages=len(items), effects=0)
+            return
+        applied = 0
+        for (i, done), result in zip(items, reply, strict=True):
+            msg = batch[i]
+            if isinstance(result, bytes | str):
+                text = result.decode("utf-8", "replace") if isinstance(result, bytes) else result
+                outcomes[i] = self._rejected(msg, EffectError(text))
+            elif result == _OWNED:
+                applied += 1
+            elif result == _BUSINESS_DUPLICATE:
+                self._log.info(
+                    "duplicate_acked",
+                    message_id=msg.id,
+                    reason="business_key",
+                    business_key=bkeys[i],
+                    handler_ran=done is not None,
+                )
+                outcomes[i] = DUPLICATE
+            elif result == _RECORD_EXPIRED:
+                outcomes[i] = _record_expired()
+            else:
+                outcomes[i] = self._lost(msg, int(result), before=False)
+        self._log.debug("effects_applied", messages=applied, effects=len(payload))
+
+    def _lost(self, msg: Message[Any], status: int, *, before: bool) -> Outcome:
+        """The outcome of a message this consumer no longer holds: acked (by whoever claimed it)
+        or claimed by another consumer. Its effects were not applied here."""
+        stage = "before_handler" if before else "after_handler"
+        if status == _NOT_PENDING:
+            self._log.info("duplicate_acked", message_id=msg.id, reason="not_pending", stage=stage)
+            return DUPLICATE
+        self._log.warning("message_claimed_away", message_id=msg.id, stage=stage)
+        return CLAIMED_AWAY
+
+    def _rejected(self, msg: Message[Any], exc: EffectError) -> Outcome:
+        outcome = decide(exc, msg.delivery_count, self._max_deliveries)
+        self._log.warning(
+            "effects_rejected",
+            message_id=msg.id,
+            delivery_count=msg.delivery_count,
+            error=str(exc),
+        )
+        return outcome
+
+    async def _check_keys(self, ops: Sequence[Effect]) -> None:
+        """Refuse effects on the consumed stream (XADD excepted), on the record, and on Redis
+        Cluster on keys outside the stream's slot."""
+        if not ops:
+            return
+        slot = await self._cluster_slot()
+        for n, op in enumerate(ops, 1):
+            if op.key == self._stream_key and op.command != "xadd":
+                raise EffectError(
+                    f"effect {n} ({op.describe()}): effects may not change the consumed stream "
+                    f"(only xadd to it)"
+                )
+            if op.key == self._record:
+                raise EffectError(
+                    f"effect {n} ({op.describe()}): that key is streamworker's business-key record"
+                )
+            if slot >= 0 and key_slot(op.key) != slot:
+                tag = hash_tag(self.stream) or self.stream
+                raise EffectError(
+                    f"effect {n} ({op.describe()}): the key hashes to slot {key_slot(op.key)}, "
+                    f"but stream {self.stream!r} is in slot {slot}; on Redis Cluster every key "
+                    f"an effect writes must carry the stream's hash tag, e.g. '{{{tag}}}:…'"
+                )
+
+    async def _cluster_slot(self) -> int:
+        if self._slot is None:
+            async with connection_errors():
+                try:
+                    info = await self._client.info("cluster")
+                except rex.ResponseError:
+                    info = {}
+            enabled = str(info.get("cluster_enabled", "0")) == "1"
+            self._slot = key_slot(self._stream_key) if enabled else -1
+            self._log.debug("cluster_mode_detected", cluster=enabled)
+        return self._slot
+
+
+def _record_expired() -> Outcome:
+    # Its handler was skipped as a business duplicate, but the record expired before the ack:
+    # deliver it again (soon) and let the handler run.
+    return Outcome(
+        Action.LEAVE_PENDING,
+        "business-key record expired between the check and the ack; delivered again",
+        retry_delay_ms=0,
+        retry=True,
+    )
+
+
+def _id_range(ids: Sequence[str]) -> tuple[str, str]:
+    """Bounds for the scripts' XPENDING over the batch: its first and last id, in stream order.
+
+    A batch is in stream order (reads, XAUTOCLAIM); one that is not (the reclaimer's retries)
+    may have ids outside these bounds, which the scripts then look up one XPENDING each: only
+    slower, never wrong.
+    """
+    first, last = ids[0], ids[-1]
+    return (first, last) if _id_key(first) <= _id_key(last) else (last, first)
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
