@@ -21,39 +21,19 @@ no test hooks.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from streamworker import App, Effects, Message
 from streamworker.idempotency import lua
+from tests.support.crashpoints import CrashPlan
 
 app = App("lua-counters")
 
-_LOG = os.environ.get("SW_TEST_LOG", "lua_counters.log")
 _SLEEP = float(os.environ.get("SW_TEST_SLEEP_S", "0"))
-_POINT, _, _ARG = os.environ.get("SW_TEST_KILL", "").partition(":")
-_calls = {"before_script": 0, "after_script": 0}
-
-
-def _record(line: str) -> None:
-    fd = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _die(where: str) -> None:
-    _record(f"kill {where}")
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _at(point: str) -> bool:
-    _calls[point] += 1
-    return point == _POINT and _calls[point] == int(_ARG)
+_plan = CrashPlan("lua_counters.log", ("before_script", "after_script"))
+_record, _die, _at = _plan.record, _plan.die, _plan.at
 
 
 _apply = lua.LuaStrategy._apply
@@ -85,7 +65,7 @@ lua.LuaStrategy._apply = _apply_or_die  # type: ignore[method-assign]
 def charge(msg: Message) -> Effects:
     n = msg.fields["n"]
     _record(f"start {msg.id} {n} {msg.delivery_count} {msg.consumer}")
-    if _POINT == "handler" and n == _ARG:
+    if _plan.point == "handler" and n == str(_plan.nth):
         _die("handler")
     if _SLEEP:
         time.sleep(_SLEEP)

@@ -18,7 +18,6 @@ app: the library has no test hooks.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from typing import Any
 
@@ -26,33 +25,14 @@ from sqlalchemy.orm import Session
 
 from streamworker import App, Message
 from streamworker.idempotency import sql
+from tests.support.crashpoints import CrashPlan
 from tests.support.sql import Charge
 
 app = App("sql-charges")
 
-_LOG = os.environ.get("SW_TEST_LOG", "sql_charges.log")
 _SLEEP = float(os.environ.get("SW_TEST_SLEEP_S", "0"))
-_POINT, _, _ARG = os.environ.get("SW_TEST_KILL", "").partition(":")
-_calls = {"before_commit": 0, "after_commit": 0}
-
-
-def _record(line: str) -> None:
-    fd = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _die(where: str) -> None:
-    _record(f"kill {where}")
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _at(point: str) -> bool:
-    _calls[point] += 1
-    return point == _POINT and _calls[point] == int(_ARG)
+_plan = CrashPlan("sql_charges.log", ("before_commit", "after_commit"))
+_record, _die, _at = _plan.record, _plan.die, _plan.at
 
 
 _commit = sql.SqlStrategy._commit
@@ -85,7 +65,7 @@ sql.SqlStrategy._xack = _xack_or_die  # type: ignore[method-assign]
 def charge(msg: Message, session: Session) -> None:
     n = msg.fields["n"]
     _record(f"start {msg.id} {n} {msg.delivery_count} {msg.consumer}")
-    if _POINT == "handler" and n == _ARG:
+    if _plan.point == "handler" and n == str(_plan.nth):
         _die("handler")
     session.add(Charge(message_id=msg.id, order_id=n, amount_cents=100))
     if _SLEEP:
