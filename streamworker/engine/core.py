@@ -349,16 +349,21 @@ class Engine:
         # its own effect (Redis 7.0 replicates a script's effects, not the EVAL) and the
         # propagator's end_call for the EVAL logs them together; redis.set_repl(REPL_NONE)
         # passes propagate=False.
-        if self.propagator is not None and propagate:
+        prop = self.propagator
+        if prop is not None and propagate:
             reply = self._call_propagating(spec, ctx, argv, argv[spec.skip :])
         else:
+            # Not propagated: also drop what the command chose to log itself.
+            mark = len(prop.ops) if prop is not None else 0
             try:
                 reply = spec.func(ctx, argv[spec.skip :])
             except CommandError as exc:
                 self.stats_errors += 1
-                return exc
+                reply = exc
             except Exception as exc:
-                return self._internal_error(spec, exc)
+                reply = self._internal_error(spec, exc)
+            if prop is not None:
+                del prop.ops[mark:]
         if type(reply) is Blocked:
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]

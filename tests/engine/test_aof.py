@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -142,6 +143,34 @@ def test_a_transaction_is_logged_as_one_multi_exec_block(aof: AppendOnlyFile) ->
     s("GET", "a")
     s("EXEC")
     assert [r[0] for r in records(aof.path)] == [b"SELECT", b"MULTI", b"SET", b"INCR", b"EXEC"]
+
+
+def test_a_script_is_logged_as_its_effects_in_one_transaction(aof: AppendOnlyFile) -> None:
+    s = Session(aof.engine)
+    s("SADD", "set", "a", "b")
+    popped = s(
+        "EVAL",
+        "redis.call('XADD', KEYS[1], '*', 'f', 'v'); redis.call('INCR', 'n');"
+        " return redis.call('SPOP', KEYS[2])",
+        2,
+        "s",
+        "set",
+    )
+    logged = records(aof.path)
+    assert [r[0] for r in logged[2:]] == [b"MULTI", b"XADD", b"INCR", b"SREM", b"EXEC"]
+    assert logged[-2] == [b"SREM", b"set", popped]
+    assert not any(r[0] == b"EVAL" for r in logged)
+
+
+def test_writes_a_script_keeps_out_of_replication_are_not_logged(aof: AppendOnlyFile) -> None:
+    s = Session(aof.engine)
+    s(
+        "EVAL",
+        "redis.set_repl(redis.REPL_NONE); redis.call('XADD', 'hidden', '*', 'f', 'v');"
+        " redis.set_repl(redis.REPL_ALL); return redis.call('SET', 'k', 'v')",
+        0,
+    )
+    assert records(aof.path) == [[b"SELECT", b"0"], [b"SET", b"k", b"v"]]
 
 
 # --- replay ----------------------------------------------------------------------------------
@@ -610,3 +639,70 @@ def test_engine_url_options_are_checked() -> None:
         engine_from_url("engine:///tmp/x?appendfsync=sometimes")
     with pytest.raises(ValueError, match="unknown option"):
         engine_from_url("engine:///tmp/x?fsync=always")
+
+
+# --- the format is Redis's ---------------------------------------------------------------------
+
+
+def _contents(r: Any) -> dict[bytes, Any]:
+    out: dict[bytes, Any] = {}
+    for key in sorted(r.keys("*")):
+        kind = r.type(key)
+        if kind == b"stream":
+            groups = []
+            for g in r.xinfo_groups(key):
+                pending = r.xpending_range(key, g["name"], "-", "+", 10_000)
+                groups.append(
+                    (
+                        g,
+                        [(p["message_id"], p["consumer"], p["times_delivered"]) for p in pending],
+                        sorted(
+                            (c["name"], c["pending"]) for c in r.xinfo_consumers(key, g["name"])
+                        ),
+                    )
+                )
+            info = r.xinfo_stream(key)
+            value: Any = (
+                r.xrange(key),
+                info["last-generated-id"],
+                info["entries-added"],
+                info["max-deleted-entry-id"],
+                groups,
+            )
+        elif kind == b"string":
+            value = r.get(key)
+        elif kind == b"hash":
+            value = r.hgetall(key)
+        elif kind == b"set":
+            value = sorted(r.smembers(key))
+        elif kind == b"zset":
+            value = r.zrange(key, 0, -1, withscores=True)
+        else:
+            value = r.lrange(key, 0, -1)
+        out[key] = (kind, r.pexpiretime(key), value)
+    return out
+
+
+@pytest.mark.redis
+def test_redis_server_7_0_loads_the_file(tmp_path: Path) -> None:
+    from tests.support.engine_server import ThreadedServer
+    from tests.support.servers import RedisServer
+
+    aof = open_persistent(tmp_path / "engine", appendfsync="no")
+    random_workload(Session(aof.engine), random.Random(5), 300)
+    aof.close()
+    real = RedisServer(tmp_path / "redis", appendonly=True)
+    (tmp_path / "redis" / AOF_FILENAME).write_bytes(
+        (tmp_path / "engine" / AOF_FILENAME).read_bytes()
+    )
+    real.start()
+    engine = ThreadedServer(aof=open_persistent(tmp_path / "engine"))
+    try:
+        with real.client() as r, engine.client() as e:
+            for db in range(3):
+                r.select(db)
+                e.select(db)
+                assert _contents(e) == _contents(r)
+    finally:
+        engine.close()
+        real.stop()
