@@ -8,89 +8,84 @@ import sys
 from tests.support.proc import ROOT
 
 
-def test_quickstart_demo_runs_on_the_embedded_engine_by_default() -> None:
+def run_example(script: str, *args: str, expect: tuple[str, ...], timeout: float = 60) -> str:
+    """Run ``examples/SCRIPT`` as a user would; assert exit 0 and every expected line; stdout."""
     result = subprocess.run(
-        [sys.executable, "examples/quickstart/demo.py"],
+        [sys.executable, f"examples/{script}", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
-    assert result.returncode == 0, result.stderr
-    assert "(engine://memory)" in result.stdout
-    for line in (
-        "charged order 1: 12.50 EUR",
-        "dead-lettered order 3: DeadLetter: order 3 has no amount",
-        "dead-lettered order not-a-number: PermanentFailure: body failed validation",
-        "pending after the run: 0",
-    ):
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in expect:
         assert line in result.stdout
+    return result.stdout
+
+
+def test_quickstart_demo_runs_on_the_embedded_engine_by_default() -> None:
+    run_example(
+        "quickstart/demo.py",
+        expect=(
+            "(engine://memory)",
+            "charged order 1: 12.50 EUR",
+            "dead-lettered order 3: DeadLetter: order 3 has no amount",
+            "dead-lettered order not-a-number: PermanentFailure: body failed validation",
+            "pending after the run: 0",
+        ),
+    )
 
 
 def test_quickstart_demo_processes_charges_and_dead_letters(redis_url: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "examples/quickstart/demo.py", "--redis-url", redis_url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    run_example(
+        "quickstart/demo.py",
+        "--redis-url",
+        redis_url,
+        expect=(
+            "charged order 1: 12.50 EUR",
+            "charged order 4: 49.99 EUR",
+            "dead-lettered order 3: DeadLetter: order 3 has no amount",
+            "dead-lettered order not-a-number: PermanentFailure: body failed validation",
+            "pending after the run: 0",
+        ),
     )
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
-    for line in (
-        "charged order 1: 12.50 EUR",
-        "charged order 4: 49.99 EUR",
-        "dead-lettered order 3: DeadLetter: order 3 has no amount",
-        "dead-lettered order not-a-number: PermanentFailure: body failed validation",
-        "pending after the run: 0",
-    ):
-        assert line in out
 
 
 def test_sql_orders_demo_charges_every_order_once_across_a_crash_after_commit(
     redis_url: str,
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, "examples/sql_orders/demo.py", "--redis-url", redis_url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    run_example(
+        "sql_orders/demo.py",
+        "--redis-url",
+        redis_url,
         timeout=120,
-        check=False,
+        expect=(
+            "produced 200 orders (order 7 has no amount)",
+            "worker 1 killed with SIGKILL after a commit, before its XACK",
+            "pending after the crash: 50",
+            "charges: 199 (orders 200, dead-lettered 1)",
+            "orders charged twice: 0",
+            "pending after the run: 0",
+        ),
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    for line in (
-        "produced 200 orders (order 7 has no amount)",
-        "worker 1 killed with SIGKILL after a commit, before its XACK",
-        "pending after the crash: 50",
-        "charges: 199 (orders 200, dead-lettered 1)",
-        "orders charged twice: 0",
-        "pending after the run: 0",
-    ):
-        assert line in result.stdout
 
 
 def test_click_counters_demo_counts_each_click_once_across_a_crash_and_a_replay(
     redis_url: str,
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, "examples/click_counters/demo.py", "--redis-url", redis_url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    run_example(
+        "click_counters/demo.py",
+        "--redis-url",
+        redis_url,
         timeout=120,
-        check=False,
+        expect=(
+            "produced 1020 clicks (1000 distinct click ids: 20 sent twice by a retrying producer)",
+            "worker 1 killed with SIGKILL before its 3rd batch's script (its handlers had run)",
+            "pending after the crash: 100",
+            "total clicks counted: 1000",
+            "counters match the distinct clicks: yes",
+            "replayed 1020 entries (XGROUP SETID clicks counters 0): counters unchanged: yes",
+            "pending after the run: 0",
+        ),
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    for line in (
-        "produced 1020 clicks (1000 distinct click ids: 20 sent twice by a retrying producer)",
-        "worker 1 killed with SIGKILL before its 3rd batch's script (its handlers had run)",
-        "pending after the crash: 100",
-        "total clicks counted: 1000",
-        "counters match the distinct clicks: yes",
-        "replayed 1020 entries (XGROUP SETID clicks counters 0): counters unchanged: yes",
-        "pending after the run: 0",
-    ):
-        assert line in result.stdout
