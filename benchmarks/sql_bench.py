@@ -28,19 +28,23 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import redis
 import redis.asyncio as aioredis
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from streamworker import Message
-from streamworker.idempotency.base import Invoke, Strategy
+from streamworker import App, Message
+from streamworker.deps import Resolver
+from streamworker.idempotency.base import Invoke, Strategy, inline_of
 from streamworker.idempotency.none import AtLeastOnce
 from streamworker.idempotency.sql import SqlDatabase, SqlStrategy, processed_messages, sortable_id
 from streamworker.idempotency.sql_migrate import upgrade
-from streamworker.outcomes import ACKED, Outcome
+from streamworker.observability.logging import configure_logging
+from streamworker.observability.metrics import Metrics
+from streamworker.outcomes import Outcome
+from streamworker.runtime.invoker import HandlerInvoker, make_invoker
 from streamworker.runtime.threads import HandlerThreads
 
 STREAM, GROUP, CONSUMER = "bench", "g", "c1"
@@ -58,15 +62,12 @@ class BenchCharge(_Base):
     amount_cents: Mapped[int]
 
 
-Handler = Callable[[Message[Any], dict[type, Any]], None]
-
-
-def article_handler(engine: sa.Engine) -> Handler:
+def article_handler(engine: sa.Engine) -> Callable[[Message[Any]], None]:
     """Strategy 1 as the article writes it: check with FOR UPDATE, write, record, commit."""
     table = processed_messages
     c = table.c
 
-    def handle(msg: Message[Any], provided: dict[type, Any]) -> None:
+    def handle(msg: Message[Any]) -> None:
         sid = sortable_id(msg.id)
         with Session(engine) as session, session.begin():
             row = session.execute(
@@ -86,9 +87,24 @@ def article_handler(engine: sa.Engine) -> Handler:
     return handle
 
 
-def session_handler(msg: Message[Any], provided: dict[type, Any]) -> None:
+def session_handler(msg: Message[Any], session: Session) -> None:
     """What a user writes with idempotency="sql": add the row to the batch's session."""
-    provided[Session].add(BenchCharge(message_id=msg.id, amount_cents=100))
+    session.add(BenchCharge(message_id=msg.id, amount_cents=100))
+
+
+async def runtime_invoker(
+    handler: Callable[..., None], idempotency: Literal["none", "sql"], threads: HandlerThreads
+) -> HandlerInvoker:
+    """The worker's own handler calls for ``handler`` (one thread hop per message, or the whole
+    batch in one where the strategy can, as in the worker)."""
+    app = App("bench")
+    app.handler(STREAM, group=GROUP, idempotency=idempotency)(handler)
+    spec = app.handlers[0]
+    resolver = Resolver()
+    await resolver.start([spec.plan])
+    return make_invoker(
+        spec, resolver=resolver, threads=threads, metrics=Metrics(), stopping=lambda: False
+    )
 
 
 class PlainBatch:
@@ -107,16 +123,26 @@ class PlainBatch:
             conn.begin()
             return conn, Session(bind=conn, join_transaction_mode="rollback_only")
 
-        conn, session = await self._threads.run(_open)
-        outcomes = [await invoke(m, {Session: session}) for m in batch]
-
-        def _commit() -> None:
+        def _commit(conn: sa.Connection, session: Session) -> None:
             session.flush()
             session.close()
             conn.commit()
             conn.close()
 
-        await self._threads.run(_commit)
+        inline = inline_of(invoke)
+        if inline is not None:
+            # As the batched strategy does for def handlers: the batch's calls in one hop.
+            def _all() -> list[Outcome]:
+                conn, session = _open()
+                outcomes = [inline(m, {Session: session}) for m in batch]
+                _commit(conn, session)
+                return outcomes
+
+            outcomes: list[Outcome] = await self._threads.run(_all)
+        else:
+            conn, session = await self._threads.run(_open)
+            outcomes = [await invoke(m, {Session: session}) for m in batch]
+            await self._threads.run(_commit, conn=conn, session=session)
         await self._client.xack(STREAM, GROUP, *[m.id for m in batch])
         return outcomes
 
@@ -133,17 +159,10 @@ class Result:
         return self.messages / self.seconds
 
 
-async def _drive(
-    redis_url: str, strategy: Strategy, handler: Handler, threads: HandlerThreads, batch: int
-) -> int:
+async def _drive(redis_url: str, strategy: Strategy, invoke: Invoke, batch: int) -> int:
     """Read the whole stream through ``strategy``; returns the messages processed."""
     client = aioredis.Redis.from_url(redis_url)
     done = 0
-
-    async def invoke(msg: Message[Any], provided: Any) -> Outcome:
-        await threads.run(handler, msg=msg, provided=dict(provided))
-        return ACKED
-
     try:
         while True:
             reply = await client.xreadgroup(GROUP, CONSUMER, {STREAM: ">"}, count=batch)
@@ -190,9 +209,9 @@ async def run_variant(redis_url: str, db: SqlDatabase, variant: str, n: int, bat
         return await threads.run(func)
 
     strategy: Strategy
-    handler: Handler
     if variant == "per-message":
-        strategy, handler = AtLeastOnce(client, STREAM, GROUP, 1), article_handler(db.sync_engine)
+        strategy = AtLeastOnce(client, STREAM, GROUP, 1)
+        invoke = await runtime_invoker(article_handler(db.sync_engine), "none", threads)
     elif variant == "batched":
         strategy = SqlStrategy(
             db,
@@ -204,12 +223,13 @@ async def run_variant(redis_url: str, db: SqlDatabase, variant: str, n: int, bat
             is_async=False,
             run_sync=run_sync,
         )
-        handler = session_handler
+        invoke = await runtime_invoker(session_handler, "sql", threads)
     else:
-        strategy, handler = PlainBatch(db.sync_engine, client, threads), session_handler
+        strategy = PlainBatch(db.sync_engine, client, threads)
+        invoke = await runtime_invoker(session_handler, "sql", threads)
     started = time.perf_counter()
     try:
-        done = await _drive(redis_url, strategy, handler, threads, batch)
+        done = await _drive(redis_url, strategy, invoke, batch)
     finally:
         elapsed = time.perf_counter() - started
         await client.aclose()
@@ -262,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--redis-url", help="use this Redis instead of starting one")
     parser.add_argument("--pg-url", help="use this PostgreSQL instead of starting one")
     args = parser.parse_args(argv)
+    configure_logging("console", level="warning")  # as a worker logs; no per-message debug lines
 
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root))

@@ -21,7 +21,7 @@ import contextlib
 import inspect
 import re
 import typing
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -158,7 +158,8 @@ async def _call(
 class Resolver:
     """Resolves call plans. One instance per worker; holds the worker-scoped values.
 
-    Not thread-safe: use it from the worker's event loop only.
+    Not thread-safe: use it from the worker's event loop only, except :meth:`arguments_inline`,
+    which only reads the worker-scoped values created by :meth:`start`.
     """
 
     def __init__(self) -> None:
@@ -188,6 +189,31 @@ class Resolver:
         async with contextlib.AsyncExitStack() as stack:
             yield await self._kwargs(plan, message, provided or {}, {}, stack, worker=False)
 
+    @staticmethod
+    def resolves_inline(plan: CallPlan) -> bool:
+        """True when ``plan``'s arguments need nothing created per message (no message-scoped
+        ``Depends``), so that :meth:`arguments_inline` can give them without awaiting."""
+        return all(
+            not isinstance(param, DependencyParam) or param.depends.scope == "worker"
+            for _, param in plan.params
+        )
+
+    def arguments_inline(
+        self, plan: CallPlan, message: Message[Any], provided: Mapping[type, Any]
+    ) -> dict[str, Any]:
+        """The keyword arguments for a plan that :meth:`resolves_inline`; callable from any
+        thread once :meth:`start` has returned."""
+        kwargs: dict[str, Any] = {}
+        fname = getattr(plan.func, "__qualname__", repr(plan.func))
+        for pname, param in plan.params:
+            if isinstance(param, MessageParam):
+                kwargs[pname] = message
+            elif isinstance(param, ProvidedParam):
+                kwargs[pname] = _provided(param, provided, fname)
+            else:
+                kwargs[pname] = self._worker_values[param.depends.dependency]
+        return kwargs
+
     async def _kwargs(
         self,
         plan: CallPlan,
@@ -208,10 +234,7 @@ class Resolver:
                     )
                 kwargs[pname] = message
             elif isinstance(param, ProvidedParam):
-                value = next((v for t, v in provided.items() if issubclass(param.type_, t)), None)
-                if value is None:
-                    raise ConfigError(f"{fname}: nothing provides {param.type_.__name__} here")
-                kwargs[pname] = value
+                kwargs[pname] = _provided(param, provided, fname)
             else:
                 dep = param.depends
                 if dep.scope == "worker" and not worker:
@@ -226,3 +249,10 @@ class Resolver:
                     cache[dep.dependency] = value
                     kwargs[pname] = value
         return kwargs
+
+
+def _provided(param: ProvidedParam, provided: Mapping[type, Any], fname: str) -> Any:
+    value = next((v for t, v in provided.items() if issubclass(param.type_, t)), None)
+    if value is None:
+        raise ConfigError(f"{fname}: nothing provides {param.type_.__name__} here")
+    return value

@@ -12,6 +12,21 @@ Invoke = Callable[[Message[Any], Mapping[type, Any]], Awaitable[Outcome]]
 """Runs the handler for one message with the given provided resources (e.g. a SQL session) and
 returns the runtime's decision. It never raises for handler errors; it does raise CancelledError."""
 
+InlineInvoke = Callable[[Message[Any], Mapping[type, Any]], Outcome]
+"""The blocking form of an :data:`Invoke`, to be called from a pool thread (see
+:func:`inline_of`)."""
+
+
+def inline_of(invoke: Invoke) -> InlineInvoke | None:
+    """``invoke``'s blocking form, when it has one (the runtime's invoker of a ``def`` handler
+    without message-scoped dependencies: :class:`~streamworker.runtime.invoker.HandlerInvoker`).
+
+    A strategy that already runs blocking database work in a pool thread may call it there for a
+    whole batch, one thread hop instead of one per message; the result is the same as awaiting
+    ``invoke``."""
+    inline: InlineInvoke | None = getattr(invoke, "inline", None)
+    return inline
+
 
 class Strategy(Protocol):
     """Processes one batch of messages of one subscription.

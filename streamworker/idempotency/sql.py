@@ -120,7 +120,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import Session, SessionTransaction
 
 from streamworker.errors import ConfigError, DatabaseUnavailable, StreamworkerError
-from streamworker.idempotency.base import Invoke
+from streamworker.idempotency.base import InlineInvoke, Invoke, inline_of
 from streamworker.message import Message
 from streamworker.outcomes import (
     CLAIMED_AWAY,
@@ -621,6 +621,24 @@ class _SyncTx:
     def broken(self) -> bool:
         return self._conn is None or self._conn.invalidated or self._conn.closed
 
+    async def run_inline(
+        self, inline: InlineInvoke, todo: Sequence[tuple[int, Message[Any]]]
+    ) -> dict[int, Outcome]:
+        """Run the handlers of ``todo`` (index, message) one after another in one thread hop,
+        stopping after the first outcome that is not an ack or when the connection broke: the
+        point where the batch loop would stop invoking too."""
+
+        def _handle() -> dict[int, Outcome]:
+            done: dict[int, Outcome] = {}
+            for i, msg in todo:
+                outcome = done[i] = inline(msg, self.provided)
+                if not outcome.acked or self.broken():
+                    break
+            return done
+
+        result: dict[int, Outcome] = await self._run(_handle)
+        return result
+
     async def aborted(self) -> bool:
         # A failed flush inside a handler rolls the whole transaction back (the session's
         # rollback reaches the connection's transaction), which shows as an inactive transaction.
@@ -880,6 +898,17 @@ class SqlStrategy:
             # After the claim (our rows are locked now): see the module docstring, Retention.
             owned = await self._owned(claimed, len(batch))
             release = sorted(claimed - owned)
+            # def handlers without per-message dependencies: the fast path runs them all in one
+            # thread hop (the loop below then reads their outcomes instead of invoking).
+            ran: dict[int, Outcome] | None = None
+            inline = inline_of(invoke)
+            if inline is not None and not savepoints and isinstance(tx, _SyncTx):
+                todo = [
+                    (i, msg)
+                    for i, (msg, sid) in enumerate(zip(batch, sids, strict=True))
+                    if i not in known and sid in owned
+                ]
+                ran = await tx.run_inline(inline, todo)
             outcomes: list[Outcome] = []
             stopping = False
             for i, (msg, sid) in enumerate(zip(batch, sids, strict=True)):
@@ -900,7 +929,7 @@ class SqlStrategy:
                     continue
                 if savepoints:
                     await tx.savepoint()
-                outcome = await invoke(msg, tx.provided)
+                outcome = ran[i] if ran is not None else await invoke(msg, tx.provided)
                 if tx.broken():
                     # The handler's statements met a dead connection: an outage, not its fault.
                     raise DatabaseUnavailable(

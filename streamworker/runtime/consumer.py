@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -30,7 +29,6 @@ from streamworker.errors import (
     ConnectionLost,
     DatabaseUnavailable,
     PermanentFailure,
-    Retry,
     StreamworkerError,
 )
 from streamworker.idempotency.base import Strategy
@@ -41,13 +39,13 @@ from streamworker.outcomes import (
     SKIPPED,
     Action,
     Outcome,
-    decide,
     describe,
     over_delivered,
     retry_delay_ms,
 )
 from streamworker.redisio import Entry, LuaScript, connection_errors, parse_read_reply
 from streamworker.runtime.backoff import Backoff
+from streamworker.runtime.invoker import HandlerInvoker
 from streamworker.runtime.threads import HandlerThreads
 
 _DEAD_LETTER = LuaScript("dead_letter")
@@ -88,6 +86,14 @@ class Consumer:
         metrics.prime(spec.stream, spec.group)
         self._log = structlog.get_logger("streamworker.consumer").bind(
             stream=spec.stream, group=spec.group, consumer=consumer, handler=spec.name
+        )
+        self._invoke = HandlerInvoker(
+            spec,
+            resolver=resolver,
+            threads=threads,
+            metrics=metrics,
+            stopping=self.stopping,
+            log=self._log,
         )
         self.backlog_drained = asyncio.Event()
         self.in_backlog = True
@@ -392,41 +398,3 @@ class Consumer:
             dead_letter_stream=self.spec.dead_letter_stream,
             dead_letter_id=dlq_id,
         )
-
-    async def _invoke(self, msg: Message[Any], provided: Mapping[type, Any]) -> Outcome:
-        spec = self.spec
-        if self.stopping():
-            return NOT_STARTED
-        exc: BaseException | None = None
-        result: Any = None
-        started = time.perf_counter()
-        try:
-            async with self._resolver.arguments(spec.plan, msg, dict(provided)) as kwargs:
-                if spec.is_async:
-                    result = await spec.func(**kwargs)
-                else:
-                    result = await self._threads.run(spec.func, **kwargs)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            exc = error
-        elapsed = time.perf_counter() - started
-        self._metrics.handler_duration.labels(**self._labels).observe(elapsed)
-        outcome = decide(exc, msg.delivery_count, spec.max_deliveries)
-        if outcome.action is Action.ACK and result is not None:
-            # e.g. the Effects of idempotency="lua", applied by the strategy with the ack
-            outcome = dataclasses.replace(outcome, value=result)
-        if outcome.action is Action.LEAVE_PENDING:
-            log = self._log.bind(message_id=msg.id, delivery_count=msg.delivery_count)
-            if isinstance(exc, Retry):
-                log.info("retry_requested", reason=outcome.error, delay_ms=outcome.retry_delay_ms)
-            else:
-                log.warning("handler_failed", error=outcome.error, exc_info=exc)
-        elif outcome.action is Action.ACK:
-            self._log.debug(
-                "message_handled",
-                message_id=msg.id,
-                delivery_count=msg.delivery_count,
-                duration_s=round(elapsed, 6),
-            )
-        return outcome

@@ -6,6 +6,7 @@ Every test ends with the exactly-once counts: business rows per message, process
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -13,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from streamworker import App, ConfigError, DeadLetter, Message
+from streamworker import App, ConfigError, DeadLetter, Depends, Message
 from streamworker.idempotency.sql import (
     TABLE_NAME,
     SqlDatabase,
@@ -104,6 +105,39 @@ async def test_failing_handler_is_undone_and_stays_pending_while_the_rest_commit
         )
     assert charges_per_message(db_url) == {i: 1 for n, i in enumerate(ids) if n not in (2, 4)}
     assert ids[2] not in processed_ids(db_url)
+
+
+async def test_handler_with_a_per_message_dependency_gets_the_same_guarantees(
+    db_url: str, redis_url: str, redis_client: redis.Redis
+) -> None:
+    # A message-scoped Depends is resolved on the event loop, so these handlers are called one
+    # thread hop each instead of the whole batch in one: same transaction, same outcomes.
+    create_business_tables(db_url)
+    ids = _add(redis_client, 6)
+    closed: list[str] = []
+
+    def order_of(msg: Message) -> Iterator[str]:
+        try:
+            yield msg.fields["n"]
+        finally:
+            closed.append(msg.id)
+
+    app = App("t")
+
+    @app.handler("orders", group="g", idempotency="sql", block_ms=100, batch_size=6)
+    def charge(msg: Message, session: Session, order: str = Depends(order_of)) -> None:
+        session.add(Charge(message_id=msg.id, order_id=order, amount_cents=100))
+        if order == "3":
+            raise RuntimeError("cannot charge 3")
+
+    async with running_sql_worker(app, redis_url, db_url):
+        await eventually(lambda: len(charges_per_message(db_url)) == 5, what="5 charges")
+        await eventually(
+            lambda: pending_ids(redis_client, "orders", "g") == [ids[3].encode()],
+            what="the failure pending",
+        )
+    assert charges_per_message(db_url) == {i: 1 for n, i in enumerate(ids) if n != 3}
+    assert set(ids) <= set(closed)
 
 
 async def test_dead_lettered_message_keeps_no_writes_and_no_row(
