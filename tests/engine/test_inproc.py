@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 import redis
@@ -248,10 +248,33 @@ def test_commands_pipelined_behind_a_blocked_one_run_after_it(r: redis.Redis, ur
     assert p.execute() == [(b"l", b"x"), True, b"1"]
 
 
+def _blocked(url: str) -> int:
+    return sum(c.blocked is not None for c in list(engine_from_url(url).clients.values()))
+
+
+def _when_blocked(url: str, n: int, action: Callable[[], object]) -> None:
+    """Run ``action`` in a thread once ``n`` clients of the engine are blocked."""
+
+    def run() -> None:
+        deadline = time.monotonic() + 10
+        while _blocked(url) < n and time.monotonic() < deadline:
+            time.sleep(0.002)
+        action()
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+async def _until_blocked(url: str, n: int) -> None:
+    deadline = time.monotonic() + 10
+    while _blocked(url) < n:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.002)
+
+
 def test_xread_block_wakes_on_xadd_from_another_thread(r: redis.Redis, url: str) -> None:
     other = sync_client(url)
     r.xadd("s", {"f": "v0"})
-    threading.Timer(0.05, other.xadd, ("s", {"f": "v1"})).start()
+    _when_blocked(url, 1, lambda: other.xadd("s", {"f": "v1"}))
     reply = r.xread({"s": "$"}, block=5000)
     assert reply[0][0] == b"s"
     assert reply[0][1][0][1] == {b"f": b"v1"}
@@ -344,7 +367,7 @@ async def test_async_waiters_are_served_in_fifo_order(url: str) -> None:
     tasks = []
     for c in clients:
         tasks.append(asyncio.create_task(waiter(c)))
-        await asyncio.sleep(0.01)
+        await _until_blocked(url, len(tasks))
     producer = async_client(url)
     await producer.rpush("l", "a", "b", "c")
     await asyncio.gather(*tasks)
@@ -370,7 +393,7 @@ async def test_async_xread_block_wakes_on_xadd_from_another_task(
     other = async_client(url)
 
     async def add_later() -> None:
-        await asyncio.sleep(0.05)
+        await _until_blocked(url, 1)
         await other.xadd("s", {"f": "v"})
 
     task = asyncio.create_task(add_later())

@@ -65,6 +65,16 @@ class Raw:
         self.sock.close()
 
 
+def wait_blocked(server: ThreadedServer, n: int) -> None:
+    """Wait until the server has ``n`` blocked clients."""
+    admin = server.client()
+    deadline = time.monotonic() + 10
+    while int(admin.info("clients")["blocked_clients"]) != n:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    admin.close()
+
+
 def redis_cli(port: int, *args: str, stdin: str | None = None) -> str:
     binary = shutil.which("redis-cli")
     if binary is None:
@@ -206,7 +216,7 @@ def test_a_blocking_read_times_out_with_a_null_reply(server: ThreadedServer) -> 
 def test_commands_pipelined_behind_a_blocked_one_wait_for_it(server: ThreadedServer) -> None:
     raw = Raw(server.port)
     raw.send(pack(("XREAD", "BLOCK", "5000", "STREAMS", "s", "$")) + pack(("ECHO", "after")))
-    time.sleep(0.2)
+    wait_blocked(server, 1)
     other = Raw(server.port)
     sid = other.call("XADD", "s", "*", "f", "v")
     reply = raw.reply()
@@ -220,7 +230,7 @@ def test_a_disconnected_blocked_client_is_forgotten(server: ThreadedServer) -> N
     raw = Raw(server.port)
     raw.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
     raw.send(pack(("XREADGROUP", "GROUP", "g", "gone", "BLOCK", "0", "STREAMS", "s", ">")))
-    time.sleep(0.1)
+    wait_blocked(server, 1)
     raw.close()
     admin = server.client()
     deadline = time.monotonic() + 5
@@ -459,7 +469,10 @@ def test_maxclients_refuses_extra_connections(server: ThreadedServer) -> None:
     assert third.reply() == b"-ERR max number of clients reached\r\n"
     assert third.closed_by_server()
     second.close()
-    time.sleep(0.1)
+    deadline = time.monotonic() + 10
+    while b"connected_clients:1\r\n" not in admin.call("INFO", "clients"):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     fourth = Raw(server.port)
     assert fourth.call("PING") == b"+PONG\r\n"
 

@@ -583,14 +583,19 @@ def _argv(line: str) -> list[bytes]:
     return [a.encode() for a in shlex.split(line)]
 
 
-def _settle() -> None:
-    time.sleep(0.05)  # let redis-server register the blocked client
+def _settle(pair: Pair, blocked: int = 1) -> None:
+    """Wait until redis-server has ``blocked`` clients blocked (the engine blocks at once)."""
+    deadline = time.monotonic() + 10
+    want = b"blocked_clients:%d\r\n" % blocked
+    while want not in (info := pair.main.real.call("INFO", "clients")):
+        assert time.monotonic() < deadline, info
+        time.sleep(0.005)
 
 
 def test_blocked_xread_is_served_and_capped_at_1000(pair: Pair) -> None:
     b = pair.side()
     b.send(_argv("XREAD BLOCK 0 STREAMS s $"))
-    _settle()
+    _settle(pair)
     pair.check("MULTI")
     for i in range(1, 1201):
         pair.check(f"XADD s {i}-0 f v")
@@ -602,13 +607,13 @@ def test_blocked_xreadgroup_errors_on_delete_and_destroy(pair: Pair) -> None:
     b = pair.side()
     pair.check("XGROUP CREATE s g $ MKSTREAM")
     b.send(_argv("XREADGROUP GROUP g c BLOCK 0 STREAMS s >"))
-    _settle()
+    _settle(pair)
     pair.check("SET s x")
     pair.check_pair("overwritten key", *b.recv())
     pair.check("DEL s")
     pair.check("XGROUP CREATE s g $ MKSTREAM")
     b.send(_argv("XREADGROUP GROUP g c BLOCK 0 STREAMS s >"))
-    _settle()
+    _settle(pair)
     pair.check("MULTI")
     pair.check("DEL s")
     pair.check("XADD s 1-0 f v")
@@ -620,7 +625,7 @@ def test_blocked_xread_survives_del_and_is_served_later(pair: Pair) -> None:
     b = pair.side()
     pair.check("XADD s 1-0 f v")
     b.send(_argv("XREAD BLOCK 0 STREAMS s $"))
-    _settle()
+    _settle(pair)
     pair.check("DEL s")
     pair.check("SET s x")
     pair.check_pair("still blocked", *b.recv(0.2))
@@ -633,10 +638,9 @@ def test_blocked_xreadgroup_served_updates_group_state(pair: Pair) -> None:
     b = pair.side()
     c = pair.side()
     pair.check("XGROUP CREATE s g $ MKSTREAM")
-    b.send(_argv("XREADGROUP GROUP g cb COUNT 1 BLOCK 0 STREAMS s t > >"))
-    _settle()
+    b.send(_argv("XREADGROUP GROUP g cb COUNT 1 BLOCK 0 STREAMS s t > >"))  # NOGROUP for t
     c.send(_argv("XREADGROUP GROUP g cc NOACK BLOCK 0 STREAMS s >"))
-    _settle()
+    _settle(pair)
     pair.check("MULTI")
     pair.check("XADD s 1-0 f v")
     pair.check("XADD s 2-0 f v")
