@@ -17,7 +17,10 @@ How one batch goes (:class:`SqlStrategy`)
 2. Check in Redis (one XPENDING) that this consumer still owns the claimed messages (see
    *Retention* for why); a message claimed away by another consumer is un-claimed and left alone.
 3. Run the handlers one after another with a session bound to this transaction, then flush,
-   ``COMMIT`` and one ``XACK`` for the successes and the duplicates.
+   ``COMMIT`` and one ``XACK`` for the successes and the duplicates. ``def`` handlers whose
+   arguments need nothing awaited per message (no message-scoped ``Depends``) run in one worker
+   thread hop for the whole batch, not one hop each
+   (:func:`~streamworker.idempotency.base.inline_of`).
 
 That is three database round trips per batch (claim, flush, commit) plus one fsync, whatever the
 batch size, when handlers write through the ORM (``session.add``: the flush sends the batch's

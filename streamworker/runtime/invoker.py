@@ -57,8 +57,6 @@ class HandlerInvoker:
         spec = self._spec
         if self._stopping():
             return NOT_STARTED
-        exc: BaseException | None = None
-        result: Any = None
         started = time.perf_counter()
         try:
             async with self._resolver.arguments(spec.plan, msg, dict(provided)) as kwargs:
@@ -69,27 +67,27 @@ class HandlerInvoker:
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            exc = error
-        return self._conclude(msg, exc, result, time.perf_counter() - started)
+            return self._conclude(msg, started, error)
+        return self._conclude(msg, started, None, result)
 
     def _call_inline(self, msg: Message[Any], provided: Mapping[type, Any]) -> Outcome:
         # Runs in a pool thread (the caller's): the same steps as __call__, nothing awaited.
         if self._stopping():
             return NOT_STARTED
-        exc: BaseException | None = None
-        result: Any = None
         started = time.perf_counter()
         try:
-            kwargs = self._resolver.arguments_inline(self._spec.plan, msg, provided)
-            result = self._spec.func(**kwargs)
+            result = self._spec.func(
+                **self._resolver.arguments_inline(self._spec.plan, msg, provided)
+            )
         except Exception as error:
-            exc = error
-        return self._conclude(msg, exc, result, time.perf_counter() - started)
+            return self._conclude(msg, started, error)
+        return self._conclude(msg, started, None, result)
 
     def _conclude(
-        self, msg: Message[Any], exc: BaseException | None, result: Any, elapsed: float
+        self, msg: Message[Any], started: float, exc: BaseException | None, result: Any = None
     ) -> Outcome:
         spec = self._spec
+        elapsed = time.perf_counter() - started
         self._duration.observe(elapsed)
         outcome = decide(exc, msg.delivery_count, spec.max_deliveries)
         if outcome.action is Action.ACK and result is not None:
