@@ -49,8 +49,12 @@ class HandlerInvoker:
         self._duration = metrics.handler_duration.labels(stream=spec.stream, group=spec.group)
         self._stopping = stopping
         self._log = log
+        self._is_async = spec.is_async
+        # Arguments without message-scoped dependencies are looked up, not created: no exit
+        # stack to open and close per message.
+        self._plain_arguments = resolver.resolves_inline(spec.plan)
         self.inline: Callable[[Message[Any], Mapping[type, Any]], Outcome] | None = None
-        if not spec.is_async and resolver.resolves_inline(spec.plan):
+        if not self._is_async and self._plain_arguments:
             self.inline = self._call_inline
 
     async def __call__(self, msg: Message[Any], provided: Mapping[type, Any]) -> Outcome:
@@ -59,16 +63,21 @@ class HandlerInvoker:
             return NOT_STARTED
         started = time.perf_counter()
         try:
-            async with self._resolver.arguments(spec.plan, msg, dict(provided)) as kwargs:
-                if spec.is_async:
-                    result = await spec.func(**kwargs)
-                else:
-                    result = await self._threads.run(spec.func, **kwargs)
+            if self._plain_arguments:
+                result = await self._call(self._resolver.arguments_inline(spec.plan, msg, provided))
+            else:
+                async with self._resolver.arguments(spec.plan, msg, dict(provided)) as kwargs:
+                    result = await self._call(kwargs)
         except asyncio.CancelledError:
             raise
         except Exception as error:
             return self._conclude(msg, started, error)
         return self._conclude(msg, started, None, result)
+
+    async def _call(self, kwargs: dict[str, Any]) -> Any:
+        if self._is_async:
+            return await self._spec.func(**kwargs)
+        return await self._threads.run(self._spec.func, **kwargs)
 
     def _call_inline(self, msg: Message[Any], provided: Mapping[type, Any]) -> Outcome:
         # Runs in a pool thread (the caller's): the same steps as __call__, nothing awaited.
@@ -104,7 +113,7 @@ class HandlerInvoker:
                 "message_handled",
                 message_id=msg.id,
                 delivery_count=msg.delivery_count,
-                duration_s=round(elapsed, 6),
+                duration_s=elapsed,
             )
         return outcome
 
