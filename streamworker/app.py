@@ -13,7 +13,8 @@ from pydantic import BaseModel
 
 from streamworker.deps import CallPlan, DependencyParam, ProvidedParam, build_plan
 from streamworker.errors import ConfigError
-from streamworker.keys import dead_letter_stream
+from streamworker.keys import dead_letter_stream, partition_stream
+from streamworker.partitions import check_partitioned_name
 
 Idempotency = Literal["none", "sql", "lua"]
 IDEMPOTENCY_MODES: tuple[str, ...] = ("none", "sql", "lua")
@@ -54,6 +55,16 @@ class HandlerSpec:
     """``idempotency="lua"``: the entry field holding the business key of producer dedup."""
     dedup_window_ms: int = 600_000
     """How long an applied business key is remembered (``dedup_field``)."""
+    partition_of: str | None = None
+    """The logical stream when ``stream`` is one partition of a partitioned stream."""
+    ordered: bool = False
+    """Per-partition ordering: one consumer at a time holds the stream's lease and handles its
+    messages in id order, a failing message blocking the rest (see runtime.ordering)."""
+
+    @property
+    def lease_ttl_ms(self) -> int:
+        """``ordered=True``: how long the stream's lease lives unless renewed (``claim_idle_ms``)."""
+        return self.claim_idle_ms
 
     @property
     def lease_interval_ms(self) -> int:
@@ -173,6 +184,8 @@ class App:
         consumer_gc_idle_ms: int = 3_600_000,
         dedup_field: str | None = None,
         dedup_window_ms: int = 600_000,
+        partitions: int | None = None,
+        ordered: bool = False,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``stream`` in consumer ``group``.
 
@@ -216,6 +229,16 @@ class App:
                 its effects; one without the field is dead-lettered.
             dedup_window_ms: how long an applied business key is remembered; the record holds
                 the distinct keys of one window (about 100 bytes each plus the key's length).
+            partitions: consume the partitioned stream ``stream`` (:mod:`streamworker.partitions`)
+                of this many partitions, ``{stream:p0}`` … : one consume loop per partition,
+                each with its own dead-letter stream ``{stream:pN}:dlq``. Must match the
+                producers' count.
+            ordered: per-key ordering. Each stream (each partition) is handled by at most one
+                consumer of the group at a time, which holds a lease in Redis (renewed while it
+                works; taken over ``claim_idle_ms`` after its holder stopped renewing), and its
+                messages are handled in id order, even across retries: a failing message blocks
+                its stream until it succeeds or is dead-lettered. Needs ``concurrency=1``. Off by
+                default (the group balances messages over its consumers).
         """
         if idempotency not in IDEMPOTENCY_MODES:
             raise ConfigError(
@@ -259,6 +282,20 @@ class App:
                 raise ConfigError(
                     f"dedup_field must be a non-empty field name, got {dedup_field!r}"
                 )
+        if not isinstance(ordered, bool):
+            raise ConfigError(f"ordered must be True or False, got {ordered!r}")
+        if ordered and concurrency != 1:
+            raise ConfigError(
+                "ordered=True handles a stream's messages one after another; concurrency must be 1 "
+                "(use more partitions for more throughput)"
+            )
+        if partitions is not None:
+            check_partitioned_name(stream, partitions)
+            if dead_letter is not None:
+                raise ConfigError(
+                    "with partitions, each partition has its own dead-letter stream "
+                    "('{stream:pN}:dlq', in the partition's cluster slot); do not pass dead_letter"
+                )
         if idempotency == "sql" and concurrency != 1:
             # One transaction per batch, on one connection: its handlers run one after another.
             raise ConfigError(
@@ -274,35 +311,43 @@ class App:
             plan = _sql_plan(func) if idempotency == "sql" else build_plan(func)
             body_model = model or _model_from_annotation(plan.message_type)
             hname = name or f"{func.__module__}.{func.__qualname__}"
-            key = f"{stream}\x00{group}"
-            if key in self._handlers:
-                other = self._handlers[key].name
-                raise ConfigError(
-                    f"stream {stream!r} group {group!r} already has handler {other}; "
-                    f"one handler per (stream, group)"
-                )
-            self._handlers[key] = HandlerSpec(
-                name=hname,
-                func=func,
-                stream=stream,
-                group=group,
-                idempotency=idempotency,
-                model=body_model,
-                body_field=body_field,
-                batch_size=batch_size,
-                block_ms=block_ms,
-                concurrency=concurrency,
-                start_id=start_id,
-                max_deliveries=max_deliveries,
-                claim_idle_ms=claim_idle_ms,
-                dead_letter_stream=dead_letter or dead_letter_stream(stream),
-                plan=plan,
-                retry_backoff_ms=retry_backoff_ms,
-                retry_backoff_max_ms=max(retry_backoff_max_ms, retry_backoff_ms),
-                consumer_gc_idle_ms=consumer_gc_idle_ms,
-                dedup_field=dedup_field,
-                dedup_window_ms=dedup_window_ms,
+            streams = (
+                [stream]
+                if partitions is None
+                else [partition_stream(stream, i) for i in range(partitions)]
             )
+            for one in streams:
+                other = self._handlers.get(f"{one}\x00{group}")
+                if other is not None:
+                    raise ConfigError(
+                        f"stream {one!r} group {group!r} already has handler {other.name}; "
+                        f"one handler per (stream, group)"
+                    )
+            for one in streams:
+                self._handlers[f"{one}\x00{group}"] = HandlerSpec(
+                    name=hname,
+                    func=func,
+                    stream=one,
+                    group=group,
+                    idempotency=idempotency,
+                    model=body_model,
+                    body_field=body_field,
+                    batch_size=batch_size,
+                    block_ms=block_ms,
+                    concurrency=concurrency,
+                    start_id=start_id,
+                    max_deliveries=max_deliveries,
+                    claim_idle_ms=claim_idle_ms,
+                    dead_letter_stream=dead_letter or dead_letter_stream(one),
+                    plan=plan,
+                    retry_backoff_ms=retry_backoff_ms,
+                    retry_backoff_max_ms=max(retry_backoff_max_ms, retry_backoff_ms),
+                    consumer_gc_idle_ms=consumer_gc_idle_ms,
+                    dedup_field=dedup_field,
+                    dedup_window_ms=dedup_window_ms,
+                    partition_of=None if partitions is None else stream,
+                    ordered=ordered,
+                )
             return func
 
         return register

@@ -24,3 +24,28 @@ def dead_letter_stream(stream: str) -> str:
     if hash_tag(stream) is not None:
         return f"{stream}:dlq"
     return f"{{{stream}}}:dlq"
+
+
+def in_stream_slot(stream: str, suffix: str) -> str:
+    """A key named after ``stream`` that hashes to the stream's Redis Cluster slot: ``{S}:suffix``,
+    or ``S:suffix`` when S already carries a hash tag (``{orders:p3}:suffix``). Use it for the
+    keys an ``idempotency="lua"`` handler's effects write."""
+    if hash_tag(stream) is not None:
+        return f"{stream}:{suffix}"
+    return f"{{{stream}}}:{suffix}"
+
+
+def partition_stream(stream: str, index: int) -> str:
+    """The key of partition ``index`` of the partitioned stream ``stream``: ``{S:pN}``.
+
+    Each partition is its own hash tag, so the partitions spread over a cluster's slots while a
+    partition's derived keys (``{S:pN}:dlq``, ``{S:pN}:lease:G``, ``{S:pN}:dedup:G``) stay in
+    its slot.
+    """
+    return f"{{{stream}:p{index}}}"
+
+
+def lease_key(stream: str, group: str) -> str:
+    """The ordering lease of ``group`` on ``stream`` (``ordered=True``): ``{S}:lease:G``, or
+    ``S:lease:G`` when S has a tag; in the stream's slot."""
+    return in_stream_slot(stream, f"lease:{group}")

@@ -1,7 +1,11 @@
 """Redis I/O shared by the runtime and the strategies: clients by URL, stream replies, Lua scripts.
 
 redis-py's connection errors are converted into :class:`~streamworker.errors.ConnectionLost` here,
-so the loops above handle one exception type.
+so the loops above handle one exception type. On Redis Cluster (``redis+cluster://`` URLs) the
+errors of a cluster in transition count as connection errors too: CLUSTERDOWN, TRYAGAIN, a slot
+not covered, a write that reached a replica (READONLY, a master demoted by a failover), and
+redirections that did not settle within redis-py's own MOVED/ASK handling. The loops back off and
+try again; redis-py re-reads the slot map on the next command.
 """
 
 from __future__ import annotations
@@ -11,14 +15,19 @@ import hashlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, cast
+from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.cluster as aiocluster
+import redis.cluster as synccluster
 import redis.exceptions as rex
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry as SyncRetry
 
 from streamworker.errors import ConfigError, ConnectionLost
-from streamworker.settings import validate_redis_url
+from streamworker.settings import cluster_nodes, is_cluster_url, validate_redis_url
 
 # redis-py raises these (or subclasses) when the server goes away or does not answer in time.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -29,6 +38,141 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
 )
 
+# A Redis Cluster in transition (failover, resharding, a node restarting) answers with these for a
+# while; retrying later succeeds. Checked before ResponseError, of which most are subclasses.
+CLUSTER_TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    rex.ClusterDownError,
+    rex.TryAgainError,
+    rex.AskError,  # and MovedError: redirections redis-py gave up following
+    rex.SlotNotCoveredError,
+    rex.ReadOnlyError,
+    rex.RedisClusterException,
+    rex.ClusterError,
+)
+
+# redis-py's text when a cluster client meets a server without cluster mode.
+_NOT_A_CLUSTER = "cluster mode is not enabled"
+
+# How often the cluster client itself retries a command on a node failure before the error
+# reaches the loops (which then back off with their own, longer, capped delays).
+_CLUSTER_RETRIES = 5
+_CLUSTER_BACKOFF_BASE_S = 0.05
+_CLUSTER_BACKOFF_CAP_S = 1.0
+
+
+def _stream_keys(args: Sequence[Any]) -> list[Any] | None:
+    """The keys of an XREAD/XREADGROUP argument list (after the command name), or None."""
+    for i, arg in enumerate(args):
+        token = arg.decode() if isinstance(arg, bytes) else str(arg)
+        if token.upper() == "STREAMS":
+            rest = list(args[i + 1 :])
+            if not rest or len(rest) % 2:
+                return None
+            return rest[: len(rest) // 2]
+    return None
+
+
+class _ClusterClient(aiocluster.RedisCluster):
+    """redis-py's asyncio cluster client, routing XREAD/XREADGROUP without a round trip.
+
+    redis-py finds the keys of commands with "movable keys" by asking a node (``COMMAND
+    GETKEYS``) on every call; the consume loop's XREADGROUP is one of them, and the extra round
+    trip would also fail while that node is down. The keys follow ``STREAMS``, so they are read
+    here.
+    """
+
+    async def _determine_slot(self, command: str, *args: Any) -> int:
+        if command.upper() in ("XREADGROUP", "XREAD"):
+            keys = _stream_keys(args)
+            if keys:
+                slots = {self.keyslot(k) for k in keys}
+                if len(slots) == 1:
+                    return slots.pop()
+        return await super()._determine_slot(command, *args)
+
+
+def _cluster_kwargs(url: str) -> dict[str, Any]:
+    parts = urlsplit(url.replace("+cluster", "", 1).split(",", 1)[0])
+    kwargs: dict[str, Any] = {}
+    if parts.username:
+        kwargs["username"] = unquote(parts.username)
+    if parts.password:
+        kwargs["password"] = unquote(parts.password)
+    if url.lower().startswith("rediss+cluster"):
+        kwargs["ssl"] = True
+    return kwargs
+
+
+def open_cluster(url: str, *, socket_timeout_s: float | None = None) -> aioredis.Redis:
+    """An asyncio client for the Redis Cluster of ``url`` (``redis+cluster://h1:p1,h2:p2``).
+
+    It is redis-py's ``RedisCluster``: it follows MOVED/ASK, re-reads the slot map after a node
+    failure and retries with exponential backoff and jitter. It offers the command methods of
+    ``redis.asyncio.Redis`` that streamworker uses, hence the declared type. Commands and scripts
+    must keep to one slot each (every key streamworker derives carries the stream's hash tag).
+    """
+    nodes = [aiocluster.ClusterNode(host, port) for host, port in cluster_nodes(url)]
+    client = _ClusterClient(
+        startup_nodes=nodes,
+        decode_responses=False,
+        socket_timeout=socket_timeout_s,
+        socket_connect_timeout=5.0,
+        socket_keepalive=True,
+        retry=aioredis.retry.Retry(
+            ExponentialWithJitterBackoff(base=_CLUSTER_BACKOFF_BASE_S, cap=_CLUSTER_BACKOFF_CAP_S),
+            _CLUSTER_RETRIES,
+        ),
+        **_cluster_kwargs(url),
+    )
+    return cast("aioredis.Redis", client)
+
+
+def open_sync_cluster(url: str, *, socket_timeout_s: float | None = 10.0) -> redis.Redis:
+    """The sync counterpart of :func:`open_cluster`, for operator commands and probes.
+
+    Unlike the asyncio client it reads the slot map at once: raises ConnectionLost when no node
+    answers, ConfigError when the server is not a cluster node.
+    """
+    nodes = [
+        synccluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
+        for host, port in cluster_nodes(url)
+    ]
+    try:
+        client = synccluster.RedisCluster(
+            startup_nodes=nodes,
+            decode_responses=False,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=5.0,
+            retry=SyncRetry(
+                ExponentialWithJitterBackoff(
+                    base=_CLUSTER_BACKOFF_BASE_S, cap=_CLUSTER_BACKOFF_CAP_S
+                ),
+                _CLUSTER_RETRIES,
+            ),
+            **_cluster_kwargs(url),
+        )
+    except rex.RedisClusterException as exc:
+        shown = redact_url(url)
+        if _NOT_A_CLUSTER in str(exc).lower():
+            raise ConfigError(
+                f"{shown} names a server that is not a cluster node; use redis:// for it"
+            ) from None
+        raise ConnectionLost(f"cannot reach the Redis Cluster at {shown}: {exc}") from None
+    return cast("redis.Redis", client)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password (for messages and logs)."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.split('@', 1)[1]}"
+
+
+def is_cluster_client(client: object) -> bool:
+    """True when ``client`` is a Redis Cluster client (sync or asyncio)."""
+    return isinstance(client, aiocluster.RedisCluster | synccluster.RedisCluster)
+
 
 def open_redis(url: str, *, socket_timeout_s: float | None = None) -> aioredis.Redis:
     """An asyncio redis-py client for ``url``; bytes replies, no connection made yet.
@@ -37,6 +181,8 @@ def open_redis(url: str, *, socket_timeout_s: float | None = None) -> aioredis.R
     ``from_url``. ``socket_timeout_s`` must exceed the longest BLOCK the caller will use.
     """
     validate_redis_url(url)
+    if is_cluster_url(url):
+        return open_cluster(url, socket_timeout_s=socket_timeout_s)
     if url.startswith("engine:"):
         from streamworker.engine.inproc import async_client  # type: ignore[import-not-found,unused-ignore]
 
@@ -58,6 +204,8 @@ def open_redis(url: str, *, socket_timeout_s: float | None = None) -> aioredis.R
 def open_sync_redis(url: str, *, socket_timeout_s: float | None = 10.0) -> redis.Redis:
     """A sync redis-py client for ``url`` (bytes replies), for the operator commands."""
     validate_redis_url(url)
+    if is_cluster_url(url):
+        return open_sync_cluster(url, socket_timeout_s=socket_timeout_s)
     if url.startswith("engine:"):
         from streamworker.engine.inproc import sync_client  # type: ignore[import-not-found,unused-ignore]
 
@@ -76,6 +224,13 @@ async def connection_errors() -> AsyncIterator[None]:
     """Convert redis-py connection failures raised inside the block into ConnectionLost."""
     try:
         yield
+    except CLUSTER_TRANSIENT_ERRORS as exc:
+        if _NOT_A_CLUSTER in str(exc).lower():
+            raise ConfigError(
+                f"a redis+cluster:// URL names a server that is not a cluster node ({exc}); use "
+                f"redis:// for it"
+            ) from None
+        raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
     except rex.ResponseError:
         raise
     except CONNECTION_ERRORS as exc:

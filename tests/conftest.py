@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.support.cluster import LocalCluster
 from tests.support.postgres import PostgresServer
 from tests.support.servers import RedisServer
 
@@ -22,6 +23,14 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One real Redis Cluster (3 masters, no replicas, loopback) for the whole session."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster")).start()
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture

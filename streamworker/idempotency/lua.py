@@ -75,8 +75,11 @@ Every key one script touches must be in one slot: the record uses the stream's h
 (``{S}:dedup:G``), and effect keys must carry it too (``{clicks}:views`` for stream ``clicks``).
 When the server reports ``cluster_enabled:1`` (``INFO cluster``), an effect on a key of another
 slot is refused with an :class:`~streamworker.effects.EffectError` naming both slots, before the
-script is called. (The worker's connection itself is not cluster-aware: it must reach the node
-that serves the stream's slot.) Effects may not change the consumed stream (XADD to it is
+script is called. With a ``redis+cluster://`` URL the worker's client is redis-py's cluster
+client, which sends each script to the master of the stream's slot (docs/scaling.md); a
+cluster-enabled node reached with a plain ``redis://`` URL must serve that slot itself. A script's
+writes replicate as one unit, so a failover keeps or loses a batch's effects together with its
+XACK: never one without the other. Effects may not change the consumed stream (XADD to it is
 allowed) nor the record.
 
 Thread and task safety: one :class:`LuaStrategy` serves one subscription; ``process`` is called

@@ -46,6 +46,7 @@ from streamworker.outcomes import (
 from streamworker.redisio import Entry, LuaScript, connection_errors, parse_read_reply
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.invoker import HandlerInvoker
+from streamworker.runtime.ordering import OrderedLoop
 from streamworker.runtime.threads import HandlerThreads
 
 _DEAD_LETTER = LuaScript("dead_letter")
@@ -106,6 +107,8 @@ class Consumer:
         # Batches from the read loop and from the reclaimer are processed one at a time, so
         # ``concurrency`` bounds the handlers of one subscription.
         self._batch_lock = asyncio.Lock()
+        # ordered=True: the lease-holding, one-message-at-a-time loop replaces _consume.
+        self.ordered = OrderedLoop(self, client) if spec.ordered else None
 
     def stop(self) -> None:
         """Stop reading; the batch in hand is finished by :meth:`run`."""
@@ -127,7 +130,10 @@ class Consumer:
             self.last_turn = time.monotonic()
             try:
                 await self._ensure_group()
-                await self._consume()
+                if self.ordered is not None:
+                    await self.ordered.run()
+                else:
+                    await self._consume()
             except ConnectionLost as exc:
                 if self.stopping():
                     break
@@ -138,12 +144,14 @@ class Consumer:
             except rex.ResponseError as exc:
                 if self.stopping():
                     break
-                if not str(exc).startswith("NOGROUP"):
+                if not str(exc).startswith(("NOGROUP", "UNBLOCKED")):
                     raise StreamworkerError(
                         f"stream {self.spec.stream!r} group {self.spec.group!r}: Redis said: {exc}"
                     ) from exc
                 # The group (or the whole stream) was deleted under us: recreate it and start over
-                # from the backlog, as after a reconnect.
+                # from the backlog, as after a reconnect. A blocked read learns of a deleted stream
+                # as UNBLOCKED; on Redis Cluster that is also how it sees its stream's key migrate
+                # to another node (MIGRATE deletes it here), where the next read finds it.
                 self._log.warning("group_missing", error=str(exc))
         self._log.info("consumer_stopped")
 

@@ -207,8 +207,10 @@ class Reclaimer:
                 )
                 await self._sleep(delay)
             except rex.ResponseError as exc:
-                if str(exc).startswith("NOGROUP"):
-                    await self._sleep(self.spec.claim_interval_ms / 1000)  # the loop recreates it
+                # The stream or its group was deleted (XINFO CONSUMERS says "no such key"): the
+                # consume loop recreates them.
+                if str(exc).startswith("NOGROUP") or "no such key" in str(exc):
+                    await self._sleep(self.spec.claim_interval_ms / 1000)
                     continue
                 raise
 
@@ -229,6 +231,13 @@ class Reclaimer:
         if now >= self._next_lease:
             self._next_lease = now + self.spec.lease_interval_ms / 1000
             await self.renew_leases()
+        if self.spec.ordered:
+            # The ordered loop retries in order itself, and takes others' entries only with the
+            # lease (runtime.ordering): claiming here would hand messages past a blocked one.
+            if now >= self._next_gc:
+                self._next_gc = now + min(_GC_INTERVAL_S, self.spec.consumer_gc_idle_ms / 1000)
+                await self.delete_dead_consumers()
+            return
         await self.retry_due()
         if now >= self._next_claim:
             self._next_claim = now + self.spec.claim_interval_ms / 1000

@@ -122,7 +122,7 @@ def _open_database(app: App, options: WorkerOptions) -> SqlDatabase | None:
     if not sql_specs:
         return None
     if not options.db_url:
-        names = ", ".join(s.name for s in sql_specs)
+        names = ", ".join(dict.fromkeys(s.name for s in sql_specs))  # partitions share a name
         raise ConfigError(
             f"handler(s) {names} use idempotency='sql' but no database URL is set; pass "
             f"--db-url, set STREAMWORKER_DB_URL or App(db_url=...)"

@@ -1,5 +1,6 @@
-"""The backends every conformance test runs on: a real redis-server, the embedded engine in
-process, and the engine's RESP server (``streamworker engine serve``) over TCP."""
+"""The backends every conformance test runs on: a real redis-server, a real 3-master Redis Cluster
+(``redis+cluster://``), the embedded engine in process, and the engine's RESP server
+(``streamworker engine serve``) over TCP."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from streamworker.redisio import open_sync_redis
+from tests.support.cluster import LocalCluster
 from tests.support.engine_server import EngineServerProcess
 from tests.support.servers import RedisServer
 
@@ -17,7 +20,7 @@ _engine_ids = itertools.count()
 
 
 def _backends() -> list[str]:
-    backends = ["redis"]
+    backends = ["redis", "cluster"]
     if importlib.util.find_spec("streamworker.engine.inproc") is not None:
         backends.append("engine")
     if importlib.util.find_spec("streamworker.engine.server") is not None:
@@ -39,6 +42,10 @@ def backend_url(request: pytest.FixtureRequest, redis_server: RedisServer) -> st
     if request.param == "redis":
         redis_server.client().flushall()
         return redis_server.url
+    if request.param == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        cluster.flushall()
+        return cluster.url
     if request.param == "engine-server":
         server: EngineServerProcess = request.getfixturevalue("engine_server")
         with server.client() as client:
@@ -54,6 +61,8 @@ def sync_client(backend_url: str) -> Iterator[redis.Redis]:
         from streamworker.engine.inproc import sync_client as engine_client
 
         client: redis.Redis = engine_client(backend_url)
+    elif backend_url.startswith("redis+cluster:"):
+        client = open_sync_redis(backend_url)
     else:
         client = redis.Redis.from_url(backend_url)
     yield client

@@ -1,6 +1,7 @@
 """``idempotency="lua"`` under SIGKILL: ``streamworker run`` of tests/apps/lua_counters.py in real
 subprocesses, killed at chosen points; two live consumers racing on XCLAIMed entries; Redis itself
-killed and restarted from its AOF.
+killed and restarted from its AOF. The worker tests run on one redis-server and on a real 3-master
+Redis Cluster (``redis+cluster://``).
 
 Every test ends the same way: each order's field in ``{orders}:applied`` is exactly 1, the ledger
 has one entry per order, and the PEL is empty.
@@ -12,15 +13,31 @@ import random
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
+from tests.support.cluster import sync_client_for, url_and_flush
 from tests.support.proc import read_lines, streamworker, wait_for
 from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """Each test runs on one redis-server and on a real 3-master Redis Cluster (flushed)."""
+    return url_and_flush(request, request.param)
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = sync_client_for(redis_url)
+    yield client
+    client.close()
+
 
 APP = "tests/apps/lua_counters.py:app"
 

@@ -1,0 +1,330 @@
+"""Per-key ordering (``ordered=True``): one consumer per stream at a time, messages in id order.
+
+The model
+---------
+
+Each stream of an ordered subscription (each partition of a partitioned stream) has a lease in
+Redis, :func:`~streamworker.keys.lease_key`, a string holding the name of the consumer that may
+read it, with a time to live of ``claim_idle_ms``. The holder renews it every third of that;
+the other workers of the group try to take it at the same pace, and one of them gets it once the
+holder has stopped renewing (a crash, a stall, a network cut) for the TTL.
+
+* **Only the holder reads.** Reads are ``read_owned.lua``: the lease check and the XREADGROUP in
+  one script, so an entry enters a consumer's PEL only while that consumer holds the lease.
+* **Takeover replays first.** ``acquire_lease.lua`` claims every entry pending for other
+  consumers to the new holder in the script that gives it the lease (XAUTOCLAIM … JUSTID); the
+  new holder then replays its own PEL (``XREADGROUP … 0``) in id order before reading new
+  entries. Those are exactly the entries the previous holder read and had not finished.
+* **One message at a time, in id order.** The holder hands the strategy one message per round
+  (a batch is still read in one XREADGROUP). A message that fails stays first: the loop waits for
+  its retry backoff, delivers it again (counting a delivery) and the rest of the stream waits.
+  Once it succeeds, or is dead-lettered after ``max_deliveries``, the stream moves on. So a
+  poison message blocks its partition for up to ``max_deliveries`` backoffs.
+* **A holder that lost its lease stops.** Before each message the holder checks that its lease
+  is still valid by its own clock (granted at the time the acquiring request was sent, plus 90%
+  of the TTL); otherwise it stops handling and tries to acquire the lease again. A stalled
+  holder that wakes up after the TTL therefore handles nothing more, and whatever it had read
+  was claimed by the next holder. With ``idempotency="lua"`` or ``"sql"`` a message's effects
+  still apply once even in the worst case (a handler already running when the stall began),
+  because the apply/commit checks that the caller owns the entry.
+
+Ordering holds per stream between messages the group handles; dead-lettered messages are out of
+the sequence (they are in the dead-letter stream). A worker with no lease idles for that stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio as aioredis
+import structlog
+
+from streamworker.keys import lease_key
+from streamworker.redisio import Entry, LuaScript, connection_errors
+
+if TYPE_CHECKING:
+    from streamworker.runtime.consumer import Consumer
+
+_ACQUIRE = LuaScript("acquire_lease")
+_RELEASE = LuaScript("release_lease")
+_READ = LuaScript("read_owned")
+_CLAIM_OWN = LuaScript("claim_own")
+
+# The share of the TTL a holder trusts its lease for, by its own clock, from the moment it sent
+# the request that granted or renewed it: the rest absorbs clock-rate differences and latency.
+_TRUSTED_SHARE = 0.9
+# A backlog entry that could not be handled and has no retry time (a dead letter that could not
+# be written, say) is tried again after this, not in a hot loop.
+_STALL_S = 0.2
+
+
+class LeaseState(IntEnum):
+    """What :meth:`Lease.acquire` found."""
+
+    OTHER = 0
+    """Another consumer holds the lease."""
+    TAKEN = 1
+    """The lease was free and is now ours; others' pending entries were claimed to us."""
+    RENEWED = 2
+    """We held it; it is renewed."""
+
+
+class Lease:
+    """The ordering lease of one (stream, group) for one consumer. Use from one event loop."""
+
+    def __init__(
+        self, client: aioredis.Redis, stream: str, group: str, consumer: str, ttl_ms: int
+    ) -> None:
+        self.key = lease_key(stream, group)
+        self.stream = stream
+        self.group = group
+        self.consumer = consumer
+        self.ttl_ms = ttl_ms
+        self._client = client
+        self._valid_until = 0.0
+
+    @property
+    def renew_interval_s(self) -> float:
+        """How often the holder renews, and others try to take it: a third of the TTL."""
+        return max(0.01, self.ttl_ms / 3000)
+
+    def valid(self) -> bool:
+        """True while this consumer may trust that it holds the lease."""
+        return time.monotonic() < self._valid_until
+
+    def invalidate(self) -> None:
+        self._valid_until = 0.0
+
+    async def acquire(self) -> tuple[LeaseState, int]:
+        """Take or renew the lease: the state, and the number of entries claimed (TAKEN) or the
+        holder's remaining ms (OTHER). Raises ConnectionLost, or NOGROUP (nothing written)."""
+        sent = time.monotonic()
+        reply = await _ACQUIRE(
+            self._client, [self.key, self.stream], [self.group, self.consumer, self.ttl_ms]
+        )
+        state, number = LeaseState(int(reply[0])), int(reply[1])
+        if state is LeaseState.OTHER:
+            self._valid_until = 0.0
+        else:
+            self._valid_until = sent + self.ttl_ms * _TRUSTED_SHARE / 1000
+        return state, number
+
+    async def release(self) -> bool:
+        """Give the lease up if held (a graceful stop), so another worker takes over at once."""
+        self._valid_until = 0.0
+        return bool(await _RELEASE(self._client, [self.key], [self.consumer]))
+
+
+async def read_owned(
+    client: aioredis.Redis, lease: Lease, start: bytes, count: int
+) -> tuple[list[Entry], bytes] | None:
+    """XREADGROUP from ``start`` if ``lease`` is still ours (None if not): the entries, and for a
+    ``>`` read that found nothing, the group's last-delivered id (to wait from)."""
+    reply = await _READ(
+        client,
+        [lease.key, lease.stream],
+        [lease.group, lease.consumer, count, start],
+    )
+    if isinstance(reply, int):
+        lease.invalidate()
+        return None
+    raw_entries, last = reply[0], reply[1]
+    entries = []
+    for item in raw_entries:
+        fields = item[1]
+        if fields:
+            it = iter(fields)
+            fields = dict(zip(it, it, strict=True))
+        entries.append(Entry(id=_as_bytes(item[0]), fields=fields or None))
+    return entries, _as_bytes(last or b"")
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+class OrderedLoop:
+    """The consume loop of an ``ordered=True`` subscription (replaces the plain one)."""
+
+    def __init__(self, consumer: Consumer, client: aioredis.Redis) -> None:
+        self.consumer = consumer
+        self.spec = consumer.spec
+        self._client = client
+        self.lease = Lease(
+            client, self.spec.stream, self.spec.group, consumer.consumer, self.spec.lease_ttl_ms
+        )
+        self._log = structlog.get_logger("streamworker.ordering").bind(
+            stream=self.spec.stream, group=self.spec.group, consumer=consumer.consumer
+        )
+
+    async def run(self) -> None:
+        """Until the consumer stops; raises ConnectionLost/NOGROUP for the consumer's loop to
+        handle (back off, recreate the group), after which it is called again."""
+        renewer = asyncio.ensure_future(self._renew())
+        try:
+            await self._consume()
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await renewer
+            if self.consumer.stopping():
+                with contextlib.suppress(Exception):
+                    await self.lease.release()
+
+    async def _renew(self) -> None:
+        # Renewal is separate from the loop so that a long handler does not let the lease lapse.
+        while True:
+            await asyncio.sleep(self.lease.renew_interval_s)
+            if not self.lease.valid():
+                continue  # the loop itself acquires (and replays) when it has no lease
+            try:
+                state, _ = await self.lease.acquire()
+            except Exception as exc:  # the loop sees the same outage; its lease lapses
+                self._log.debug("lease_renewal_failed", error=str(exc))
+                continue
+            if state is not LeaseState.RENEWED:
+                self.lease.invalidate()
+                self._log.warning("lease_lost", state=state.name)
+
+    async def _await_lease(self) -> bool:
+        """Wait until this consumer holds the lease; False if stopping first."""
+        consumer = self.consumer
+        while not consumer.stopping():
+            state, number = await self.lease.acquire()
+            if state is LeaseState.TAKEN:
+                self._log.info("lease_taken", claimed=number, ttl_ms=self.lease.ttl_ms)
+                return True
+            if state is LeaseState.RENEWED:
+                return True
+            # Someone else works this stream: nothing of ours to drain meanwhile.
+            consumer.backlog_drained.set()
+            consumer.last_turn = time.monotonic()
+            await self._sleep(min(self.lease.renew_interval_s, max(number, 10) / 1000))
+        return False
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.consumer.stopped(), seconds)
+
+    async def _consume(self) -> None:
+        consumer = self.consumer
+        # Every (re)start replays this consumer's own PEL first, as the plain loop does.
+        cursor: bytes | None = b"0"
+        in_hand: list[Entry] = []
+        counts: dict[bytes, int] = {}
+        consumer.in_backlog = True
+        while not consumer.stopping():
+            consumer.last_turn = time.monotonic()
+            if not self.lease.valid():
+                in_hand, counts = [], {}
+                if not await self._await_lease():
+                    return
+                cursor = b"0"  # after a takeover the claimed entries are in our PEL
+                consumer.in_backlog = True
+            if not in_hand:
+                got = await self._read(cursor)
+                if got is None:
+                    continue  # lost the lease
+                entries, last = got
+                if cursor is not None:
+                    if not entries:
+                        cursor = None
+                        consumer.in_backlog = False
+                        consumer.backlog_drained.set()
+                        continue
+                    cursor = entries[-1].id
+                    counts = await consumer._delivery_counts(entries)
+                elif not entries:
+                    await self._wait_for_new(last)
+                    continue
+                else:
+                    counts = dict.fromkeys((e.id for e in entries), 1)
+                in_hand = entries
+            in_hand = await self._handle_in_order(in_hand, counts)
+
+    async def _read(self, cursor: bytes | None) -> tuple[list[Entry], bytes] | None:
+        async with connection_errors():
+            return await read_owned(self._client, self.lease, cursor or b">", self.spec.batch_size)
+
+    async def _wait_for_new(self, last: bytes) -> None:
+        """Block (plain XREAD, which changes nothing) until the stream has an entry after the
+        group's last-delivered id, ``block_ms`` passes, or the consumer stops."""
+        block_ms = min(self.spec.block_ms, max(10, int(self.lease.renew_interval_s * 1000)))
+        call = self._client.xread({self.spec.stream: last or b"$"}, count=1, block=block_ms)
+        read = asyncio.ensure_future(call)
+        stopped = asyncio.ensure_future(self.consumer.stopped())
+        try:
+            async with connection_errors():
+                await asyncio.wait({read, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if read.done():
+                    read.result()
+        finally:
+            stopped.cancel()
+            if not read.done():
+                read.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await read
+
+    async def _handle_in_order(self, entries: list[Entry], counts: dict[bytes, int]) -> list[Entry]:
+        """Handle ``entries`` one at a time in order; return those not finished (the first of
+        them failed or could not be handled), to be handled first next round."""
+        consumer = self.consumer
+        for i, entry in enumerate(entries):
+            if consumer.stopping() or not self.lease.valid():
+                return []  # left pending: the next holder (or our restart) replays them
+            if entry.id not in counts:
+                continue  # no longer ours (acked, or claimed while we had no lease)
+            await consumer.process([entry], counts)
+            if not await self._finished(entry.id):
+                rest = entries[i:]
+                await self._retry_head(rest, counts)
+                return rest
+        return []
+
+    async def _finished(self, entry_id: bytes) -> bool:
+        async with connection_errors():
+            rows = await self._client.xpending_range(
+                self.spec.stream,
+                self.spec.group,
+                min=entry_id,
+                max=entry_id,
+                count=1,
+                consumername=self.consumer.consumer,
+            )
+        return not rows
+
+    async def _retry_head(self, rest: list[Entry], counts: dict[bytes, int]) -> None:
+        """Wait for the first unfinished entry's retry time, then deliver it again (its delivery
+        counter goes up by one, which ``max_deliveries`` counts)."""
+        consumer = self.consumer
+        head = rest[0].id
+        due = consumer.retries.pop(head, None)
+        if due is None:
+            await self._sleep(_STALL_S)
+            return
+        while not consumer.stopping() and self.lease.valid():
+            left = due - time.monotonic()
+            if left <= 0:
+                break
+            consumer.last_turn = time.monotonic()
+            await self._sleep(min(left, 1.0))
+        if consumer.stopping() or not self.lease.valid():
+            return
+        claimed, deleted = await _CLAIM_OWN(
+            self._client, [self.spec.stream], [self.spec.group, self.consumer.consumer, head]
+        )
+        if deleted:
+            consumer.count_deleted([_as_bytes(i) for i in deleted])
+            counts.pop(head, None)
+        for row in claimed:
+            counts[_as_bytes(row[0])] = int(row[2])
+            fields = row[1]
+            if fields:
+                it = iter(fields)
+                rest[0] = Entry(id=head, fields=dict(zip(it, it, strict=True)))
+        if not claimed and not deleted:
+            counts.pop(head, None)  # not ours any more

@@ -1,0 +1,30 @@
+"""A stream deleted while the consume loop waits on it (a blocked XREADGROUP answered with
+``UNBLOCKED``; on Redis Cluster also what a slot migration looks like from the old node): the loop
+recreates the group and goes on, the worker does not stop."""
+
+from __future__ import annotations
+
+import redis
+
+from streamworker import App, Message
+from tests.support.worker import eventually, running_worker
+
+
+async def test_a_stream_deleted_under_a_blocked_read_is_recreated_and_consumed(
+    backend_url: str, sync_client: redis.Redis
+) -> None:
+    seen: list[str] = []
+    app = App("t")
+
+    @app.handler("jobs", group="g", block_ms=5_000)
+    async def handle(msg: Message) -> None:
+        seen.append(msg.fields["n"])
+
+    async with running_worker(app, backend_url):
+        sync_client.xadd("jobs", {"n": "1"})
+        await eventually(lambda: seen == ["1"], 20, "the first message")
+        sync_client.delete("jobs")
+        # The group comes back (MKSTREAM, at start_id) once the blocked read has been told.
+        await eventually(lambda: sync_client.exists("jobs"), 20, "the stream recreated")
+        sync_client.xadd("jobs", {"n": "2"})
+        await eventually(lambda: seen == ["1", "2"], 20, "the message after the deletion")
