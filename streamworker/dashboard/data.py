@@ -1,0 +1,495 @@
+"""What the dashboard shows, read from Redis: streams, groups, consumers, PELs and dead letters.
+
+Every function takes an asyncio redis-py client (bytes replies, from
+:func:`streamworker.redisio.open_redis`, so ``engine://`` works too) and returns plain dataclasses;
+nothing here renders HTML. Lists that can be long (stream entries, PELs, dead letters) are read one
+page at a time with COUNT and an exclusive cursor, so no request reads more than ``MAX_PAGE_SIZE``
+entries whatever the size of the stream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import redis.asyncio as aioredis
+import redis.exceptions as rex
+
+from streamworker import admin
+from streamworker.keys import dead_letter_stream
+
+MAX_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = 50
+# Values longer than this are cut on list pages; the entry page shows them whole.
+PREVIEW_CHARS = 200
+MAX_STREAMS = 1000
+
+T = TypeVar("T")
+
+
+class NotFound(LookupError):
+    """The stream, group or entry the request names does not exist."""
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds (stream ids carry the same clock)."""
+    return int(time.time() * 1000)
+
+
+def text(value: Any) -> str:
+    """A reply value as text (bytes decoded as UTF-8, undecodable bytes replaced)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def id_ms(entry_id: str) -> int | None:
+    """The millisecond timestamp of a stream id, or None for something that is not an id."""
+    head = entry_id.split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def age_ms(entry_id: str | None, now: int | None = None) -> int | None:
+    """How long ago the entry ``entry_id`` was added, from its id."""
+    if entry_id is None:
+        return None
+    ms = id_ms(entry_id)
+    if ms is None or ms == 0:
+        return None
+    return max(0, (now if now is not None else now_ms()) - ms)
+
+
+def clamp_count(count: int | None) -> int:
+    """A page size within 1..MAX_PAGE_SIZE (DEFAULT_PAGE_SIZE when not given)."""
+    if count is None:
+        return DEFAULT_PAGE_SIZE
+    return max(1, min(MAX_PAGE_SIZE, count))
+
+
+# --- field values --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """A field name or value made safe to show: text, or hex for binary data; maybe cut short.
+
+    ``shown`` is plain text; templates escape it (autoescaping), so a value holding markup shows
+    the markup as text.
+    """
+
+    shown: str
+    binary: bool
+    truncated: bool
+    size: int  # bytes
+
+
+def _is_text(data: bytes) -> str | None:
+    try:
+        decoded = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if any((ord(ch) < 32 and ch not in "\t\n\r") or ord(ch) == 127 for ch in decoded):
+        return None
+    return decoded
+
+
+def show_value(raw: Any, limit: int | None = PREVIEW_CHARS) -> Value:
+    """Render ``raw`` (bytes or str) for display: UTF-8 text as is, anything else as hex.
+
+    With a ``limit``, text longer than ``limit`` characters (hex: ``limit // 2`` bytes) is cut.
+    """
+    data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogateescape")
+    decoded = _is_text(data)
+    if decoded is not None:
+        if limit is not None and len(decoded) > limit:
+            return Value(decoded[:limit], False, True, len(data))
+        return Value(decoded, False, False, len(data))
+    if limit is not None and len(data) > limit // 2:
+        return Value(data[: limit // 2].hex(" "), True, True, len(data))
+    return Value(data.hex(" "), True, False, len(data))
+
+
+def _pairs(raw: Any) -> list[tuple[Any, Any]]:
+    if raw is None:
+        return []
+    if isinstance(raw, dict):
+        return list(raw.items())
+    return list(zip(raw[::2], raw[1::2], strict=True))
+
+
+def show_fields(raw: Any, limit: int | None = PREVIEW_CHARS) -> list[tuple[Value, Value]]:
+    """An entry's fields, in stream order, as (name, value) pairs ready to show."""
+    return [(show_value(k, limit), show_value(v, limit)) for k, v in _pairs(raw)]
+
+
+# --- streams -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSummary:
+    """One stream: XINFO STREAM's counters, the age of its first and last entries, its memory."""
+
+    name: str
+    length: int
+    first_id: str | None
+    last_id: str | None
+    first_age_ms: int | None
+    last_age_ms: int | None
+    last_generated_id: str | None
+    groups: int
+    memory_bytes: int | None
+    is_dead_letter: bool
+
+
+def _info_map(reply: Any) -> dict[str, Any]:
+    if isinstance(reply, dict):
+        return {text(k): v for k, v in reply.items()}
+    return {text(k): v for k, v in _pairs(reply)}
+
+
+def _entry_id(entry: Any) -> str | None:
+    # XINFO STREAM's first-entry/last-entry: redis-py parses them to (id, fields) or None.
+    if not entry:
+        return None
+    first = entry[0] if isinstance(entry, list | tuple) else entry
+    return text(first) if first else None
+
+
+async def list_stream_names(
+    client: aioredis.Redis, limit: int = MAX_STREAMS
+) -> tuple[list[str], bool]:
+    """Names of the stream keys (SCAN TYPE stream), sorted; and whether ``limit`` cut the list."""
+    names: set[str] = set()
+    cursor: Any = 0
+    while True:
+        cursor, keys = await client.scan(cursor=cursor, count=500, _type="stream")
+        names.update(text(k) for k in keys)
+        if len(names) > limit:
+            return sorted(names)[:limit], True
+        if int(cursor) == 0:
+            return sorted(names), False
+
+
+async def stream_summary(client: aioredis.Redis, name: str) -> StreamSummary:
+    """XINFO STREAM of ``name`` with MEMORY USAGE (None where the server lacks the command)."""
+    try:
+        info = _info_map(await client.xinfo_stream(name))
+    except rex.ResponseError as exc:
+        raise NotFound(f"no stream {name!r}: {exc}") from None
+    try:
+        memory = await client.memory_usage(name)
+    except rex.ResponseError:
+        memory = None
+    first = _entry_id(info.get("first-entry"))
+    last = _entry_id(info.get("last-entry"))
+    now = now_ms()
+    last_generated = info.get("last-generated-id")
+    return StreamSummary(
+        name=name,
+        length=int(info.get("length") or 0),
+        first_id=first,
+        last_id=last,
+        first_age_ms=age_ms(first, now),
+        last_age_ms=age_ms(last, now),
+        last_generated_id=text(last_generated) if last_generated is not None else None,
+        groups=int(info.get("groups") or 0),
+        memory_bytes=None if memory is None else int(memory),
+        is_dead_letter=name.endswith(":dlq"),
+    )
+
+
+async def list_streams(client: aioredis.Redis) -> tuple[list[StreamSummary], bool]:
+    """Every stream's summary (at most MAX_STREAMS); and whether the list was cut."""
+    names, cut = await list_stream_names(client)
+    out = []
+    for name in names:
+        try:
+            out.append(await stream_summary(client, name))
+        except NotFound:  # deleted between SCAN and XINFO
+            continue
+    return out, cut
+
+
+# --- groups --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """One consumer group (XINFO GROUPS): lag is None when Redis cannot tell (after XDEL/XTRIM)."""
+
+    stream: str
+    name: str
+    consumers: int
+    pending: int
+    last_delivered_id: str
+    entries_read: int | None
+    lag: int | None
+
+
+async def list_groups(client: aioredis.Redis, stream: str) -> list[GroupSummary]:
+    """The groups of ``stream``, by name."""
+    try:
+        rows = await client.xinfo_groups(stream)
+    except rex.ResponseError as exc:
+        raise NotFound(f"no stream {stream!r}: {exc}") from None
+    out = []
+    for raw in rows:
+        row = _info_map(raw)
+        lag = row.get("lag")
+        read = row.get("entries-read")
+        out.append(
+            GroupSummary(
+                stream=stream,
+                name=text(row.get("name")),
+                consumers=int(row.get("consumers") or 0),
+                pending=int(row.get("pending") or 0),
+                last_delivered_id=text(row.get("last-delivered-id")),
+                entries_read=None if read is None else int(read),
+                lag=None if lag is None else int(lag),
+            )
+        )
+    return sorted(out, key=lambda g: g.name)
+
+
+async def get_group(client: aioredis.Redis, stream: str, group: str) -> GroupSummary:
+    """One group of ``stream``; NotFound when either is missing."""
+    for g in await list_groups(client, stream):
+        if g.name == group:
+            return g
+    raise NotFound(f"stream {stream!r} has no group {group!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRow:
+    """A consumer of a group: its pending count, idle time, and the age of its oldest entry."""
+
+    name: str
+    pending: int
+    idle_ms: int | None
+    oldest_id: str | None
+    oldest_age_ms: int | None  # since the oldest pending entry was added to the stream
+    oldest_idle_ms: int | None  # since the oldest pending entry was last delivered
+
+
+def consumers_from_report(report: admin.PendingReport) -> list[ConsumerRow]:
+    """Consumers of :func:`streamworker.admin.pending_report`'s report, as the dashboard shows them."""
+    now = now_ms()
+    return [
+        ConsumerRow(
+            name=c.name,
+            pending=c.pending,
+            idle_ms=c.idle_ms,
+            oldest_id=c.oldest_id,
+            oldest_age_ms=age_ms(c.oldest_id, now),
+            oldest_idle_ms=c.oldest_idle_ms,
+        )
+        for c in report.consumers
+    ]
+
+
+# --- pages of entries ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRow:
+    """One PEL entry (XPENDING extended form)."""
+
+    id: str
+    consumer: str
+    idle_ms: int
+    deliveries: int
+    age_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a long list and the cursor of the next one (None on the last page)."""
+
+    items: list[T]
+    next_cursor: str | None
+    count: int
+
+
+def _after(cursor: str | None) -> str:
+    return "-" if not cursor else "(" + cursor
+
+
+def _before(cursor: str | None) -> str:
+    return "+" if not cursor else "(" + cursor
+
+
+async def pending_page(
+    client: aioredis.Redis,
+    stream: str,
+    group: str,
+    *,
+    after: str | None = None,
+    count: int | None = None,
+    consumer: str | None = None,
+) -> Page[PendingRow]:
+    """PEL entries of ``group`` with ids above ``after``, oldest first (optionally one consumer's)."""
+    size = clamp_count(count)
+    try:
+        rows = await client.xpending_range(
+            stream, group, _after(after), "+", size + 1, consumername=consumer or None
+        )
+    except rex.ResponseError as exc:
+        raise NotFound(f"stream {stream!r} group {group!r}: {exc}") from None
+    now = now_ms()
+    items = [
+        PendingRow(
+            id=text(r["message_id"]),
+            consumer=text(r["consumer"]),
+            idle_ms=int(r["time_since_delivered"]),
+            deliveries=int(r["times_delivered"]),
+            age_ms=age_ms(text(r["message_id"]), now),
+        )
+        for r in rows[:size]
+    ]
+    more = len(rows) > size
+    return Page(items, items[-1].id if more and items else None, size)
+
+
+@dataclass(frozen=True, slots=True)
+class EntryRow:
+    """A stream entry ready to show."""
+
+    id: str
+    age_ms: int | None
+    fields: list[tuple[Value, Value]]
+
+
+async def entries_page(
+    client: aioredis.Redis,
+    stream: str,
+    *,
+    before: str | None = None,
+    count: int | None = None,
+) -> Page[EntryRow]:
+    """Entries of ``stream`` with ids below ``before``, newest first."""
+    size = clamp_count(count)
+    if not await client.exists(stream):
+        raise NotFound(f"no stream {stream!r}")
+    rows: Any = await client.xrevrange(stream, max=_before(before), min="-", count=size + 1)
+    now = now_ms()
+    items = [EntryRow(text(i), age_ms(text(i), now), show_fields(raw)) for i, raw in rows[:size]]
+    more = len(rows) > size
+    return Page(items, items[-1].id if more and items else None, size)
+
+
+async def get_entry(client: aioredis.Redis, stream: str, entry_id: str) -> EntryRow:
+    """One entry, its values shown whole (no truncation)."""
+    try:
+        rows: Any = await client.xrange(stream, min=entry_id, max=entry_id, count=1)
+    except rex.ResponseError as exc:
+        raise NotFound(f"bad entry id {entry_id!r}: {exc}") from None
+    if not rows:
+        raise NotFound(f"no entry {entry_id} in {stream!r}")
+    return EntryRow(text(rows[0][0]), age_ms(text(rows[0][0])), show_fields(rows[0][1], None))
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRow:
+    """A dead letter: its original fields (shown safely) and streamworker's provenance."""
+
+    id: str
+    age_ms: int | None
+    fields: list[tuple[Value, Value]]
+    provenance: dict[str, str]
+    error: Value
+    original_stream: str | None
+    original_id: str | None
+    replayable: bool
+
+
+def dead_letter_row(entry_id: Any, raw: Any, limit: int | None = PREVIEW_CHARS) -> DeadLetterRow:
+    """Split a raw dead-letter entry with :func:`streamworker.admin.split_dead_letter`."""
+    pairs = _pairs(raw)
+    split = admin.split_dead_letter(entry_id, [part for pair in pairs for part in pair])
+    # The provenance fields (unique names) are the last ones; what comes before is the original
+    # entry, kept here as raw bytes so binary values can be shown as hex.
+    original = pairs[: len(pairs) - len(split.provenance)]
+    return DeadLetterRow(
+        id=split.id,
+        age_ms=age_ms(split.id),
+        fields=[(show_value(k, limit), show_value(v, limit)) for k, v in original],
+        provenance=split.provenance,
+        error=show_value(split.error, limit),
+        original_stream=split.original_stream,
+        original_id=split.original_id,
+        replayable=split.original_stream is not None and bool(original),
+    )
+
+
+async def dead_letter_page(
+    client: aioredis.Redis, dlq: str, *, before: str | None = None, count: int | None = None
+) -> Page[DeadLetterRow]:
+    """Dead letters of ``dlq`` with ids below ``before``, newest first (empty if none yet)."""
+    size = clamp_count(count)
+    rows: Any = await client.xrevrange(dlq, max=_before(before), min="-", count=size + 1)
+    items = [dead_letter_row(i, raw) for i, raw in rows[:size]]
+    more = len(rows) > size
+    return Page(items, items[-1].id if more and items else None, size)
+
+
+async def get_dead_letter(client: aioredis.Redis, dlq: str, entry_id: str) -> DeadLetterRow:
+    """One dead letter shown whole."""
+    try:
+        rows: Any = await client.xrange(dlq, min=entry_id, max=entry_id, count=1)
+    except rex.ResponseError as exc:
+        raise NotFound(f"bad entry id {entry_id!r}: {exc}") from None
+    if not rows:
+        raise NotFound(f"no dead letter {entry_id} in {dlq!r}")
+    return dead_letter_row(rows[0][0], rows[0][1], None)
+
+
+def dlq_of(stream: str) -> str:
+    """The dead-letter stream of ``stream`` (see :func:`streamworker.keys.dead_letter_stream`)."""
+    return dead_letter_stream(stream)
+
+
+# --- history for the chart -----------------------------------------------------------------------
+
+
+@dataclass
+class History:
+    """Recent (time, pending, lag) samples per (stream, group), for the chart; in memory only.
+
+    Not thread-safe: use from the event loop that serves the app.
+    """
+
+    window_s: float = 600.0
+    samples: dict[tuple[str, str], list[tuple[float, int, int | None]]] = field(
+        default_factory=dict
+    )
+    watched: dict[str, float] = field(default_factory=dict)  # stream -> last viewed (monotonic)
+
+    def record(self, groups: Sequence[GroupSummary], at: float | None = None) -> None:
+        """Add a sample per group; drop samples older than the window."""
+        t = time.time() if at is None else at
+        for g in groups:
+            series = self.samples.setdefault((g.stream, g.name), [])
+            # Two samples within a second add nothing to a chart spanning minutes.
+            if series and t - series[-1][0] < 1.0:
+                series[-1] = (t, g.pending, g.lag)
+            else:
+                series.append((t, g.pending, g.lag))
+            while series and t - series[0][0] > self.window_s:
+                series.pop(0)
+
+    def series(self, stream: str, group: str) -> list[tuple[float, int, int | None]]:
+        """The samples of one group, oldest first."""
+        return list(self.samples.get((stream, group), []))
+
+    def watch(self, stream: str) -> None:
+        """Keep sampling ``stream``'s groups in the background for a while."""
+        self.watched[stream] = time.monotonic()
+
+    def watched_streams(self) -> list[str]:
+        """Streams viewed within the window."""
+        cutoff = time.monotonic() - self.window_s
+        for name in [n for n, t in self.watched.items() if t < cutoff]:
+            del self.watched[name]
+        return sorted(self.watched)

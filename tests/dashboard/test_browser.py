@@ -1,0 +1,312 @@
+"""The dashboard in a real headless Chromium (Debian's), driven by Playwright, against a
+redis-server whose streams, groups, pending entries and dead letters were made by real
+``streamworker run`` processes. Takes screenshots of the main pages: into a temp dir, or into
+docs/screenshots/ (the README's pictures) with ``STREAMWORKER_UPDATE_SCREENSHOTS=1``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.dashboard.conftest import BINARY, HOSTILE, HUGE
+from tests.support.proc import ROOT, streamworker, wait_for
+from tests.support.servers import RedisServer, free_port, missing_service
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "browser-test-token"
+SHOTS = ROOT / "docs" / "screenshots"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WAIT_S = 60.0  # generous: the machine may be loaded
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> str:
+    """Stop ``proc``; return the end of its stderr (its JSON logs), for diagnostics."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    tail = proc.stderr.read()[-3000:].decode(errors="replace") if proc.stderr else ""
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    return f"--- {' '.join(map(str, proc.args))[-120:]} (exit {proc.returncode})\n{tail}"
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+@dataclass
+class Live:
+    """A dashboard subprocess over data made by real workers; the billing worker keeps running."""
+
+    base: str
+    client: redis.Redis
+    dlq: str
+    out: Path
+    healed: Path
+
+
+@pytest.fixture(scope="module")
+def live(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    redis_server.client().flushall()
+    tmp = tmp_path_factory.mktemp("dashboard")
+    url = redis_server.url
+    client = redis.Redis.from_url(url)
+    messages: list[dict[str, str | bytes]] = [{"n": str(n), "action": "ok"} for n in (1, 2, 3, 4)]
+    messages += [
+        {"n": "5", "action": "poison", "note": HOSTILE},
+        {"n": "6", "action": "poison"},
+        {"n": "7", "blob": BINARY},  # not UTF-8: the worker dead-letters it at once
+        {"n": "8", "big": HUGE},
+    ]
+    for m in messages:
+        client.xadd("orders", m)  # type: ignore[arg-type]
+    env = {"DASH_OUT": str(tmp / "out.txt"), "DASH_HEALED": str(tmp / "healed")}
+    procs: list[subprocess.Popen[bytes]] = []
+    ready = False
+    try:
+        target = "tests.dashboard.worker_app"
+        procs.append(
+            streamworker(
+                "run", f"{target}:app", "--redis-url", url, "--consumer", "billing-1", env=env
+            )
+        )
+        stuck = streamworker(
+            "run", f"{target}:stuck", "--redis-url", url, "--consumer", "auditor-1", env=env
+        )
+        procs.append(stuck)
+        dlq = "{orders}:dlq"
+        wait_for(lambda: client.xlen(dlq) == 3, WAIT_S, "three dead letters")
+        wait_for(
+            lambda: sorted(_lines(tmp / "out.txt")) == ["1", "2", "3", "4", "8"],
+            WAIT_S,
+            "the good orders billed",
+        )
+
+        def audit_pending() -> int:
+            try:
+                return int(client.xpending("orders", "audit")["pending"])
+            except redis.ResponseError:  # the group does not exist yet
+                return 0
+
+        wait_for(lambda: audit_pending() == 8, WAIT_S, "the audit worker holding every order")
+        stuck.kill()  # a dead consumer, its pending entries left behind
+        stuck.wait(10)
+        port = free_port()
+        procs.append(
+            streamworker(
+                "dashboard",
+                "--redis-url",
+                url,
+                "--port",
+                str(port),
+                "--allow-actions",
+                "--token",
+                TOKEN,
+                "--refresh-ms",
+                "1000",
+                "--sample-interval-s",
+                "1",
+            )
+        )
+        base = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            try:
+                with urllib.request.urlopen(base + "/login", timeout=5) as r:
+                    return bool(r.status == 200)
+            except (urllib.error.URLError, OSError):
+                return False
+
+        wait_for(up, WAIT_S, "the dashboard answering")
+        ready = True
+        yield Live(base, client, dlq, tmp / "out.txt", tmp / "healed")
+    finally:
+        tails = [_stop(proc) for proc in procs]
+        client.close()
+        if not ready:  # pytest shows this output with the failed set-up
+            print("\n".join(tails))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    path = shutil.which("chromium")
+    if path is None:
+        missing_service("chromium")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser, live: Live) -> Iterator[Page]:
+    """A logged-in page (a fresh browser context: its own cookies)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    context.set_default_timeout(WAIT_S * 1000)
+    pg = context.new_page()
+    pg.goto(live.base + "/")
+    expect(pg).to_have_url(f"{live.base}/login?next=%2F")
+    pg.fill("input[name=token]", TOKEN)
+    pg.click("button[type=submit]")
+    expect(pg.get_by_role("heading", name="Streams")).to_be_visible()
+    yield pg
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def shots_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if os.environ.get("STREAMWORKER_UPDATE_SCREENSHOTS") == "1":
+        return SHOTS
+    return tmp_path_factory.mktemp("screenshots")
+
+
+def shot(page: Page, name: str, where: Path) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 1000
+
+
+def no_script_ran(page: Page) -> None:
+    assert page.evaluate("window.__pwned === undefined")
+    assert page.locator("img[src=x]").count() == 0
+    assert page.locator("script:not([src])").count() == 0
+
+
+def test_streams_page_shows_the_lengths(page: Page, live: Live, shots_dir: Path) -> None:
+    row = page.locator('tr[data-stream="orders"]')
+    expect(row.get_by_test_id("length")).to_have_text(str(live.client.xlen("orders")))
+    dlq_row = page.locator(f'tr[data-stream="{live.dlq}"]')
+    expect(dlq_row.get_by_test_id("length")).to_have_text(str(live.client.xlen(live.dlq)))
+    shot(page, "streams", shots_dir)
+
+
+def test_stream_page_numbers_equal_xinfo_groups(page: Page, live: Live) -> None:
+    page.click('a:text-is("orders")')
+    expect(page.get_by_role("heading", name="Stream orders")).to_be_visible()
+    for g in live.client.xinfo_groups("orders"):
+        row = page.locator(f'tr[data-group="{g["name"].decode()}"]')
+        expect(row.get_by_test_id("pending")).to_have_text(str(g["pending"]))
+        expect(row.get_by_test_id("lag")).to_have_text(str(g["lag"]))
+        expect(row.get_by_test_id("last-delivered")).to_have_text(g["last-delivered-id"].decode())
+    expect(page.get_by_test_id("chart").first).to_be_visible()
+
+
+def test_group_page_numbers_equal_xpending(page: Page, live: Live, shots_dir: Path) -> None:
+    page.goto(live.base + "/group?stream=orders&group=audit")
+    summary = live.client.xpending("orders", "audit")
+    expect(page.get_by_test_id("pending").first).to_have_text(str(summary["pending"]))
+    for c in summary["consumers"]:
+        row = page.locator(f'tr[data-consumer="{c["name"].decode()}"]')
+        expect(row.get_by_test_id("pending")).to_have_text(str(c["pending"]))
+    for entry in live.client.xpending_range("orders", "audit", "-", "+", 50):
+        row = page.locator(f'tr[data-id="{entry["message_id"].decode()}"]')
+        expect(row.get_by_test_id("deliveries")).to_have_text(str(entry["times_delivered"]))
+    shot(page, "group", shots_dir)
+
+
+def test_a_script_field_renders_as_text(page: Page, live: Live) -> None:
+    page.goto(f"{live.base}/dlq?key=%7Borders%7D%3Adlq")
+    expect(page.get_by_test_id("dlq-length")).to_have_text(str(live.client.xlen(live.dlq)))
+    expect(page.locator("dd", has_text="<script>window.__pwned = 1</script>").first).to_be_visible()
+    no_script_ran(page)
+    page.goto(live.base + "/entries?stream=orders")
+    expect(page.locator("dd", has_text="<script>window.__pwned").first).to_be_visible()
+    no_script_ran(page)
+
+
+def test_replay_a_dead_letter_with_a_click_and_see_it_processed(
+    page: Page, live: Live, shots_dir: Path
+) -> None:
+    page.goto(f"{live.base}/dlq?key=%7Borders%7D%3Adlq")
+    shot(page, "dead-letters", shots_dir)
+    before = live.client.xlen(live.dlq)
+    live.healed.touch()  # the handler's bug is fixed: order 5 will go through now
+    row = page.locator("tr", has_text="card declined for order 5")
+    row.get_by_test_id("replay").click()
+    expect(page.get_by_test_id("confirm")).to_be_visible()
+    shot(page, "confirm-replay", shots_dir)
+    page.get_by_test_id("confirm-button").click()
+    expect(page.get_by_test_id("notice")).to_contain_text("replayed dead letter")
+    wait_for(lambda: "5" in _lines(live.out), WAIT_S, "the replayed order billed")
+    assert live.client.xlen(live.dlq) == before - 1
+    expect(page.get_by_test_id("dlq-length")).to_have_text(str(before - 1))
+    no_script_ran(page)
+
+
+def test_live_refresh_shows_new_entries_without_reloading(page: Page, live: Live) -> None:
+    page.click('a:text-is("orders")')
+    length = page.locator("#live").get_by_test_id("length")
+    expect(length).to_have_text(str(live.client.xlen("orders")))
+    page.evaluate("window.__sameDocument = true")
+    live.client.xadd("orders", {"n": "9"})
+    expect(length).to_have_text(str(live.client.xlen("orders")))
+    assert page.evaluate("window.__sameDocument === true")  # updated in place, not reloaded
+
+
+def test_an_action_without_the_token_is_refused(browser: Browser, live: Live) -> None:
+    context = browser.new_context()
+    try:
+        first = live.client.xrange(live.dlq, count=1)[0][0].decode()
+        before = live.client.xlen(live.dlq)
+        r = context.request.post(
+            live.base + "/actions/purge",
+            form={"csrf": "guess", "confirm": "yes", "key": live.dlq, "id": first},
+            headers={"Origin": live.base},
+        )
+        assert r.status == 403
+        assert "refused" in r.text()
+        assert live.client.xlen(live.dlq) == before
+    finally:
+        context.close()
+
+
+def test_the_chart_fills_with_samples(page: Page, live: Live, shots_dir: Path) -> None:
+    page.goto(live.base + "/stream?stream=orders")
+    # The page and the background sampler (every second here) add samples; the refresh shows them.
+    page.wait_for_function(
+        "Number(document.querySelector('[data-testid=chart]').dataset.samples) >= 3"
+    )
+    expect(page.locator("[data-testid=chart] polyline.pending").first).to_be_attached()
+    shot(page, "stream", shots_dir)
+
+
+def test_claim_a_dead_consumers_entries_with_a_click(page: Page, live: Live) -> None:
+    page.goto(live.base + "/group?stream=orders&group=audit")
+    held = int(live.client.xpending("orders", "audit")["pending"])
+    page.locator('tr[data-consumer="auditor-1"]').get_by_role("link", name="claim…").click()
+    page.fill("input[name=target]", "auditor-2")
+    page.get_by_test_id("confirm-button").click()
+    expect(page.get_by_test_id("notice")).to_contain_text(f"claimed {held} entries")
+    owners = {
+        c["name"].decode(): int(c["pending"])
+        for c in live.client.xpending("orders", "audit")["consumers"]
+    }
+    assert owners == {"auditor-2": held}
+    row = page.locator('tr[data-consumer="auditor-2"]')
+    expect(row.get_by_test_id("pending")).to_have_text(str(held))
