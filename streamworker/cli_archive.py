@@ -1,0 +1,115 @@
+"""``streamworker archive STREAM --to PATH``: archive a stream to Parquet on Spark, then
+optionally trim what every group and Spark cursor is done with (argparse glue; the work is in
+:mod:`streamworker.spark.archiving` and :mod:`streamworker.spark.redisops`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+import redis
+
+from streamworker.errors import ConfigError, StreamworkerError
+from streamworker.settings import DEFAULT_REDIS_URL, load_settings
+
+
+def _cmd_archive(args: argparse.Namespace) -> int:
+    from streamworker.spark import require_spark
+
+    require_spark("streamworker archive")
+    if args.max_records_per_batch is not None and args.max_records_per_batch < 1:
+        raise ConfigError("--max-records-per-batch must be >= 1")
+    settings = load_settings(redis_url=args.redis_url)
+    url = settings.redis_url or DEFAULT_REDIS_URL
+    from streamworker.spark import redisops
+
+    # A bad URL or an unreachable server fails here, before a JVM starts.
+    client = redisops.connect(url)
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise StreamworkerError(f"cannot reach Redis at {url}: {exc}") from None
+    finally:
+        client.close()
+
+    from pyspark.sql import SparkSession
+
+    from streamworker.spark.archiving import archive
+
+    started = time.monotonic()
+    builder = SparkSession.builder.appName(f"streamworker-archive-{args.stream}")
+    if args.master:
+        builder = builder.master(args.master)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+
+    def progress(batches: int, rows: int) -> None:
+        elapsed = time.monotonic() - started
+        print(
+            f"archive {args.stream}: {batches} batch(es), {rows} entries ({elapsed:.0f}s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        result = archive(
+            spark,
+            args.stream,
+            args.to,
+            url=url,
+            checkpoint=args.checkpoint,
+            cursor_name=args.cursor,
+            max_records_per_batch=args.max_records_per_batch,
+            progress=progress,
+        )
+    finally:
+        spark.stop()
+    print(
+        f"{args.stream}: archived {result.rows} entries in {result.batches} batch(es) to "
+        f"{args.to}; archived up to {result.position or 'nothing yet'}"
+    )
+    if args.trim:
+        client = redisops.connect(url)
+        try:
+            trim = redisops.safe_trim(client, args.stream, require=(args.cursor,))
+        finally:
+            client.close()
+        floor = {"": "nothing bounds the stream", "+": "everything consumed"}.get(
+            trim.floor, f"below {trim.floor}"
+        )
+        print(
+            f"{args.stream}: trimmed {trim.trimmed} entries ({floor}; {trim.groups} group(s), "
+            f"{trim.cursors} cursor(s))"
+        )
+    return 0
+
+
+def add_archive_command(sub: Any) -> None:
+    """Register ``streamworker archive`` on the top-level subparsers ``sub``."""
+    cmd = sub.add_parser(
+        "archive",
+        help="archive a stream to Parquet on Spark (then --trim what everyone is done with)",
+        description=(
+            "Append the entries of STREAM not archived yet to Parquet under PATH, partitioned by "
+            "date (a Spark availableNow query with its checkpoint in PATH/_checkpoint; safe to "
+            "interrupt and re-run). With --trim, then remove the entries below the oldest one "
+            "any consumer group or Spark cursor (the archive's included) still needs, in one "
+            "atomic step. Needs the spark extra and Java."
+        ),
+        epilog="example: streamworker archive orders --to /data/archive/orders --trim",
+    )
+    cmd.add_argument("stream", metavar="STREAM")
+    cmd.add_argument("--to", required=True, metavar="PATH", help="the Parquet directory")
+    cmd.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
+    cmd.add_argument("--checkpoint", metavar="DIR", help="default: PATH/_checkpoint")
+    cmd.add_argument(
+        "--cursor", default="archive", metavar="NAME", help="cursor name (default: archive)"
+    )
+    cmd.add_argument(
+        "--max-records-per-batch", type=int, default=100_000, metavar="N", help="default: 100000"
+    )
+    cmd.add_argument("--master", metavar="URL", help="Spark master (default: Spark's own)")
+    cmd.add_argument("--trim", action="store_true", help="safe-trim the stream afterwards")
+    cmd.set_defaults(func=_cmd_archive)

@@ -1,0 +1,125 @@
+"""Batch reads and writes of the streamworker_redis format on the shared local[2,4] session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+pytestmark = pytest.mark.slow
+
+
+def fill(client: redis.Redis, stream: str, n: int) -> list[str]:
+    pipe = client.pipeline(transaction=False)
+    for i in range(n):
+        pipe.xadd(stream, {"n": str(i), "amount": str(i % 7)})
+    return [i.decode() for i in pipe.execute()]
+
+
+def read(spark: Any, url: str, **options: Any) -> Any:
+    reader = spark.read.format("streamworker_redis").option("url", url)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def test_read_in_k_partitions_returns_every_entry_once(
+    spark: Any, redis_client: redis.Redis, redis_url: str
+) -> None:
+    ids = fill(redis_client, "a", 3000) + fill(redis_client, "b", 500)
+    df = read(spark, redis_url, streams="a,b", numPartitions=3)
+    assert df.rdd.getNumPartitions() >= 4  # up to 3 per stream
+    rows = df.select("stream", "id", "ms", "seq").collect()
+    assert sorted(r.id for r in rows) == sorted(ids)
+    assert all(r.id == f"{r.ms}-{r.seq}" for r in rows)
+    one = df.filter("stream = 'a'").orderBy("ms", "seq").first()
+    assert one is not None
+    assert one.id == ids[0]
+
+
+def test_read_between_two_ids(spark: Any, redis_client: redis.Redis, redis_url: str) -> None:
+    ids = fill(redis_client, "a", 200)
+    df = read(spark, redis_url, streams="a", startId=ids[10], endId=ids[99], numPartitions=2)
+    assert sorted(r.id for r in df.select("id").collect()) == sorted(ids[10:100])
+
+
+def test_fields_decode_into_the_handler_model(
+    spark: Any, redis_client: redis.Redis, redis_url: str
+) -> None:
+    fill(redis_client, "a", 20)
+    redis_client.xadd("a", {"n": "not a number", "amount": "1"})
+    df = read(spark, redis_url, streams="a", model="tests.spark.models:Order")
+    rows = df.select("n", "amount", "body_error").collect()
+    good = [r for r in rows if r.body_error is None]
+    assert sorted(r.n for r in good) == list(range(20))
+    [bad] = [r for r in rows if r.body_error is not None]
+    assert bad.n is None
+    assert "body failed validation" in bad.body_error
+
+
+def test_a_bad_option_fails_the_query_with_its_message(spark: Any, redis_url: str) -> None:
+    with pytest.raises(Exception, match="numpartitions: expected an integer"):
+        read(spark, redis_url, streams="a", numPartitions="many").collect()
+
+
+def test_several_tasks_writing_explicit_ids_into_one_stream_drop_nothing(
+    spark: Any, redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The hazard: tasks XADDing explicit ids into one stream refuse each other's lower ids.
+    The sink stages every task's rows and one script appends them in id order."""
+    ids = fill(redis_client, "src", 4000)
+    df = read(spark, redis_url, streams="src").repartition(4)  # rows spread over 4 tasks
+    assert df.rdd.getNumPartitions() == 4
+    (
+        df.select("id", "fields")
+        .write.format("streamworker_redis")
+        .option("url", redis_url)
+        .option("stream", "copy")
+        .option("idMode", "explicit")
+        .mode("append")
+        .save()
+    )
+    assert [e[0].decode() for e in redis_client.xrange("copy")] == ids
+
+
+def test_a_batch_write_rerun_with_the_same_batch_id_adds_nothing(
+    spark: Any, redis_client: redis.Redis, redis_url: str
+) -> None:
+    fill(redis_client, "src", 300)
+    df = read(spark, redis_url, streams="src", numPartitions=2)
+
+    def write() -> None:
+        (
+            df.select("id", "fields")
+            .write.format("streamworker_redis")
+            .option("url", redis_url)
+            .option("stream", "copy")
+            .option("queryName", "nightly")
+            .option("batchId", 20261122)
+            .mode("append")
+            .save()
+        )
+
+    write()
+    write()
+    copied = redis_client.xrange("copy")
+    assert len(copied) == 300
+    assert [f[b"n"] for _, f in copied] == [str(i).encode() for i in range(300)]  # in id order
+    assert not redis_client.keys("{copy}:spark:stg:*")
+
+
+def test_plain_columns_become_fields(spark: Any, redis_client: redis.Redis, redis_url: str) -> None:
+    df = spark.createDataFrame([("a", 1), ("b", 2)], "sku STRING, qty INT")
+    df.write.format("streamworker_redis").option("url", redis_url).option("stream", "out").mode(
+        "append"
+    ).save()
+    assert sorted(f[b"sku"] + f[b"qty"] for _, f in redis_client.xrange("out")) == [b"a1", b"b2"]
+
+
+def test_overwrite_is_refused(spark: Any, redis_url: str) -> None:
+    df = spark.createDataFrame([("a",)], "sku STRING")
+    with pytest.raises(Exception, match="append-only"):
+        df.write.format("streamworker_redis").option("url", redis_url).option("stream", "out").mode(
+            "overwrite"
+        ).save()
