@@ -1,0 +1,60 @@
+"""What the chaos apps (tests/apps/chaos_lua.py, chaos_sql.py) share: the message model, their
+handler settings and a log of every handler call. Configured by environment variables (this is
+user code, so reading the environment is fine):
+
+SW_CHAOS_LOG            file: one line "<id> <n> <kind> <delivery_count> <consumer>" per call
+SW_CHAOS_SLEEP_S        seconds each handler takes (default 0.02), so batches are in flight
+SW_CHAOS_CLAIM_IDLE_MS  claim_idle_ms (default 1500)
+
+A message's ``kind`` says what its handler does: ``ok`` takes effect, ``reject`` raises
+DeadLetter, ``fail`` fails on every delivery (until max_deliveries); ``invalid`` messages carry an
+``amount`` that is not a number, so their body fails validation before any handler runs.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from streamworker import Message
+
+STREAM = "{chaos}:orders"
+GROUP = "workers"
+# Far above the deliveries a healthy message can collect from the faults of one run (each worker
+# kill, pause or server restart delivers an entry again at most about once), so only poison ends
+# in the dead-letter stream.
+MAX_DELIVERIES = 20
+
+SLEEP_S = float(os.environ.get("SW_CHAOS_SLEEP_S", "0.02"))
+
+HANDLER_OPTIONS: dict[str, Any] = {
+    "group": GROUP,
+    "batch_size": 10,
+    "block_ms": 100,
+    "claim_idle_ms": int(os.environ.get("SW_CHAOS_CLAIM_IDLE_MS", "1500")),
+    "max_deliveries": MAX_DELIVERIES,
+    "retry_backoff_ms": 10,
+    "retry_backoff_max_ms": 200,
+}
+
+_LOG = os.environ.get("SW_CHAOS_LOG", "chaos_handled.log")
+
+
+class Order(BaseModel):
+    n: int
+    kind: Literal["ok", "reject", "fail"]
+    amount: int
+
+
+def record(msg: Message[Order]) -> None:
+    """Log this call. O_APPEND without fsync: the line survives a SIGKILL of this process."""
+    body = msg.body
+    assert body is not None
+    line = f"{msg.id} {body.n} {body.kind} {msg.delivery_count} {msg.consumer}\n"
+    fd = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
