@@ -42,6 +42,7 @@ typecheck: $(STAMP)  ## mypy strict on the package
 	$(BIN)/mypy
 
 bench: $(STAMP) services  ## run the benchmarks (see benchmarks/README.md)
+	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m benchmarks
 
 clean:  ## remove the virtualenv and caches

@@ -5,6 +5,9 @@ set -euo pipefail
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)  # tests/cluster: --cluster create
+command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the dashboard's browser tests
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)  # tests/spark (PySpark)
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   need+=(postgresql)
 fi

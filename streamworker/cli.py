@@ -22,13 +22,15 @@ import structlog
 from streamworker import __version__
 from streamworker.app import App
 from streamworker.cli_admin import add_admin_commands
+from streamworker.cli_archive import add_archive_command
+from streamworker.cli_dashboard import add_dashboard_commands
 from streamworker.cli_engine import add_engine_commands
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
 from streamworker.extras import require_extra
 from streamworker.observability.health import HealthServer
 from streamworker.observability.logging import configure_logging
 from streamworker.observability.metrics import Metrics
-from streamworker.redisio import connection_errors, open_redis
+from streamworker.redisio import connection_errors, open_redis, redact_url
 from streamworker.runtime.worker import Worker, WorkerOptions
 from streamworker.settings import DEFAULT_REDIS_URL, Settings, load_settings
 
@@ -120,7 +122,7 @@ async def _run(app: App, settings: Settings) -> int:
     try:
         await _check_redis(redis_url)
     except ConnectionLost as exc:
-        raise ConnectionLost(f"cannot reach Redis at {redis_url}: {exc}") from exc
+        raise ConnectionLost(f"cannot reach Redis at {redact_url(redis_url)}: {exc}") from exc
     metrics = Metrics()
     worker = Worker(app, options, metrics)
     server: HealthServer | None = None
@@ -337,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_admin_commands(sub)
     add_engine_commands(sub)
+    add_archive_command(sub)
+    add_dashboard_commands(sub)
     return parser
 
 

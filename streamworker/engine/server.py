@@ -622,7 +622,7 @@ async def run_server(
                 loop.add_signal_handler(sig, stop.set)
                 installed.append(sig)
         where = f"data in {aof.dir}, appendfsync {aof.policy}" if aof else "in memory only"
-        _log.warning(
+        _log.info(
             "streamworker engine (Redis 7.0.15 compatible) ready to accept connections on "
             "%s port %d (%s)",
             options.bind,

@@ -103,6 +103,21 @@ def _apply_args(
     return ["g", "c1", now, cutoff, "600000", ids[0], ids[-1], " ".join(layout), *payload]
 
 
+def _ns(*tokens: str) -> str:
+    # A row staged for commit_sink_batch.lua: netstrings "<length>:<bytes>".
+    return "".join(f"{len(tok)}:{tok}" for tok in tokens)
+
+
+def _sort_key(entry_id: str) -> str:
+    ms, seq = entry_id.split("-")
+    return f"{int(ms):020d}-{int(seq):020d}"
+
+
+_LEASE = ["s:lease", "s"]
+_BACKFILL_DLQ = ["s:dlq", "s:dlq:backfill"]
+_BACKFILL_ARGS = ["s", "2-1", "g", "backfill", "ValueError: no", "handle", "1700000000000", "60000"]
+
+
 SCENARIOS: dict[str, list[Scenario]] = {
     "dead_letter": [
         Scenario(
@@ -300,6 +315,185 @@ SCENARIOS: dict[str, list[Scenario]] = {
             ["s", "rec"],
             _apply_args("2000", "", [("1-1", "", []), ("2-1", "", []), ("3-1", "", [])]),
             ["s", "rec"],
+        ),
+    ],
+    "acquire_lease": [
+        Scenario(
+            "free: taken, the others' pending entries claimed",
+            _stream_setup(),
+            _LEASE,
+            ["g", "c1", "600000"],
+            ["s", "s:lease"],
+        ),
+        Scenario(
+            "renewed by its holder",
+            [*_stream_setup(), ("SET", "s:lease", "c1")],
+            _LEASE,
+            ["g", "c1", "600000"],
+            ["s", "s:lease"],
+        ),
+        Scenario(
+            "held by another",
+            [*_stream_setup(), ("SET", "s:lease", "c2")],
+            _LEASE,
+            ["g", "c1", "600000"],
+            ["s", "s:lease"],
+        ),
+        Scenario(
+            "no such group",
+            _stream_setup(),
+            _LEASE,
+            ["nogroup", "c1", "600000"],
+            ["s", "s:lease"],
+            fails=True,
+        ),
+    ],
+    "release_lease": [
+        Scenario(
+            "held by the caller", [("SET", "s:lease", "c1")], ["s:lease"], ["c1"], ["s:lease"]
+        ),
+        Scenario("held by another", [("SET", "s:lease", "c2")], ["s:lease"], ["c1"], ["s:lease"]),
+        Scenario("free", [], ["s:lease"], ["c1"], ["s:lease"]),
+    ],
+    "read_owned": [
+        Scenario(
+            "the holder reads new entries",
+            [*_stream_setup(), ("XADD", "s", "5-1", "f", "v5"), ("SET", "s:lease", "c1")],
+            _LEASE,
+            ["g", "c1", "10", ">"],
+            ["s"],
+        ),
+        Scenario(
+            "the holder finds nothing new",
+            [*_stream_setup(), ("SET", "s:lease", "c1")],
+            _LEASE,
+            ["g", "c1", "10", ">"],
+            ["s"],
+        ),
+        Scenario(
+            "the holder replays its own pending entries",
+            [*_stream_setup(), ("SET", "s:lease", "c1")],
+            _LEASE,
+            ["g", "c1", "2", "0"],
+            ["s"],
+        ),
+        Scenario(
+            "not the holder",
+            [*_stream_setup(), ("XADD", "s", "5-1", "f", "v5"), ("SET", "s:lease", "c2")],
+            _LEASE,
+            ["g", "c1", "10", ">"],
+            ["s"],
+        ),
+    ],
+    "safe_trim": [
+        Scenario(
+            "below the oldest pending entry and the cursor",
+            [
+                *_stream_setup(n=6),
+                ("XACK", "s", "g", "1-1", "2-1", "3-1"),
+                ("HSET", "s:cursors", "archive", "3-1"),
+            ],
+            ["s", "s:cursors"],
+            ["archive"],
+            ["s", "s:cursors"],
+        ),
+        Scenario(
+            "a cursor behind the groups holds the trim back",
+            [
+                *_stream_setup(n=6),
+                ("XACK", "s", "g", "1-1", "2-1", "3-1", "4-1", "5-1", "6-1"),
+                ("HSET", "s:cursors", "archive", "1-1"),
+            ],
+            ["s", "s:cursors"],
+            [],
+            ["s", "s:cursors"],
+        ),
+        Scenario(
+            "consumed by everyone",
+            [
+                *_stream_setup(n=3),
+                ("XACK", "s", "g", "1-1", "2-1", "3-1"),
+                ("HSET", "s:cursors", "archive", "3-1"),
+            ],
+            ["s", "s:cursors"],
+            ["archive"],
+            ["s", "s:cursors"],
+        ),
+        Scenario(
+            "nobody vouches: nothing trimmed",
+            [("XADD", "s", "1-1", "f", "v")],
+            ["s", "s:cursors"],
+            [],
+            ["s", "s:cursors"],
+        ),
+        Scenario(
+            "a required cursor is missing",
+            _stream_setup(),
+            ["s", "s:cursors"],
+            ["archive"],
+            ["s", "s:cursors"],
+            fails=True,
+        ),
+    ],
+    "commit_sink_batch": [
+        Scenario(
+            "explicit ids from two tasks, in id order, marker set",
+            [
+                ("RPUSH", "t:stage:1", _ns(_sort_key("3-0"), "3-0", "f", "c")),
+                (
+                    "RPUSH",
+                    "t:stage:2",
+                    _ns(_sort_key("1-0"), "1-0", "f", "a"),
+                    _ns(_sort_key("2-0"), "2-0", "f", "b"),
+                ),
+            ],
+            ["t", "t:sink", "t:stage:1", "t:stage:2"],
+            ["q", "7", "explicit"],
+            ["t", "t:sink", "t:stage:1", "t:stage:2"],
+        ),
+        Scenario(
+            "a replayed batch adds nothing",
+            [
+                ("HSET", "t:sink", "q", "7"),
+                ("RPUSH", "t:stage:1", _ns("", "", "f", "again")),
+            ],
+            ["t", "t:sink", "t:stage:1"],
+            ["q", "7", "auto"],
+            ["t", "t:sink", "t:stage:1"],
+        ),
+        Scenario(
+            "auto ids, no marker",
+            [("RPUSH", "t:stage:1", _ns("", "", "f", "a"), _ns("", "", "f", "b", "g", "c"))],
+            ["t", "t:sink", "t:stage:1"],
+            ["", "", "auto"],
+            ["t", "t:sink", "t:stage:1"],
+        ),
+        Scenario(
+            "an explicit id below the stream's top",
+            [
+                ("XADD", "t", "5-0", "f", "top"),
+                ("RPUSH", "t:stage:1", _ns(_sort_key("4-0"), "4-0", "f", "low")),
+            ],
+            ["t", "t:sink", "t:stage:1"],
+            ["q", "1", "explicit"],
+            ["t", "t:sink", "t:stage:1"],
+            fails=True,
+        ),
+    ],
+    "dead_letter_backfill": [
+        Scenario(
+            "first time",
+            [],
+            _BACKFILL_DLQ,
+            [*_BACKFILL_ARGS, "f", "v", "n", "2"],
+            _BACKFILL_DLQ,
+        ),
+        Scenario(
+            "a retried task adds no second dead letter",
+            [("XADD", "s:dlq", "9-1", "dlq_id", "2-1"), ("HSET", "s:dlq:backfill", "2-1", "9-1")],
+            _BACKFILL_DLQ,
+            [*_BACKFILL_ARGS, "f", "v"],
+            _BACKFILL_DLQ,
         ),
     ],
 }
