@@ -14,7 +14,7 @@ import redis
 from streamworker.keys import lease_key
 from streamworker.partitions import PartitionedStream
 from tests.support.cluster import LocalCluster
-from tests.support.proc import read_lines, streamworker, wait_for
+from tests.support.proc import read_lines, stop_process, streamworker, wait_for
 
 APP = "tests/apps/ordered_events.py:app"
 EVENTS = PartitionedStream("events", 8)
@@ -36,17 +36,6 @@ def _start(url: str, log: Path, consumer: str, **env: str) -> subprocess.Popen[b
         consumer,
         env={"SW_TEST_LOG": str(log), "STREAMWORKER_RECONNECT_BACKOFF_MAX_S": "0.5", **env},
     )
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> str:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-    return err.decode(errors="replace")
 
 
 def _produce(client: redis.Redis, keys: int, seqs: range) -> dict[str, list[int]]:
@@ -117,14 +106,14 @@ def test_eight_ordered_partitions_keep_per_key_order_through_sigkill_and_restart
         wait_for(lambda: _holders(client) == [b"pod-b"] * 8, 60, "pod-b holding every lease")
         pod_a = _start(cluster.url, log_a, "pod-a", SW_TEST_SLEEP_S="0.01")
         wait_for(lambda: _count(client) >= min(total, killed_at + 100), 90, "pod-b at work")
-        err_b = _stop(pod_b)
+        err_b = stop_process(pod_b)
         pod_b = None
         wait_for(lambda: _count(client) == total, 120, f"all {total} messages handled")
         wait_for(lambda: _pending(client) == 0, 60, "every PEL empty")
     finally:
-        err_a = _stop(pod_a)
+        err_a = stop_process(pod_a)
         if pod_b is not None:
-            err_b = _stop(pod_b)
+            err_b = stop_process(pod_b)
     _check_order_and_once(client, produced)
     assert err_b.count('"lease_taken"') >= 8, err_b[-3000:]
     started = [r[2] for r in read_lines(log_a) + read_lines(log_b) if r[0] == "start"]

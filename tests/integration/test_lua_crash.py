@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from tests.support.cluster import sync_client_for, url_and_flush
-from tests.support.proc import read_lines, streamworker, wait_for
+from tests.support.proc import assert_killed, read_lines, stop_process, streamworker, wait_for
 from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.slow
@@ -56,22 +56,6 @@ def _start(
     )
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> str:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-    return err.decode(errors="replace")
-
-
-def _killed(proc: subprocess.Popen[bytes]) -> None:
-    proc.wait(30)
-    assert proc.returncode == -signal.SIGKILL
-
-
 def _orders(client: redis.Redis, n: int, start: int = 0) -> list[str]:
     return [client.xadd("orders", {"n": str(i)}).decode() for i in range(start, start + n)]
 
@@ -95,7 +79,7 @@ def _finish_and_check(redis_url: str, client: redis.Redis, ids: list[str], log: 
         wait_for(lambda: len(_applied(client)) == len(ids), 30, "every order applied")
         wait_for(lambda: not _pending(client), 30, "empty PEL")
     finally:
-        err = _stop(proc)
+        err = stop_process(proc)
     _check_once(client, ids)
     return err
 
@@ -112,7 +96,7 @@ def test_sigkill_before_the_script_leaves_the_batch_pending_and_it_is_applied_on
 ) -> None:
     ids = _orders(redis_client, 15)
     proc = _start(redis_url, tmp_path / "run1.log", SW_TEST_KILL="before_script:2")
-    _killed(proc)
+    assert_killed(proc)
     # Batch 1 applied and acked; batch 2's handlers ran, its script was never sent.
     assert sorted(_applied(redis_client)) == sorted(ids[:5])
     assert _pending(redis_client) == [i.encode() for i in ids[5:10]]
@@ -126,7 +110,7 @@ def test_sigkill_after_the_script_finds_the_batch_applied_and_acked(
 ) -> None:
     ids = _orders(redis_client, 15)
     proc = _start(redis_url, tmp_path / "run1.log", SW_TEST_KILL="after_script:2")
-    _killed(proc)
+    assert_killed(proc)
     # The script applied batch 2 and acked it in one step: nothing is left to redeliver.
     assert sorted(_applied(redis_client)) == sorted(ids[:10])
     assert _pending(redis_client) == []
@@ -140,7 +124,7 @@ def test_sigkill_between_two_handlers_of_a_batch_applies_the_batch_once_on_resta
     ids = _orders(redis_client, 12)
     # Order 7 is the third message of batch 2: orders 5 and 6 have run, nothing of it applied.
     proc = _start(redis_url, tmp_path / "run1.log", SW_TEST_KILL="handler:7")
-    _killed(proc)
+    assert_killed(proc)
     assert sorted(_applied(redis_client)) == sorted(ids[:5])
     _finish_and_check(redis_url, redis_client, ids, tmp_path / "run2.log")
 
@@ -162,8 +146,8 @@ def test_xclaim_race_between_two_live_consumers_applies_each_message_once(
         wait_for(lambda: len(_applied(redis_client)) == 10, 60, "every order applied")
         wait_for(lambda: not _pending(redis_client), 30, "empty PEL")
     finally:
-        err0 = _stop(pod0)
-        err1 = _stop(pod1) if pod1 is not None else ""
+        err0 = stop_process(pod0)
+        err1 = stop_process(pod1) if pod1 is not None else ""
     _check_once(redis_client, ids)
     # pod-0 had started batch 1 before the claim: its script found the entries claimed away.
     assert set(_started(log0)) >= set(ids[:5])
@@ -202,7 +186,7 @@ def test_claims_flying_between_two_live_consumers_never_apply_a_message_twice(
             time.sleep(0.05)
         time.sleep(1.0)
     finally:
-        errs = [_stop(pod) for pod in pods]
+        errs = [stop_process(pod) for pod in pods]
     assert set(_applied(redis_client).values()) <= {1}
     # The race happened: scripts (before or after the handlers) found entries claimed away.
     races = sum(e.count('"message_claimed_away"') for e in errs)
@@ -232,5 +216,5 @@ def test_redis_killed_and_restarted_from_its_aof_loses_no_order_and_applies_none
         wait_for(lambda: len(_applied(client)) == 60, 60, "every order applied after restart")
         wait_for(lambda: not _pending(client), 30, "empty PEL")
     finally:
-        _stop(proc)
+        stop_process(proc)
     _check_once(client, ids)

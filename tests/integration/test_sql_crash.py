@@ -8,7 +8,6 @@ Every test ends the same way: each order's charge row exists exactly once and th
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,7 +17,14 @@ import pytest
 import redis
 
 from tests.support.cluster import sync_client_for, url_and_flush
-from tests.support.proc import read_lines, run_cli, streamworker, wait_for
+from tests.support.proc import (
+    assert_killed,
+    read_lines,
+    run_cli,
+    stop_process,
+    streamworker,
+    wait_for,
+)
 from tests.support.sql import (
     charges_per_message,
     create_business_tables,
@@ -87,22 +93,6 @@ def _start(
     )
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> str:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-    return err.decode(errors="replace")
-
-
-def _killed(proc: subprocess.Popen[bytes]) -> None:
-    proc.wait(30)
-    assert proc.returncode == -signal.SIGKILL
-
-
 def _orders(client: redis.Redis, n: int) -> list[str]:
     return [client.xadd("orders", {"n": str(i)}).decode() for i in range(n)]
 
@@ -116,7 +106,7 @@ def _finish_and_check(
         wait_for(lambda: len(charges_per_message(db_url)) == len(ids), 30, "every order charged")
         wait_for(lambda: not pending_ids(client, "orders", "billing"), 30, "empty PEL")
     finally:
-        err = _stop(proc)
+        err = stop_process(proc)
     assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
     return err
 
@@ -127,7 +117,7 @@ def test_sigkill_before_the_commit_loses_the_batch_effects_and_redoes_them_once(
     create_business_tables(db_url)
     ids = _orders(redis_client, 15)
     proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="before_commit:2")
-    _killed(proc)
+    assert_killed(proc)
     # Batch 1 committed and acked; batch 2 ran its handlers but never committed.
     assert sorted(charges_per_message(db_url)) == sorted(ids[:5])
     assert pending_ids(redis_client, "orders", "billing") == [i.encode() for i in ids[5:10]]
@@ -143,7 +133,7 @@ def test_sigkill_after_the_commit_before_the_xack_is_recognised_as_duplicates(
     create_business_tables(db_url)
     ids = _orders(redis_client, 15)
     proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:2")
-    _killed(proc)
+    assert_killed(proc)
     # Batch 2 is committed (charges and processed rows) but still pending.
     assert sorted(charges_per_message(db_url)) == sorted(ids[:10])
     assert pending_ids(redis_client, "orders", "billing") == [i.encode() for i in ids[5:10]]
@@ -161,7 +151,7 @@ def test_sigkill_between_two_messages_of_a_batch_redoes_the_batch_once(
     ids = _orders(redis_client, 12)
     # Order 7 is the third message of batch 2: orders 5 and 6 are done, in the open transaction.
     proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="handler:7")
-    _killed(proc)
+    assert_killed(proc)
     assert sorted(charges_per_message(db_url)) == sorted(ids[:5])
     first = [r[2] for r in read_lines(tmp_path / "run1.log") if r[0] == "start"]
     assert first == [str(i) for i in range(8)]
@@ -175,7 +165,7 @@ def test_prune_between_a_crash_after_commit_and_the_redelivery_keeps_the_rows_it
     create_business_tables(db_url)
     ids = _orders(redis_client, 15)
     proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:2")
-    _killed(proc)
+    assert_killed(proc)
     result = run_cli("prune", "orders", "billing", "--redis-url", redis_url, "--db-url", db_url)
     assert result.returncode == 0, result.stderr
     # Batch 1 (acked) is pruned; batch 2 (committed, pending) keeps its rows.
@@ -207,8 +197,8 @@ def test_xclaim_race_between_two_live_consumers_applies_each_message_once(
         wait_for(lambda: len(charges_per_message(db_url)) == 10, 60, "every order charged")
         wait_for(lambda: not pending_ids(redis_client, "orders", "billing"), 30, "empty PEL")
     finally:
-        err0 = _stop(pod0)
-        err1 = _stop(pod1) if pod1 is not None else ""
+        err0 = stop_process(pod0)
+        err1 = stop_process(pod1) if pod1 is not None else ""
     assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
     # Both held batch 1 at once; pod-1's claim waited for pod-0's commit and found duplicates.
     pod1_started = {r[1] for r in read_lines(log1) if r[0] == "start"}
@@ -246,7 +236,7 @@ def test_claims_flying_between_two_live_consumers_never_apply_a_message_twice(
         time.sleep(1.0)
     finally:
         for pod in pods:
-            _stop(pod)
+            stop_process(pod)
     assert set(charges_per_message(db_url).values()) == {1}
     # Entries claimed to a pod after it had moved on sit in its PEL until its reclaimer takes
     # them (after claim_idle_ms); hand them all to pod-0 and let it drain them.

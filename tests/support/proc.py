@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -58,3 +59,21 @@ def wait_for(check, timeout_s: float = 20.0, what: str = "") -> None:  # type: i
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what or check}")
         time.sleep(0.02)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> str:
+    """SIGTERM ``proc`` if it still runs, SIGKILL it after ``timeout_s``; return its stderr."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return err.decode(errors="replace")
+
+
+def assert_killed(proc: subprocess.Popen[bytes]) -> None:
+    """``proc`` ended by SIGKILL (a crash point it was told to stop at)."""
+    proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
