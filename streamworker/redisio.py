@@ -235,6 +235,12 @@ async def connection_errors() -> AsyncIterator[None]:
         raise
     except CONNECTION_ERRORS as exc:
         raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
+    except AttributeError as exc:
+        # redis-py's asyncio connection, closed by another task in the middle of a command (seen
+        # on a Redis Cluster during a failover), fails on its writer or reader, now None.
+        if "'NoneType' object has no attribute" not in str(exc):
+            raise
+        raise ConnectionLost(f"connection closed under a command: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)

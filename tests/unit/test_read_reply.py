@@ -1,8 +1,12 @@
-"""Parsing XREADGROUP replies in every shape redis-py may hand them over."""
+"""Parsing XREADGROUP replies in every shape redis-py may hand them over, and redis-py's
+failures seen as lost connections."""
 
 from __future__ import annotations
 
-from streamworker.redisio import Entry, parse_read_reply
+import pytest
+
+from streamworker.errors import ConnectionLost
+from streamworker.redisio import Entry, connection_errors, parse_read_reply
 
 
 def test_null_reply_is_empty() -> None:
@@ -39,3 +43,13 @@ def test_deleted_entries_have_no_fields() -> None:
         Entry(b"2-0", None),
         Entry(b"3-0", {b"k": b"v"}),
     ]
+
+
+async def test_a_connection_closed_under_a_command_is_a_lost_connection() -> None:
+    writer = None
+    with pytest.raises(ConnectionLost, match="closed under a command"):
+        async with connection_errors():
+            writer.writelines([b"XACK"])  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        async with connection_errors():
+            object().nope  # type: ignore[attr-defined]  # noqa: B018
