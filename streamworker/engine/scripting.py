@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
@@ -814,6 +815,10 @@ class ScriptRuntime:
         self.rand = lualibs.Rand48()
         self._st = _RunState()
         self._kill = False
+        # Held by request_kill and by a script's redis.call until its first write: "has the
+        # script written?" and "is a kill accepted?" are decided in one order, so an accepted
+        # kill never follows a write and a write never follows an accepted kill.
+        self._kill_lock = threading.Lock()
         self._run: Callable[..., Any]
         self._compile: Callable[..., Any]
         self._callsite: Callable[..., Any]
@@ -910,6 +915,11 @@ class ScriptRuntime:
         """Whether a script is running now (always False outside the engine lock)."""
         return self._st.running
 
+    @property
+    def written(self) -> bool:
+        """Whether the running script has written (SCRIPT KILL is refused from then on)."""
+        return self._st.wrote
+
     def request_kill(self) -> Reply:
         """SCRIPT KILL from outside the engine lock (thread-safe, lock-free): a transport that
         receives SCRIPT KILL while a script holds the lock calls this and sends the reply.
@@ -919,11 +929,12 @@ class ScriptRuntime:
         UNKILLABLE once the script has written (stopping it would leave half its writes).
         """
         st = self._st
-        if not st.running:
-            return CommandError(msgs.NOTBUSY)
-        if st.wrote:
-            return CommandError(msgs.UNKILLABLE)
-        self._kill = True
+        with self._kill_lock:
+            if not st.running:
+                return CommandError(msgs.NOTBUSY)
+            if st.wrote:
+                return CommandError(msgs.UNKILLABLE)
+            self._kill = True
         return OK
 
     def run(
@@ -1012,6 +1023,9 @@ class ScriptRuntime:
         writes = _write_commands(self.engine)
         no_args = msgs.SCRIPT_NO_ARGS.encode()
         bad_arg = msgs.SCRIPT_BAD_ARG_TYPE.encode()
+        killed = msgs.SCRIPT_KILLED.encode()
+        kill_lock = self._kill_lock
+        runtime = self
 
         def call(*args: Any) -> Any:
             if not args:
@@ -1022,9 +1036,17 @@ class ScriptRuntime:
                     if not _convert_argv(argv):
                         return _fail(err_table(bad_arg), raise_errors)
                     break
-            reply = call_from_script(sctx, argv, st.read_only, st.propagate)
-            if sclient.last_cmd in writes:
-                st.wrote = True
+            if st.wrote:
+                reply = call_from_script(sctx, argv, st.read_only, st.propagate)
+            else:
+                with kill_lock:
+                    if runtime._kill:
+                        # Killed before its first write: nothing more runs (the count hook
+                        # fails the script at its next instruction).
+                        return _fail(err_table(killed), raise_errors)
+                    reply = call_from_script(sctx, argv, st.read_only, st.propagate)
+                    if sclient.last_cmd in writes:
+                        st.wrote = True
             t = type(reply)
             if t is bytes or t is int:
                 return reply

@@ -232,12 +232,53 @@ def test_script_kill_stops_a_busy_script(engine: Engine) -> None:
     wrote = b"redis.call('SET', 'x', 'y') local i = 0 while i < 2e7 do i = i + 1 end return 1"
     thread = threading.Thread(target=run, args=(wrote,))
     thread.start()
-    wait_running()
+    deadline = time.monotonic() + 5
+    while not runtime.written and time.monotonic() < deadline:
+        time.sleep(0.001)
     unkillable = runtime.request_kill()
     thread.join(30)
     assert isinstance(unkillable, CommandError)
     assert unkillable.text.startswith("UNKILLABLE ")
     assert result["reply"] == 1
+
+
+def test_a_kill_and_the_first_write_are_ordered(engine: Engine) -> None:
+    """SCRIPT KILL racing a script's first write: either the kill is accepted and nothing was
+    written, or it is refused as UNKILLABLE and the script ran to its end; never a script
+    stopped half-way after writing."""
+    runtime = runtime_for(engine)
+    client = engine.connect()
+    body = b"local i = 0 while i < %d do i = i + 1 end redis.call('INCR', 'n') return 1"
+    applied = 0
+    outcomes: set[str] = set()
+    for spin in (0, 10, 100, 1_000, 10_000, 50_000, 99_000, 200_000) * 3:
+        result: dict[str, Any] = {}
+
+        def run(script: bytes = body % spin, out: dict[str, Any] = result) -> None:
+            out["reply"] = engine.execute(client, [b"EVAL", script, b"0"])
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        while not runtime.running and thread.is_alive():
+            pass
+        answer = runtime.request_kill()
+        thread.join(30)
+        reply = result["reply"]
+        if answer == OK:
+            outcomes.add("killed")
+            assert isinstance(reply, CommandError)
+            assert reply.text.startswith("ERR Script killed by user")
+        elif isinstance(answer, CommandError) and answer.text.startswith("UNKILLABLE"):
+            outcomes.add("unkillable")
+            assert reply == 1
+            applied += 1
+        else:  # the script ended before the kill arrived
+            assert answer == CommandError("NOTBUSY No scripts in execution right now.")
+            assert reply == 1
+            applied += 1
+        stored = engine.execute(client, [b"GET", b"n"])
+        assert stored == (str(applied).encode() if applied else NULL_BULK)
+    assert "killed" in outcomes
 
 
 def test_many_keys_args_and_a_large_reply(ex: Exec) -> None:
