@@ -8,6 +8,7 @@ delivery, so retrying is pointless and the message goes to the dead-letter strea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -36,6 +37,10 @@ def _summarise(exc: ValidationError) -> str:
 
 def decode_fields(raw: dict[bytes, bytes]) -> dict[str, str]:
     """The entry's fields as text; PermanentFailure naming the first field that is not UTF-8."""
+    try:
+        return {key.decode("utf-8"): value.decode("utf-8") for key, value in raw.items()}
+    except UnicodeDecodeError:
+        pass  # find the culprit, field by field, to name it
     out: dict[str, str] = {}
     for key, value in raw.items():
         name = _text(key, "a field name")
@@ -71,12 +76,44 @@ def decode_message(
     """Build the Message for one live entry, or raise PermanentFailure."""
     fields = decode_fields(raw)
     body = decode_body(fields, model, body_field) if model is not None else None
-    return Message(
-        id=entry_id.decode("ascii"),
-        stream=stream,
-        group=group,
-        consumer=consumer,
-        fields=fields,
-        body=body,
-        delivery_count=delivery_count,
-    )
+    return _message(entry_id.decode("ascii"), stream, group, consumer, fields, body, delivery_count)
+
+
+def _slot_setter(name: str) -> Callable[[Message[Any], Any], None]:
+    setter: Callable[[Message[Any], Any], None] = getattr(Message, name).__set__
+    return setter
+
+
+# Message is a frozen dataclass: its __init__ sets each field through object.__setattr__, which
+# costs more than decoding the fields. This sets the slots directly, once per message; the unit
+# tests check that the result equals Message(...).
+_NEW = object.__new__
+_SET_ID = _slot_setter("id")
+_SET_STREAM = _slot_setter("stream")
+_SET_GROUP = _slot_setter("group")
+_SET_CONSUMER = _slot_setter("consumer")
+_SET_FIELDS = _slot_setter("fields")
+_SET_BODY = _slot_setter("body")
+_SET_COUNT = _slot_setter("delivery_count")
+# Every field must be set here: tests/unit/test_codec.py compares _MESSAGE_FIELDS with Message.
+_MESSAGE_FIELDS = ("id", "stream", "group", "consumer", "fields", "body", "delivery_count")
+
+
+def _message(
+    entry_id: str,
+    stream: str,
+    group: str,
+    consumer: str,
+    fields: dict[str, str],
+    body: Any,
+    delivery_count: int,
+) -> Message[Any]:
+    msg: Message[Any] = _NEW(Message)
+    _SET_ID(msg, entry_id)
+    _SET_STREAM(msg, stream)
+    _SET_GROUP(msg, group)
+    _SET_CONSUMER(msg, consumer)
+    _SET_FIELDS(msg, fields)
+    _SET_BODY(msg, body)
+    _SET_COUNT(msg, delivery_count)
+    return msg

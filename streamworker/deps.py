@@ -204,12 +204,11 @@ class Resolver:
         """The keyword arguments for a plan that :meth:`resolves_inline`; callable from any
         thread once :meth:`start` has returned."""
         kwargs: dict[str, Any] = {}
-        fname = getattr(plan.func, "__qualname__", repr(plan.func))
         for pname, param in plan.params:
             if isinstance(param, MessageParam):
                 kwargs[pname] = message
             elif isinstance(param, ProvidedParam):
-                kwargs[pname] = _provided(param, provided, fname)
+                kwargs[pname] = _provided(param, provided, plan.func)
             else:
                 kwargs[pname] = self._worker_values[param.depends.dependency]
         return kwargs
@@ -234,7 +233,7 @@ class Resolver:
                     )
                 kwargs[pname] = message
             elif isinstance(param, ProvidedParam):
-                kwargs[pname] = _provided(param, provided, fname)
+                kwargs[pname] = _provided(param, provided, plan.func)
             else:
                 dep = param.depends
                 if dep.scope == "worker" and not worker:
@@ -251,8 +250,9 @@ class Resolver:
         return kwargs
 
 
-def _provided(param: ProvidedParam, provided: Mapping[type, Any], fname: str) -> Any:
+def _provided(param: ProvidedParam, provided: Mapping[type, Any], func: Any) -> Any:
     value = next((v for t, v in provided.items() if issubclass(param.type_, t)), None)
     if value is None:
+        fname = getattr(func, "__qualname__", repr(func))
         raise ConfigError(f"{fname}: nothing provides {param.type_.__name__} here")
     return value

@@ -13,9 +13,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from importlib import resources
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 from urllib.parse import unquote, urlsplit
 
 import redis
@@ -243,9 +242,11 @@ async def connection_errors() -> AsyncIterator[None]:
         raise ConnectionLost(f"connection closed under a command: {exc}") from exc
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One entry from a read: ``fields`` is None when the entry was deleted while pending."""
+class Entry(NamedTuple):
+    """One entry from a read: ``fields`` is None when the entry was deleted while pending.
+
+    A named tuple: the consume loop makes one per message, and a tuple is the cheapest to make.
+    """
 
     id: bytes
     fields: dict[bytes, bytes] | None
@@ -272,6 +273,7 @@ def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
     else:  # RESP2: [[stream, [entries]], ...]
         items = next((e for name, e in reply if name == stream), [])
     out: list[Entry] = []
+    append = out.append
     for item in items:
         entry_id, fields = item[0], item[1]
         if fields is not None and not isinstance(fields, dict):
@@ -279,7 +281,7 @@ def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
             fields = dict(zip(it, it, strict=True))
         # A deleted entry comes back with a nil body, which redis-py turns into None or {}; a live
         # entry always has at least one field (XADD requires one).
-        out.append(Entry(id=entry_id, fields=fields or None))
+        append(Entry(entry_id, fields or None))
     return out
 
 

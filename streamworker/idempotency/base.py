@@ -39,6 +39,13 @@ class Strategy(Protocol):
 
     name: str
 
-    async def process(self, batch: Sequence[Message[Any]], invoke: Invoke) -> list[Outcome]:
-        """Handle ``batch``; return one outcome per message, in order."""
+    async def process(
+        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
+    ) -> list[Outcome]:
+        """Handle ``batch``; return one outcome per message, in order.
+
+        ``fresh``: every message was delivered to this consumer by a ``>`` read moments ago
+        (well within ``claim_idle_ms``), so no other consumer can have claimed one yet; a
+        strategy may skip its ownership check before the handlers (never the one with the ack).
+        """
         ...

@@ -104,7 +104,7 @@ from streamworker.errors import PermanentFailure
 from streamworker.idempotency.base import Invoke
 from streamworker.keys import hash_tag
 from streamworker.message import Message
-from streamworker.outcomes import CLAIMED_AWAY, DUPLICATE, Action, Outcome, decide
+from streamworker.outcomes import ACKED, CLAIMED_AWAY, DUPLICATE, Action, Outcome, decide
 from streamworker.redisio import LuaScript, connection_errors
 
 _CHECK = LuaScript("check_ownership")
@@ -204,9 +204,15 @@ class LuaStrategy:
     def _cutoff(self, now_ms: int) -> str:
         return str(now_ms - self.dedup_window_ms) if self.dedup_field else ""
 
-    async def process(self, batch: Sequence[Message[Any]], invoke: Invoke) -> list[Outcome]:
+    async def process(
+        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
+    ) -> list[Outcome]:
         """See :class:`~streamworker.idempotency.base.Strategy`. Raises ConnectionLost when Redis
-        is away (nothing of the unfinished part of the batch was applied or acked)."""
+        is away (nothing of the unfinished part of the batch was applied or acked).
+
+        A ``fresh`` batch without ``dedup_field`` goes to its handlers without the check round
+        trip: nobody can have claimed or acked its entries yet, and the apply script checks
+        ownership again anyway."""
         if not batch:
             return []
         outcomes: list[Outcome | None] = [None] * len(batch)
@@ -216,7 +222,9 @@ class LuaStrategy:
         todo = [i for i, o in enumerate(outcomes) if o is None]
         run: list[int] = []
         skip_handler: list[int] = []
-        if todo:
+        if todo and fresh and not self.dedup_field:
+            run = todo
+        elif todo:
             ids = [batch[i].id for i in todo]
             low, high = _id_range(ids)
             args: list[str | bytes | int] = [
@@ -308,6 +316,22 @@ class LuaStrategy:
         business duplicates found before the handlers (ack only); updates ``outcomes``."""
         # (batch index, effects or None: ack only if still a business duplicate), in batch order
         items: list[tuple[int, tuple[Effect, ...] | None]] = []
+        # The common case (handlers with no Redis effects, no business keys): the layout is the
+        # ids, and the script acks them with one XPENDING and one XACK.
+        plain = not self.dedup_field and all(o is ACKED for o in outcomes)
+        if not plain:
+            await self._collect(batch, outcomes, skip_handler, items)
+            if not items:
+                return
+        await self._apply_items(batch, outcomes, bkeys, items, plain)
+
+    async def _collect(
+        self,
+        batch: Sequence[Message[Any]],
+        outcomes: list[Outcome | None],
+        skip_handler: list[int],
+        items: list[tuple[int, tuple[Effect, ...] | None]],
+    ) -> None:
         for i, outcome in enumerate(outcomes):
             if outcome is None:
                 if i in skip_handler:
@@ -326,35 +350,28 @@ class LuaStrategy:
                 outcomes[i] = self._rejected(batch[i], exc)
                 continue
             items.append((i, effects))
-        if not items:
-            return
+
+    async def _apply_items(
+        self,
+        batch: Sequence[Message[Any]],
+        outcomes: list[Outcome | None],
+        bkeys: list[str],
+        items: list[tuple[int, tuple[Effect, ...] | None]],
+        plain: bool,
+    ) -> None:
+        """Build the apply script's call for ``items`` (``plain``: every message of the batch,
+        no effects, no business keys), run it, and update ``outcomes`` from its reply."""
         now = _now_ms()
         keys: list[bytes] = [self._stream_key, self._record]
         index: dict[bytes, int] = {}
         # ARGV[9…]: business keys and effect arguments; the layout (ARGV[8]) points into it.
         payload: list[str | bytes | int] = []
-        layout: list[str] = [str(len(items))]
-        for i, ops in items:
-            entry_id = batch[i].id
-            bkey = 0
-            if bkeys[i]:
-                payload.append(bkeys[i])
-                bkey = _FIRST_PAYLOAD + len(payload) - 1
-            if ops is None:
-                layout.append(f"{entry_id},{bkey},-1")
-            elif not ops and not bkey:
-                layout.append(entry_id)
-            else:
-                layout.append(f"{entry_id},{bkey},{len(ops)}")
-                for op in ops:
-                    k = index.get(op.key)
-                    if k is None:
-                        keys.append(op.key)
-                        k = index[op.key] = len(keys)  # KEYS is 1-based in Lua
-                    layout.append(
-                        f"{op.command},{k},{_FIRST_PAYLOAD + len(payload)},{len(op.args)}"
-                    )
-                    payload.extend(op.args)
+        if plain:
+            items = [(i, ()) for i in range(len(batch))]
+            layout = [str(len(batch)), *(msg.id for msg in batch)]
+        else:
+            layout = [str(len(items))]
+            self._layout(batch, bkeys, items, keys, index, payload, layout)
         low, high = _id_range([batch[items[0][0]].id, batch[items[-1][0]].id])
         args: list[str | bytes | int] = [
             self.group,
@@ -393,6 +410,39 @@ class LuaStrategy:
             else:
                 outcomes[i] = self._lost(msg, int(result), before=False)
         self._log.debug("effects_applied", messages=applied, effects=len(payload))
+
+    @staticmethod
+    def _layout(
+        batch: Sequence[Message[Any]],
+        bkeys: list[str],
+        items: list[tuple[int, tuple[Effect, ...] | None]],
+        keys: list[bytes],
+        index: dict[bytes, int],
+        payload: list[str | bytes | int],
+        layout: list[str],
+    ) -> None:
+        """The layout tokens of ``items``, with their keys (KEYS) and arguments (ARGV[9…])."""
+        for i, ops in items:
+            entry_id = batch[i].id
+            bkey = 0
+            if bkeys[i]:
+                payload.append(bkeys[i])
+                bkey = _FIRST_PAYLOAD + len(payload) - 1
+            if ops is None:
+                layout.append(f"{entry_id},{bkey},-1")
+            elif not ops and not bkey:
+                layout.append(entry_id)
+            else:
+                layout.append(f"{entry_id},{bkey},{len(ops)}")
+                for op in ops:
+                    k = index.get(op.key)
+                    if k is None:
+                        keys.append(op.key)
+                        k = index[op.key] = len(keys)  # KEYS is 1-based in Lua
+                    layout.append(
+                        f"{op.command},{k},{_FIRST_PAYLOAD + len(payload)},{len(op.args)}"
+                    )
+                    payload.extend(op.args)
 
     def _lost(self, msg: Message[Any], status: int, *, before: bool) -> Outcome:
         """The outcome of a message this consumer no longer holds: acked (by whoever claimed it)

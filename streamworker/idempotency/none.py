@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from streamworker.idempotency.base import Invoke
 from streamworker.message import Message
-from streamworker.outcomes import Outcome
+from streamworker.outcomes import Action, Outcome
 from streamworker.redisio import connection_errors
 
 # After the shutdown deadline, finished messages are still acked, within this bound.
@@ -30,8 +30,10 @@ class AtLeastOnce:
         self._group = group
         self._concurrency = concurrency
 
-    async def process(self, batch: Sequence[Message[Any]], invoke: Invoke) -> list[Outcome]:
-        """See :class:`~streamworker.idempotency.base.Strategy`."""
+    async def process(
+        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
+    ) -> list[Outcome]:
+        """See :class:`~streamworker.idempotency.base.Strategy` (no ownership check to skip)."""
         if not batch:
             return []
         if self._concurrency == 1:
@@ -64,7 +66,7 @@ class AtLeastOnce:
         return outcomes
 
     async def _ack(self, batch: Sequence[Message[Any]], outcomes: Sequence[Outcome]) -> None:
-        ids = [m.id for m, o in zip(batch, outcomes, strict=True) if o.acked]
+        ids = [m.id for m, o in zip(batch, outcomes, strict=True) if o.action is Action.ACK]
         if ids:
             async with connection_errors():
                 await self._client.xack(self._stream, self._group, *ids)

@@ -867,8 +867,11 @@ class SqlStrategy:
             owned.add(sortable_id(mid.decode() if isinstance(mid, bytes) else str(mid)))
         return owned & ids
 
-    async def process(self, batch: Sequence[Message[Any]], invoke: Invoke) -> list[Outcome]:
-        """See :class:`~streamworker.idempotency.base.Strategy`. Raises DatabaseUnavailable
+    async def process(
+        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
+    ) -> list[Outcome]:
+        """See :class:`~streamworker.idempotency.base.Strategy` (``fresh`` changes nothing here:
+        ownership is checked in the batch's transaction). Raises DatabaseUnavailable
         (nothing acked) when the database cannot take the batch; ConfigError when the table is
         missing."""
         if not batch:

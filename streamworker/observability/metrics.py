@@ -34,13 +34,44 @@ Gauges, read from Redis when scraped (see :class:`GroupStateCollector`):
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+
+def observe_many(histogram: Any, values: Sequence[float]) -> None:
+    """Record ``values`` in a labelled Histogram child, as ``observe`` of each would, with one
+    update per bucket touched instead of two locked updates per value (the consume loop records
+    a handler duration per message).
+
+    Uses prometheus_client's Histogram internals (``_upper_bounds``, ``_buckets``, ``_sum``);
+    falls back to ``observe`` per value where they are not there. The unit tests compare both.
+    """
+    if not values:
+        return
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for value in values:
+            histogram.observe(value)
+        return
+    counts: dict[int, int] = {}
+    for value in values:
+        if value == value:  # NaN counts in the sum but in no bucket, as with observe
+            # The first bucket whose bound is >= value, as observe's "amount <= bound" picks it.
+            i = bisect.bisect_left(bounds, value)
+            counts[i] = counts.get(i, 0) + 1
+    total.inc(sum(values))
+    for i, n in counts.items():
+        buckets[i].inc(n)
+
 
 OUTCOMES = ("acked", "duplicate", "failed", "retried", "dead_lettered", "deleted")
 

@@ -33,7 +33,7 @@ from streamworker.errors import (
 )
 from streamworker.idempotency.base import Strategy
 from streamworker.message import Message
-from streamworker.observability.metrics import Metrics
+from streamworker.observability.metrics import OUTCOMES, Metrics
 from streamworker.outcomes import (
     NOT_STARTED,
     SKIPPED,
@@ -85,6 +85,10 @@ class Consumer:
         self._stream = spec.stream.encode()
         self._labels = {"stream": spec.stream, "group": spec.group}
         metrics.prime(spec.stream, spec.group)
+        # The series every batch updates, looked up once.
+        self._batch_size = metrics.batch_size.labels(**self._labels)
+        self._ack_latency = metrics.ack_latency.labels(**self._labels)
+        self._outcomes = {o: metrics.messages.labels(outcome=o, **self._labels) for o in OUTCOMES}
         self._log = structlog.get_logger("streamworker.consumer").bind(
             stream=spec.stream, group=spec.group, consumer=consumer, handler=spec.name
         )
@@ -186,12 +190,20 @@ class Consumer:
                 cursor = entries[-1].id
                 counts = await self._delivery_counts(entries)
             else:
-                entries = await self._read(b">", block_ms=self.spec.block_ms)
-                self.last_turn = time.monotonic()
+                # What is there now first: while the stream has a backlog, a plain read spares
+                # the blocking read's race against stop() (two tasks and a wait per batch).
+                entries = await self._read(b">", block_ms=None)
                 if not entries:
-                    continue
+                    entries = await self._read(b">", block_ms=self.spec.block_ms)
+                    self.last_turn = time.monotonic()
+                    if not entries:
+                        continue
                 # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too).
-                counts = dict.fromkeys((e.id for e in entries), 1)
+                self._backoff.reset()
+                await self.process(
+                    entries, dict.fromkeys((e.id for e in entries), 1), fresh_at=time.monotonic()
+                )
+                continue
             self._backoff.reset()
             await self.process(entries, counts)
 
@@ -199,14 +211,17 @@ class Consumer:
         """Entries whose lease must be renewed: in flight or waiting for a retry."""
         return [*self.in_flight, *(i for i in self.retries if i not in self.in_flight)]
 
-    async def process(self, entries: list[Entry], counts: Mapping[bytes, int]) -> None:
+    async def process(
+        self, entries: list[Entry], counts: Mapping[bytes, int], fresh_at: float | None = None
+    ) -> None:
         """Process entries this consumer owns (read, or claimed by the reclaimer), one batch at a
-        time. ``counts`` maps each id to its delivery counter; ids missing from it are skipped."""
+        time. ``counts`` maps each id to its delivery counter; ids missing from it are skipped.
+        ``fresh_at``: when a ``>`` read returned them (monotonic), None for other sources."""
         started = time.monotonic()
         self.in_flight.update(e.id for e in entries)
         try:
             async with self._batch_lock:
-                await self._process(entries, counts, started)
+                await self._process(entries, counts, started, fresh_at)
         finally:
             self.in_flight.difference_update(e.id for e in entries)
 
@@ -257,7 +272,11 @@ class Consumer:
         return counts
 
     async def _process(
-        self, entries: list[Entry], counts: Mapping[bytes, int], started: float
+        self,
+        entries: list[Entry],
+        counts: Mapping[bytes, int],
+        started: float,
+        fresh_at: float | None,
     ) -> None:
         spec = self.spec
         messages: list[Message[Any]] = []
@@ -298,40 +317,51 @@ class Consumer:
 
         if deleted:
             await self._ack_deleted(deleted)
-        outcomes = await self._run_strategy(messages)
-        self._metrics.batch_size.labels(**self._labels).observe(len(entries))
+        # Fresh: read by '>' so recently that no other consumer may claim the entries yet (their
+        # idle time is below half of claim_idle_ms, and the reclaimer keeps in-flight ones fresh).
+        fresh = fresh_at is not None and time.monotonic() - fresh_at < spec.claim_idle_ms / 2000
+        try:
+            outcomes = await self._run_strategy(messages, fresh)
+        finally:
+            self._invoke.flush_timings()
+        self._batch_size.observe(len(entries))
         tally: dict[str, int] = {}
         now = time.monotonic()
+        retries = self.retries
         for msg, outcome in zip(messages, outcomes, strict=True):
-            mid = msg.id.encode()
-            if outcome in SKIPPED:
+            action = outcome.action
+            if action is Action.ACK:  # the common case first
+                label = "duplicate" if outcome.duplicate else "acked"
+                tally[label] = tally.get(label, 0) + 1
+                if retries:
+                    retries.pop(msg.id.encode(), None)
                 continue
-            if outcome.action is not Action.DEAD_LETTER:
-                # dead letters are counted once the script has moved them
-                tally[outcome.metric] = tally.get(outcome.metric, 0) + 1
-            if outcome.action is Action.ACK:
-                self.retries.pop(mid, None)
-            elif outcome.action is Action.DEAD_LETTER:
+            if action is Action.LEAVE_PENDING and outcome in SKIPPED:
+                continue
+            mid = msg.id.encode()
+            if action is Action.DEAD_LETTER:
+                # counted once the script has moved it
                 dead.append((mid, msg.delivery_count, outcome.error))
-                self.retries.pop(mid, None)
+                retries.pop(mid, None)
             else:
+                tally[outcome.metric] = tally.get(outcome.metric, 0) + 1
                 delay_ms = retry_delay_ms(
                     outcome, msg.delivery_count, spec.retry_backoff_ms, spec.retry_backoff_max_ms
                 )
-                self.retries[mid] = now + delay_ms / 1000
+                retries[mid] = now + delay_ms / 1000
         for label, n in tally.items():
-            self._metrics.messages.labels(outcome=label, **self._labels).inc(n)
+            self._outcomes[label].inc(n)
         if tally.get("duplicate"):
             self._metrics.dedup_hits.labels(strategy=self._strategy.name, **self._labels).inc(
                 tally["duplicate"]
             )
         if tally.get("acked") or tally.get("duplicate"):
-            self._metrics.ack_latency.labels(**self._labels).observe(time.monotonic() - started)
+            self._ack_latency.observe(time.monotonic() - started)
         for entry_id, count, reason in dead:
             self.retries.pop(entry_id, None)
             await self._dead_letter(entry_id, count, reason)
 
-    async def _run_strategy(self, messages: list[Message[Any]]) -> list[Outcome]:
+    async def _run_strategy(self, messages: list[Message[Any]], fresh: bool) -> list[Outcome]:
         """The strategy's outcomes for ``messages``; while the database is unavailable, the same
         batch again after a capped backoff.
 
@@ -341,8 +371,9 @@ class Consumer:
         """
         while True:
             try:
-                return await self._strategy.process(messages, self._invoke)
+                return await self._strategy.process(messages, self._invoke, fresh=fresh)
             except DatabaseUnavailable as exc:
+                fresh = False  # the retry comes later: check again
                 if self.stopping():
                     return [NOT_STARTED] * len(messages)
                 delay = self._backoff.next_delay()

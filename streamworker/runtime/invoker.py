@@ -5,7 +5,8 @@ to its idempotency strategy as the strategy's ``invoke``."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -13,12 +14,14 @@ from typing import Any
 import structlog
 
 from streamworker.app import HandlerSpec
-from streamworker.deps import Resolver
+from streamworker.deps import MessageParam, Resolver
 from streamworker.errors import Retry
 from streamworker.message import Message
-from streamworker.observability.metrics import Metrics
-from streamworker.outcomes import NOT_STARTED, Action, Outcome, decide
+from streamworker.observability.metrics import Metrics, observe_many
+from streamworker.outcomes import ACKED, NOT_STARTED, Action, Outcome, decide
 from streamworker.runtime.threads import HandlerThreads
+
+_FLUSH_EVERY = 512
 
 
 class HandlerInvoker:
@@ -47,6 +50,9 @@ class HandlerInvoker:
         self._resolver = resolver
         self._threads = threads
         self._duration = metrics.handler_duration.labels(stream=spec.stream, group=spec.group)
+        # Handler durations not yet in the histogram: recorded in bulk by flush_timings().
+        self._timings: list[float] = []
+        self._flush_lock = threading.Lock()
         self._stopping = stopping
         self._log = log
         self._is_async = spec.is_async
@@ -56,6 +62,26 @@ class HandlerInvoker:
         self.inline: Callable[[Message[Any], Mapping[type, Any]], Outcome] | None = None
         if not self._is_async and self._plain_arguments:
             self.inline = self._call_inline
+        # The usual handler, ``async def handle(msg)``: called with the message, nothing to look up.
+        params = spec.plan.params
+        self._message_only = (
+            params[0][0]
+            if self._is_async and len(params) == 1 and isinstance(params[0][1], MessageParam)
+            else None
+        )
+        # Whether debug logs are kept: the per-message "message_handled" is skipped otherwise.
+        enabled = getattr(log, "is_enabled_for", None)
+        self._debug = enabled(logging.DEBUG) if callable(enabled) else True
+
+    def flush_timings(self) -> None:
+        """Record the handler durations measured since the last flush (the consume loop calls
+        this after every batch; it also happens every few hundred calls by itself)."""
+        # Safe against pool threads appending meanwhile: only the values taken are removed.
+        with self._flush_lock:
+            n = len(self._timings)
+            taken = self._timings[:n]
+            del self._timings[:n]
+            observe_many(self._duration, taken)
 
     async def __call__(self, msg: Message[Any], provided: Mapping[type, Any]) -> Outcome:
         spec = self._spec
@@ -63,8 +89,14 @@ class HandlerInvoker:
             return NOT_STARTED
         started = time.perf_counter()
         try:
-            if self._plain_arguments:
-                result = await self._call(self._resolver.arguments_inline(spec.plan, msg, provided))
+            if self._message_only is not None:
+                result = await spec.func(**{self._message_only: msg})
+            elif self._plain_arguments:
+                kwargs = self._resolver.arguments_inline(spec.plan, msg, provided)
+                if self._is_async:
+                    result = await spec.func(**kwargs)
+                else:
+                    result = await self._threads.run(spec.func, **kwargs)
             else:
                 async with self._resolver.arguments(spec.plan, msg, dict(provided)) as kwargs:
                     result = await self._call(kwargs)
@@ -95,26 +127,28 @@ class HandlerInvoker:
     def _conclude(
         self, msg: Message[Any], started: float, exc: BaseException | None, result: Any = None
     ) -> Outcome:
-        spec = self._spec
         elapsed = time.perf_counter() - started
-        self._duration.observe(elapsed)
-        outcome = decide(exc, msg.delivery_count, spec.max_deliveries)
-        if outcome.action is Action.ACK and result is not None:
+        timings = self._timings
+        timings.append(elapsed)
+        if len(timings) >= _FLUSH_EVERY:
+            self.flush_timings()
+        if exc is None:  # the common case, kept short: it runs for every message
+            if self._debug:
+                self._log.debug(
+                    "message_handled",
+                    message_id=msg.id,
+                    delivery_count=msg.delivery_count,
+                    duration_s=elapsed,
+                )
             # e.g. the Effects of idempotency="lua", applied by the strategy with the ack
-            outcome = dataclasses.replace(outcome, value=result)
+            return ACKED if result is None else Outcome(Action.ACK, value=result)
+        outcome = decide(exc, msg.delivery_count, self._spec.max_deliveries)
         if outcome.action is Action.LEAVE_PENDING:
             log = self._log.bind(message_id=msg.id, delivery_count=msg.delivery_count)
             if isinstance(exc, Retry):
                 log.info("retry_requested", reason=outcome.error, delay_ms=outcome.retry_delay_ms)
             else:
                 log.warning("handler_failed", error=outcome.error, exc_info=exc)
-        elif outcome.action is Action.ACK:
-            self._log.debug(
-                "message_handled",
-                message_id=msg.id,
-                delivery_count=msg.delivery_count,
-                duration_s=elapsed,
-            )
         return outcome
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from pydantic import BaseModel
 
-from streamworker.codec import decode_message
+from streamworker.codec import _MESSAGE_FIELDS, decode_fields, decode_message
 from streamworker.errors import PermanentFailure
+from streamworker.message import Message
 
 
 class Order(BaseModel):
@@ -83,3 +86,32 @@ def test_message_timestamp_comes_from_the_id() -> None:
         body_field=None,
     )
     assert msg.timestamp_ms == 1700000000123
+
+
+def test_the_fast_constructor_sets_every_field_of_message() -> None:
+    """decode_message builds Message without its __init__: every field must be covered, and
+    the result must be the Message the constructor makes (equal, frozen, same repr)."""
+    assert tuple(f.name for f in dataclasses.fields(Message)) == _MESSAGE_FIELDS
+    built = decode_message(
+        b"7-1",
+        {b"k": b"v", b"n": b"2"},
+        stream="s",
+        group="g",
+        consumer="c",
+        delivery_count=3,
+        model=None,
+        body_field=None,
+    )
+    expected = Message("7-1", "s", "g", "c", {"k": "v", "n": "2"}, None, 3)
+    assert built == expected
+    assert repr(built) == repr(expected)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.id = "8-0"  # type: ignore[misc]
+
+
+def test_a_non_utf8_field_name_is_named_after_the_fast_path_fails() -> None:
+    with pytest.raises(PermanentFailure, match="a field name is not valid UTF-8"):
+        decode_fields({b"ok": b"1", b"\xff\xfe": b"2"})
+    with pytest.raises(PermanentFailure, match="field 'bad' is not valid UTF-8"):
+        decode_fields({b"ok": b"1", b"bad": b"\xc3"})
+    assert decode_fields({b"\xc3\xa9": b"\xe2\x82\xac"}) == {"é": "€"}
