@@ -41,6 +41,19 @@ def _produce(client: redis.Redis, *events: dict[str, str]) -> list[str]:
     return [client.xadd(STREAM, dict(e)).decode() for e in events]  # type: ignore[arg-type]
 
 
+def _count_checks(strategy: LuaStrategy) -> list[Any]:
+    """Record the arguments of every check_ownership.lua call the strategy makes."""
+    calls: list[Any] = []
+    check = strategy._check
+
+    async def counted(args: Any) -> Any:
+        calls.append(args)
+        return await check(args)
+
+    strategy._check = counted  # type: ignore[method-assign]
+    return calls
+
+
 def _views(msg: Message[Any]) -> Effects:
     return Effects().hincrby("{clicks}:views", msg.fields["page"], 1).incr("{clicks}:total")
 
@@ -303,6 +316,57 @@ async def test_an_entry_claimed_away_while_its_handler_runs_applies_once_by_the_
     assert second[0].action is Action.ACK
     assert redis_client.get("{clicks}:total") == b"1"
     assert not _pending(redis_client)
+
+
+async def test_a_fresh_batch_skips_the_check_but_the_apply_script_still_checks_ownership(
+    aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """fresh=True (a '>' read moments ago): no check_ownership.lua round trip before the
+    handlers; a claim that happens while the handler runs is still caught by the apply script."""
+    mids = _produce(redis_client, {"page": "a"}, {"page": "b"})
+    batch = await read(aclient, STREAM, GROUP, "c1")
+
+    def claim_the_second(msg: Message[Any]) -> Effects:
+        if msg.id == mids[1]:
+            redis_client.xclaim(STREAM, GROUP, "c2", 0, [mids[1]], justid=True)
+        return _views(msg)
+
+    strategy = _strategy(aclient, "c1")
+    checks = _count_checks(strategy)
+    outcomes = await strategy.process(batch, make_invoke(claim_the_second), fresh=True)
+    assert checks == []
+    assert outcomes[0].action is Action.ACK
+    assert outcomes[1] == CLAIMED_AWAY
+    assert redis_client.get("{clicks}:total") == b"1"
+    assert _pending(redis_client) == [mids[1].encode()]
+    # Not fresh (a backlog or reclaimed batch): checked before the handlers.
+    _produce(redis_client, {"page": "c"})
+    await strategy.process(await read(aclient, STREAM, GROUP, "c1"), make_invoke(_views))
+    assert len(checks) == 1
+
+
+async def test_a_fresh_batch_with_a_dedup_field_is_still_checked_before_its_handlers(
+    aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """The check is also the business-key lookup: with dedup_field it is never skipped."""
+    _produce(redis_client, {"page": "a", "order": "o1"})
+    strategy = _strategy(aclient, "c1", dedup_field="order")
+    await strategy.process(await read(aclient, STREAM, GROUP, "c1"), make_invoke(_views))
+    _produce(redis_client, {"page": "a", "order": "o1"})
+    ran: list[str] = []
+
+    def counted(msg: Message[Any]) -> Effects:
+        ran.append(msg.id)
+        return _views(msg)
+
+    checks = _count_checks(strategy)
+    outcomes = await strategy.process(
+        await read(aclient, STREAM, GROUP, "c1"), make_invoke(counted), fresh=True
+    )
+    assert len(checks) == 1
+    assert outcomes == [DUPLICATE]
+    assert ran == []  # the check saw the business key: the handler did not run
+    assert redis_client.get("{clicks}:total") == b"1"
 
 
 async def test_an_entry_acked_by_another_consumer_while_its_handler_runs_is_not_applied_again(
