@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--quick", action="store_true", help="small counts, 5 s latency runs")
-    p.add_argument("--messages", type=int, help="throughput, no-op handler (default 30000)")
+    p.add_argument("--messages", type=int, help="throughput, no-op handler (default 100000)")
     p.add_argument("--db-messages", type=int, help="throughput, DB insert (default 3000)")
     p.add_argument("--crash-messages", type=int, help="crash table (default 10000)")
     p.add_argument("--latency-s", type=float, help="seconds per latency run (default 30)")
@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report_only:
         return _write(json.loads((args.out / "proof.json").read_text()), args.out)
     quick = args.quick
-    n = args.messages or (3000 if quick else 30000)
+    n = args.messages or (3000 if quick else 100_000)
     n_db = args.db_messages or (500 if quick else 3000)
     n_crash = args.crash_messages or (2000 if quick else 10000)
     latency_s = args.latency_s or (5.0 if quick else 30.0)

@@ -74,7 +74,10 @@ def decode_message(
     body_field: str | None,
 ) -> Message[Any]:
     """Build the Message for one live entry, or raise PermanentFailure."""
-    fields = decode_fields(raw)
+    try:  # decode_fields' fast path, inlined: this runs for every message
+        fields = {key.decode("utf-8"): value.decode("utf-8") for key, value in raw.items()}
+    except UnicodeDecodeError:
+        fields = decode_fields(raw)  # raises, naming the field
     body = decode_body(fields, model, body_field) if model is not None else None
     return _message(entry_id.decode("ascii"), stream, group, consumer, fields, body, delivery_count)
 

@@ -63,7 +63,9 @@ Handlers may also call HTTP services, send e-mails, write elsewhere, and return 
 the handlers of a batch run, one round trip (``check_ownership.lua``) reads which of its entries
 are still pending for this consumer; entries another consumer has claimed meanwhile (or acked)
 are skipped, so a claim race that happened before the batch started does not run a handler
-twice. That is all it does. A claim that happens *while* a handler runs, or a crash between a
+twice. A *fresh* batch (just read with ``>``, less than half of ``claim_idle_ms`` ago) without
+``dedup_field`` skips that round trip: no other consumer can have claimed its entries yet, and the
+apply script checks ownership again anyway. That is all the check does. A claim that happens *while* a handler runs, or a crash between a
 handler's external call and the script's XACK, runs the handler again (here or elsewhere):
 external effects are at-least-once, as with any framework. Pass an idempotency key such as
 ``f"{msg.stream}:{msg.group}:{msg.id}"`` (or the business key) to the services you call.

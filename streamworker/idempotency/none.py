@@ -66,7 +66,10 @@ class AtLeastOnce:
         return outcomes
 
     async def _ack(self, batch: Sequence[Message[Any]], outcomes: Sequence[Outcome]) -> None:
-        ids = [m.id for m, o in zip(batch, outcomes, strict=True) if o.action is Action.ACK]
+        # As bytes: redis-py passes bytes through, a str it checks and encodes per argument.
+        ids = [
+            m.id.encode() for m, o in zip(batch, outcomes, strict=True) if o.action is Action.ACK
+        ]
         if ids:
             async with connection_errors():
                 await self._client.xack(self._stream, self._group, *ids)
