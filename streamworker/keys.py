@@ -45,6 +45,13 @@ def partition_stream(stream: str, index: int) -> str:
     return f"{{{stream}:p{index}}}"
 
 
+def dedup_record_key(stream: str, group: str) -> str:
+    """The business-key record of ``group`` on ``stream`` (``idempotency="lua"`` with
+    ``dedup_field``): ``{S}:dedup:G``, or ``S:dedup:G`` when S already carries a hash tag, so
+    that it hashes to the stream's slot."""
+    return in_stream_slot(stream, f"dedup:{group}")
+
+
 def lease_key(stream: str, group: str) -> str:
     """The ordering lease of ``group`` on ``stream`` (``ordered=True``): ``{S}:lease:G``, or
     ``S:lease:G`` when S has a tag; in the stream's slot."""

@@ -36,12 +36,13 @@ A producer that retries an XADD adds the same event twice under two entry ids; n
 record can tell. With ``dedup_field="order_id"`` the value of that field is the message's
 business key: a message whose business key was *applied* less than ``dedup_window_ms`` ago is
 acked without its effects (and without running its handler when the check before the handlers
-already sees it). The record is one sorted set per (stream, group), :func:`dedup_record_key`,
-member = business key, score = when it was applied, by the workers' clocks (keep them in sync;
-the window is exact up to their skew). Each batch's script first drops members older than the
-window, and the set expires ``dedup_window_ms`` after its last insert, so its size is the number
-of distinct business keys applied in the last ``dedup_window_ms``: about 100 bytes each plus the
-key's length (``MEMORY USAGE``), flat under a steady load.
+already sees it). The record is one sorted set per (stream, group),
+:func:`~streamworker.keys.dedup_record_key`, member = business key, score = when it was applied,
+by the workers' clocks (keep them in sync; the window is exact up to their skew). Each batch's
+script first drops members older than the window, and the set expires ``dedup_window_ms`` after
+its last insert, so its size is the number of distinct business keys applied in the last
+``dedup_window_ms``: about 100 bytes each plus the key's length (``MEMORY USAGE``), flat under a
+steady load.
 
 Why a sorted set: one key per business key with ``PX`` costs more (measured for a 14-character
 business key: 133 bytes with its prefix, against 112 in the sorted set) and leaves reclaiming
@@ -61,14 +62,15 @@ Side effects outside Redis
 
 Handlers may also call HTTP services, send e-mails, write elsewhere, and return ``None``. Before
 the handlers of a batch run, one round trip (``check_ownership.lua``) reads which of its entries
-are still pending for this consumer; entries another consumer has claimed meanwhile (or acked)
-are skipped, so a claim race that happened before the batch started does not run a handler
-twice. A *fresh* batch (just read with ``>``, less than half of ``claim_idle_ms`` ago) without
+are still pending for this consumer; entries another consumer has claimed meanwhile (or acked) are
+skipped, so a claim race that happened before the batch started does not run a handler twice. A
+*fresh* batch (just read with ``>``, less than half of ``claim_idle_ms`` ago) without
 ``dedup_field`` skips that round trip: no other consumer can have claimed its entries yet, and the
-apply script checks ownership again anyway. That is all the check does. A claim that happens *while* a handler runs, or a crash between a
-handler's external call and the script's XACK, runs the handler again (here or elsewhere):
-external effects are at-least-once, as with any framework. Pass an idempotency key such as
-``f"{msg.stream}:{msg.group}:{msg.id}"`` (or the business key) to the services you call.
+apply script checks ownership again anyway. That is all the check does. A claim that happens
+*while* a handler runs, or a crash between a handler's external call and the script's XACK, runs
+the handler again (here or elsewhere): external effects are at-least-once, as with any framework.
+Pass an idempotency key such as ``f"{msg.stream}:{msg.group}:{msg.id}"`` (or the business key) to
+the services you call.
 
 Redis Cluster
 -------------
@@ -104,7 +106,7 @@ from redis.crc import key_slot
 from streamworker.effects import Effect, EffectError, Effects
 from streamworker.errors import PermanentFailure
 from streamworker.idempotency.base import Invoke
-from streamworker.keys import hash_tag
+from streamworker.keys import dedup_record_key, hash_tag
 from streamworker.message import Message
 from streamworker.outcomes import ACKED, CLAIMED_AWAY, DUPLICATE, Action, Outcome, decide
 from streamworker.redisio import LuaScript, connection_errors
@@ -127,14 +129,6 @@ _APPLY_ON_CANCEL_TIMEOUT_S = 2.0
 
 DEFAULT_DEDUP_WINDOW_MS = 600_000
 """``dedup_window_ms`` when not given: 10 minutes."""
-
-
-def dedup_record_key(stream: str, group: str) -> str:
-    """The business-key record of ``group`` on ``stream``: ``{S}:dedup:G``, or ``S:dedup:G`` when
-    S already carries a hash tag, so that it hashes to the stream's slot."""
-    if hash_tag(stream) is not None:
-        return f"{stream}:dedup:{group}"
-    return f"{{{stream}}}:dedup:{group}"
 
 
 def effects_of(value: Any) -> tuple[Effect, ...]:
