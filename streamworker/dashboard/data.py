@@ -471,9 +471,11 @@ class History:
         t = time.time() if at is None else at
         for g in groups:
             series = self.samples.setdefault((g.stream, g.name), [])
-            # Two samples within a second add nothing to a chart spanning minutes.
+            # Two samples within a second add nothing to a chart spanning minutes: the newer
+            # values replace the last sample's, which keeps its time (moving it would let
+            # samples that come more often than once a second hold the series at one point).
             if series and t - series[-1][0] < 1.0:
-                series[-1] = (t, g.pending, g.lag)
+                series[-1] = (series[-1][0], g.pending, g.lag)
             else:
                 series.append((t, g.pending, g.lag))
             while series and t - series[0][0] > self.window_s:

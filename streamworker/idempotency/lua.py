@@ -328,6 +328,9 @@ class LuaStrategy:
         skip_handler: list[int],
         items: list[tuple[int, tuple[Effect, ...] | None]],
     ) -> None:
+        """Append to ``items`` what the apply script must handle: messages acked by their handler
+        (with their effects, once checked; a refused effect updates ``outcomes`` instead) and the
+        business duplicates whose handler was skipped."""
         for i, outcome in enumerate(outcomes):
             if outcome is None:
                 if i in skip_handler:

@@ -289,8 +289,13 @@ def test_an_action_without_the_token_is_refused(browser: Browser, live: Live) ->
 def test_the_chart_fills_with_samples(page: Page, live: Live, shots_dir: Path) -> None:
     page.goto(live.base + "/stream?stream=orders")
     # The page and the background sampler (every second here) add samples; the refresh shows them.
-    page.wait_for_function(
-        "Number(document.querySelector('[data-testid=chart]').dataset.samples) >= 3"
+    # Polled from here: wait_for_function evaluates a string, which the page's CSP (no
+    # 'unsafe-eval') refuses as soon as Playwright has to poll it.
+    chart = page.locator("[data-testid=chart]").first
+    wait_for(
+        lambda: int(chart.get_attribute("data-samples") or 0) >= 3,
+        WAIT_S,
+        "three samples in the chart",
     )
     expect(page.locator("[data-testid=chart] polyline.pending").first).to_be_attached()
     shot(page, "stream", shots_dir)
