@@ -13,6 +13,7 @@ import redis
 from tests.support.cluster import LocalCluster
 from tests.support.postgres import PostgresServer
 from tests.support.servers import RedisServer
+from tests.support.sql import migrated_db_url
 
 _databases = itertools.count()
 
@@ -79,17 +80,7 @@ def sqlite_url(tmp_path: Path) -> str:
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A new database with streamworker's schema, on SQLite (file, WAL) and on PostgreSQL 15."""
-    from streamworker.idempotency.sql import SqlDatabase
-    from streamworker.idempotency.sql_migrate import upgrade
-
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'streamworker.db'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-    db = SqlDatabase(url)
-    upgrade(db)
-    db.sync_engine.dispose()
-    return url
+    return migrated_db_url(request.param, tmp_path, request)
 
 
 @pytest.fixture

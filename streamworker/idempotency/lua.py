@@ -315,7 +315,9 @@ class LuaStrategy:
         # The common case (handlers with no Redis effects, no business keys): the layout is the
         # ids, and the script acks them with one XPENDING and one XACK.
         plain = not self.dedup_field and all(o is ACKED for o in outcomes)
-        if not plain:
+        if plain:
+            items = [(i, ()) for i in range(len(batch))]
+        else:
             await self._collect(batch, outcomes, skip_handler, items)
             if not items:
                 return
@@ -358,16 +360,15 @@ class LuaStrategy:
         items: list[tuple[int, tuple[Effect, ...] | None]],
         plain: bool,
     ) -> None:
-        """Build the apply script's call for ``items`` (``plain``: every message of the batch,
-        no effects, no business keys), run it, and update ``outcomes`` from its reply."""
+        """Build the apply script's call for ``items`` (``plain``: no effects and no business
+        keys, so the layout is the ids alone), run it, and update ``outcomes`` from its reply."""
         now = _now_ms()
         keys: list[bytes] = [self._stream_key, self._record]
         index: dict[bytes, int] = {}
         # ARGV[9…]: business keys and effect arguments; the layout (ARGV[8]) points into it.
         payload: list[str | bytes | int] = []
         if plain:
-            items = [(i, ()) for i in range(len(batch))]
-            layout = [str(len(batch)), *(msg.id for msg in batch)]
+            layout = [str(len(items)), *(batch[i].id for i, _ in items)]
         else:
             layout = [str(len(items))]
             self._layout(batch, bkeys, items, keys, index, payload, layout)

@@ -4,32 +4,19 @@ keys outside the stream's slot are refused with a clear error, hash-tagged ones 
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from streamworker import Effects, Message
 from streamworker.idempotency.lua import LuaStrategy
 from streamworker.outcomes import Action
+from tests.support.cluster import ClusterNodeProcess, cluster_port, wait_until
 from tests.support.lua import drain
-from tests.support.servers import free_port, missing_service
-
-
-def _free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
+from tests.support.servers import missing_service
 
 
 @pytest.fixture(scope="module")
@@ -38,56 +25,21 @@ def cluster_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     binary = shutil.which("redis-server")
     if binary is None:
         missing_service("redis-server")
-    workdir = tmp_path_factory.mktemp("cluster")
-    port = free_port()
-    while port > 55535 or not _free(port + 10000):  # the cluster bus listens at port + 10000
-        port = free_port()
-    proc = subprocess.Popen(
-        [
-            str(binary),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(workdir),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            str(Path(workdir) / "nodes.conf"),
-            "--logfile",
-            str(Path(workdir) / "redis.log"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    node = ClusterNodeProcess(
+        str(binary), tmp_path_factory.mktemp("cluster"), cluster_port(set()), node_timeout_ms=5000
     )
     try:
-        client = redis.Redis(host="127.0.0.1", port=port)
-        deadline = time.monotonic() + 10
-        while True:
-            if proc.poll() is not None:
-                log = (Path(workdir) / "redis.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"the cluster node exited at start: {log}")
-            try:
-                client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        while client.cluster("info")["cluster_state"] != "ok":
-            if time.monotonic() > deadline:
-                raise RuntimeError("the one-node cluster did not become ok")
-            time.sleep(0.05)
-        client.close()
-        yield port
+        node.start()
+        with node.client() as client:
+            client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+            wait_until(
+                lambda: client.cluster("info")["cluster_state"] == "ok",
+                10,
+                "the one-node cluster to become ok",
+            )
+        yield node.port
     finally:
-        proc.terminate()
-        proc.wait(10)
+        node.stop()
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from tests.support.proc import (
 from tests.support.sql import (
     charges_per_message,
     create_business_tables,
+    migrated_db_url,
     pending_ids,
     processed_ids,
 )
@@ -48,17 +49,7 @@ def backends(request: pytest.FixtureRequest) -> tuple[str, str]:
 @pytest.fixture
 def db_url(backends: tuple[str, str], request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A new database with streamworker's schema (SQLite file in WAL mode, or PostgreSQL 15)."""
-    from streamworker.idempotency.sql import SqlDatabase
-    from streamworker.idempotency.sql_migrate import upgrade
-
-    if backends[0] == "sqlite":
-        url = f"sqlite:///{tmp_path / 'streamworker.db'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-    db = SqlDatabase(url)
-    upgrade(db)
-    db.sync_engine.dispose()
-    return url
+    return migrated_db_url(backends[0], tmp_path, request)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import redis
 import redis.cluster
 
 from streamworker.redisio import open_sync_redis
-from tests.support.servers import free_port, missing_service
+from tests.support.servers import RedisServer, free_port, missing_service
 
 # The cluster bus listens at port + 10000, so a node's port must leave room for it.
 _MAX_PORT = 55535
@@ -53,81 +53,35 @@ def wait_until(check, timeout_s: float, what: str, interval_s: float = 0.05) -> 
         time.sleep(interval_s)
 
 
-class ClusterNodeProcess:
+class ClusterNodeProcess(RedisServer):
     """One cluster-enabled redis-server; ``kill()`` and ``start()`` keep port and directory."""
 
     def __init__(self, binary: str, workdir: Path, port: int, node_timeout_ms: int) -> None:
+        super().__init__(
+            workdir,
+            port=port,
+            start_timeout_s=20.0,
+            extra_args=[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                str(workdir / "nodes.conf"),
+                "--cluster-node-timeout",
+                str(node_timeout_ms),
+                # A replica may be promoted however long it was cut off: the test kills masters.
+                "--cluster-replica-validity-factor",
+                "0",
+            ],
+        )
         self.binary = binary
-        self.dir = workdir
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.port = port
-        self.node_timeout_ms = node_timeout_ms
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
-
-    def start(self) -> ClusterNodeProcess:
-        args = [
-            self.binary,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(self.dir),
-            "--daemonize",
-            "no",
-            "--logfile",
-            str(self.dir / "redis.log"),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            str(self.dir / "nodes.conf"),
-            "--cluster-node-timeout",
-            str(self.node_timeout_ms),
-            # A replica may be promoted however long it was cut off: the test kills masters.
-            "--cluster-replica-validity-factor",
-            "0",
-        ]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-        def answers() -> bool:
-            if self.proc is not None and self.proc.poll() is not None:
-                log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"cluster node {self.port} exited at start: {log}")
-            with self.client() as c:
-                return bool(c.ping())
-
-        wait_until(answers, 20, f"cluster node {self.port} to answer")
-        return self
-
     def kill(self) -> None:
         """SIGKILL: no shutdown, as a crashed machine."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.proc = None
+        self.stop(signal.SIGKILL)
 
 
 class LocalCluster:

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,15 @@ def free_port() -> int:
 class RedisServer:
     """A redis-server child process; ``restart()`` keeps the port and the data directory."""
 
-    def __init__(self, workdir: Path, *, port: int | None = None, appendonly: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        port: int | None = None,
+        appendonly: bool = False,
+        extra_args: Sequence[str] = (),
+        start_timeout_s: float = 10.0,
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             missing_service("redis-server")
@@ -46,6 +55,8 @@ class RedisServer:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.appendonly = appendonly
+        self.extra_args = list(extra_args)
+        self.start_timeout_s = start_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -77,8 +88,9 @@ class RedisServer:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]
+        args += self.extra_args
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
@@ -90,7 +102,7 @@ class RedisServer:
                 time.sleep(0.02)
             except redis.BusyLoadingError:
                 time.sleep(0.02)
-        raise RuntimeError("redis-server did not answer within 10 s")
+        raise RuntimeError(f"redis-server did not answer within {self.start_timeout_s:g} s")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is None:

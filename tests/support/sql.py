@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import pytest
 import redis
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -14,6 +16,22 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from streamworker import App
 from streamworker.idempotency.sql import TABLE_NAME
 from streamworker.runtime.worker import Worker, WorkerOptions, WorkerResult
+
+
+def migrated_db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A new database with streamworker's schema: a SQLite file (WAL) under ``tmp_path`` for
+    ``"sqlite"``, else a new database on the session's PostgreSQL 15."""
+    from streamworker.idempotency.sql import SqlDatabase
+    from streamworker.idempotency.sql_migrate import upgrade
+
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'streamworker.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    db = SqlDatabase(url)
+    upgrade(db)
+    db.sync_engine.dispose()
+    return url
 
 
 class Base(DeclarativeBase):
