@@ -10,7 +10,7 @@ entries whatever the size of the stream.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -369,25 +369,48 @@ async def entries_page(
     count: int | None = None,
 ) -> Page[EntryRow]:
     """Entries of ``stream`` with ids below ``before``, newest first."""
-    size = clamp_count(count)
     if not await client.exists(stream):
         raise NotFound(f"no stream {stream!r}")
-    rows: Any = await client.xrevrange(stream, max=_before(before), min="-", count=size + 1)
     now = now_ms()
-    items = [EntryRow(text(i), age_ms(text(i), now), show_fields(raw)) for i, raw in rows[:size]]
-    more = len(rows) > size
-    return Page(items, items[-1].id if more and items else None, size)
+
+    def row(entry_id: Any, raw: Any) -> EntryRow:
+        return EntryRow(text(entry_id), age_ms(text(entry_id), now), show_fields(raw))
+
+    return await _newest_first(client, stream, before, count, row)
 
 
 async def get_entry(client: aioredis.Redis, stream: str, entry_id: str) -> EntryRow:
     """One entry, its values shown whole (no truncation)."""
+    found, raw = await _one_entry(client, stream, entry_id, f"no entry {entry_id} in {stream!r}")
+    return EntryRow(text(found), age_ms(text(found)), show_fields(raw, None))
+
+
+async def _newest_first(
+    client: aioredis.Redis,
+    key: str,
+    before: str | None,
+    count: int | None,
+    row: Callable[[Any, Any], T],
+) -> Page[T]:
+    """A page of ``key``'s entries with ids below ``before``, newest first, each made by ``row``."""
+    size = clamp_count(count)
+    rows: Any = await client.xrevrange(key, max=_before(before), min="-", count=size + 1)
+    items = [row(i, raw) for i, raw in rows[:size]]
+    more = len(rows) > size
+    return Page(items, text(rows[len(items) - 1][0]) if more and items else None, size)
+
+
+async def _one_entry(
+    client: aioredis.Redis, key: str, entry_id: str, missing: str
+) -> tuple[Any, Any]:
+    """The (id, fields) of one entry of ``key``; NotFound with ``missing`` when it is not there."""
     try:
-        rows: Any = await client.xrange(stream, min=entry_id, max=entry_id, count=1)
+        rows: Any = await client.xrange(key, min=entry_id, max=entry_id, count=1)
     except rex.ResponseError as exc:
         raise NotFound(f"bad entry id {entry_id!r}: {exc}") from None
     if not rows:
-        raise NotFound(f"no entry {entry_id} in {stream!r}")
-    return EntryRow(text(rows[0][0]), age_ms(text(rows[0][0])), show_fields(rows[0][1], None))
+        raise NotFound(missing)
+    return rows[0][0], rows[0][1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,22 +450,13 @@ async def dead_letter_page(
     client: aioredis.Redis, dlq: str, *, before: str | None = None, count: int | None = None
 ) -> Page[DeadLetterRow]:
     """Dead letters of ``dlq`` with ids below ``before``, newest first (empty if none yet)."""
-    size = clamp_count(count)
-    rows: Any = await client.xrevrange(dlq, max=_before(before), min="-", count=size + 1)
-    items = [dead_letter_row(i, raw) for i, raw in rows[:size]]
-    more = len(rows) > size
-    return Page(items, items[-1].id if more and items else None, size)
+    return await _newest_first(client, dlq, before, count, dead_letter_row)
 
 
 async def get_dead_letter(client: aioredis.Redis, dlq: str, entry_id: str) -> DeadLetterRow:
     """One dead letter shown whole."""
-    try:
-        rows: Any = await client.xrange(dlq, min=entry_id, max=entry_id, count=1)
-    except rex.ResponseError as exc:
-        raise NotFound(f"bad entry id {entry_id!r}: {exc}") from None
-    if not rows:
-        raise NotFound(f"no dead letter {entry_id} in {dlq!r}")
-    return dead_letter_row(rows[0][0], rows[0][1], None)
+    found, raw = await _one_entry(client, dlq, entry_id, f"no dead letter {entry_id} in {dlq!r}")
+    return dead_letter_row(found, raw, None)
 
 
 def dlq_of(stream: str) -> str:
