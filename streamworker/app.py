@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel
 
 from streamworker.deps import CallPlan, DependencyParam, ProvidedParam, build_plan
+from streamworker.effects import Effects
 from streamworker.errors import ConfigError
 from streamworker.keys import dead_letter_stream, partition_stream
 from streamworker.partitions import check_partitioned_name
@@ -60,6 +61,9 @@ class HandlerSpec:
     ordered: bool = False
     """Per-partition ordering: one consumer at a time holds the stream's lease and handles its
     messages in id order, a failing message blocking the rest (see runtime.ordering)."""
+    recreate_lost_group: bool = False
+    """A group deleted while the worker runs is re-created at ``start_id`` (every entry from there
+    is delivered again) instead of stopping this handler."""
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -128,6 +132,24 @@ def _sql_plan(func: Callable[..., Any]) -> CallPlan:
     return plan
 
 
+def _returns_effects(func: Callable[..., Any]) -> bool:
+    """True when ``func``'s return annotation names :class:`~streamworker.effects.Effects`
+    (``Effects``, ``Effects | None``, ``Optional[Effects]``, or the same as a string)."""
+    try:
+        annotation = typing.get_type_hints(func).get("return")
+    except Exception:  # unresolvable forward references: look at the text
+        raw = inspect.signature(func).return_annotation
+        if raw is inspect.Signature.empty:
+            return False
+        text = raw if isinstance(raw, str) else getattr(raw, "__name__", repr(raw))
+        return bool(re.search(r"\bEffects\b", text))
+    if annotation is None:
+        return False
+    if annotation is Effects:
+        return True
+    return any(arg is Effects for arg in typing.get_args(annotation))
+
+
 def _model_from_annotation(annotation: Any) -> type[BaseModel] | None:
     args = typing.get_args(annotation)
     if args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
@@ -186,6 +208,7 @@ class App:
         dedup_window_ms: int = 600_000,
         partitions: int | None = None,
         ordered: bool = False,
+        recreate_lost_group: bool = False,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``stream`` in consumer ``group``.
 
@@ -217,6 +240,11 @@ class App:
                 retry) are kept fresh by a lease, so this can be short (seconds) even for
                 handlers that run longer.
             dead_letter: the dead-letter stream; default ``{stream}:dlq`` (see ``keys``).
+            recreate_lost_group: a group is created at start-up only; one that disappears while
+                the worker runs (XGROUP DESTROY, the stream deleted, a Redis restarted without
+                persistence) stops this handler with an error and readiness fails, because
+                re-creating it at ``start_id`` would deliver, and apply, every entry again. True
+                re-creates it instead (for streams whose handlers tolerate a full replay).
             name: the handler's name in logs and metrics; default the function's qualified name.
             retry_backoff_ms: the wait before retrying a failed message after its first
                 delivery; doubles with each delivery (``Retry(delay_ms=…)`` overrides it).
@@ -309,6 +337,12 @@ class App:
             if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
                 raise ConfigError(f"{func.__qualname__}: a handler must not be a generator")
             plan = _sql_plan(func) if idempotency == "sql" else build_plan(func)
+            if idempotency != "lua" and _returns_effects(func):
+                raise ConfigError(
+                    f"{func.__qualname__} returns Effects, which only idempotency='lua' applies; "
+                    f"with idempotency={idempotency!r} they would be dropped (write through "
+                    f"your own client, or use idempotency='lua')"
+                )
             body_model = model or _model_from_annotation(plan.message_type)
             hname = name or f"{func.__module__}.{func.__qualname__}"
             streams = (
@@ -347,6 +381,7 @@ class App:
                     dedup_window_ms=dedup_window_ms,
                     partition_of=None if partitions is None else stream,
                     ordered=ordered,
+                    recreate_lost_group=bool(recreate_lost_group),
                 )
             return func
 

@@ -118,6 +118,7 @@ async def _run(app: App, settings: Settings) -> int:
         db_url=settings.db_url or app.db_url,
         prune_interval_s=settings.prune_interval_s,
         liveness_timeout_s=settings.liveness_timeout_s,
+        consumer_name_ttl_ms=settings.consumer_name_ttl_ms,
     )
     try:
         await _check_redis(redis_url)
@@ -211,8 +212,7 @@ async def _prune(db_url: str, redis_url: str, stream: str, group: str) -> str:
     db = SqlDatabase(db_url)
     client = open_redis(redis_url, socket_timeout_s=10.0)
     try:
-        if not await asyncio.to_thread(db.has_schema):
-            raise ConfigError("the processed-messages table is missing; run streamworker migrate")
+        await asyncio.to_thread(db.check_ready)
         result = await prune(db, client, stream, group)
     finally:
         await client.aclose()

@@ -73,3 +73,12 @@ class DatabaseUnavailable(ConnectionLost):
     batch in hand and retries it after a capped backoff, without re-reading it from Redis (which
     would count a delivery per attempt and dead-letter messages because of an outage).
     """
+
+
+class ConsumerNameTaken(ConfigError):
+    """Another live process owns this worker's consumer name (in one of its streams and groups).
+
+    Two processes with one name would take each other's pending entries for their own backlog and
+    run them twice; the second one refuses to start instead (the CLI exits 2). Give each process
+    its own name (``--consumer``, ``STREAMWORKER_CONSUMER``, ``POD_NAME``).
+    """

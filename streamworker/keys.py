@@ -56,3 +56,10 @@ def lease_key(stream: str, group: str) -> str:
     """The ordering lease of ``group`` on ``stream`` (``ordered=True``): ``{S}:lease:G``, or
     ``S:lease:G`` when S has a tag; in the stream's slot."""
     return in_stream_slot(stream, f"lease:{group}")
+
+
+def consumer_name_key(stream: str, group: str, consumer: str) -> str:
+    """The record of which live process owns ``consumer`` in ``group`` on ``stream``:
+    ``{S}:consumer:G:NAME``, or ``S:consumer:G:NAME`` when S has a tag; in the stream's slot.
+    A hash (token, host, pid, started_at_ms, …) with a time to live, renewed while it runs."""
+    return in_stream_slot(stream, f"consumer:{group}:{consumer}")

@@ -26,6 +26,7 @@ class Outcome:
     retry_delay_ms: int | None = None
     duplicate: bool = False  # ACK without running the handler: already processed
     retry: bool = False  # LEAVE_PENDING because the handler raised Retry (control flow)
+    preset: bool = False  # decided before the handler, which did not run (nothing written)
     value: Any = field(default=None, compare=False, repr=False)  # what the handler returned
 
     @property
@@ -82,12 +83,29 @@ def decide(exc: BaseException | None, delivery_count: int, max_deliveries: int) 
 
 
 def over_delivered(delivery_count: int, max_deliveries: int) -> bool:
-    """A message delivered more often than allowed is dead-lettered without running the handler.
+    """A message delivered more often than allowed is dead-lettered without running the handler,
+    unless its effects are recorded as applied (then it is acked as a duplicate: see
+    :func:`over_delivered_verdict`).
 
     This catches messages whose handler crashed the process (so ``decide`` never ran) on every
     delivery: the delivery counter lives in Redis and survives the crashes.
     """
     return delivery_count > max_deliveries
+
+
+def over_delivered_verdict(delivery_count: int, max_deliveries: int) -> Outcome:
+    """The outcome of an over-delivered message whose effects are not recorded as applied.
+
+    The consume loop still hands such a message to the idempotency strategy, whose duplicate
+    check comes first ("processed beats over-delivered"): a crash between COMMIT and XACK on the
+    last allowed delivery makes the redelivery over-delivered, and it must be acked, not
+    dead-lettered (a replay of the dead letter would apply it twice).
+    """
+    return Outcome(
+        Action.DEAD_LETTER,
+        f"delivered {delivery_count} times (max_deliveries={max_deliveries})",
+        preset=True,
+    )
 
 
 def retry_delay_ms(outcome: Outcome, delivery_count: int, base_ms: int, max_ms: int) -> int:

@@ -108,6 +108,12 @@ class Settings(BaseSettings):
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
     reconnect_backoff_max_s: float = Field(default=5.0, gt=0)
     reconnect_backoff_initial_s: float = Field(default=0.1, gt=0)
+    consumer_name_ttl_ms: int = Field(
+        default=15_000,
+        ge=1_000,
+        description="time to live of the record that reserves the consumer name for this process; "
+        "a restart after kill -9 on another host waits up to this long for the name",
+    )
     prune_interval_s: float = Field(
         default=60.0,
         gt=0,

@@ -104,6 +104,7 @@ import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import redis.asyncio as aioredis
@@ -222,7 +223,10 @@ def retention_cut(last_delivered_id: str, oldest_pending_id: str | None) -> Rete
 
 
 _SQLITE_DRIVERS = {None, "pysqlite", "aiosqlite"}
-_PG_SYNC_KEEP = {"psycopg2", "pg8000"}
+# PostgreSQL drivers a URL may name (None: the bare postgresql://). psycopg2 serves def handlers
+# (it reports transaction status as psycopg 3 does); async def handlers always get psycopg 3.
+_PG_DRIVERS = {None, "psycopg", "psycopg2"}
+_PG_SYNC_KEEP = {"psycopg2"}
 
 
 def _sync_url(url: URL) -> URL:
@@ -235,8 +239,7 @@ def _sync_url(url: URL) -> URL:
 def _async_url(url: URL) -> URL:
     if url.get_backend_name() == "sqlite":
         return url.set(drivername="sqlite+aiosqlite")
-    driver = url.get_driver_name() if "+" in url.drivername else None
-    return url.set(drivername=f"postgresql+{'asyncpg' if driver == 'asyncpg' else 'psycopg'}")
+    return url.set(drivername="postgresql+psycopg")
 
 
 def parse_db_url(db_url: str) -> URL:
@@ -250,6 +253,21 @@ def parse_db_url(db_url: str) -> URL:
         raise ConfigError(
             f"database URL {_redact(db_url)!r}: idempotency='sql' supports postgresql:// and "
             f"sqlite:/// databases, not {backend!r}"
+        )
+    driver = url.get_driver_name() if "+" in url.drivername else None
+    if backend == "postgresql" and driver not in _PG_DRIVERS:
+        # Telling a statement that failed inside a handler (and was caught there) from a clean
+        # transaction needs the driver's transaction status: psycopg's, which the other drivers
+        # do not expose. Without it, such a COMMIT is a silent ROLLBACK we would ack.
+        raise ConfigError(
+            f"database URL {_redact(db_url)!r}: the {driver} driver is not supported by "
+            f"idempotency='sql'; use postgresql:// or postgresql+psycopg:// (psycopg 3, for def "
+            f"and async def handlers alike)"
+        )
+    if backend == "sqlite" and driver not in (None, "pysqlite", "aiosqlite"):
+        raise ConfigError(
+            f"database URL {_redact(db_url)!r}: the {driver} driver is not supported; use "
+            f"sqlite:///path"
         )
     if backend == "sqlite" and url.database in (None, "", ":memory:"):
         raise ConfigError(
@@ -334,6 +352,36 @@ class SqlDatabase:
         Raises DatabaseUnavailable when the database cannot be reached."""
         with _unavailable("checking the schema"), self.sync_engine.connect() as conn:
             return bool(sa.inspect(conn).has_table(TABLE_NAME))
+
+    def check_ready(self) -> None:
+        """What a worker (or ``streamworker prune``) checks before it starts. Blocking.
+
+        Raises ConfigError for a SQLite file that does not exist (a mistyped path would otherwise
+        be created empty) or a database without the processed-messages table (``streamworker
+        migrate`` was not run), DatabaseUnavailable when the database cannot be reached.
+        """
+        shown = self.url.render_as_string(hide_password=True)
+        if self.dialect == "sqlite":
+            path = Path(self.url.database or "")
+            if not path.is_file():
+                raise ConfigError(
+                    f"SQLite database {path} does not exist; check the path in {shown!r}, or "
+                    f"create it with `streamworker migrate --db-url {shown}`"
+                )
+        try:
+            schema = self.has_schema()
+        except DatabaseUnavailable as exc:
+            cause = exc.__cause__
+            orig = getattr(cause, "orig", None) or cause or exc
+            first = (str(orig).strip().splitlines() or [""])[0]
+            raise DatabaseUnavailable(
+                f"cannot reach the database {shown}: {type(orig).__name__}: {first}"
+            ) from exc
+        if not schema:
+            raise ConfigError(
+                f"table {TABLE_NAME!r} is missing in {shown}; run `streamworker migrate "
+                f"--db-url URL` first"
+            )
 
     def ping(self) -> None:
         """One ``SELECT 1`` (readiness probes). Blocking; thread-safe.
@@ -852,20 +900,30 @@ class SqlStrategy:
         if not ids:
             return set()
         ordered = sorted(ids)
-        async with connection_errors():
-            rows = await self._client.xpending_range(
-                self.stream,
-                self.group,
-                min=stream_id(ordered[0]),
-                max=stream_id(ordered[-1]),
-                count=max(count_hint, len(ids)),
-                consumername=self.consumer,
-            )
-        owned = set()
-        for row in rows:
-            mid = row["message_id"]
-            owned.add(sortable_id(mid.decode() if isinstance(mid, bytes) else str(mid)))
-        return owned & ids
+        low, high = stream_id(ordered[0]), stream_id(ordered[-1])
+        count = max(count_hint, len(ids))
+        owned: set[str] = set()
+        # This consumer's PEL may hold other entries inside the batch's id range (failed ones
+        # waiting for a retry, older claims), so one page of len(batch) rows can stop short of
+        # the batch's own: page on until every id is found or the range is exhausted.
+        while True:
+            async with connection_errors():
+                rows = await self._client.xpending_range(
+                    self.stream,
+                    self.group,
+                    min=low,
+                    max=high,
+                    count=count,
+                    consumername=self.consumer,
+                )
+            last = ""
+            for row in rows:
+                mid = row["message_id"]
+                last = mid.decode() if isinstance(mid, bytes) else str(mid)
+                owned.add(sortable_id(last))
+            if len(rows) < count or ids <= owned:
+                return owned & ids
+            low = "(" + last
 
     async def process(
         self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
@@ -941,6 +999,14 @@ class SqlStrategy:
                     raise DatabaseUnavailable(
                         f"database connection lost while handling {msg.id}: {outcome.error}"
                     )
+                if outcome.preset:
+                    # Decided before its handler (over-delivered, and not a duplicate: its row
+                    # was free): nothing was written. Its row goes, and the loop dead-letters it.
+                    if savepoints:
+                        await tx.rollback_to_savepoint()
+                    release.append(sid)
+                    outcomes.append(outcome)
+                    continue
                 if outcome is NOT_STARTED:
                     # Shutdown began: this handler and the rest never ran, so they wrote nothing.
                     stopping = True

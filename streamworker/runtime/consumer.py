@@ -41,6 +41,7 @@ from streamworker.outcomes import (
     Outcome,
     describe,
     over_delivered,
+    over_delivered_verdict,
     retry_delay_ms,
 )
 from streamworker.redisio import Entry, LuaScript, connection_errors, parse_read_reply
@@ -100,6 +101,9 @@ class Consumer:
             stopping=self.stopping,
             log=self._log,
         )
+        self._group_ready = False
+        self.group_lost = False
+        """True once the handler stopped because its group disappeared (see _group_lost)."""
         self.backlog_drained = asyncio.Event()
         self.in_backlog = True
         # When the loop last went round (monotonic): liveness compares it with its deadline.
@@ -133,7 +137,10 @@ class Consumer:
             # Retrying a lost connection is the loop at work: readiness reports the outage.
             self.last_turn = time.monotonic()
             try:
-                await self._ensure_group()
+                if not self._group_ready:
+                    # Created at start-up only (see _group_lost).
+                    await self._ensure_group()
+                    self._group_ready = True
                 if self.ordered is not None:
                     await self.ordered.run()
                 else:
@@ -148,16 +155,41 @@ class Consumer:
             except rex.ResponseError as exc:
                 if self.stopping():
                     break
-                if not str(exc).startswith(("NOGROUP", "UNBLOCKED")):
+                text = str(exc)
+                if text.startswith("UNBLOCKED"):
+                    # A blocked read whose stream was deleted, or, on Redis Cluster, whose key
+                    # migrated to another node (MIGRATE deletes it here): read again; the next
+                    # read finds the group on its new node, or says NOGROUP.
+                    self._log.info("read_unblocked", error=text)
+                    continue
+                if not text.startswith("NOGROUP"):
                     raise StreamworkerError(
                         f"stream {self.spec.stream!r} group {self.spec.group!r}: Redis said: {exc}"
                     ) from exc
-                # The group (or the whole stream) was deleted under us: recreate it and start over
-                # from the backlog, as after a reconnect. A blocked read learns of a deleted stream
-                # as UNBLOCKED; on Redis Cluster that is also how it sees its stream's key migrate
-                # to another node (MIGRATE deletes it here), where the next read finds it.
-                self._log.warning("group_missing", error=str(exc))
+                if self.spec.recreate_lost_group:
+                    # Opted in: re-create it at start_id and start over from the backlog.
+                    self._log.warning("group_missing_recreating", error=text)
+                    self._group_ready = False
+                    continue
+                self._group_lost(text)
+                break
         self._log.info("consumer_stopped")
+
+    def _group_lost(self, error: str) -> None:
+        """Stop this handler: re-creating the group at ``start_id`` would replay every entry."""
+        self.group_lost = True
+        self._log.error(
+            "group_lost",
+            error=error,
+            start_id=self.spec.start_id,
+            hint=(
+                "the consumer group disappeared while the worker ran; this handler stopped "
+                "instead of re-creating it at start_id (which would process every entry from "
+                "there again). Re-create the group at the right id (XGROUP CREATE … <id>) and "
+                "restart, or set recreate_lost_group=True on the handler"
+            ),
+        )
+        self._stop.set()
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -282,6 +314,7 @@ class Consumer:
         messages: list[Message[Any]] = []
         deleted: list[bytes] = []
         dead: list[tuple[bytes, int, str]] = []
+        verdicts: dict[str, Outcome] = {}
         for entry in entries:
             count = counts.get(entry.id)
             if count is None:
@@ -290,30 +323,27 @@ class Consumer:
             if entry.fields is None:
                 deleted.append(entry.id)
                 continue
-            if over_delivered(count, spec.max_deliveries):
-                dead.append(
-                    (
-                        entry.id,
-                        count,
-                        f"delivered {count} times (max_deliveries={spec.max_deliveries})",
-                    )
-                )
-                continue
             try:
-                messages.append(
-                    decode_message(
-                        entry.id,
-                        entry.fields,
-                        stream=spec.stream,
-                        group=spec.group,
-                        consumer=self.consumer,
-                        delivery_count=count,
-                        model=spec.model,
-                        body_field=spec.body_field,
-                    )
+                msg = decode_message(
+                    entry.id,
+                    entry.fields,
+                    stream=spec.stream,
+                    group=spec.group,
+                    consumer=self.consumer,
+                    delivery_count=count,
+                    model=spec.model,
+                    body_field=spec.body_field,
                 )
             except PermanentFailure as exc:
+                # Its handler can never have run (decoding comes first), so nothing of it was
+                # applied: dead-letter it now.
                 dead.append((entry.id, count, describe(exc)))
+                continue
+            if over_delivered(count, spec.max_deliveries):
+                # Decided, but the strategy sees it first: if its effects are recorded as applied
+                # (committed, then a crash before the XACK), it is acked as a duplicate instead.
+                verdicts[msg.id] = over_delivered_verdict(count, spec.max_deliveries)
+            messages.append(msg)
 
         if deleted:
             await self._ack_deleted(deleted)
@@ -321,7 +351,11 @@ class Consumer:
         # idle time is below half of claim_idle_ms, and the reclaimer keeps in-flight ones fresh).
         fresh = fresh_at is not None and time.monotonic() - fresh_at < spec.claim_idle_ms / 2000
         try:
-            outcomes = await self._run_strategy(messages, fresh)
+            if verdicts:
+                with self._invoke.decided(verdicts):
+                    outcomes = await self._run_strategy(messages, fresh)
+            else:
+                outcomes = await self._run_strategy(messages, fresh)
         finally:
             self._invoke.flush_timings()
         self._batch_size.observe(len(entries))

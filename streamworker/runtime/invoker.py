@@ -5,16 +5,18 @@ to its idempotency strategy as the strategy's ``invoke``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import structlog
 
 from streamworker.app import HandlerSpec
 from streamworker.deps import MessageParam, Resolver
+from streamworker.effects import Effects
 from streamworker.errors import Retry
 from streamworker.message import Message
 from streamworker.observability.metrics import Metrics, observe_many
@@ -69,9 +71,29 @@ class HandlerInvoker:
             if self._is_async and len(params) == 1 and isinstance(params[0][1], MessageParam)
             else None
         )
+        self._drops_effects = spec.idempotency != "lua"
+        # Outcomes decided before the handler (over-delivered messages): see :meth:`decided`.
+        self._verdicts: Mapping[str, Outcome] = {}
         # Whether debug logs are kept: the per-message "message_handled" is skipped otherwise.
         enabled = getattr(log, "is_enabled_for", None)
         self._debug = enabled(logging.DEBUG) if callable(enabled) else True
+
+    @contextlib.contextmanager
+    def decided(self, verdicts: Mapping[str, Outcome]) -> Iterator[None]:
+        """Within the block, a message whose id is in ``verdicts`` gets that outcome without its
+        handler running.
+
+        The consume loop hands messages it has already decided on (delivered more often than
+        ``max_deliveries``) to the strategy like any other, so that the strategy's duplicate check
+        comes first: a message whose effects are recorded as applied is acked as a duplicate,
+        and only the others get their verdict (dead-letter). Batches are processed one at a
+        time per subscription, so one set of verdicts is in force at a time.
+        """
+        self._verdicts = verdicts
+        try:
+            yield
+        finally:
+            self._verdicts = {}
 
     def flush_timings(self) -> None:
         """Record the handler durations measured since the last flush (the consume loop calls
@@ -85,6 +107,8 @@ class HandlerInvoker:
 
     async def __call__(self, msg: Message[Any], provided: Mapping[type, Any]) -> Outcome:
         spec = self._spec
+        if self._verdicts and msg.id in self._verdicts:
+            return self._verdicts[msg.id]
         if self._stopping():
             return NOT_STARTED
         started = time.perf_counter()
@@ -113,6 +137,8 @@ class HandlerInvoker:
 
     def _call_inline(self, msg: Message[Any], provided: Mapping[type, Any]) -> Outcome:
         # Runs in a pool thread (the caller's): the same steps as __call__, nothing awaited.
+        if self._verdicts and msg.id in self._verdicts:
+            return self._verdicts[msg.id]
         if self._stopping():
             return NOT_STARTED
         started = time.perf_counter()
@@ -140,8 +166,13 @@ class HandlerInvoker:
                     delivery_count=msg.delivery_count,
                     duration_s=elapsed,
                 )
+            if result is None:
+                return ACKED
+            if self._drops_effects and isinstance(result, Effects):
+                # Only idempotency="lua" applies returned Effects: acking would lose them.
+                return self._effects_dropped(msg)
             # e.g. the Effects of idempotency="lua", applied by the strategy with the ack
-            return ACKED if result is None else Outcome(Action.ACK, value=result)
+            return Outcome(Action.ACK, value=result)
         outcome = decide(exc, msg.delivery_count, self._spec.max_deliveries)
         if outcome.action is Action.LEAVE_PENDING:
             log = self._log.bind(message_id=msg.id, delivery_count=msg.delivery_count)
@@ -150,6 +181,14 @@ class HandlerInvoker:
             else:
                 log.warning("handler_failed", error=outcome.error, exc_info=exc)
         return outcome
+
+    def _effects_dropped(self, msg: Message[Any]) -> Outcome:
+        reason = (
+            f"the handler returned Effects, which idempotency={self._spec.idempotency!r} does not "
+            f"apply (only idempotency='lua' does); acking would drop them"
+        )
+        self._log.error("effects_dropped", message_id=msg.id, reason=reason)
+        return Outcome(Action.DEAD_LETTER, f"ConfigError: {reason}")
 
 
 def make_invoker(

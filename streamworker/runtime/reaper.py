@@ -1,10 +1,12 @@
 """The reclaimer: one per subscription, beside its consume loop.
 
-Four jobs, on one timer:
+Four jobs, leases on a timer of their own, the others on a shared one:
 
 * **Leases.** Entries this worker holds (being processed, or failed and waiting for a retry) get
   their idle time reset every ``lease_interval_ms`` (a third of ``claim_idle_ms``) by a script
-  that checks ownership first. So another worker never mistakes a long-running handler's entry
+  that checks ownership first. This runs as a task of its own that waits on nothing but its
+  timer: the other jobs await batches (a retry or a reclaim waits for the batch in hand to
+  finish), and a renewal queued behind them would let a long handler's lease lapse. So another worker never mistakes a long-running handler's entry
   for an abandoned one, and ``claim_idle_ms`` can be seconds, not the longest handler's run time.
 * **Retries.** A failed entry stays in this consumer's PEL; when its backoff has passed, a script
   claims it to this consumer again (counting a delivery) and it is processed like any batch.
@@ -176,7 +178,6 @@ class Reclaimer:
         self._client = client
         self._backoff = backoff
         self._use_xautoclaim = use_xautoclaim
-        self._next_lease = 0.0
         self._next_claim = 0.0
         self._next_gc = 0.0
         self._log = structlog.get_logger("streamworker.reaper").bind(
@@ -187,6 +188,34 @@ class Reclaimer:
     async def run(self) -> None:
         """Until the consumer stops. Connection losses back off and retry; the consume loop
         reports them too, so they are logged at debug here."""
+        # Leases have a task of their own, started at once (backlog batches hold entries too):
+        # everything else here awaits batches, the batch lock and retries, and a lease renewed
+        # only between those would lapse under a long handler (see lease_loop).
+        leases = asyncio.ensure_future(self.lease_loop())
+        try:
+            await self._reclaim_loop()
+        finally:
+            leases.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await leases
+
+    async def lease_loop(self) -> None:
+        """Renew the leases of held entries every ``lease_interval_ms`` until the consumer stops.
+
+        It awaits nothing but the renewal script and its timer: no lock, no batch, no database,
+        no retry. A failed renewal (Redis away) is retried at the next interval; the entries stay
+        leased as long as a renewal gets through within ``claim_idle_ms``.
+        """
+        consumer = self.consumer
+        interval_s = self.spec.lease_interval_ms / 1000
+        while not consumer.stopping():
+            try:
+                await self.renew_leases()
+            except (ConnectionLost, rex.ResponseError) as exc:
+                self._log.debug("lease_renewal_failed", error=str(exc))
+            await self._sleep(interval_s)
+
+    async def _reclaim_loop(self) -> None:
         consumer = self.consumer
         # This consumer's own backlog is replayed by the consume loop first; claiming it here at
         # the same time would deliver those entries twice.
@@ -216,7 +245,7 @@ class Reclaimer:
 
     def _until_next(self) -> float:
         now = time.monotonic()
-        due = [self._next_lease, self._next_claim]
+        due = [self._next_claim]
         if self.consumer.retries:
             due.append(min(self.consumer.retries.values()))
         return max(0.005, min(due) - now)
@@ -226,11 +255,9 @@ class Reclaimer:
             await asyncio.wait_for(self.consumer.stopped(), seconds)
 
     async def tick(self) -> None:
-        """One round of whatever is due now (exposed for tests)."""
+        """One round of whatever is due now, leases aside (:meth:`lease_loop`); exposed for
+        tests."""
         now = time.monotonic()
-        if now >= self._next_lease:
-            self._next_lease = now + self.spec.lease_interval_ms / 1000
-            await self.renew_leases()
         if self.spec.ordered:
             # The ordered loop retries in order itself, and takes others' entries only with the
             # lease (runtime.ordering): claiming here would hand messages past a blocked one.

@@ -25,7 +25,7 @@ import structlog
 
 from streamworker.app import App, HandlerSpec
 from streamworker.deps import Resolver
-from streamworker.errors import ConfigError, StreamworkerError
+from streamworker.errors import ConfigError, ConnectionLost, ConsumerNameTaken, StreamworkerError
 from streamworker.extras import require_extra
 from streamworker.idempotency.base import Strategy
 from streamworker.idempotency.none import AtLeastOnce
@@ -34,6 +34,7 @@ from streamworker.observability.state import missing_groups, read_group_states
 from streamworker.redisio import open_redis, open_sync_redis
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
+from streamworker.runtime.names import ConsumerNames
 from streamworker.runtime.reaper import Reclaimer
 from streamworker.runtime.threads import HandlerThreads
 
@@ -62,6 +63,9 @@ class WorkerOptions:
     prune_interval_s: float = 60.0
     """How often the processed rows of ``idempotency="sql"`` subscriptions are pruned."""
     reclaim: bool = True
+    consumer_name_ttl_ms: int = 15_000
+    """Time to live of the records that reserve the consumer name for this process
+    (:mod:`streamworker.runtime.names`), renewed every third of it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +161,7 @@ class Worker:
         self._probe_lock = threading.Lock()
         self._heartbeat = time.monotonic()
         self._running = False
+        self._names_lost = False
         self.metrics.registry.register(
             GroupStateCollector(lambda: read_group_states(self._probe(), self.app.handlers))
         )
@@ -204,6 +209,10 @@ class Worker:
         if missing:
             ok = False
             details["missing_groups"] = missing
+        lost = [f"{c.spec.stream}/{c.spec.group}" for c in self.consumers if c.group_lost]
+        if lost:
+            ok = False
+            details["stopped_handlers"] = lost
         if self.db is not None:
             try:
                 self.db.ping()
@@ -254,7 +263,27 @@ class Worker:
         threads = HandlerThreads(sync_slots)
         resolver = Resolver()
         abandoned = 0
+        names: ConsumerNames | None = None
         try:
+            if self.db is not None:
+                # Unreachable (exit 1), a mistyped SQLite path or an unmigrated schema (exit 2):
+                # said now, in one line, not as warnings at the first message.
+                await asyncio.to_thread(self.db.check_ready)
+            scripting = await _has_scripting(client)
+            if scripting:
+                names = ConsumerNames(
+                    client,
+                    self.options.consumer,
+                    [(s.stream, s.group) for s in specs],
+                    ttl_ms=self.options.consumer_name_ttl_ms,
+                    handlers=[s.name for s in specs],
+                    version=_version(),
+                )
+                await self._acquire_names(names)
+            else:
+                self._log.warning(
+                    "consumer_name_unguarded", reason="the server has no Lua scripting"
+                )
             await resolver.start([s.plan for s in specs])
             self.consumers = [
                 Consumer(
@@ -280,7 +309,7 @@ class Worker:
             ]
             self.reclaimers = []
             if self.options.reclaim:
-                if await _has_scripting(client):
+                if scripting:
                     self.reclaimers = [
                         Reclaimer(
                             c,
@@ -308,7 +337,7 @@ class Worker:
                 asyncio.ensure_future(self._prune_loop(client)) if self.db is not None else None
             )
             try:
-                await self._supervise()
+                await self._supervise(names)
             finally:
                 if pruner is not None:
                     pruner.cancel()
@@ -317,6 +346,10 @@ class Worker:
             abandoned = threads.busy
         finally:
             threads.shutdown()
+            if names is not None and not self._names_lost:
+                # The next start (a rolling restart) takes the name at once.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(names.release(), 2.0)
             if self.db is not None:
                 with contextlib.suppress(Exception):
                     await self.db.dispose()
@@ -333,6 +366,40 @@ class Worker:
                     loop.remove_signal_handler(sig)
         self._log.info("worker_stopped", abandoned_threads=abandoned)
         return WorkerResult(abandoned_threads=abandoned)
+
+    async def _acquire_names(self, names: ConsumerNames) -> None:
+        backoff = Backoff(
+            self.options.reconnect_backoff_initial_s, self.options.reconnect_backoff_max_s
+        )
+        while True:
+            try:
+                await names.acquire(self._stopping.is_set)
+                return
+            except ConsumerNameTaken:
+                self._names_lost = True
+                raise
+            except ConnectionLost as exc:
+                if self._stopping.is_set():
+                    return
+                delay = backoff.next_delay()
+                self._log.warning("connection_lost", error=str(exc), retry_in_s=round(delay, 3))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), delay)
+
+    async def _renew_names(self, names: ConsumerNames) -> None:
+        """Renew the consumer-name records every third of their TTL; raises ConsumerNameTaken
+        (which stops the worker) when another process took the name over."""
+        while True:
+            await asyncio.sleep(names.renew_interval_s)
+            try:
+                await names.renew()
+            except ConsumerNameTaken:
+                self._names_lost = True
+                self._log.error("consumer_name_lost", name=names.consumer)
+                raise
+            except (ConnectionLost, rex.ResponseError) as exc:
+                # The consume loops see the outage too; the record outlives a short one.
+                self._log.debug("consumer_name_renewal_failed", error=str(exc))
 
     async def _prune_loop(self, client: aioredis.Redis) -> None:
         """Every ``prune_interval_s``, delete the processed rows no message can need any more."""
@@ -361,17 +428,26 @@ class Worker:
                         deleted=result.deleted,
                     )
 
-    async def _supervise(self) -> None:
+    async def _supervise(self, names: ConsumerNames | None) -> None:
         loops = [c.run() for c in self.consumers] + [r.run() for r in self.reclaimers]
         tasks = [asyncio.ensure_future(loop) for loop in loops]
+        # The name stays reserved until every loop has finished (the shutdown deadline included).
+        renewer = asyncio.ensure_future(
+            self._renew_names(names) if names is not None else asyncio.Event().wait()
+        )
         stopping = asyncio.ensure_future(self._stopping.wait())
         beat = asyncio.ensure_future(self._beat())
         self._running = True
         try:
-            done, _ = await asyncio.wait({*tasks, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            failed = next(
-                (t for t in done if t is not stopping and t.exception() is not None), None
-            )
+            waiting = {*tasks, renewer, stopping}
+            failed: asyncio.Future[Any] | None = None
+            while failed is None and not stopping.done():
+                done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                failed = next(
+                    (t for t in done if t is not stopping and t.exception() is not None), None
+                )
+                # Otherwise a loop ended by itself: a handler stopped because its group was lost
+                # (readiness reports it), or that handler's reclaimer. The others go on.
             self.stop()
             pending = [t for t in tasks if not t.done()]
             if pending:
@@ -392,6 +468,9 @@ class Worker:
         finally:
             stopping.cancel()
             beat.cancel()
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await renewer
             self._running = False
 
 
@@ -410,3 +489,9 @@ def _redact(url: str) -> str:
         return url
     scheme, _, rest = url.partition("://")
     return f"{scheme}://***@{rest.split('@', 1)[1]}"
+
+
+def _version() -> str:
+    from streamworker import __version__
+
+    return __version__

@@ -232,7 +232,7 @@ async def test_group_is_created_at_start_id_dollar_skipping_history(
         await eventually(lambda: seen == ["new"])
 
 
-async def test_group_deleted_under_a_running_worker_is_recreated(
+async def test_group_deleted_under_a_running_worker_stops_its_handler_not_the_others(
     backend_url: str, sync_client: redis.Redis
 ) -> None:
     seen: list[str] = []
@@ -242,13 +242,43 @@ async def test_group_deleted_under_a_running_worker_is_recreated(
     async def handle(msg: Message) -> None:
         seen.append(msg.fields["n"])
 
+    @app.handler("refunds", group="g", block_ms=100)
+    async def refund(msg: Message) -> None:
+        seen.append("refund " + msg.fields["n"])
+
+    async with running_worker(app, backend_url) as worker:
+        sync_client.xadd("orders", {"n": "1"})
+        await eventually(lambda: seen == ["1"])
+        sync_client.xgroup_destroy("orders", "g")
+        await eventually(lambda: worker.consumers[0].group_lost, what="the handler stopped")
+        sync_client.xadd("orders", {"n": "2"})
+        sync_client.xadd("refunds", {"n": "3"})
+        await eventually(lambda: seen == ["1", "refund 3"], what="the other handler going on")
+        ready, details = await asyncio.to_thread(worker.readiness)
+        assert not ready
+        assert details["stopped_handlers"] == ["orders/g"]
+        # Not re-created at start_id "0", which would have delivered "1" again.
+        assert sync_client.xinfo_groups("orders") == []
+
+
+async def test_group_deleted_is_recreated_when_the_handler_opts_in(
+    backend_url: str, sync_client: redis.Redis
+) -> None:
+    seen: list[str] = []
+    app = App("t")
+
+    @app.handler("orders", group="g", block_ms=100, recreate_lost_group=True)
+    async def handle(msg: Message) -> None:
+        seen.append(msg.fields["n"])
+
     async with running_worker(app, backend_url):
         sync_client.xadd("orders", {"n": "1"})
         await eventually(lambda: seen == ["1"])
         sync_client.xgroup_destroy("orders", "g")
         await asyncio.sleep(0.3)
         sync_client.xadd("orders", {"n": "2"})
-        await eventually(lambda: "2" in seen, what="message after the group was recreated")
+        # Re-created at start_id "0": the whole stream again, as the option says.
+        await eventually(lambda: seen == ["1", "1", "2"], what="the replay after re-creation")
 
 
 class Order(BaseModel):

@@ -1,6 +1,7 @@
 """A stream deleted while the consume loop waits on it (a blocked XREADGROUP answered with
-``UNBLOCKED``; on Redis Cluster also what a slot migration looks like from the old node): the loop
-recreates the group and goes on, the worker does not stop."""
+``UNBLOCKED``, or ``NOGROUP`` on Redis 7.0): the group went with it. By default the handler stops
+(re-creating the group at ``start_id`` would replay the stream); with ``recreate_lost_group=True``
+the loop re-creates it and goes on. Either way the worker itself keeps running."""
 
 from __future__ import annotations
 
@@ -10,13 +11,31 @@ from streamworker import App, Message
 from tests.support.worker import eventually, running_worker
 
 
-async def test_a_stream_deleted_under_a_blocked_read_is_recreated_and_consumed(
+async def test_a_stream_deleted_under_a_blocked_read_stops_the_handler(
     backend_url: str, sync_client: redis.Redis
 ) -> None:
     seen: list[str] = []
     app = App("t")
 
     @app.handler("jobs", group="g", block_ms=5_000)
+    async def handle(msg: Message) -> None:
+        seen.append(msg.fields["n"])
+
+    async with running_worker(app, backend_url) as worker:
+        sync_client.xadd("jobs", {"n": "1"})
+        await eventually(lambda: seen == ["1"], 20, "the first message")
+        sync_client.delete("jobs")
+        await eventually(lambda: worker.consumers[0].group_lost, 20, "the handler stopped")
+        assert not sync_client.exists("jobs")
+
+
+async def test_a_stream_deleted_under_a_blocked_read_is_recreated_when_opted_in(
+    backend_url: str, sync_client: redis.Redis
+) -> None:
+    seen: list[str] = []
+    app = App("t")
+
+    @app.handler("jobs", group="g", block_ms=5_000, recreate_lost_group=True)
     async def handle(msg: Message) -> None:
         seen.append(msg.fields["n"])
 
