@@ -101,6 +101,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -361,15 +362,8 @@ class SqlDatabase:
         migrate`` was not run), DatabaseUnavailable when the database cannot be reached.
         """
         shown = self.url.render_as_string(hide_password=True)
-        if self.dialect == "sqlite":
-            path = Path(self.url.database or "")
-            if not path.is_file():
-                raise ConfigError(
-                    f"SQLite database {path} does not exist; check the path in {shown!r}, or "
-                    f"create it with `streamworker migrate --db-url {shown}`"
-                )
         try:
-            schema = self.has_schema()
+            schema = self._sqlite_has_schema() if self.dialect == "sqlite" else self.has_schema()
         except DatabaseUnavailable as exc:
             cause = exc.__cause__
             orig = getattr(cause, "orig", None) or cause or exc
@@ -382,6 +376,32 @@ class SqlDatabase:
                 f"table {TABLE_NAME!r} is missing in {shown}; run `streamworker migrate "
                 f"--db-url URL` first"
             )
+
+    def _sqlite_has_schema(self) -> bool:
+        # Read-only and outside the engine: the engine's connections begin with BEGIN IMMEDIATE,
+        # and a start-up check must not wait for (or fail on) another worker's write lock.
+        shown = self.url.render_as_string(hide_password=True)
+        path = Path(self.url.database or "")
+        if not path.is_file():
+            raise ConfigError(
+                f"SQLite database {path} does not exist; check the path in {shown!r}, or "
+                f"create it with `streamworker migrate --db-url {shown}`"
+            )
+        try:
+            conn = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=self._busy_timeout_ms / 1000
+            )
+            try:
+                row = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE_NAME,)
+                ).fetchone()
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):
+                raise DatabaseUnavailable(f"{type(exc).__name__}: {exc}") from exc
+            raise ConfigError(f"{path} is not a usable SQLite database: {exc}") from None
+        return row is not None
 
     def ping(self) -> None:
         """One ``SELECT 1`` (readiness probes). Blocking; thread-safe.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from streamworker import App, DeadLetter, Effects, Message
-from tests.apps.chaos_common import HANDLER_OPTIONS, SLEEP_S, STREAM, Order, record
+from tests.apps.chaos_common import HANDLER_OPTIONS, SLEEP_S, SLOW_S, STREAM, Order, record
 
 app = App("chaos-lua")
 
@@ -26,6 +26,8 @@ def apply(msg: Message[Order]) -> Effects:
     order = msg.body
     if SLEEP_S:
         time.sleep(SLEEP_S)
+    if order.kind == "slow":
+        time.sleep(SLOW_S)
     if order.kind == "reject":
         raise DeadLetter(f"order {order.n} rejected")
     effects = Effects().hincrby(APPLIED, msg.id, 1)

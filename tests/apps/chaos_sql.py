@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from streamworker import App, DeadLetter, Message
-from tests.apps.chaos_common import HANDLER_OPTIONS, SLEEP_S, STREAM, Order, record
+from tests.apps.chaos_common import HANDLER_OPTIONS, SLEEP_S, SLOW_S, STREAM, Order, record
 
 app = App("chaos-sql")
 
@@ -38,6 +38,8 @@ def apply(msg: Message[Order], session: Session) -> None:
     session.add(Effect(message_id=msg.id, n=order.n, consumer=msg.consumer))
     if SLEEP_S:
         time.sleep(SLEEP_S)
+    if order.kind == "slow":
+        time.sleep(SLOW_S)
     if order.kind == "reject":
         raise DeadLetter(f"order {order.n} rejected")
     if order.kind == "fail":

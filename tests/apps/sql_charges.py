@@ -5,6 +5,7 @@ Configured by environment variables (this is user code, so reading the environme
 SW_TEST_LOG          file: one line "start <id> <n> <delivery_count> <consumer>" per handler call
 SW_TEST_SLEEP_S      seconds each handler takes (default 0)
 SW_TEST_BATCH        batch size (default 5)
+SW_TEST_MAX_DELIVERIES  max_deliveries (default 5)
 SW_TEST_KILL         where this process SIGKILLs itself, once:
                        before_commit:K     at the K-th batch commit, before it is sent
                        after_commit:K      after the K-th batch committed, before its XACK
@@ -61,6 +62,7 @@ sql.SqlStrategy._xack = _xack_or_die  # type: ignore[method-assign]
     idempotency="sql",
     batch_size=int(os.environ.get("SW_TEST_BATCH", "5")),
     block_ms=200,
+    max_deliveries=int(os.environ.get("SW_TEST_MAX_DELIVERIES", "5")),
 )
 def charge(msg: Message, session: Session) -> None:
     n = msg.fields["n"]

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 
 SEED_ENV = "STREAMWORKER_CHAOS_SEED"
 
-# What a poison message does; "ok" messages must take effect exactly once.
-KINDS = ("ok", "invalid", "reject", "fail")
+# What a message does. Healthy ones ("ok", and "slow": a handler longer than claim_idle_ms)
+# must take effect exactly once; the others are poison.
+KINDS = ("ok", "invalid", "reject", "fail", "slow")
+HEALTHY = ("ok", "slow")
 
 
 def seed_from_env(environ: dict[str, str] | None = None) -> int | None:
@@ -111,7 +113,7 @@ class Plan:
 
     def poison(self) -> dict[int, str]:
         """Message index -> kind, for the poison messages."""
-        return {i: k for i, k in enumerate(self.kinds) if k != "ok"}
+        return {i: k for i, k in enumerate(self.kinds) if k not in HEALTHY}
 
     def describe(self) -> str:
         counts = {k: self.kinds.count(k) for k in KINDS}
@@ -136,11 +138,13 @@ def make_plan(
     servers: tuple[str, ...],
     kills: int = 4,
     poison_fraction: float = 0.06,
+    slow_fraction: float = 0.0,
 ) -> Plan:
     """Draw a plan: poison messages (each poison kind at least twice), ``kills`` worker kills, one
     pause past ``claim_idle_ms``, and one restart of each server in ``servers`` ("redis",
-    "engine", "postgres"), all within ``window_s`` seconds. The scenario name is mixed into the seed so
-    that scenarios of one run differ."""
+    "engine", "postgres"), all within ``window_s`` seconds; ``slow_fraction`` of the healthy
+    messages are "slow". The scenario name is mixed into the seed so that scenarios of one run
+    differ."""
     rng = random.Random(f"{seed}:{scenario}")
     claim_idle_s = claim_idle_ms / 1000
 
@@ -148,6 +152,9 @@ def make_plan(
     n_poison = max(6, round(messages * poison_fraction))
     for j, i in enumerate(rng.sample(range(messages), n_poison)):
         kinds[i] = KINDS[1 + j % 3]
+    healthy = [i for i, k in enumerate(kinds) if k == "ok"]
+    for i in rng.sample(healthy, round(messages * slow_fraction)):
+        kinds[i] = "slow"
 
     busy: dict[int, list[tuple[float, float]]] = {w: [] for w in range(workers)}
     faults: list[Fault] = []

@@ -24,6 +24,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,7 +36,7 @@ from streamworker.idempotency.sql import SqlDatabase
 from streamworker.idempotency.sql_migrate import upgrade
 from tests.apps import chaos_lua, chaos_sql
 from tests.apps.chaos_common import GROUP, MAX_DELIVERIES, STREAM
-from tests.chaos.schedule import Action, Plan, make_plan
+from tests.chaos.schedule import HEALTHY, Action, Plan, make_plan
 from tests.support.chaos import (
     ChaosLog,
     Producer,
@@ -58,11 +59,27 @@ CLAIM_IDLE_MS = 1500
 WORKERS = 3
 DRAIN_TIMEOUT_S = 150.0
 
-SCENARIOS = {
-    "sql-redis": ("sql", "redis"),
-    "lua-redis": ("lua", "redis"),
-    "lua-engine": ("lua", "engine"),
-    "sql-engine": ("sql", "engine"),
+
+@dataclass(frozen=True, slots=True)
+class Edges:
+    """What a scenario pushes to the contract's edges."""
+
+    max_deliveries: int = MAX_DELIVERIES
+    """Low values make healthy messages reach the limit after crashes: one committed on its last
+    allowed delivery and redelivered must be acked as a duplicate, never dead-lettered."""
+    slow_fraction: float = 0.0
+    """Healthy messages whose handler outlives claim_idle_ms, beside failing ones whose retries
+    fall due meanwhile: their leases must hold (they are never run twice at once)."""
+
+
+SCENARIOS: dict[str, tuple[str, str, Edges]] = {
+    "sql-redis": ("sql", "redis", Edges()),
+    "lua-redis": ("lua", "redis", Edges()),
+    "lua-engine": ("lua", "engine", Edges()),
+    "sql-engine": ("sql", "engine", Edges()),
+    "sql-redis-last-delivery": ("sql", "redis", Edges(max_deliveries=1)),
+    "lua-redis-last-delivery": ("lua", "redis", Edges(max_deliveries=2)),
+    "sql-redis-long-handlers": ("sql", "redis", Edges(slow_fraction=0.03)),
 }
 
 
@@ -87,16 +104,21 @@ def _messages(plan: Plan, base_ms: int) -> list[tuple[str, dict[str, str]]]:
     return out
 
 
-def _expected_reasons(kind: str, n: int, strategy: str) -> list[tuple[str, ...]]:
-    """What the dead letter of a poison message may give as its reason: alternatives, each a set
-    of texts the reason must all contain."""
+def _expected_reasons(
+    kind: str, n: int, strategy: str, max_deliveries: int
+) -> list[tuple[str, ...]]:
+    """What the dead letter of a message may give as its reason: alternatives, each a set of
+    texts the reason must all contain."""
+    over = (f"(max_deliveries={max_deliveries})",)
+    if kind in HEALTHY:
+        # Only by being delivered past the limit (crashes), and then its effect never landed.
+        return [over]
     if kind == "invalid":
         return [("PermanentFailure: body failed validation", "amount: Input should be a valid")]
     if kind == "reject":
         return [(f"DeadLetter: order {n} rejected",)]
     # A crash can take the last allowed delivery's decision with it: the next delivery is then
     # dead-lettered without running, for having been delivered too often.
-    over = (f"(max_deliveries={MAX_DELIVERIES})",)
     if strategy == "sql":
         return [(f"RuntimeError: order {n} always fails",), over]
     return [("EffectError: effect 2 (incrby '{chaos}:label')", "not an integer"), over]
@@ -142,7 +164,7 @@ def _effects(strategy: str, client: redis.Redis, db_url: str | None) -> dict[str
 def test_every_effect_once_and_every_poison_message_dead_lettered_once_under_faults(
     scenario: str, chaos_seed: int, chaos_log: ChaosLog, tmp_path: Path
 ) -> None:
-    strategy, backend = SCENARIOS[scenario]
+    strategy, backend, edges = SCENARIOS[scenario]
     servers = (backend, "postgres") if strategy == "sql" else (backend,)
     plan = make_plan(
         chaos_seed,
@@ -152,6 +174,7 @@ def test_every_effect_once_and_every_poison_message_dead_lettered_once_under_fau
         window_s=WINDOW_S,
         claim_idle_ms=CLAIM_IDLE_MS,
         servers=servers,
+        slow_fraction=edges.slow_fraction,
     )
     log = chaos_log
     log(plan.describe())
@@ -193,6 +216,7 @@ def test_every_effect_once_and_every_poison_message_dead_lettered_once_under_fau
             db_url=db_url,
             env={
                 "SW_CHAOS_CLAIM_IDLE_MS": str(CLAIM_IDLE_MS),
+                "SW_CHAOS_MAX_DELIVERIES": str(edges.max_deliveries),
                 "STREAMWORKER_RECONNECT_BACKOFF_MAX_S": "0.5",
                 "STREAMWORKER_PRUNE_INTERVAL_S": "2",
                 "STREAMWORKER_SHUTDOWN_TIMEOUT_S": "20",
@@ -249,14 +273,27 @@ def test_every_effect_once_and_every_poison_message_dead_lettered_once_under_fau
     _report(log, workers)
     # The whole chaos log is in the report's "chaos log" section; the message names the replay.
     context = f"\n{plan.describe()}"
-    ok_ids = [mid for (mid, fields) in messages if fields["kind"] == "ok"]
-    poison = {mid: fields for (mid, fields) in messages if fields["kind"] != "ok"}
+    healthy = {mid: fields for (mid, fields) in messages if fields["kind"] in HEALTHY}
+    poison = {mid: fields for (mid, fields) in messages if fields["kind"] not in HEALTHY}
+    letters = Counter(f[b"dlq_id"].decode() for f, _ in dead)
+    # Healthy messages delivered past a low max_deliveries (crashes): dead-lettered unrun, which
+    # is allowed only when their effect never landed (checked below: processed beats
+    # over-delivered).
+    healthy_dead = sorted(set(letters) & set(healthy))
+    ok_ids = sorted(set(healthy) - set(healthy_dead))
+    log(
+        f"healthy messages: {len(healthy)}; applied once: "
+        f"{sum(1 for m in ok_ids if effects.get(m) == 1)}; dead-lettered past "
+        f"max_deliveries={edges.max_deliveries} without an effect: {len(healthy_dead)}"
+    )
 
     assert state["pending"] == 0, f"group state {state}{context}"
     assert state["lag"] == 0, f"group state {state}{context}"
 
     twice = {m: n for m, n in effects.items() if n != 1}
     assert not twice, f"effects applied more than once: {twice}{context}"
+    both = sorted(set(healthy_dead) & set(effects))
+    assert not both, f"applied and dead-lettered (a replay would apply them twice): {both}{context}"
     missing = sorted(set(ok_ids) - set(effects))
     assert not missing, f"{len(missing)} messages lost (no effect): {missing[:20]}{context}"
     leaked = sorted(set(effects) & set(poison))
@@ -265,15 +302,17 @@ def test_every_effect_once_and_every_poison_message_dead_lettered_once_under_fau
     if strategy == "lua":
         assert total == str(len(ok_ids)).encode(), f"{{chaos}}:total = {total!r}{context}"
 
-    letters = Counter(f[b"dlq_id"].decode() for f, _ in dead)
-    assert letters == dict.fromkeys(poison, 1), (
+    expected_letters = dict.fromkeys([*poison, *healthy_dead], 1)
+    assert letters == expected_letters, (
         f"dead letters per message {dict(letters)}, expected each poison message once{context}"
     )
     for fields, dlq_entry in dead:
         mid = fields[b"dlq_id"].decode()
-        original = poison[mid]
+        original = poison.get(mid) or healthy[mid]
         reason = fields[b"dlq_error"].decode()
-        expected = _expected_reasons(original["kind"], int(original["n"]), strategy)
+        expected = _expected_reasons(
+            original["kind"], int(original["n"]), strategy, edges.max_deliveries
+        )
         assert any(all(t in reason for t in texts) for texts in expected), (
             f"dead letter {dlq_entry} of {mid} ({original['kind']}): reason {reason!r}, "
             f"expected one of {expected}{context}"

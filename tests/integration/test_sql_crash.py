@@ -135,6 +135,31 @@ def test_sigkill_after_the_commit_before_the_xack_is_recognised_as_duplicates(
     assert err.count('"duplicate_acked"') == 5
 
 
+def test_sigkill_between_commit_and_xack_on_the_last_allowed_delivery_acks_duplicates(
+    db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    create_business_tables(db_url)
+    ids = _orders(redis_client, 10)
+    # max_deliveries=1: the first delivery is the last allowed one.
+    env = {"SW_TEST_MAX_DELIVERIES": "1"}
+    proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:1", **env)
+    assert_killed(proc)
+    assert sorted(charges_per_message(db_url)) == sorted(ids[:5])
+    # The restart redelivers batch 1 as delivery 2, over the limit: its processed rows win, so
+    # it is acked as duplicates; dead-lettering it would let a replay charge it twice.
+    proc = _start(redis_url, db_url, tmp_path / "run2.log", **env)
+    try:
+        wait_for(lambda: len(charges_per_message(db_url)) == 10, 30, "every order charged")
+        wait_for(lambda: not pending_ids(redis_client, "orders", "billing"), 30, "empty PEL")
+    finally:
+        err = stop_process(proc)
+    assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
+    assert redis_client.xlen("{orders}:dlq") == 0
+    assert err.count('"duplicate_acked"') == 5
+    started = [r[1] for r in read_lines(tmp_path / "run2.log") if r[0] == "start"]
+    assert started == ids[5:]
+
+
 def test_sigkill_between_two_messages_of_a_batch_redoes_the_batch_once(
     db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
