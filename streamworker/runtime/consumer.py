@@ -101,6 +101,11 @@ class Consumer:
             stopping=self.stopping,
             log=self._log,
         )
+        # What the worker's heartbeat reports (runtime.names): wall-clock time of the last
+        # batch, and messages acked (incl. duplicates) / failed or dead-lettered so far.
+        self.last_batch_at = 0.0
+        self.processed = 0
+        self.failed = 0
         self._group_ready = False
         self.group_lost = False
         """True once the handler stopped because its group disappeared (see _group_lost)."""
@@ -385,6 +390,10 @@ class Consumer:
                 retries[mid] = now + delay_ms / 1000
         for label, n in tally.items():
             self._outcomes[label].inc(n)
+        # For the worker's heartbeat record (runtime.names): plain counters, no lookups.
+        self.last_batch_at = time.time()
+        self.processed += tally.get("acked", 0) + tally.get("duplicate", 0)
+        self.failed += tally.get("failed", 0) + tally.get("retried", 0) + len(dead)
         if tally.get("duplicate"):
             self._metrics.dedup_hits.labels(strategy=self._strategy.name, **self._labels).inc(
                 tally["duplicate"]

@@ -26,7 +26,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,8 +84,11 @@ class Holder:
 class ConsumerNames:
     """This process's records for ``consumer`` in every (stream, group) of ``subscriptions``.
 
-    Use from one event loop. ``host``, ``pid`` and ``now`` are parameters for tests; by default
-    they describe this process.
+    The record doubles as the worker's heartbeat (the dashboard's workers page reads it): fixed
+    fields ``consumer, host, pid, pid_start, version, handlers, started_at_ms``, and on every
+    write ``beat_at_ms`` plus what ``stats()`` returns (the worker gives ``last_batch_at_ms,
+    in_flight, processed, failed``). Use from one event loop. ``host`` and ``pid`` are
+    parameters for tests; by default they describe this process.
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class ConsumerNames:
         version: str = "",
         host: str | None = None,
         pid: int | None = None,
+        stats: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.consumer = consumer
         self.ttl_ms = ttl_ms
@@ -124,6 +128,7 @@ class ConsumerNames:
             "started_at_ms",
             int(time.time() * 1000),
         ]
+        self._stats = stats
         self._log = structlog.get_logger("streamworker.names").bind(consumer=consumer)
 
     @property
@@ -136,17 +141,11 @@ class ConsumerNames:
         return consumer_name_key(stream, group, self.consumer)
 
     async def _call(self, key: str, replace: str = "") -> tuple[int, Holder | None]:
+        live: list[str | int] = ["beat_at_ms", int(time.time() * 1000)]
+        for name, value in self._stats().items():
+            live += [name, value]
         reply = await _CLAIM(
-            self._client,
-            [key],
-            [
-                self.token,
-                self.ttl_ms,
-                replace,
-                *self._fields,
-                "beat_at_ms",
-                int(time.time() * 1000),
-            ],
+            self._client, [key], [self.token, self.ttl_ms, replace, *self._fields, *live]
         )
         state = int(reply[0])
         if state != _OTHER:

@@ -278,6 +278,7 @@ class Worker:
                     ttl_ms=self.options.consumer_name_ttl_ms,
                     handlers=[s.name for s in specs],
                     version=_version(),
+                    stats=self._heartbeat_stats,
                 )
                 await self._acquire_names(names)
             else:
@@ -366,6 +367,16 @@ class Worker:
                     loop.remove_signal_handler(sig)
         self._log.info("worker_stopped", abandoned_threads=abandoned)
         return WorkerResult(abandoned_threads=abandoned)
+
+    def _heartbeat_stats(self) -> dict[str, int]:
+        """What the consumer-name record reports besides who owns it (see runtime.names)."""
+        consumers = self.consumers
+        return {
+            "last_batch_at_ms": int(max((c.last_batch_at for c in consumers), default=0) * 1000),
+            "in_flight": sum(len(c.in_flight) for c in consumers),
+            "processed": sum(c.processed for c in consumers),
+            "failed": sum(c.failed for c in consumers),
+        }
 
     async def _acquire_names(self, names: ConsumerNames) -> None:
         backoff = Backoff(

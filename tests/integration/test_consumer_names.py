@@ -78,7 +78,9 @@ def test_second_process_with_the_same_consumer_name_exits_2_and_the_first_goes_o
 def test_restart_after_kill_9_takes_its_name_back_at_once_and_replays_its_backlog(
     redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    first = _start(redis_url, tmp_path / "run1.log", SW_TEST_SLEEP_S="60", SW_TEST_BATCH="1")
+    # A TTL far longer than the restart takes: the name must be taken over, not found expired.
+    ttl = {"STREAMWORKER_CONSUMER_NAME_TTL_MS": "30000"}
+    first = _start(redis_url, tmp_path / "run1.log", SW_TEST_SLEEP_S="60", SW_TEST_BATCH="1", **ttl)
     mid = redis_client.xadd("orders", {"n": "m"}).decode()
     try:
         wait_for(lambda: read_lines(tmp_path / "run1.log"), what="the handler started")
@@ -86,14 +88,14 @@ def test_restart_after_kill_9_takes_its_name_back_at_once_and_replays_its_backlo
         first.send_signal(signal.SIGKILL)
         first.wait(10)
     started = time.monotonic()
-    second = _start(redis_url, tmp_path / "run2.log")
+    second = _start(redis_url, tmp_path / "run2.log", **ttl)
     try:
         wait_for(
             lambda: ["done", mid, "m"] in read_lines(tmp_path / "run2.log"),
             what="the restarted worker replayed its backlog",
         )
-        # Same host, the old pid is gone: no wait for the 3 s record to expire.
-        assert time.monotonic() - started < 10
+        # Same host, the old pid is gone: no wait for the 30 s record to expire.
+        assert time.monotonic() - started < 15
     finally:
         err = stop_process(second)
     assert "consumer_name_taken_over" in _events(err)
@@ -190,3 +192,36 @@ async def test_graceful_stop_releases_the_name(redis_url: str, redis_client: red
         assert not redis_client.exists(consumer_name_key("orders", "billing", "pod-0"))
     finally:
         await client.aclose()
+
+
+async def test_the_name_record_is_the_workers_heartbeat(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    from streamworker import App, Message
+    from tests.support.worker import eventually, running_worker
+
+    app = App("t")
+
+    @app.handler("orders", group="billing", block_ms=100)
+    async def handle(msg: Message) -> None:
+        if msg.fields["n"] == "bad":
+            raise RuntimeError("no")
+
+    for n in ("1", "2", "bad"):
+        redis_client.xadd("orders", {"n": n})
+    key = consumer_name_key("orders", "billing", "pod-hb")
+    before = int(time.time() * 1000)
+    async with running_worker(
+        app, redis_url, consumer="pod-hb", consumer_name_ttl_ms=1500
+    ) as worker:
+        await eventually(lambda: worker.consumers and worker.consumers[0].failed == 1)
+        await asyncio.sleep(1.0)  # the next renewals (every 0.5 s) write the counters
+        record = {k.decode(): v.decode() for k, v in redis_client.hgetall(key).items()}
+    assert record["consumer"] == "pod-hb"
+    assert record["processed"] == "2"
+    assert record["failed"] == "1"
+    assert int(record["last_batch_at_ms"]) >= before
+    assert int(record["beat_at_ms"]) >= before
+    assert record["in_flight"] == "0"
+    assert record["handlers"].endswith("handle")
+    assert not redis_client.exists(key)  # released by the graceful stop

@@ -13,7 +13,12 @@ from streamworker.runtime.worker import Worker, WorkerOptions, WorkerResult
 
 @contextlib.asynccontextmanager
 async def running_worker(
-    app: App, url: str, *, consumer: str = "c1", shutdown_timeout_s: float = 5.0
+    app: App,
+    url: str,
+    *,
+    consumer: str = "c1",
+    shutdown_timeout_s: float = 5.0,
+    consumer_name_ttl_ms: int = 15_000,
 ) -> AsyncIterator[Worker]:
     """Run ``app`` in this loop until the block exits; then stop it and re-raise its errors."""
     worker = Worker(
@@ -24,6 +29,7 @@ async def running_worker(
             shutdown_timeout_s=shutdown_timeout_s,
             reconnect_backoff_initial_s=0.05,
             reconnect_backoff_max_s=0.2,
+            consumer_name_ttl_ms=consumer_name_ttl_ms,
         ),
     )
     task: asyncio.Task[WorkerResult] = asyncio.ensure_future(
