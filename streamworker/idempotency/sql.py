@@ -696,14 +696,15 @@ class _SyncTx:
         self, inline: InlineInvoke, todo: Sequence[tuple[int, Message[Any]]]
     ) -> dict[int, Outcome]:
         """Run the handlers of ``todo`` (index, message) one after another in one thread hop,
-        stopping after the first outcome that is not an ack or when the connection broke: the
-        point where the batch loop would stop invoking too."""
+        stopping after the first failure (an outcome that is neither an ack nor preset) or when
+        the connection broke: the point where the batch loop would stop invoking too."""
 
         def _handle() -> dict[int, Outcome]:
             done: dict[int, Outcome] = {}
             for i, msg in todo:
                 outcome = done[i] = inline(msg, self.provided)
-                if not outcome.acked or self.broken():
+                # A preset outcome (over-delivered) ran nothing: the batch goes on past it.
+                if (not outcome.acked and not outcome.preset) or self.broken():
                     break
             return done
 

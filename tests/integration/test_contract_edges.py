@@ -140,6 +140,24 @@ async def test_over_delivered_message_without_a_record_is_dead_lettered_unrun_an
     assert list(charges_per_message(db_url).values()) == [1]
 
 
+async def test_batch_goes_on_past_an_over_delivered_message_of_a_def_handler(
+    db_url: str, redis_url: str, redis_client: redis.Redis
+) -> None:
+    create_business_tables(db_url)
+    over = redis_client.xadd("orders", {"n": "0"}).decode()
+    fine = redis_client.xadd("orders", {"n": "1"}).decode()
+    _deliver(redis_client, "orders", "g", "c1", times=1)
+    for _ in range(2):  # the first entry only: delivered 3 times, the second once
+        redis_client.xreadgroup("g", "c1", {"orders": "0"}, count=1)
+    ran: list[str] = []
+    # def handler without per-message dependencies: the whole batch runs in one thread hop.
+    async with running_sql_worker(_charging_app(ran, max_deliveries=3), redis_url, db_url):
+        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="done")
+    assert ran == [fine]
+    assert charges_per_message(db_url) == {fine: 1}
+    assert [f[b"dlq_id"] for _, f in redis_client.xrange("{orders}:dlq")] == [over.encode()]
+
+
 @pytest.mark.parametrize("idempotency", ["none", "lua"])
 async def test_over_delivered_message_is_dead_lettered_without_running_its_handler(
     idempotency: str, redis_url: str, redis_client: redis.Redis
