@@ -1,4 +1,4 @@
-"""``idempotency="lua"`` on a real redis-server: effects applied with the XACK, ownership checks,
+"""``idempotency="lua"`` on every backend: effects applied with the XACK, ownership checks,
 validation before the first write, business-key dedup, replays, scripts lost from the cache."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from streamworker import App, Effects, Message
 from streamworker.idempotency.lua import LuaStrategy
 from streamworker.outcomes import CLAIMED_AWAY, DUPLICATE, Action
+from streamworker.redisio import open_redis
 from tests.support.lua import drain, make_invoke, read
 from tests.support.worker import eventually, running_worker
 
@@ -21,8 +22,8 @@ STREAM, GROUP = "clicks", "counters"
 
 
 @pytest.fixture
-async def aclient(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url)
+async def aclient(backend_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = open_redis(backend_url)
     yield client
     await client.aclose()
 
@@ -63,9 +64,9 @@ def _views(msg: Message[Any]) -> Effects:
 
 
 async def test_every_kind_of_effect_is_applied_and_the_batch_acked(
-    redis_url: str, redis_client: redis.Redis
+    backend_url: str, sync_client: redis.Redis
 ) -> None:
-    redis_client.xadd(STREAM, {"page": "home", "user": "ann", "ms": "12.5"})
+    sync_client.xadd(STREAM, {"page": "home", "user": "ann", "ms": "12.5"})
     app = App("t")
 
     @app.handler(STREAM, group=GROUP, idempotency="lua", block_ms=100)
@@ -89,9 +90,9 @@ async def test_every_kind_of_effect_is_applied_and_the_batch_acked(
             .expire("{clicks}:users", 3600)
         )
 
-    async with running_worker(app, redis_url):
-        await eventually(lambda: redis_client.exists("{clicks}:out") and not _pending(redis_client))
-    r = redis_client
+    async with running_worker(app, backend_url):
+        await eventually(lambda: sync_client.exists("{clicks}:out") and not _pending(sync_client))
+    r = sync_client
     assert r.get("{clicks}:last") == b"ann"
     assert 0 < r.ttl("{clicks}:last") <= 60
     assert r.get("{clicks}:total") == b"2"
@@ -108,9 +109,9 @@ async def test_every_kind_of_effect_is_applied_and_the_batch_acked(
 
 
 async def test_handler_returning_none_is_acked_without_effects(
-    redis_url: str, redis_client: redis.Redis
+    backend_url: str, sync_client: redis.Redis
 ) -> None:
-    redis_client.xadd(STREAM, {"page": "home"})
+    sync_client.xadd(STREAM, {"page": "home"})
     calls: list[str] = []
     app = App("t")
 
@@ -118,16 +119,17 @@ async def test_handler_returning_none_is_acked_without_effects(
     async def observe(msg: Message) -> None:
         calls.append(msg.id)
 
-    async with running_worker(app, redis_url):
-        await eventually(lambda: calls and not _pending(redis_client))
-    assert redis_client.keys("*") == [STREAM.encode()]
+    async with running_worker(app, backend_url):
+        await eventually(lambda: calls and not _pending(sync_client))
+    # SCAN, not KEYS: on Redis Cluster it walks every master.
+    assert sorted(set(sync_client.scan_iter("*"))) == [STREAM.encode()]
 
 
 async def test_invalid_effect_writes_nothing_of_its_message_the_rest_of_the_batch_applies(
-    redis_url: str, redis_client: redis.Redis
+    backend_url: str, sync_client: redis.Redis
 ) -> None:
-    redis_client.set("{clicks}:label", "not a hash")
-    ids = [redis_client.xadd(STREAM, {"page": p}).decode() for p in ("a", "bad", "c")]
+    sync_client.set("{clicks}:label", "not a hash")
+    ids = [sync_client.xadd(STREAM, {"page": p}).decode() for p in ("a", "bad", "c")]
     app = App("t")
 
     @app.handler(
@@ -144,41 +146,41 @@ async def test_invalid_effect_writes_nothing_of_its_message_the_rest_of_the_batc
             effects.hset("{clicks}:label", "page", "bad")  # WRONGTYPE: after two good effects
         return effects
 
-    async with running_worker(app, redis_url):
-        await eventually(lambda: redis_client.xlen("{clicks}:dlq") == 1, timeout_s=15)
-    assert redis_client.hgetall("{clicks}:views") == {b"a": b"1", b"c": b"1"}
-    assert redis_client.get("{clicks}:total") == b"2"
-    assert redis_client.get("{clicks}:label") == b"not a hash"
-    ((_, dead),) = redis_client.xrange("{clicks}:dlq")
+    async with running_worker(app, backend_url):
+        await eventually(lambda: sync_client.xlen("{clicks}:dlq") == 1, timeout_s=15)
+    assert sync_client.hgetall("{clicks}:views") == {b"a": b"1", b"c": b"1"}
+    assert sync_client.get("{clicks}:total") == b"2"
+    assert sync_client.get("{clicks}:label") == b"not a hash"
+    ((_, dead),) = sync_client.xrange("{clicks}:dlq")
     assert dead[b"dlq_id"] == ids[1].encode()
     assert dead[b"dlq_error"] == (
         b"EffectError: effect 3 (hset '{clicks}:label'): WRONGTYPE the key holds a string "
         b"value, not a hash"
     )
-    assert not _pending(redis_client)
+    assert not _pending(sync_client)
 
 
 async def test_handler_returning_something_else_than_effects_is_a_failure(
-    redis_url: str, redis_client: redis.Redis
+    backend_url: str, sync_client: redis.Redis
 ) -> None:
-    redis_client.xadd(STREAM, {"page": "a"})
+    sync_client.xadd(STREAM, {"page": "a"})
     app = App("t")
 
     @app.handler(STREAM, group=GROUP, idempotency="lua", block_ms=100, max_deliveries=1)
     def count(msg: Message) -> dict[str, int]:
         return {"a": 1}
 
-    async with running_worker(app, redis_url):
-        await eventually(lambda: redis_client.xlen("{clicks}:dlq") == 1)
-    ((_, dead),) = redis_client.xrange("{clicks}:dlq")
+    async with running_worker(app, backend_url):
+        await eventually(lambda: sync_client.xlen("{clicks}:dlq") == 1)
+    ((_, dead),) = sync_client.xrange("{clicks}:dlq")
     assert b"returns Effects or None" in dead[b"dlq_error"]
 
 
 async def test_handlers_running_concurrently_apply_their_effects_once_each(
-    redis_url: str, redis_client: redis.Redis
+    backend_url: str, sync_client: redis.Redis
 ) -> None:
     for i in range(40):
-        redis_client.xadd(STREAM, {"page": f"p{i % 4}"})
+        sync_client.xadd(STREAM, {"page": f"p{i % 4}"})
     app = App("t")
 
     @app.handler(STREAM, group=GROUP, idempotency="lua", block_ms=100, concurrency=8)
@@ -186,40 +188,40 @@ async def test_handlers_running_concurrently_apply_their_effects_once_each(
         await asyncio.sleep(0.01)
         return _views(msg)
 
-    async with running_worker(app, redis_url):
-        await eventually(lambda: redis_client.get("{clicks}:total") == b"40")
-    assert redis_client.hgetall("{clicks}:views") == {f"p{i}".encode(): b"10" for i in range(4)}
+    async with running_worker(app, backend_url):
+        await eventually(lambda: sync_client.get("{clicks}:total") == b"40")
+    assert sync_client.hgetall("{clicks}:views") == {f"p{i}".encode(): b"10" for i in range(4)}
 
 
 async def test_a_producer_duplicate_within_the_window_is_applied_once(
-    redis_url: str, redis_client: redis.Redis
+    backend_url: str, sync_client: redis.Redis
 ) -> None:
     for click in ("c1", "c2", "c1", "c3", "c2"):  # c1 and c2 XADDed twice by a retrying producer
-        redis_client.xadd(STREAM, {"page": "home", "click_id": click})
+        sync_client.xadd(STREAM, {"page": "home", "click_id": click})
     app = App("t")
 
     @app.handler(STREAM, group=GROUP, idempotency="lua", block_ms=100, dedup_field="click_id")
     def count(msg: Message) -> Effects:
         return _views(msg)
 
-    async with running_worker(app, redis_url) as worker:
-        await eventually(lambda: redis_client.get("{clicks}:total") == b"3")
+    async with running_worker(app, backend_url) as worker:
+        await eventually(lambda: sync_client.get("{clicks}:total") == b"3")
 
         def done() -> bool:
-            (info,) = redis_client.xinfo_groups(STREAM)
+            (info,) = sync_client.xinfo_groups(STREAM)
             return bool(info["lag"] == 0 and info["pending"] == 0)
 
         await eventually(done)
-    assert redis_client.get("{clicks}:total") == b"3"
-    assert redis_client.zcard("{clicks}:dedup:counters") == 3
+    assert sync_client.get("{clicks}:total") == b"3"
+    assert sync_client.zcard("{clicks}:dedup:counters") == 3
     dups = worker.metrics.messages.labels(stream=STREAM, group=GROUP, outcome="duplicate")
     assert dups._value.get() == 2
 
 
 async def test_a_message_without_its_dedup_field_is_dead_lettered_without_running_the_handler(
-    redis_url: str, redis_client: redis.Redis
+    backend_url: str, sync_client: redis.Redis
 ) -> None:
-    redis_client.xadd(STREAM, {"page": "home"})
+    sync_client.xadd(STREAM, {"page": "home"})
     calls: list[str] = []
     app = App("t")
 
@@ -228,9 +230,9 @@ async def test_a_message_without_its_dedup_field_is_dead_lettered_without_runnin
         calls.append(msg.id)
         return _views(msg)
 
-    async with running_worker(app, redis_url):
-        await eventually(lambda: redis_client.xlen("{clicks}:dlq") == 1)
-    ((_, dead),) = redis_client.xrange("{clicks}:dlq")
+    async with running_worker(app, backend_url):
+        await eventually(lambda: sync_client.xlen("{clicks}:dlq") == 1)
+    ((_, dead),) = sync_client.xrange("{clicks}:dlq")
     assert dead[b"dlq_error"].startswith(b"PermanentFailure: field 'click_id'")
     assert calls == []
 
@@ -240,7 +242,7 @@ async def test_a_message_without_its_dedup_field_is_dead_lettered_without_runnin
 
 
 async def test_a_business_duplicate_seen_before_the_handlers_does_not_run_its_handler(
-    aclient: aioredis.Redis, redis_client: redis.Redis
+    aclient: aioredis.Redis, sync_client: redis.Redis
 ) -> None:
     strategy = _strategy(aclient, dedup_field="click_id")
     calls: list[str] = []
@@ -249,38 +251,38 @@ async def test_a_business_duplicate_seen_before_the_handlers_does_not_run_its_ha
         calls.append(msg.fields["click_id"])
         return _views(msg)
 
-    _produce(redis_client, {"page": "a", "click_id": "k1"})
+    _produce(sync_client, {"page": "a", "click_id": "k1"})
     await drain(strategy, aclient, count)
-    _produce(redis_client, {"page": "a", "click_id": "k1"}, {"page": "a", "click_id": "k2"})
+    _produce(sync_client, {"page": "a", "click_id": "k1"}, {"page": "a", "click_id": "k2"})
     outcomes = await drain(strategy, aclient, count)
     assert outcomes == [DUPLICATE, outcomes[1]]
     assert outcomes[1].action is Action.ACK
     assert calls == ["k1", "k2"]
-    assert redis_client.get("{clicks}:total") == b"2"
-    assert not _pending(redis_client)
+    assert sync_client.get("{clicks}:total") == b"2"
+    assert not _pending(sync_client)
 
 
 async def test_a_business_key_is_forgotten_after_the_window(
-    aclient: aioredis.Redis, redis_client: redis.Redis
+    aclient: aioredis.Redis, sync_client: redis.Redis
 ) -> None:
     strategy = _strategy(aclient, dedup_field="click_id", dedup_window_ms=200)
-    _produce(redis_client, {"page": "a", "click_id": "k1"})
+    _produce(sync_client, {"page": "a", "click_id": "k1"})
     await drain(strategy, aclient, _views)
     await asyncio.sleep(0.3)
-    _produce(redis_client, {"page": "a", "click_id": "k1"})
+    _produce(sync_client, {"page": "a", "click_id": "k1"})
     await drain(strategy, aclient, _views)
     # A duplicate processed after the window is applied again: the stated bound of the guarantee.
-    assert redis_client.get("{clicks}:total") == b"2"
-    assert redis_client.zcard("{clicks}:dedup:counters") == 1
-    assert 0 < redis_client.pttl("{clicks}:dedup:counters") <= 200
+    assert sync_client.get("{clicks}:total") == b"2"
+    assert sync_client.zcard("{clicks}:dedup:counters") == 1
+    assert 0 < sync_client.pttl("{clicks}:dedup:counters") <= 200
 
 
 async def test_an_entry_claimed_away_before_the_batch_runs_is_skipped_without_its_handler(
-    aclient: aioredis.Redis, redis_client: redis.Redis
+    aclient: aioredis.Redis, sync_client: redis.Redis
 ) -> None:
-    ids = _produce(redis_client, {"page": "a"}, {"page": "b"})
+    ids = _produce(sync_client, {"page": "a"}, {"page": "b"})
     batch = await read(aclient, STREAM, GROUP, "c1")
-    redis_client.xclaim(STREAM, GROUP, "c2", 0, [ids[0]], justid=True)
+    sync_client.xclaim(STREAM, GROUP, "c2", 0, [ids[0]], justid=True)
     calls: list[str] = []
 
     def count(msg: Message[Any]) -> Effects:
@@ -291,44 +293,44 @@ async def test_an_entry_claimed_away_before_the_batch_runs_is_skipped_without_it
     assert outcomes[0] == CLAIMED_AWAY
     assert outcomes[1].action is Action.ACK
     assert calls == [ids[1]]
-    assert _pending(redis_client) == [ids[0].encode()]
+    assert _pending(sync_client) == [ids[0].encode()]
 
 
 async def test_an_entry_claimed_away_while_its_handler_runs_applies_once_by_the_new_owner(
-    aclient: aioredis.Redis, redis_client: redis.Redis
+    aclient: aioredis.Redis, sync_client: redis.Redis
 ) -> None:
     """The XCLAIM race between two live consumers, made deterministic: c1's handler is running
     when c2 claims the entry; both handlers run; only the owner's script applies the effects."""
-    (mid,) = _produce(redis_client, {"page": "a"})
+    (mid,) = _produce(sync_client, {"page": "a"})
     batch = await read(aclient, STREAM, GROUP, "c1")
 
     def claimed_meanwhile(msg: Message[Any]) -> Effects:
-        redis_client.xclaim(STREAM, GROUP, "c2", 0, [mid], justid=True)
+        sync_client.xclaim(STREAM, GROUP, "c2", 0, [mid], justid=True)
         return _views(msg)
 
     first = await _strategy(aclient, "c1").process(batch, make_invoke(claimed_meanwhile))
     assert first == [CLAIMED_AWAY]
-    assert redis_client.get("{clicks}:total") is None
+    assert sync_client.get("{clicks}:total") is None
     c2 = _strategy(aclient, "c2")
     second = await c2.process(
         await read(aclient, STREAM, GROUP, "c2", start="0"), make_invoke(_views)
     )
     assert second[0].action is Action.ACK
-    assert redis_client.get("{clicks}:total") == b"1"
-    assert not _pending(redis_client)
+    assert sync_client.get("{clicks}:total") == b"1"
+    assert not _pending(sync_client)
 
 
 async def test_a_fresh_batch_skips_the_check_but_the_apply_script_still_checks_ownership(
-    aclient: aioredis.Redis, redis_client: redis.Redis
+    aclient: aioredis.Redis, sync_client: redis.Redis
 ) -> None:
     """fresh=True (a '>' read moments ago): no check_ownership.lua round trip before the
     handlers; a claim that happens while the handler runs is still caught by the apply script."""
-    mids = _produce(redis_client, {"page": "a"}, {"page": "b"})
+    mids = _produce(sync_client, {"page": "a"}, {"page": "b"})
     batch = await read(aclient, STREAM, GROUP, "c1")
 
     def claim_the_second(msg: Message[Any]) -> Effects:
         if msg.id == mids[1]:
-            redis_client.xclaim(STREAM, GROUP, "c2", 0, [mids[1]], justid=True)
+            sync_client.xclaim(STREAM, GROUP, "c2", 0, [mids[1]], justid=True)
         return _views(msg)
 
     strategy = _strategy(aclient, "c1")
@@ -337,22 +339,22 @@ async def test_a_fresh_batch_skips_the_check_but_the_apply_script_still_checks_o
     assert checks == []
     assert outcomes[0].action is Action.ACK
     assert outcomes[1] == CLAIMED_AWAY
-    assert redis_client.get("{clicks}:total") == b"1"
-    assert _pending(redis_client) == [mids[1].encode()]
+    assert sync_client.get("{clicks}:total") == b"1"
+    assert _pending(sync_client) == [mids[1].encode()]
     # Not fresh (a backlog or reclaimed batch): checked before the handlers.
-    _produce(redis_client, {"page": "c"})
+    _produce(sync_client, {"page": "c"})
     await strategy.process(await read(aclient, STREAM, GROUP, "c1"), make_invoke(_views))
     assert len(checks) == 1
 
 
 async def test_a_fresh_batch_with_a_dedup_field_is_still_checked_before_its_handlers(
-    aclient: aioredis.Redis, redis_client: redis.Redis
+    aclient: aioredis.Redis, sync_client: redis.Redis
 ) -> None:
     """The check is also the business-key lookup: with dedup_field it is never skipped."""
-    _produce(redis_client, {"page": "a", "order": "o1"})
+    _produce(sync_client, {"page": "a", "order": "o1"})
     strategy = _strategy(aclient, "c1", dedup_field="order")
     await strategy.process(await read(aclient, STREAM, GROUP, "c1"), make_invoke(_views))
-    _produce(redis_client, {"page": "a", "order": "o1"})
+    _produce(sync_client, {"page": "a", "order": "o1"})
     ran: list[str] = []
 
     def counted(msg: Message[Any]) -> Effects:
@@ -366,65 +368,65 @@ async def test_a_fresh_batch_with_a_dedup_field_is_still_checked_before_its_hand
     assert len(checks) == 1
     assert outcomes == [DUPLICATE]
     assert ran == []  # the check saw the business key: the handler did not run
-    assert redis_client.get("{clicks}:total") == b"1"
+    assert sync_client.get("{clicks}:total") == b"1"
 
 
 async def test_an_entry_acked_by_another_consumer_while_its_handler_runs_is_not_applied_again(
-    aclient: aioredis.Redis, redis_client: redis.Redis
+    aclient: aioredis.Redis, sync_client: redis.Redis
 ) -> None:
     """A stalled holder: c2 claimed the entry, applied it and acked it while c1 still ran it."""
-    (mid,) = _produce(redis_client, {"page": "a"})
+    (mid,) = _produce(sync_client, {"page": "a"})
     batch = await read(aclient, STREAM, GROUP, "c1")
     c2 = _strategy(aclient, "c2")
 
     async def overtaken(msg: Message[Any]) -> Effects:
-        redis_client.xclaim(STREAM, GROUP, "c2", 0, [mid], justid=True)
+        sync_client.xclaim(STREAM, GROUP, "c2", 0, [mid], justid=True)
         await c2.process(await read(aclient, STREAM, GROUP, "c2", start="0"), make_invoke(_views))
         return _views(msg)
 
     outcomes = await _strategy(aclient, "c1").process(batch, make_invoke(overtaken))
     assert outcomes == [DUPLICATE]
-    assert redis_client.get("{clicks}:total") == b"1"
+    assert sync_client.get("{clicks}:total") == b"1"
 
 
 async def test_a_replayed_message_is_applied_again_unless_its_business_key_is_in_the_window(
-    aclient: aioredis.Redis, redis_client: redis.Redis
+    aclient: aioredis.Redis, sync_client: redis.Redis
 ) -> None:
     """XGROUP SETID back to 0 is a deliberate replay: the PEL no longer knows the acked entries.
     A handler with dedup_field still recognises them within dedup_window_ms."""
-    _produce(redis_client, *({"page": "a", "click_id": f"k{i}"} for i in range(5)))
+    _produce(sync_client, *({"page": "a", "click_id": f"k{i}"} for i in range(5)))
     plain = _strategy(aclient)
     await drain(plain, aclient, _views)
-    redis_client.xgroup_setid(STREAM, GROUP, "0")
+    sync_client.xgroup_setid(STREAM, GROUP, "0")
     await drain(plain, aclient, _views)
-    assert redis_client.get("{clicks}:total") == b"10"
+    assert sync_client.get("{clicks}:total") == b"10"
 
-    redis_client.delete("{clicks}:total", "{clicks}:views")
+    sync_client.delete("{clicks}:total", "{clicks}:views")
     deduped = _strategy(aclient, dedup_field="click_id")
-    redis_client.xgroup_setid(STREAM, GROUP, "0")
+    sync_client.xgroup_setid(STREAM, GROUP, "0")
     await drain(deduped, aclient, _views)
-    redis_client.xgroup_setid(STREAM, GROUP, "0")
+    sync_client.xgroup_setid(STREAM, GROUP, "0")
     outcomes = await drain(deduped, aclient, _views)
     assert outcomes == [DUPLICATE] * 5
-    assert redis_client.get("{clicks}:total") == b"5"
+    assert sync_client.get("{clicks}:total") == b"5"
 
 
 async def test_scripts_flushed_from_the_server_cache_are_loaded_again(
-    aclient: aioredis.Redis, redis_client: redis.Redis
+    aclient: aioredis.Redis, sync_client: redis.Redis
 ) -> None:
     strategy = _strategy(aclient)
-    _produce(redis_client, {"page": "a"})
+    _produce(sync_client, {"page": "a"})
     await drain(strategy, aclient, _views)
-    redis_client.script_flush()
-    _produce(redis_client, {"page": "a"})
+    sync_client.script_flush()
+    _produce(sync_client, {"page": "a"})
     await drain(strategy, aclient, _views)
-    assert redis_client.get("{clicks}:total") == b"2"
+    assert sync_client.get("{clicks}:total") == b"2"
 
 
 async def test_effects_that_would_change_the_consumed_stream_are_refused(
-    aclient: aioredis.Redis, redis_client: redis.Redis
+    aclient: aioredis.Redis, sync_client: redis.Redis
 ) -> None:
-    _produce(redis_client, {"page": "a"}, {"page": "b"})
+    _produce(sync_client, {"page": "a"}, {"page": "b"})
 
     def handler(msg: Message[Any]) -> Effects:
         if msg.fields["page"] == "a":
@@ -435,7 +437,7 @@ async def test_effects_that_would_change_the_consumed_stream_are_refused(
     assert outcomes[0].action is Action.LEAVE_PENDING
     assert "may not change the consumed stream" in outcomes[0].error
     assert outcomes[1].action is Action.ACK
-    assert redis_client.xlen(STREAM) == 3
+    assert sync_client.xlen(STREAM) == 3
 
 
 # --------------------------------------------------------------------------------------------
@@ -575,53 +577,53 @@ CASES: list[tuple[str, Setup, Build]] = [
 @pytest.mark.parametrize(("name", "setup", "build"), CASES, ids=[c[0] for c in CASES])
 async def test_validation_refuses_exactly_what_redis_would_fail_on(
     aclient: aioredis.Redis,
-    redis_client: redis.Redis,
+    sync_client: redis.Redis,
     name: str,
     setup: Setup,
     build: Build,
 ) -> None:
     # Redis itself, command by command, on keys "raw:…": does any command fail?
     raw = "{clicks}:raw"
-    setup(redis_client, raw)
+    setup(sync_client, raw)
     raw_failed = False
     for op in build(raw):
         try:
-            redis_client.execute_command(op.command, op.key, *op.args)
+            sync_client.execute_command(op.command, op.key, *op.args)
         except redis.ResponseError:
             raw_failed = True
             break
     # The same effects through the script, on keys "lua:…".
     key = "{clicks}:lua"
-    setup(redis_client, key)
-    before = {k: _snapshot(redis_client, k) for k in (key, key + "b", key + "c")}
-    _produce(redis_client, {"n": "1"})
+    setup(sync_client, key)
+    before = {k: _snapshot(sync_client, k) for k in (key, key + "b", key + "c")}
+    _produce(sync_client, {"n": "1"})
     (outcome,) = await drain(_strategy(aclient), aclient, lambda msg: build(key))
     if raw_failed:
         assert outcome.action is Action.LEAVE_PENDING, outcome
         assert outcome.error.startswith("EffectError: effect ")
-        assert {k: _snapshot(redis_client, k) for k in before} == before  # nothing written
+        assert {k: _snapshot(sync_client, k) for k in before} == before  # nothing written
     else:
         assert outcome.action is Action.ACK, outcome.error
         for suffix in ("", "b", "c"):
-            assert _snapshot(redis_client, key + suffix) == _snapshot(redis_client, raw + suffix)
+            assert _snapshot(sync_client, key + suffix) == _snapshot(sync_client, raw + suffix)
 
 
 async def test_an_effect_within_8192_of_the_int64_limit_is_refused_conservatively(
-    aclient: aioredis.Redis, redis_client: redis.Redis
+    aclient: aioredis.Redis, sync_client: redis.Redis
 ) -> None:
-    redis_client.set("{clicks}:big", str(2**63 - 100))
-    _produce(redis_client, {"n": "1"})
+    sync_client.set("{clicks}:big", str(2**63 - 100))
+    _produce(sync_client, {"n": "1"})
     (outcome,) = await drain(
         _strategy(aclient), aclient, lambda msg: Effects().incrby("{clicks}:big", 1)
     )
     assert "would overflow" in outcome.error
-    assert redis_client.get("{clicks}:big") == str(2**63 - 100).encode()
+    assert sync_client.get("{clicks}:big") == str(2**63 - 100).encode()
 
 
 async def test_at_the_shutdown_deadline_the_finished_part_of_a_batch_is_applied_and_acked(
-    redis_url: str, redis_client: redis.Redis
+    backend_url: str, sync_client: redis.Redis
 ) -> None:
-    ids = [redis_client.xadd(STREAM, {"page": f"p{i}"}).decode() for i in range(5)]
+    ids = [sync_client.xadd(STREAM, {"page": f"p{i}"}).decode() for i in range(5)]
     started: list[str] = []
     app = App("t")
 
@@ -632,7 +634,7 @@ async def test_at_the_shutdown_deadline_the_finished_part_of_a_batch_is_applied_
             await asyncio.sleep(30)  # still running at the deadline: cancelled
         return _views(msg)
 
-    async with running_worker(app, redis_url, shutdown_timeout_s=0.3):
+    async with running_worker(app, backend_url, shutdown_timeout_s=0.3):
         await eventually(lambda: len(started) == 3)
-    assert redis_client.hgetall("{clicks}:views") == {b"p0": b"1", b"p1": b"1"}
-    assert _pending(redis_client) == [i.encode() for i in ids[2:]]
+    assert sync_client.hgetall("{clicks}:views") == {b"p0": b"1", b"p1": b"1"}
+    assert _pending(sync_client) == [i.encode() for i in ids[2:]]
