@@ -161,11 +161,19 @@ def open_sync_cluster(url: str, *, socket_timeout_s: float | None = 10.0) -> red
 
 
 def redact_url(url: str) -> str:
-    """``url`` without its password (for messages and logs)."""
-    if "@" not in url:
+    """``url`` with its password replaced by ``***`` (for messages, logs and pages); the user
+    name stays.
+
+    The credentials end at the *last* ``@``: a password with an unencoded ``@`` (or ``:``, ``/``)
+    must not leak its tail. A URL whose query holds an ``@`` is over-redacted, which is safe.
+    Credentials without a ``:`` are redacted whole (some write a bare password there).
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
         return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    creds, _, host = rest.rpartition("@")
+    user, colon, _ = creds.partition(":")
+    return f"{scheme}://{user}:***@{host}" if colon else f"{scheme}://***@{host}"
 
 
 def is_cluster_client(client: object) -> bool:

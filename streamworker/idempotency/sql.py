@@ -136,7 +136,7 @@ from streamworker.outcomes import (
     decide,
     describe,
 )
-from streamworker.redisio import connection_errors
+from streamworker.redisio import connection_errors, redact_url
 
 T = TypeVar("T")
 
@@ -280,8 +280,8 @@ def parse_db_url(db_url: str) -> URL:
 def _redact(url: str) -> str:
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url
+    except Exception:  # not even a URL SQLAlchemy can parse: never print it as it is
+        return redact_url(url)
 
 
 def _sqlite_setup(engine: Engine, busy_timeout_ms: int) -> None:

@@ -31,7 +31,7 @@ from streamworker.idempotency.base import Strategy
 from streamworker.idempotency.none import AtLeastOnce
 from streamworker.observability.metrics import GroupStateCollector, Metrics
 from streamworker.observability.state import missing_groups, read_group_states
-from streamworker.redisio import open_redis, open_sync_redis
+from streamworker.redisio import open_redis, open_sync_redis, redact_url
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.names import ConsumerNames
@@ -332,7 +332,7 @@ class Worker:
             self._log.info(
                 "worker_started",
                 handlers=[s.name for s in specs],
-                redis_url=_redact(self.options.redis_url),
+                redis_url=redact_url(self.options.redis_url),
             )
             pruner = (
                 asyncio.ensure_future(self._prune_loop(client)) if self.db is not None else None
@@ -493,13 +493,6 @@ async def _has_scripting(client: aioredis.Redis) -> bool:
     except Exception:  # not reachable now: assume a real Redis; the loops handle the outage
         return True
     return True
-
-
-def _redact(url: str) -> str:
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.split('@', 1)[1]}"
 
 
 def _version() -> str:
