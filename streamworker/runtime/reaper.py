@@ -4,10 +4,12 @@ Four jobs, leases on a timer of their own, the others on a shared one:
 
 * **Leases.** Entries this worker holds (being processed, or failed and waiting for a retry) get
   their idle time reset every ``lease_interval_ms`` (a third of ``claim_idle_ms``) by a script
-  that checks ownership first. This runs as a task of its own that waits on nothing but its
-  timer: the other jobs await batches (a retry or a reclaim waits for the batch in hand to
-  finish), and a renewal queued behind them would let a long handler's lease lapse. So another worker never mistakes a long-running handler's entry
+  that checks ownership first. So another worker never mistakes a long-running handler's entry
   for an abandoned one, and ``claim_idle_ms`` can be seconds, not the longest handler's run time.
+  Renewal is a task of its own that waits on nothing but its timer (the other jobs await
+  batches: a retry or a reclaim waits for the batch in hand, and a renewal queued behind them
+  would let a long handler's lease lapse), and it goes on through a graceful stop until the
+  batch in hand has finished.
 * **Retries.** A failed entry stays in this consumer's PEL; when its backoff has passed, a script
   claims it to this consumer again (counting a delivery) and it is processed like any batch.
 * **Reclaim.** XAUTOCLAIM, with a cursor loop until ``0-0``, takes entries idle longer than
@@ -194,13 +196,17 @@ class Reclaimer:
         leases = asyncio.ensure_future(self.lease_loop())
         try:
             await self._reclaim_loop()
+            # Stopping: the batch in hand may run on until the shutdown deadline, and its leases
+            # must hold until it has finished (lease_loop returns then).
+            await leases
         finally:
             leases.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await leases
 
     async def lease_loop(self) -> None:
-        """Renew the leases of held entries every ``lease_interval_ms`` until the consumer stops.
+        """Renew the leases of held entries every ``lease_interval_ms``, until the consumer has
+        stopped and holds nothing in flight (a graceful stop lets the batch in hand finish).
 
         It awaits nothing but the renewal script and its timer: no lock, no batch, no database,
         no retry. A failed renewal (Redis away) is retried at the next interval; the entries stay
@@ -208,12 +214,23 @@ class Reclaimer:
         """
         consumer = self.consumer
         interval_s = self.spec.lease_interval_ms / 1000
-        while not consumer.stopping():
+        while not (consumer.stopping() and not consumer.in_flight):
             try:
                 await self.renew_leases()
             except (ConnectionLost, rex.ResponseError) as exc:
                 self._log.debug("lease_renewal_failed", error=str(exc))
-            await self._sleep(interval_s)
+            await self._lease_pause(interval_s)
+
+    async def _lease_pause(self, seconds: float) -> None:
+        # Until the next renewal is due; sooner once stopped with nothing left in flight.
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if not self.consumer.stopping():
+                await self._sleep(left)  # returns early on stop
+            elif not self.consumer.in_flight:
+                return
+            else:
+                await asyncio.sleep(min(left, 0.05))
 
     async def _reclaim_loop(self) -> None:
         consumer = self.consumer

@@ -27,6 +27,7 @@ from streamworker.idempotency.sql import (
 )
 from streamworker.outcomes import Outcome
 from streamworker.redisio import open_redis
+from streamworker.runtime.worker import Worker, WorkerOptions
 from tests.support.proc import run_cli
 from tests.support.sql import (
     Charge,
@@ -214,6 +215,30 @@ async def test_handler_longer_than_claim_idle_beside_a_failing_retry_is_never_st
             await asyncio.sleep(4.0)
     slow = [r for r in runs if r[0] == "slow"]
     assert slow == [("slow", "a")], runs
+
+
+@pytest.mark.parametrize("idempotency", ["none", "lua"])
+async def test_lease_holds_through_a_graceful_stop_until_the_batch_in_hand_finishes(
+    idempotency: str, redis_url: str, redis_client: redis.Redis
+) -> None:
+    runs: list[str] = []
+    app = App("t")
+
+    @app.handler("orders", group="g", idempotency=idempotency, claim_idle_ms=600, block_ms=100)  # type: ignore[arg-type]
+    async def handle(msg: Message) -> None:
+        runs.append(msg.consumer)
+        await asyncio.sleep(2.5)  # four times claim_idle_ms, mostly after the stop began
+
+    redis_client.xadd("orders", {"n": "slow"})
+    a = Worker(app, WorkerOptions(redis_url=redis_url, consumer="a", shutdown_timeout_s=10))
+    a_run = asyncio.ensure_future(a.run(install_signal_handlers=False))
+    await eventually(lambda: runs == ["a"], what="a started the handler")
+    async with running_worker(app, redis_url, consumer="b"):
+        a.stop()  # graceful: the handler in hand runs on for 2 s
+        await asyncio.wait_for(a_run, 15)
+        assert not pending_ids(redis_client, "orders", "g")  # a finished and acked it
+        await asyncio.sleep(1.0)
+    assert runs == ["a"]
 
 
 # ------------------------------------------------------------------------------------------------
