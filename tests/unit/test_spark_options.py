@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 
 from streamworker.errors import ConfigError
-from streamworker.spark.options import parse_read_options, parse_write_options
+from streamworker.spark.options import (
+    DEFAULT_PAGE_SIZE,
+    parse_read_options,
+    parse_write_options,
+)
 from streamworker.spark.ranges import StreamId
 
 URL = "redis://127.0.0.1:6379/0"
@@ -38,7 +42,9 @@ def test_camel_case_keys_work_too() -> None:
 
 def test_defaults() -> None:
     opts = parse_read_options({"url": URL, "streams": "a"})
-    assert (opts.start_id, opts.end_id, opts.num_partitions) == (None, None, 1)
+    # numPartitions None: the session's parallelism decides (see the source's task budget).
+    assert (opts.start_id, opts.end_id, opts.num_partitions) == (None, None, None)
+    assert (opts.page_size, opts.fields_type) == (DEFAULT_PAGE_SIZE, "binary")
     assert opts.fail_on_data_loss is True
     assert opts.starting_id == "earliest"
     assert opts.max_records_per_batch is None
@@ -55,7 +61,10 @@ def test_options_survive_the_round_trip_to_strings() -> None:
         ({"streams": "a"}, "option url is required"),
         ({"url": URL}, "option streams is required"),
         ({"url": URL, "streams": "a,a"}, "listed twice"),
-        ({"url": URL, "streams": "a", "numpartitions": "four"}, "numpartitions: expected an int"),
+        (
+            {"url": URL, "streams": "a", "numpartitions": "four"},
+            "option numPartitions: expected an int",
+        ),
         ({"url": URL, "streams": "a", "numpartitions": "0"}, "between 1 and"),
         ({"url": URL, "streams": "a", "failondataloss": "maybe"}, "true or false"),
         ({"url": URL, "streams": "a", "startid": "9-0", "endid": "1-0"}, "above endId"),
