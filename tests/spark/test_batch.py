@@ -7,6 +7,10 @@ from typing import Any
 import pytest
 import redis
 
+from streamworker.errors import ConfigError
+from streamworker.spark import clear_errors
+from streamworker.spark.source import MIN_ROWS_PER_TASK
+
 pytestmark = pytest.mark.slow
 
 
@@ -58,9 +62,45 @@ def test_fields_decode_into_the_handler_model(
     assert "body failed validation" in bad.body_error
 
 
-def test_a_bad_option_fails_the_query_with_its_message(spark: Any, redis_url: str) -> None:
-    with pytest.raises(Exception, match="numpartitions: expected an integer"):
+def test_a_bad_option_surfaces_as_one_line(spark: Any, redis_url: str) -> None:
+    with pytest.raises(ConfigError) as info, clear_errors():
         read(spark, redis_url, streams="a", numPartitions="many").collect()
+    assert str(info.value) == "option numPartitions: expected an integer, got 'many'"
+
+
+def test_the_timestamp_column_and_text_fields(
+    spark: Any, redis_client: redis.Redis, redis_url: str
+) -> None:
+    redis_client.xadd("a", {"amount": "12"}, id="1763769600123-0")
+    df = read(spark, redis_url, streams="a", fieldsType="string")
+    assert df.schema["timestamp"].dataType.typeName() == "timestamp"
+    row = df.selectExpr("fields['amount'] AS amount", "unix_millis(timestamp) AS ms").first()
+    assert (row.amount, row.ms) == ("12", 1763769600123)
+
+
+def test_without_num_partitions_a_read_uses_the_session_parallelism(
+    spark: Any, redis_client: redis.Redis, redis_url: str
+) -> None:
+    fill(redis_client, "big", 2 * MIN_ROWS_PER_TASK)
+    fill(redis_client, "small", 100)
+    assert read(spark, redis_url, streams="big").rdd.getNumPartitions() == 2  # local[2,4]
+    assert read(spark, redis_url, streams="small").rdd.getNumPartitions() == 1
+
+
+def test_a_filter_on_timestamp_reads_only_its_range(
+    spark: Any, redis_client: redis.Redis, redis_url: str
+) -> None:
+    day = 1_763_769_600_000
+    pipe = redis_client.pipeline(transaction=False)
+    for i in range(100):
+        pipe.xadd("a", {"n": str(i)}, id=f"{day + i * 1000}-0")
+    pipe.execute()
+    df = read(spark, redis_url, streams="a").filter(
+        "timestamp >= TIMESTAMP '2025-11-22 00:00:10 UTC' AND ms < 1763769620000"
+    )
+    assert sorted(r.n for r in df.selectExpr("CAST(fields['n'] AS STRING) AS n").collect()) == (
+        sorted(str(i) for i in range(10, 20))
+    )
 
 
 def test_several_tasks_writing_explicit_ids_into_one_stream_drop_nothing(
