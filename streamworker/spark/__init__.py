@@ -57,15 +57,17 @@ def _parallelism(spark: SparkSession) -> int | None:
         return int(value) if value else None
 
 
-def register(spark: SparkSession, *, pushdown: bool = True) -> None:
+def register(spark: SparkSession, *, pushdown: bool = False) -> None:
     """Register the ``streamworker_redis`` format on ``spark`` for ``spark.read``,
-    ``spark.readStream``, ``df.write`` and ``df.writeStream``. Idempotent.
+    ``spark.readStream``, ``df.write`` and ``df.writeStream``. Idempotent (the last call's
+    settings win).
 
     The registered source carries the session's default parallelism (the default task budget
-    of a read: see docs/spark.md). With ``pushdown`` (the default) it also turns on
-    ``spark.sql.python.filterPushdown.enabled`` for the session, so filters on ``timestamp``,
-    ``ms`` and ``id`` narrow what a batch read reads (Spark refuses a source that prunes while
-    that setting is off: pass ``pushdown=False`` to leave it alone).
+    of a read: see docs/spark.md). With ``pushdown`` it also turns on
+    ``spark.sql.python.filterPushdown.enabled`` for the session, and filters on ``timestamp``,
+    ``ms`` and ``id`` narrow what a batch read reads. It is off by default because Spark then
+    refuses the source in every query planned where that setting reads false: a thread of the
+    caller's own, without the session active, plans with the defaults (false).
     """
     require_spark("streamworker.spark")
     from streamworker.spark.source import RedisStreamsDataSource

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from streamworker.errors import ConfigError
-from streamworker.spark import clear_errors
+from streamworker.spark import clear_errors, register
 from streamworker.spark.source import MIN_ROWS_PER_TASK
 
 pytestmark = pytest.mark.slow
@@ -95,12 +95,15 @@ def test_a_filter_on_timestamp_reads_only_its_range(
     for i in range(100):
         pipe.xadd("a", {"n": str(i)}, id=f"{day + i * 1000}-0")
     pipe.execute()
-    df = read(spark, redis_url, streams="a").filter(
-        "timestamp >= TIMESTAMP '2025-11-22 00:00:10 UTC' AND ms < 1763769620000"
-    )
-    assert sorted(r.n for r in df.selectExpr("CAST(fields['n'] AS STRING) AS n").collect()) == (
-        sorted(str(i) for i in range(10, 20))
-    )
+    register(spark, pushdown=True)  # the pruning reader, planned through Spark's pushdown path
+    try:
+        df = read(spark, redis_url, streams="a").filter(
+            "timestamp >= TIMESTAMP '2025-11-22 00:00:10 UTC' AND ms < 1763769620000"
+        )
+        found = sorted(r.n for r in df.selectExpr("CAST(fields['n'] AS STRING) AS n").collect())
+    finally:
+        register(spark)
+    assert found == sorted(str(i) for i in range(10, 20))
 
 
 def test_several_tasks_writing_explicit_ids_into_one_stream_drop_nothing(
