@@ -70,19 +70,11 @@ def register(spark: SparkSession, *, pushdown: bool = False) -> None:
     caller's own, without the session active, plans with the defaults (false).
     """
     require_spark("streamworker.spark")
-    from streamworker.spark.source import RedisStreamsDataSource
+    from streamworker.spark.source import session_source
 
     if pushdown:
         spark.conf.set(PUSHDOWN_CONF, "true")
-    settings = {"parallelism": _parallelism(spark), "pushdown": pushdown}
-    # A class made here is pickled by value (cloudpickle cannot find it by name), so the
-    # settings travel with it to the Python workers that plan the reads.
-    session_source = type(
-        "RedisStreamsDataSource",
-        (RedisStreamsDataSource,),
-        {**settings, "__qualname__": "RedisStreamsDataSource.<registered>"},
-    )
-    spark.dataSource.register(session_source)
+    spark.dataSource.register(session_source(_parallelism(spark), pushdown))
 
 
 def read(spark: SparkSession, **options: Any) -> DataFrame:

@@ -360,6 +360,22 @@ class RedisStreamsDataSource(DataSource):
         return StreamWriter(parse_write_options(self.options, streaming=True), schema, overwrite)
 
 
+def session_source(parallelism: int | None, pushdown: bool) -> type[RedisStreamsDataSource]:
+    """A :class:`RedisStreamsDataSource` subclass carrying one session's settings. Made at run
+    time, it is pickled by value (cloudpickle finds no module attribute of that name), so the
+    settings travel with it to the Python workers that plan the reads."""
+    return type(
+        "RedisStreamsDataSource",
+        (RedisStreamsDataSource,),
+        {
+            "parallelism": parallelism,
+            "pushdown": pushdown,
+            "__module__": __name__,
+            "__qualname__": "RedisStreamsDataSource.<registered>",
+        },
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Batch read
 
