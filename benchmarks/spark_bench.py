@@ -16,8 +16,9 @@ uses ``--redis-url``) and a ``local[N]`` Spark session bound to 127.0.0.1, fills
   (the default: the session's parallelism, bounded by the stream's size).
 
 ``--page-sizes 500,1000,2000,5000,10000`` adds a sweep of ``pageSize`` at K=2 (how the default
-page size was chosen). Each variant runs ``--rounds`` times and the best is kept (the first Spark
-query also pays for starting the Python workers, so a warm-up query runs first). Needs Java and
+page size was chosen). Each variant runs ``--rounds`` times, the variants taking turns in every round (so load from
+elsewhere hits them alike), and the best is kept (the first Spark query also pays for starting
+the Python workers, so a warm-up query runs first). Needs Java and
 the spark extra.
 """
 
@@ -29,7 +30,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import redis
@@ -75,14 +76,19 @@ def fastread_loop(url: str, page: int) -> int:
     return rows
 
 
-def best(label: str, rounds: int, run: object) -> tuple[str, int, float]:
-    times = []
-    rows = 0
+def interleaved(
+    variants: list[tuple[str, Callable[[], int]]], rounds: int
+) -> list[tuple[str, int, float]]:
+    """Each variant's best time over ``rounds`` rounds; every round runs every variant once, in
+    turn, so a burst of load from elsewhere on the machine hits them alike."""
+    times: dict[str, list[float]] = {label: [] for label, _ in variants}
+    rows: dict[str, int] = {}
     for _ in range(rounds):
-        started = time.perf_counter()
-        rows = run()  # type: ignore[operator]
-        times.append(time.perf_counter() - started)
-    return label, rows, min(times)
+        for label, run in variants:
+            started = time.perf_counter()
+            rows[label] = run()
+            times[label].append(time.perf_counter() - started)
+    return [(label, rows[label], min(times[label])) for label, _ in variants]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -95,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="pageSize of the Spark reads (default: the source's)",
     )
     parser.add_argument("--page-sizes", default="", help="comma list: a pageSize sweep at K=2")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cores", type=int, default=2, help="local[N] (default: 2)")
     parser.add_argument("--redis-url", help="use this Redis instead of starting one")
     args = parser.parse_args(argv)
@@ -149,29 +155,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(reader.load().count())
 
         spark_count(2)  # warm-up: starts the Python workers
-        results = [
-            best("redis-py XRANGE, 1 process", args.rounds, lambda: xrange_loop(url, 1_000)),
-            best(
+        variants: list[tuple[str, Callable[[], int]]] = [
+            ("redis-py XRANGE, 1 process", lambda: xrange_loop(url, 1_000)),
+            (
                 "fastread, no Spark, 1 process",
-                args.rounds,
                 lambda: fastread_loop(url, args.page_size or DEFAULT_PAGE_SIZE),
             ),
         ]
         for k in (1, 2, 4):
-            results.append(
-                best(f"spark local[{args.cores}], K={k}", args.rounds, lambda k=k: spark_count(k))
-            )
-        results.append(
-            best(f"spark local[{args.cores}], default", args.rounds, lambda: spark_count(None))
-        )
+            variants.append((f"spark local[{args.cores}], K={k}", lambda k=k: spark_count(k)))
+        variants.append((f"spark local[{args.cores}], default", lambda: spark_count(None)))
         for size in [int(x) for x in args.page_sizes.split(",") if x.strip()]:
-            results.append(
-                best(
+            variants.append(
+                (
                     f"spark local[{args.cores}], K=2, pageSize {size}",
-                    args.rounds,
-                    lambda size=size: spark_count(2, size),
+                    lambda s=size: spark_count(2, s),
                 )
             )
+        results = interleaved(variants, args.rounds)
         spark.stop()
     finally:
         if server is not None:
