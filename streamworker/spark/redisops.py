@@ -96,16 +96,21 @@ def resolve_streams(client: redis.Redis, names: Sequence[str]) -> list[str]:
         pipe = client.pipeline(transaction=False)
         for name in plain:
             pipe.exists(name)
-            if "{" not in name and "}" not in name:
+        # Only names that are no key of their own can name a partitioned stream.
+        candidates = [
+            n
+            for n, own in zip(plain, pipe.execute(), strict=True)
+            if not own and "{" not in n and "}" not in n
+        ]
+        if candidates:
+            pipe = client.pipeline(transaction=False)
+            for name in candidates:
                 for i in range(MAX_PARTITIONS):
                     pipe.exists(partition_stream(name, i))
-        replies = iter(pipe.execute())
-        for name in plain:
-            own = bool(next(replies))
-            parts: list[str] = []
-            if "{" not in name and "}" not in name:
-                parts = [partition_stream(name, i) for i in range(MAX_PARTITIONS) if next(replies)]
-            partitions[name] = [] if own else parts
+            replies = iter(pipe.execute())
+            for name in candidates:
+                found = [partition_stream(name, i) for i in range(MAX_PARTITIONS) if next(replies)]
+                partitions[name] = found
     globbed: dict[str, list[str]] = {}
     patterns = [n for n in names if is_glob(n)]
     if patterns:

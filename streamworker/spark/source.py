@@ -594,8 +594,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 exact = hi.n - lo.n if hi.n >= 0 and lo.n >= 0 else None
                 lo_id = None if lo.id == StreamId(0, 0) else lo.id
                 planned[stream] = (lo, IdRange(lo_id, hi.id), first, exact)
+            # Without counts (a query started at an id), the stream's length bounds the batch.
             sizes = {
-                s: exact if exact is not None else 1 for s, (_, _, _, exact) in planned.items()
+                s: exact if exact is not None else redisops.length(client, s)
+                for s, (_, _, _, exact) in planned.items()
             }
             tasks = task_budget(self.opts, self.parallelism, sizes)
             for stream, (lo, rng, first, exact) in planned.items():
