@@ -25,12 +25,6 @@ import redis.exceptions as rex
 from streamworker.errors import StreamworkerError
 from streamworker.spark.ranges import IdRange
 
-DEFAULT_PAGE_SIZE = 2_000
-"""``COUNT`` of each XRANGE when ``pageSize`` is not set: measured on the 200,000-entry
-benchmark (benchmarks/README.md, "Spark batch reads"): 500 pays per-command and per-batch
-costs too often, 5,000 and more give no more throughput but longer Redis stalls and more
-memory per task."""
-
 RawPage = list[list[Any]]
 """One XRANGE reply as the parser gives it: ``[[id, [field, value, ...]], ...]`` (bytes)."""
 
@@ -122,11 +116,3 @@ class BatchBuilder:
         return pa.RecordBatch.from_arrays(
             [stream, ids, ms, seq, timestamp, fields], schema=self.schema
         )
-
-
-def read_batches(
-    client: redis.Redis, stream: str, rng: IdRange, page_size: int, builder: BatchBuilder
-) -> Iterator[Any]:
-    """Every entry of ``rng`` as record batches, one per page (see :func:`raw_pages`)."""
-    for page in raw_pages(client, stream, rng, page_size):
-        yield builder.batch(page)
