@@ -21,6 +21,15 @@ def fill(client: redis.Redis, stream: str, n: int) -> list[str]:
     return [i.decode() for i in pipe.execute()]
 
 
+def spread(client: redis.Redis, stream: str, n: int, start_ms: int) -> list[str]:
+    """``n`` entries one millisecond apart (a range is never cut inside a millisecond, and a
+    pipelined ``fill`` may put hundreds of entries into one)."""
+    pipe = client.pipeline(transaction=False)
+    for i in range(n):
+        pipe.xadd(stream, {"n": str(i), "amount": str(i % 7)}, id=f"{start_ms + i}-0")
+    return [i.decode() for i in pipe.execute()]
+
+
 def read(spark: Any, url: str, **options: Any) -> Any:
     reader = spark.read.format("streamworker_redis").option("url", url)
     for key, value in options.items():
@@ -31,9 +40,10 @@ def read(spark: Any, url: str, **options: Any) -> Any:
 def test_read_in_k_partitions_returns_every_entry_once(
     spark: Any, redis_client: redis.Redis, redis_url: str
 ) -> None:
-    ids = fill(redis_client, "a", 3000) + fill(redis_client, "b", 500)
+    base = 1_763_769_600_000
+    ids = spread(redis_client, "a", 3000, base) + spread(redis_client, "b", 500, base)
     df = read(spark, redis_url, streams="a,b", numPartitions=3)
-    assert df.rdd.getNumPartitions() >= 4  # up to 3 per stream
+    assert df.rdd.getNumPartitions() == 6  # 3 per stream
     rows = df.select("stream", "id", "ms", "seq").collect()
     assert sorted(r.id for r in rows) == sorted(ids)
     assert all(r.id == f"{r.ms}-{r.seq}" for r in rows)
