@@ -3,7 +3,13 @@ exactly once, archive it to Parquet and trim what everyone is done with.
 
 Run it from the repository root (the Spark workers import ``examples.spark_pipeline.app``):
 
-    python examples/spark_pipeline/pipeline.py --redis-url redis://127.0.0.1:6379/0
+    python examples/spark_pipeline/pipeline.py --redis-url redis://127.0.0.1:6379/0 --master local[2]
+
+or submit it to a cluster with the packages shipped (see README.md here and docs/spark.md):
+
+    python examples/spark_pipeline/package.py dist
+    spark-submit --master spark://HOST:7077 --py-files dist/streamworker.zip,dist/shop_app.zip \
+        examples/spark_pipeline/pipeline.py --redis-url redis://REDIS:6379/0
 
 It uses a temporary SQLite database and directory, and stream keys under ``shop:``. Needs Java
 and ``pip install 'streamworker[spark]'``.
@@ -87,24 +93,42 @@ def run(spark: Any, url: str, workdir: Path, n: int = 5_000) -> None:
     print(f"invoices: {invoices}, dead letters: {client.xlen('{shop:orders}:dlq')}")
 
     # 3. Copy the stream with its ids through the exactly-once sink (a streaming query).
-    copy = (
-        spark.readStream.format("streamworker_redis")
-        .option("url", url)
-        .option("streams", STREAM)
-        .option("maxRecordsPerBatch", 2_000)
-        .load()
-        .select("id", "fields")
-        .writeStream.format("streamworker_redis")
-        .option("url", url)
-        .option("stream", "shop:orders:copy")
-        .option("idMode", "explicit")
-        .option("queryName", "copy")
-        .option("checkpointLocation", str(workdir / "copy-checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    copy.awaitTermination()
+    checkpoint = workdir / "copy-checkpoint"
+
+    def copy() -> Any:
+        query = (
+            spark.readStream.format("streamworker_redis")
+            .option("url", url)
+            .option("streams", STREAM)
+            .option("maxRecordsPerBatch", 2_000)
+            .load()
+            .select("id", "fields")
+            .writeStream.format("streamworker_redis")
+            .option("url", url)
+            .option("stream", "shop:orders:copy")
+            .option("idMode", "explicit")
+            .option("queryName", "copy")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        return query
+
+    copy()
     print(f"copied: {client.xlen('shop:orders:copy')} entries")
+    # A driver that dies after the sink committed a batch, before Spark logged the commit,
+    # leaves exactly this checkpoint: Spark runs that batch again, with the same batch id.
+    commits = checkpoint / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+    replay = copy()
+    again = sum(int(p["numInputRows"]) for p in replay.recentProgress)
+    print(
+        f"batch {last} replayed ({again} entries read again): "
+        f"{client.xlen('shop:orders:copy')} entries"
+    )
 
     # 4. Archive to Parquet, then trim what the group and the archive are done with.
     result = archive(spark, STREAM, str(workdir / "archive"), url=url)
@@ -119,20 +143,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--orders", type=int, default=5_000)
+    parser.add_argument(
+        "--master", help="Spark master (default: spark-submit's, else local[*]); e.g. local[2]"
+    )
     args = parser.parse_args()
+    # Run with plain python: the workers start from this interpreter and find this repository.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
     )
     from pyspark.sql import SparkSession
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("streamworker-spark-pipeline")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
+    builder = SparkSession.builder.appName("streamworker-spark-pipeline").config(
+        "spark.ui.showConsoleProgress", "false"
     )
+    if args.master:
+        builder = builder.master(args.master)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    print(f"spark master: {spark.sparkContext.master}")
     try:
         with tempfile.TemporaryDirectory(prefix="sw-spark-pipeline-") as tmp:
             run(spark, args.redis_url, Path(tmp), args.orders)

@@ -38,6 +38,7 @@ class ArchiveResult:
     rows: int
     batches: int
     position: str | None  # the last archived id (None: nothing archived yet)
+    positions: dict[str, str] | None = None  # per stream key (a partitioned stream's partitions)
 
 
 def committed_offset(checkpoint: str | Path) -> dict[str, str] | None:
@@ -78,8 +79,9 @@ def archive(
     progress: Progress | None = None,
     poll_s: int = 1,
 ) -> ArchiveResult:
-    """Append every entry of ``stream`` not archived yet to Parquet under ``path`` and publish
-    the archived position as cursor ``cursor_name``. Blocks until the run is done; raises
+    """Append every entry of ``stream`` (a stream key, or a partitioned stream's name: all its
+    partitions) not archived yet to Parquet under ``path`` and publish the archived position of
+    each stream key as cursor ``cursor_name``. Blocks until the run is done; raises
     StreamworkerError when the query fails (e.g. entries were trimmed before they were
     archived: the source's data-loss check). Safe to re-run, and to kill and re-run."""
     from pyspark.sql import functions as F
@@ -127,10 +129,12 @@ def archive(
         progress(batches, rows)
     offset = committed_offset(ckpt)
     position = None if offset is None else offset.get(stream)
-    if position is not None:
+    if offset:
+        # Every stream the query read: a partitioned stream's name stands for its partitions,
+        # each trimmed by its own cursor.
         client = redisops.connect(url)
         try:
-            redisops.publish_cursor(client, cursor_name, {stream: position})
+            redisops.publish_cursor(client, cursor_name, offset)
         finally:
             client.close()
-    return ArchiveResult(stream, rows, batches, position)
+    return ArchiveResult(stream, rows, batches, position, offset)

@@ -21,12 +21,22 @@ from pydantic import BaseModel
 from streamworker.codec import decode_body, decode_fields
 from streamworker.errors import ConfigError, PermanentFailure
 
-BASE_COLUMNS = "stream STRING, id STRING, ms BIGINT, seq BIGINT, fields MAP<STRING, BINARY>"
-"""The columns every read returns."""
+BASE_COLUMNS = (
+    "stream STRING, id STRING, ms BIGINT, seq BIGINT, timestamp TIMESTAMP, "
+    "fields MAP<STRING, BINARY>"
+)
+"""The columns every read returns (``fieldsType=string`` makes the map's values STRING)."""
 
-RESERVED = frozenset({"stream", "id", "ms", "seq", "fields", "body_error"})
+
+def base_columns(fields_type: str = "binary") -> str:
+    """:data:`BASE_COLUMNS` with the fields map's value type ``fields_type``."""
+    return BASE_COLUMNS.replace("BINARY>", f"{fields_type.upper()}>")
+
+
+RESERVED = frozenset({"stream", "id", "ms", "seq", "timestamp", "fields", "body_error"})
 
 _SIMPLE = {str: "STRING", int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN"}
+_ARROW = {"STRING": "string", "BIGINT": "int64", "DOUBLE": "float64", "BOOLEAN": "bool_"}
 
 
 def load_model(target: str) -> type[BaseModel]:
@@ -69,6 +79,15 @@ class ModelColumns:
         """The extra columns, as Spark DDL."""
         cols = [f"`{n}` {t}" for n, t in zip(self.names, self.ddl, strict=True)]
         return ", ".join([*cols, "body_error STRING"])
+
+    def arrow_fields(self) -> list[Any]:
+        """The extra columns as pyarrow fields (``body_error`` last)."""
+        import pyarrow as pa
+
+        out = [
+            pa.field(n, getattr(pa, _ARROW[t])()) for n, t in zip(self.names, self.ddl, strict=True)
+        ]
+        return [*out, pa.field("body_error", pa.string())]
 
     def values(self, fields: dict[str, bytes]) -> tuple[Any, ...]:
         """The extra column values of one entry (nulls and the reason when it does not decode)."""

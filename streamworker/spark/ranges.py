@@ -100,13 +100,30 @@ class IdRange:
         return str(self.hi)
 
 
+def ranges_at_cuts(lo: StreamId | None, hi: StreamId, cuts: list[int]) -> list[IdRange]:
+    """``(lo, hi]`` cut after each millisecond of ``cuts``: a cut at ``m`` ends its range at
+    ``m-MAX``, so every id of ms ``m`` goes to that range. Cuts outside the interval, or not
+    increasing, are skipped; the ranges are disjoint, ordered, and cover ``(lo, hi]`` exactly."""
+    ranges: list[IdRange] = []
+    prev = lo
+    for cut in cuts:
+        end = StreamId(cut, MAX_PART)
+        if end >= hi or (prev is not None and end <= prev):
+            continue
+        ranges.append(IdRange(prev, end))
+        prev = end
+    ranges.append(IdRange(prev, hi))
+    return ranges
+
+
 def split_range(lo: StreamId | None, first: StreamId, hi: StreamId, k: int) -> list[IdRange]:
-    """Split ``(lo, hi]`` into at most ``k`` consecutive ranges at millisecond boundaries.
+    """Split ``(lo, hi]`` into at most ``k`` consecutive ranges of equal time, at millisecond
+    boundaries.
 
     ``first`` is the first entry above ``lo`` (so cuts are spread over the ms span the stream
     actually holds, not from ``0``). The ranges are disjoint, ordered, and their union is exactly
     ``(lo, hi]``; fewer than ``k`` come back when the span has fewer than ``k`` milliseconds.
-    Equal-time cuts can be skewed when the rate varies; each range is still read correctly.
+    Equal-time cuts are skewed when the rate varies: :func:`count_cuts` cuts by entry counts.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -114,22 +131,105 @@ def split_range(lo: StreamId | None, first: StreamId, hi: StreamId, k: int) -> l
         return []
     start_ms = max(first.ms, lo.ms if lo is not None else 0)
     span = hi.ms - start_ms
-    cuts: list[int] = []
-    for i in range(1, k):
-        cut = start_ms + span * i // k
-        # A cut at ms m ends its range at m-MAX: every id of ms m goes to that range.
-        if cut < hi.ms and (not cuts or cut > cuts[-1]) and (lo is None or cut >= lo.ms):
-            cuts.append(cut)
-    ranges: list[IdRange] = []
-    prev = lo
-    for cut in cuts:
-        end = StreamId(cut, MAX_PART)
-        if prev is not None and end <= prev:
+    cuts = [start_ms + span * i // k for i in range(1, k)]
+    return ranges_at_cuts(lo, hi, [c for c in cuts if lo is None or c >= lo.ms])
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A sample of a stream for cutting it by entry counts: the ms parts of the first entries
+    at or after ``at_ms`` (at most the probe window's size; fewer when the range ends), and how
+    many entries the last of those milliseconds holds in all (the window may stop inside it:
+    a burst puts thousands of entries in one ms)."""
+
+    at_ms: int
+    ms: tuple[int, ...]
+    last_ms_count: int = 0
+
+
+def probe_times(start_ms: int, end_ms: int, n: int) -> list[int]:
+    """``n`` (or fewer, distinct) probe times spread evenly over ``[start_ms, end_ms]``."""
+    span = end_ms - start_ms + 1
+    count = max(1, min(n, span))
+    return sorted({start_ms + span * i // count for i in range(count)})
+
+
+def estimate_counts(probes: list[Probe], end_ms: int, window: int) -> list[float]:
+    """Estimated entries in each probe's slice ``[at_ms, next probe's at_ms)`` (the last slice
+    ends at ``end_ms`` inclusive).
+
+    A slice whose window reaches past its end, or that the stream ends in, is counted exactly
+    (its entries are in the window). A slice that holds a whole window is extrapolated at the
+    mean of the rates at its two ends (its own window's and the next slice's). A burst inside a
+    slice, between quiet ends, is what this can miss: more probes make slices shorter.
+    """
+
+    def rate(probe: Probe) -> float:
+        # Entries per ms over the window, its last millisecond counted in full (the window
+        # may stop inside a crowded one: a burst puts thousands of entries in one ms).
+        if not probe.ms:
+            return 0.0
+        last = probe.ms[-1]
+        at_last = sum(1 for m in probe.ms if m == last)
+        seen = len(probe.ms) - at_last + max(at_last, probe.last_ms_count)
+        return seen / (last - probe.ms[0] + 1)
+
+    rates = [rate(p) for p in probes]
+    counts: list[float] = []
+    for i, probe in enumerate(probes):
+        upto = probes[i + 1].at_ms if i + 1 < len(probes) else end_ms + 1
+        inside = [m for m in probe.ms if m < upto]
+        if len(inside) < len(probe.ms) or len(probe.ms) < window:
+            counts.append(float(len(inside)))
             continue
-        ranges.append(IdRange(prev, end))
-        prev = end
-    ranges.append(IdRange(prev, hi))
-    return ranges
+        last = inside[-1]
+        at_last = sum(1 for m in inside if m == last)
+        seen = len(inside) - at_last + max(at_last, probe.last_ms_count)
+        # The rest of the slice at the mean of the rates at its two ends.
+        ahead = rates[i + 1] if i + 1 < len(probes) else rates[i]
+        counts.append(seen + (rates[i] + ahead) / 2 * max(0, upto - last - 1))
+    return counts
+
+
+def count_cuts(
+    probes: list[Probe], end_ms: int, window: int, k: int, total: int | None = None
+) -> list[int]:
+    """Millisecond cuts (for :func:`ranges_at_cuts`) giving ``k`` ranges of about equal entry
+    counts, from ``probes`` (see :func:`estimate_counts`). ``total``: the exact entry count of
+    the whole interval when known (the estimates are scaled to it). Fewer cuts come back when
+    the entries sit in fewer than ``k`` milliseconds."""
+    if k <= 1 or not probes:
+        return []
+    counts = estimate_counts(probes, end_ms, window)
+    estimated = sum(counts)
+    if estimated <= 0:
+        return []
+    scale = total / estimated if total else 1.0
+    counts = [c * scale for c in counts]
+    whole = estimated * scale
+    cuts: list[int] = []
+    done = 0.0
+    target_no = 1
+    for i, probe in enumerate(probes):
+        upto = probes[i + 1].at_ms if i + 1 < len(probes) else end_ms + 1
+        here = counts[i]
+        inside = [m for m in probe.ms if m < upto]
+        while target_no < k and done + here >= whole * target_no / k:
+            need = whole * target_no / k - done  # entries of this slice before the cut
+            rank = int(need / scale) if scale > 0 else 0
+            if 0 < rank <= len(inside):
+                cut = inside[rank - 1]  # the window knows where the rank-th entry is
+            else:
+                # Past the window: spread the rest of the slice evenly over its time.
+                begin = inside[-1] + 1 if inside else probe.at_ms
+                left = max(here - len(inside) * scale, 1e-9)
+                frac = min(1.0, max(0.0, (need - len(inside) * scale) / left))
+                cut = begin + int((upto - 1 - begin) * frac)
+            if not cuts or cut > cuts[-1]:
+                cuts.append(cut)
+            target_no += 1
+        done += here
+    return [c for c in cuts if c < end_ms]
 
 
 def min_id(ids: list[StreamId]) -> StreamId | None:

@@ -8,18 +8,30 @@ uses it: clients hold locks and sockets and cannot be pickled to executors.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import fnmatch
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 import redis.exceptions as rex
 
-from streamworker.errors import ConfigError, StreamworkerError
-from streamworker.keys import hash_tag
-from streamworker.redisio import LuaScript, open_sync_redis
-from streamworker.settings import is_cluster_url
-from streamworker.spark.ranges import IdRange, Position, StreamId, StreamState, lost_entries
+from streamworker.errors import StreamworkerError
+from streamworker.keys import hash_tag, partition_stream
+from streamworker.partitions import MAX_PARTITIONS
+from streamworker.redisio import LuaScript, is_cluster_client, open_sync_redis
+from streamworker.spark.options import is_glob
+from streamworker.spark.ranges import (
+    MAX_PART,
+    IdRange,
+    Position,
+    Probe,
+    StreamId,
+    StreamState,
+    lost_entries,
+    probe_times,
+)
 
 
 class DataLoss(StreamworkerError):
@@ -27,10 +39,101 @@ class DataLoss(StreamworkerError):
 
 
 def connect(url: str) -> redis.Redis:
-    """A sync client for a Spark task (bytes replies)."""
-    if is_cluster_url(url):
-        raise ConfigError("the Spark connector does not support Redis Cluster URLs yet")
+    """A sync client for a Spark task (bytes replies): redis-py's cluster client for
+    ``redis+cluster://`` URLs (every command here keeps to one slot)."""
     return open_sync_redis(url, socket_timeout_s=60.0)
+
+
+def node_client(client: redis.Redis, stream: str) -> redis.Redis:
+    """A plain client of the node that serves ``stream`` (``client`` itself when it is not a
+    cluster client): the pipelined reader talks to one connection directly."""
+    if not is_cluster_client(client):
+        return client
+    cluster: Any = client
+    node = cluster.get_node_from_key(stream)
+    found: redis.Redis = cluster.get_redis_connection(node)
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Which streams an entry of option ``streams`` names
+
+_PARTITION_KEY = re.compile(r"^\{(.+):p(\d+)\}$")
+
+
+def _logical(key: str) -> str:
+    """The name a glob is matched against: a partition's stream name, else the key."""
+    match = _PARTITION_KEY.match(key)
+    return match.group(1) if match else key
+
+
+def _partition_index(key: str) -> int:
+    match = _PARTITION_KEY.match(key)
+    return int(match.group(2)) if match else -1
+
+
+def resolve_streams(client: redis.Redis, names: Sequence[str]) -> list[str]:
+    """The stream keys that the entries of option ``streams`` name, each once, in order:
+
+    * a glob (``*``, ``?``, ``[``) matches stream keys, and partitioned streams by their name
+      (``ord*`` matches ``{orders:p0}`` … as well as a plain ``orders2``); found by SCAN over
+      every node, sorted;
+    * a plain name is that stream when the key exists or no partition of that name exists,
+      otherwise the partitions ``{name:p0}``, ``{name:p1}`` … that exist (found with one
+      pipelined EXISTS over the possible partition keys; no SCAN).
+    """
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def add(key: str) -> None:
+        if key not in seen:
+            seen.add(key)
+            out.append(key)
+
+    plain = [n for n in names if not is_glob(n)]
+    partitions: dict[str, list[str]] = {}
+    if plain:
+        pipe = client.pipeline(transaction=False)
+        for name in plain:
+            pipe.exists(name)
+        # Only names that are no key of their own can name a partitioned stream.
+        candidates = [
+            n
+            for n, own in zip(plain, pipe.execute(), strict=True)
+            if not own and "{" not in n and "}" not in n
+        ]
+        if candidates:
+            pipe = client.pipeline(transaction=False)
+            for name in candidates:
+                for i in range(MAX_PARTITIONS):
+                    pipe.exists(partition_stream(name, i))
+            replies = iter(pipe.execute())
+            for name in candidates:
+                found = [partition_stream(name, i) for i in range(MAX_PARTITIONS) if next(replies)]
+                partitions[name] = found
+    globbed: dict[str, list[str]] = {}
+    patterns = [n for n in names if is_glob(n)]
+    if patterns:
+        keys = sorted(
+            {_text(k) for k in client.scan_iter(match="*", count=1_000, _type="stream")},
+            key=lambda k: (_logical(k), _partition_index(k), k),
+        )
+        for pattern in patterns:
+            globbed[pattern] = [
+                k
+                for k in keys
+                if fnmatch.fnmatchcase(_logical(k), pattern) or fnmatch.fnmatchcase(k, pattern)
+            ]
+    for name in names:
+        if name in globbed:
+            for key in globbed[name]:
+                add(key)
+        elif partitions.get(name):
+            for key in partitions[name]:
+                add(key)
+        else:
+            add(name)
+    return out
 
 
 def _tagged(stream: str) -> str:
@@ -73,27 +176,6 @@ def _xrevrange(client: redis.Redis, stream: str, high: str, low: str, count: int
 # Reading
 
 
-Row = tuple[str, str, int, int, dict[str, bytes]]
-
-
-def read_range(client: redis.Redis, stream: str, rng: IdRange, page_size: int) -> Iterator[Row]:
-    """Every entry of ``rng``, in id order, as ``(stream, id, ms, seq, fields)`` rows, paging
-    with XRANGE's exclusive start. Field names are decoded as UTF-8 (replacing bad bytes);
-    values stay bytes."""
-    start = rng.xrange_min
-    while True:
-        page = _xrange(client, stream, start, rng.xrange_max, page_size)
-        if not page:
-            return
-        for raw_id, raw_fields in page:
-            sid = StreamId.parse(raw_id)
-            fields = {k.decode("utf-8", "replace"): v for k, v in raw_fields.items()}
-            yield (stream, str(sid), sid.ms, sid.seq, fields)
-        if len(page) < page_size:
-            return
-        start = f"({_text(page[-1][0])}"
-
-
 def last_entry(
     client: redis.Redis, stream: str, at_most: StreamId | None = None
 ) -> StreamId | None:
@@ -129,6 +211,44 @@ def nth_entry_after(
         left -= len(page)
         low = f"({last}"
     return last, n - left
+
+
+def probe(
+    client: redis.Redis, stream: str, rng: IdRange, first: StreamId, samples: int, window: int
+) -> list[Probe]:
+    """Samples of ``rng`` (whose first entry is ``first``) for cutting it by entry counts
+    (:func:`~streamworker.spark.ranges.count_cuts`): ``samples`` windows of ``window`` entries
+    spread evenly over its time, each with the full count of its last millisecond. Two
+    pipelined round trips, whatever the stream's size."""
+    times = probe_times(first.ms, rng.hi.ms, samples)
+    high = rng.xrange_max
+    pipe = client.pipeline(transaction=False)
+    for t in times:
+        low = rng.xrange_min if rng.lo is not None and t <= rng.lo.ms else f"{t}-0"
+        pipe.xrange(stream, min=low, max=high, count=window)
+    windows = [[StreamId.parse(e[0]) for e in page or []] for page in pipe.execute()]
+    pipe = client.pipeline(transaction=False)
+    for ids in windows:
+        if ids:
+            last = ids[-1].ms
+            pipe.xrevrange(
+                stream, max=str(min(StreamId(last, MAX_PART), rng.hi)), min=f"{last}-0", count=1
+            )
+    tops = iter(pipe.execute())
+    probes: list[Probe] = []
+    for t, ids in zip(times, windows, strict=True):
+        last_count = 0
+        if ids:
+            top = next(tops)
+            # Auto-generated ids number the entries of one millisecond from 0.
+            last_count = StreamId.parse(top[0][0]).seq + 1 if top else 0
+        probes.append(Probe(t, tuple(i.ms for i in ids), last_count))
+    return probes
+
+
+def length(client: redis.Redis, stream: str) -> int:
+    """XLEN of ``stream`` (0 when it does not exist)."""
+    return int(client.xlen(stream))
 
 
 def stream_state(client: redis.Redis, stream: str) -> StreamState | None:

@@ -14,7 +14,6 @@ from streamworker.errors import StreamworkerError
 from streamworker.idempotency.sql import sortable_id
 from streamworker.spark import redisops
 from streamworker.spark.options import parse_read_options, parse_write_options
-from streamworker.spark.ranges import IdRange, StreamId
 from streamworker.spark.source import (
     BatchReader,
     StreamRange,
@@ -259,16 +258,6 @@ def test_the_committed_position_is_published(redis_client: redis.Redis, redis_ur
     reader = StreamReader(parse_read_options({"url": redis_url, "streams": "a", "cursorname": "q"}))
     reader.commit({"a": "5-0/3"})
     assert redisops.read_cursors(redis_client, "a") == {"q": "5-0"}
-
-
-def test_read_range_pages_with_the_exclusive_start(redis_client: redis.Redis) -> None:
-    ids = add(redis_client, "a", 25)
-    rows = list(
-        redisops.read_range(
-            redis_client, "a", IdRange(StreamId.parse(ids[2]), StreamId.parse(ids[-1])), 4
-        )
-    )
-    assert [r[1] for r in rows] == ids[3:]
 
 
 # -------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ def test_the_spark_pipeline_example(
         "backfill run again: duplicate 998",
         "invoices: 998, dead letters: 2",
         "copied: 1000 entries",
+        "batch 0 replayed (1000 entries read again): 1000 entries",
         "archived: 1000 entries in 1 batch(es)",
         "trimmed: 490 entries; left: 510; still pending: 10",
     ):

@@ -27,6 +27,7 @@ from streamworker.spark.source import (
     StreamRange,
     StreamReader,
     StreamWriter,
+    session_source,
 )
 
 URL = "redis://127.0.0.1:1/0"  # never connected to: construction must not touch Redis
@@ -84,6 +85,24 @@ def test_backfill_config_pickles() -> None:
 def test_data_source_pickles() -> None:
     source = RedisStreamsDataSource({"url": URL, "streams": "a"})
     assert isinstance(roundtrip(source), RedisStreamsDataSource)
+
+
+def test_the_registered_source_carries_the_session_settings_by_value() -> None:
+    from pyspark import cloudpickle
+
+    data = cloudpickle.dumps(session_source(12, True))
+    # Loaded in a fresh interpreter, as Spark's planner workers load it.
+    code = (
+        "import pickle, sys; c = pickle.loads(sys.stdin.buffer.read()); "
+        "print(c.parallelism, c.pushdown, c.name(), c.__mro__[1].__name__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], input=data, capture_output=True, check=False
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().split() == [
+        "12", "True", "streamworker_redis", "RedisStreamsDataSource"
+    ]  # fmt: skip
 
 
 def test_importing_streamworker_spark_needs_no_pyspark() -> None:
