@@ -118,6 +118,8 @@ async def _run(app: App, settings: Settings) -> int:
         db_url=settings.db_url or app.db_url,
         prune_interval_s=settings.prune_interval_s,
         liveness_timeout_s=settings.liveness_timeout_s,
+        db_deadline_s=settings.db_deadline_s,
+        redis_timeout_s=settings.redis_timeout_s,
     )
     try:
         await _check_redis(redis_url)

@@ -73,3 +73,8 @@ class DatabaseUnavailable(ConnectionLost):
     batch in hand and retries it after a capped backoff, without re-reading it from Redis (which
     would count a delivery per attempt and dead-letter messages because of an outage).
     """
+
+
+class DatabaseTimeout(DatabaseUnavailable):
+    """A batch's database work passed its deadline (``db_deadline_s``): its connection was
+    aborted and thrown away; the batch is retried on a fresh one like any DatabaseUnavailable."""

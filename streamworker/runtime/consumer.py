@@ -73,10 +73,14 @@ class Consumer:
         metrics: Metrics,
         threads: HandlerThreads,
         backoff: Backoff,
+        read_client: aioredis.Redis | None = None,
     ) -> None:
         self.spec = spec
         self.consumer = consumer
         self._client = client
+        # Blocking reads use a client of their own whose socket timeout exceeds block_ms; every
+        # other command gets the shorter timeout of ``client``.
+        self.read_client = read_client or client
         self._strategy = strategy
         self._resolver = resolver
         self._metrics = metrics
@@ -283,7 +287,7 @@ class Consumer:
         return entries, fresh_at
 
     async def _read(self, start: bytes, block_ms: int | None) -> list[Entry]:
-        call = self._client.xreadgroup(
+        call = (self._client if block_ms is None else self.read_client).xreadgroup(
             self.spec.group,
             self.consumer,
             {self.spec.stream: start},

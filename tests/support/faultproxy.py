@@ -216,6 +216,11 @@ def is_commit_reply(messages: list[PgMessage]) -> bool:
     return any(command_tag(m) == b"COMMIT" for m in messages)
 
 
+def is_commit_reply_bytes(raw: bytes) -> bool:
+    """:func:`is_commit_reply` for one complete reply as it went over the wire."""
+    return is_commit_reply(PgSplitter(frontend=False).feed(raw))
+
+
 # --------------------------------------------------------------------------------------------
 # Faults
 
@@ -301,13 +306,17 @@ class FaultSchedule:
 class Rule:
     """A targeted fault: applied to the replies of requests ``match`` accepts (and, when given,
     whose reply ``reply_match`` accepts), at most ``times`` times. ``match`` gets the command's
-    arguments (RESP) or the request's message types (PostgreSQL, e.g. ``[b"P", b"B", …, b"S"]``)."""
+    arguments (RESP) or the request's messages as sent (PostgreSQL: each starts with its type
+    byte, e.g. Parse, Bind, Describe, Execute, Sync)."""
 
     fault: Fault
     match: Callable[[list[bytes]], bool]
     reply_match: Callable[[bytes], bool] | None = None
     times: int = 1
+    skip: int = 0
+    """Let this many matching replies pass first."""
     used: int = 0
+    seen: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,7 +462,10 @@ class FaultProxy:
     # -- the proxy
 
     def _record(self, conn: _Conn, ordinal: int, args: list[bytes], fault: Fault) -> None:
-        shown = b" ".join(a[:24] for a in args[:3]).decode("utf-8", "replace")
+        if self.protocol == "postgres":
+            shown = "".join(chr(a[0]) for a in args if a)  # the request's message types
+        else:
+            shown = b" ".join(a[:24] for a in args[:3]).decode("utf-8", "replace")
         event = FaultEvent(time.monotonic(), conn.ident, ordinal, shown, fault)
         with self._lock:
             self.events.append(event)
@@ -485,6 +497,9 @@ class FaultProxy:
                     continue
                 if rule.reply_match is not None and not rule.reply_match(reply):
                     continue
+                rule.seen += 1
+                if rule.seen <= rule.skip:
+                    continue
                 rule.used += 1
                 return rule.fault
             schedule = self.schedule
@@ -497,6 +512,10 @@ class FaultProxy:
         return None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # the proxy closing
+            await self._serve(reader, writer)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         except OSError:
@@ -608,7 +627,7 @@ class FaultProxy:
                 if not msg.kind or not conn.ready:
                     out += msg.raw  # start-up and authentication pass untouched
                     continue
-                unit.append(msg.kind)
+                unit.append(msg.raw)
                 unit_raw += msg.raw
                 if msg.kind in (b"H", b"X"):
                     # Flush asks for replies without a Sync, Terminate expects none: forward
