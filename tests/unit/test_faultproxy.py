@@ -123,15 +123,13 @@ def test_pg_backend_answers_an_ssl_request_with_one_raw_byte() -> None:
     splitter = PgSplitter(frontend=False)
     splitter.expect_raw_byte()
     out = splitter.feed(b"N" + _typed(b"R", struct.pack("!i", 0)))
-    assert [(m.kind, m.raw) for m in out][0] == (b"", b"N")
+    assert (out[0].kind, out[0].raw) == (b"", b"N")
     assert out[1].kind == b"R"
 
 
 def test_pg_commit_reply_is_recognised_by_its_command_complete() -> None:
     commit = PgSplitter(frontend=False).feed(_typed(b"C", b"COMMIT\x00") + _typed(b"Z", b"I"))
-    insert = PgSplitter(frontend=False).feed(
-        _typed(b"C", b"INSERT 0 1\x00") + _typed(b"Z", b"T")
-    )
+    insert = PgSplitter(frontend=False).feed(_typed(b"C", b"INSERT 0 1\x00") + _typed(b"Z", b"T"))
     assert command_tag(commit[0]) == b"COMMIT"
     assert is_commit_reply(commit)
     assert not is_commit_reply(insert)
