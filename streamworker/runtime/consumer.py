@@ -233,14 +233,18 @@ class Consumer:
         """Process entries this consumer owns (read, or claimed by the reclaimer), one batch at a
         time. ``counts`` maps each id to its delivery counter; ids missing from it are skipped.
         ``fresh_at``: when the ``>`` read that returned them was sent (monotonic), None for other
-        sources. ``sent_at``: when the read or claim that returned them was sent; a reply later
-        than a quarter of ``claim_idle_ms`` is checked first (:meth:`_recheck_late`)."""
+        sources. ``sent_at``: when the read or claim that returned them was sent; a batch whose
+        handlers would start later than a quarter of ``claim_idle_ms`` after it (a late reply, or
+        a long wait for the batch in hand) is checked first (:meth:`_recheck_late`)."""
         started = time.monotonic()
         self.in_flight.update(e.id for e in entries)
         try:
-            if sent_at is not None and started - sent_at > self._late_after_s:
-                entries, fresh_at = await self._recheck_late(entries, started - sent_at, fresh_at)
             async with self._batch_lock:
+                # After the lock: the lease clock ran from the send through the reply's delay
+                # and the wait for the batch in hand.
+                delay_s = time.monotonic() - sent_at if sent_at is not None else 0.0
+                if delay_s > self._late_after_s:
+                    entries, fresh_at = await self._recheck_late(entries, delay_s, fresh_at)
                 await self._process(entries, counts, started, fresh_at)
         finally:
             self.in_flight.difference_update(e.id for e in entries)

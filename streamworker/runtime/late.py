@@ -4,9 +4,10 @@ XREADGROUP (``>`` and backlog reads) and XAUTOCLAIM start an entry's idle time w
 runs them. The reply may reach the worker much later (a slow network, a stalled proxy, a paused
 process): if that is later than ``claim_idle_ms``, another consumer's reclaimer may have claimed,
 processed and acked those entries meanwhile. So every read and claim records when it was sent;
-a batch whose reply took longer than :func:`late_after_s` is checked before any handler runs
-(:func:`touch_owned`): entries still this consumer's get their idle time reset, the others are
-dropped unhandled.
+a batch whose handlers would start later than :func:`late_after_s` after that (the reply came
+late, or the batch waited for the one in hand, while a lease renewal may have failed) is checked
+first (:func:`touch_owned`): entries still this consumer's get their idle time reset, the others
+are dropped unhandled.
 
 Why a quarter of ``claim_idle_ms``: once the consume loop holds a batch, the reclaimer renews the
 batch's entries every ``lease_interval_ms`` (a third of ``claim_idle_ms``). An entry's idle time

@@ -75,13 +75,17 @@ class Scenario:
     redis_rates: FaultRates
     pg_rates: FaultRates | None = None
     longest_gap_s: float | None = None  # stall scenarios: the bound on a stretch without progress
+    claim_idle_ms: int = CLAIM_IDLE_MS
 
 
 SCENARIOS = {
     "lua": Scenario("lua", 1, 4000, REDIS_RATES),
     "sql": Scenario("sql", 1, 4000, REDIS_RATES, PG_RATES),
     "none": Scenario("none", 1, 4000, REDIS_RATES),
-    "two-workers": Scenario("lua", 2, 4000, REDIS_RATES),
+    # Two workers with claim_idle_ms below most holds: a held read reply often comes back after
+    # the other worker could claim its entries (the late-reply race).
+    "two-workers": Scenario("lua", 2, 4000, REDIS_RATES, claim_idle_ms=1000),
+    "two-workers-none": Scenario("none", 2, 4000, REDIS_RATES, claim_idle_ms=1000),
     "redis-stall": Scenario("lua", 1, 2000, REDIS_STALLS, None, REDIS_TIMEOUT_S + STALL_SLACK_S),
     "sql-stall": Scenario("sql", 1, 2000, FaultRates(), PG_STALLS, DB_DEADLINE_S + STALL_SLACK_S),
 }
@@ -121,7 +125,7 @@ def _app(scenario: Scenario, recorder: Recorder, effects: redis.Redis) -> App:
         "idempotency": scenario.idempotency,
         "batch_size": 5,
         "block_ms": 100,
-        "claim_idle_ms": CLAIM_IDLE_MS,
+        "claim_idle_ms": scenario.claim_idle_ms,
         "max_deliveries": 1000,  # faults redeliver; nothing here is poison
         "retry_backoff_ms": 10,
         "retry_backoff_max_ms": 200,

@@ -1,5 +1,6 @@
-"""A lease starts when the read is sent: a read reply that reaches the worker after another
-consumer has claimed (and processed) its entries runs no handler on them."""
+"""A lease starts when the read is sent: a batch whose handlers would start after another
+consumer could claim its entries (a late read reply, a long wait for the batch in hand) runs no
+handler on the entries claimed meanwhile."""
 
 from __future__ import annotations
 
@@ -8,8 +9,16 @@ import time
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 
 from streamworker import App, Message
+from streamworker.deps import Resolver
+from streamworker.idempotency.none import AtLeastOnce
+from streamworker.observability.metrics import Metrics
+from streamworker.redisio import Entry
+from streamworker.runtime.backoff import Backoff
+from streamworker.runtime.consumer import Consumer
+from streamworker.runtime.threads import HandlerThreads
 from streamworker.runtime.worker import Worker, WorkerOptions, WorkerResult
 from tests.support.faultproxy import Fault, FaultProxy, Rule, is_empty_reply
 from tests.support.servers import RedisServer
@@ -87,3 +96,52 @@ async def test_a_read_reply_held_past_claim_idle_runs_no_handler_on_entries_clai
             await asyncio.wait_for(a_task, 30)
     assert [i for c, i in runs if c == "a"] == []
     assert redis_client.xpending(STREAM, GROUP)["pending"] == 0
+
+
+async def test_a_batch_that_waited_past_claim_idle_for_the_one_in_hand_skips_entries_claimed_meanwhile(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    # The consume loop and the reclaimer process one batch at a time. A batch that waits for the
+    # one in hand longer than claim_idle_ms (its lease renewal failing meanwhile: here there is
+    # no reclaimer at all) may find its entries claimed by another consumer.
+    redis_client.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+    first, second = (redis_client.xadd(STREAM, {"n": str(i)}) for i in range(2))
+    redis_client.xreadgroup(GROUP, "a", {STREAM: ">"})
+    runs: list[tuple[str, str]] = []
+    app = App("wait")
+    release = asyncio.Event()
+
+    @app.handler(STREAM, group=GROUP, claim_idle_ms=1000, block_ms=100)
+    async def handle(msg: Message) -> None:
+        runs.append((msg.consumer, msg.id))
+        if msg.id == first.decode():
+            await release.wait()
+
+    client = aioredis.Redis.from_url(redis_url)
+    consumer = Consumer(
+        app.handlers[0],
+        client=client,
+        consumer="a",
+        strategy=AtLeastOnce(client, STREAM, GROUP, 1),
+        resolver=Resolver(),
+        metrics=Metrics(),
+        threads=HandlerThreads(1),
+        backoff=Backoff(0.05, 0.5),
+    )
+    try:
+        now = time.monotonic()
+        in_hand = asyncio.ensure_future(
+            consumer.process([Entry(first, {b"n": b"0"})], {first: 1}, fresh_at=now, sent_at=now)
+        )
+        waiting = asyncio.ensure_future(
+            consumer.process([Entry(second, {b"n": b"1"})], {second: 1}, fresh_at=now, sent_at=now)
+        )
+        await eventually(lambda: runs == [("a", first.decode())])
+        await asyncio.sleep(1.1)  # past claim_idle_ms: "b" takes the waiting entry
+        assert redis_client.xclaim(STREAM, GROUP, "b", 1000, [second], justid=True) == [second]
+        release.set()
+        await asyncio.wait_for(asyncio.gather(in_hand, waiting), 10)
+    finally:
+        await client.aclose()
+    assert runs == [("a", first.decode())]
+    assert redis_client.xpending_range(STREAM, GROUP, "-", "+", 10)[0]["consumer"] == b"b"
