@@ -15,9 +15,11 @@ with nothing to send). Two bounds apply:
   pool), and the consume loop retries the batch on a fresh one. A COMMIT whose reply was lost
   may have committed: the retry's claim then finds the processed rows and only acks.
 
-The deadline also bounds the handlers of a batch (they run inside its transaction): set it above
-the longest batch you expect (``batch_size`` x the slowest handler), as with
-``liveness_timeout_s``.
+The deadline bounds the whole batch: its handlers (they run inside its transaction) and the
+strategy's Redis calls within it (the ownership check, the XACK) too. Set it above the longest
+batch you expect (``batch_size`` x the slowest handler), as with ``liveness_timeout_s``. Pruning,
+the schema check and the readiness probe's ``SELECT 1`` are bounded by it as well
+(:func:`bounded`).
 """
 
 from __future__ import annotations

@@ -101,6 +101,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -358,7 +359,11 @@ class SqlDatabase:
         """True when the processed-messages table exists (``streamworker migrate`` was run).
 
         Raises DatabaseUnavailable when the database cannot be reached."""
-        with _unavailable("checking the schema"), self.sync_engine.connect() as conn:
+        with (
+            _unavailable("checking the schema"),
+            self.sync_engine.connect() as conn,
+            bounded(conn.connection.driver_connection, self.deadline.deadline_s),
+        ):
             return bool(sa.inspect(conn).has_table(TABLE_NAME))
 
     def ping(self) -> None:
@@ -1125,12 +1130,25 @@ async def read_retention_cut(
     return retention_cut(last, oldest)
 
 
-def delete_processed(engine: Engine, group: str, stream: str, cut: RetentionCut) -> int:
-    """Delete the (group, stream) rows below ``cut``; returns how many. Blocking."""
+def delete_processed(
+    engine: Engine,
+    group: str,
+    stream: str,
+    cut: RetentionCut,
+    *,
+    deadline_s: float = DEFAULT_DB_DEADLINE_S,
+) -> int:
+    """Delete the (group, stream) rows below ``cut``; returns how many. Blocking; a database
+    that does not answer within ``deadline_s`` gets its connection aborted (DatabaseUnavailable).
+    """
     c = processed_messages.c
     below = c.message_id <= cut.bound if cut.inclusive else c.message_id < cut.bound
     stmt = sa.delete(processed_messages).where(c.group_name == group, c.stream == stream, below)
-    with _unavailable("pruning"), engine.begin() as conn:
+    with (
+        _unavailable("pruning"),
+        engine.begin() as conn,
+        bounded(conn.connection.driver_connection, deadline_s),
+    ):
         return int(conn.execute(stmt).rowcount)
 
 
@@ -1143,5 +1161,11 @@ async def prune(db: SqlDatabase, client: aioredis.Redis, stream: str, group: str
     cut = await read_retention_cut(client, stream, group)
     if cut is None:
         return PruneResult(None, 0)
-    deleted = await asyncio.to_thread(delete_processed, db.sync_engine, group, stream, cut)
+    deleted = await asyncio.to_thread(
+        functools.partial(delete_processed, deadline_s=db.deadline.deadline_s),
+        db.sync_engine,
+        group,
+        stream,
+        cut,
+    )
     return PruneResult(cut, deleted)
