@@ -73,6 +73,13 @@ def abort_driver_connection(driver_connection: Any) -> bool:
     """
     if driver_connection is None:
         return False
+    try:
+        return _abort(driver_connection)
+    except Exception:  # a connection closing meanwhile: nothing left to abort
+        return False
+
+
+def _abort(driver_connection: Any) -> bool:
     fileno = getattr(driver_connection, "fileno", None)
     if callable(fileno) and not _is_sqlite(driver_connection):
         with contextlib.suppress(Exception):

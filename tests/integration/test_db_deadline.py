@@ -19,6 +19,7 @@ from streamworker.idempotency.sql import SqlDatabase
 from tests.support.postgres import PostgresServer
 
 SLEEP = "SELECT pg_sleep(30)"
+ENDLESS = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
 
 
 def test_aborting_a_psycopg_connection_fails_the_blocked_query_at_once(
@@ -52,14 +53,11 @@ async def test_aborting_an_async_psycopg_connection_fails_the_awaited_query_at_o
 
 def test_aborting_a_sqlite_connection_interrupts_its_running_statement(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "db.sqlite", check_same_thread=False)
-    endless = (
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
-    )
     timer = threading.Timer(0.3, abort_driver_connection, (conn,))
     timer.start()
     started = time.monotonic()
     with pytest.raises(sqlite3.OperationalError, match="interrupted"):
-        conn.execute(endless).fetchone()
+        conn.execute(ENDLESS).fetchone()
     assert time.monotonic() - started < 5
     conn.close()
 
@@ -106,3 +104,16 @@ def test_ping_fails_while_batches_pass_the_deadline_and_recovers(postgres_url: s
 def test_a_deadline_that_is_not_positive_is_refused(postgres_url: str) -> None:
     with pytest.raises(ConfigError, match="db_deadline_s"):
         SqlDatabase(postgres_url, deadline_s=0)
+
+
+async def test_aborting_an_aiosqlite_connection_interrupts_its_running_statement(
+    tmp_path: Path,
+) -> None:
+    import aiosqlite
+
+    async with aiosqlite.connect(tmp_path / "db.sqlite") as conn:
+        asyncio.get_running_loop().call_later(0.3, abort_driver_connection, conn)
+        started = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError, match="interrupted"):
+            await conn.execute_fetchall(ENDLESS)
+        assert time.monotonic() - started < 5
