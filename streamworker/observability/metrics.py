@@ -146,10 +146,10 @@ class Metrics:
             ["stream", "group", "strategy"],
             registry=r,
         )
-        self.late_replies = Counter(
-            "streamworker_late_replies",
-            "Read or claim replies that came later than a quarter of claim_idle_ms after their "
-            "request, checked for ownership before their handlers ran.",
+        self.late_batches = Counter(
+            "streamworker_late_batches",
+            "Batches whose handlers would have started later than a quarter of claim_idle_ms "
+            "after their read or claim was sent, checked for ownership first.",
             ["stream", "group"],
             registry=r,
         )

@@ -93,7 +93,7 @@ class Consumer:
         # The series every batch updates, looked up once.
         self._batch_size = metrics.batch_size.labels(**self._labels)
         self._ack_latency = metrics.ack_latency.labels(**self._labels)
-        self._late_replies = metrics.late_replies.labels(**self._labels)
+        self._late_batches = metrics.late_batches.labels(**self._labels)
         self._outcomes = {o: metrics.messages.labels(outcome=o, **self._labels) for o in OUTCOMES}
         self._log = structlog.get_logger("streamworker.consumer").bind(
             stream=spec.stream, group=spec.group, consumer=consumer, handler=spec.name
@@ -257,8 +257,8 @@ class Consumer:
         handled. A check whose own reply comes late is repeated for the entries it kept. Returns
         them with the new ``fresh_at`` (the check's send time restarts the lease of a ``>``
         batch)."""
-        self._late_replies.inc()
-        self._log.info("late_reply_checked", delay_s=round(delay_s, 3), entries=len(entries))
+        self._late_batches.inc()
+        self._log.debug("late_batch_checked", delay_s=round(delay_s, 3), entries=len(entries))
         while entries:
             sent = time.monotonic()
             statuses = await touch_owned(

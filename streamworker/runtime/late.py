@@ -9,6 +9,10 @@ late, or the batch waited for the one in hand, while a lease renewal may have fa
 first (:func:`touch_owned`): entries still this consumer's get their idle time reset, the others
 are dropped unhandled.
 
+A blocking read counts from its send too: the server does not say when the entries arrived, so
+on a quiet stream whose ``block_ms`` exceeds a quarter of ``claim_idle_ms`` a batch that came out
+of a long wait is checked although its reply was prompt (one more round trip, on a quiet stream).
+
 Why a quarter of ``claim_idle_ms``: once the consume loop holds a batch, the reclaimer renews the
 batch's entries every ``lease_interval_ms`` (a third of ``claim_idle_ms``). An entry's idle time
 before its first renewal is then at most the reply's delay + a third + the renewal's own round
