@@ -42,6 +42,7 @@ from sqlalchemy.orm import Session
 from streamworker import App, Effects, Message
 from streamworker.runtime.worker import Worker, WorkerOptions, WorkerResult
 from tests.support.chaos import ChaosLog
+from tests.support.engine_server import EngineServerProcess
 from tests.support.faultproxy import Fault, FaultProxy, FaultRates, FaultSchedule, Rule
 from tests.support.postgres import PostgresServer
 from tests.support.servers import RedisServer
@@ -76,12 +77,14 @@ class Scenario:
     pg_rates: FaultRates | None = None
     longest_gap_s: float | None = None  # stall scenarios: the bound on a stretch without progress
     claim_idle_ms: int = CLAIM_IDLE_MS
+    server: str = "redis"  # or "engine": `streamworker engine serve`
 
 
 SCENARIOS = {
     "lua": Scenario("lua", 1, 4000, REDIS_RATES),
     "sql": Scenario("sql", 1, 4000, REDIS_RATES, PG_RATES),
     "none": Scenario("none", 1, 4000, REDIS_RATES),
+    "lua-engine": Scenario("lua", 1, 4000, REDIS_RATES, server="engine"),
     # Two workers with claim_idle_ms below most holds: a held read reply often comes back after
     # the other worker could claim its entries (the late-reply race).
     "two-workers": Scenario("lua", 2, 4000, REDIS_RATES, claim_idle_ms=1000),
@@ -172,7 +175,12 @@ async def test_network_faults_lose_nothing_and_run_no_handler_on_a_foreign_entry
     request: pytest.FixtureRequest,
 ) -> None:
     scenario = SCENARIOS[name]
-    client = redis_server.client()
+    engine: EngineServerProcess | None = None
+    if scenario.server == "engine":
+        engine = EngineServerProcess(tmp_path / "engine").start()
+        request.addfinalizer(engine.stop)
+    server_port = engine.port if engine is not None else redis_server.port
+    client = engine.client() if engine is not None else redis_server.client()
     client.flushall()
     client.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
     pipe = client.pipeline(transaction=False)
@@ -196,7 +204,7 @@ async def test_network_faults_lose_nothing_and_run_no_handler_on_a_foreign_entry
             log=chaos_log,
         ).start()
     redis_proxy = FaultProxy(
-        redis_server.port,
+        server_port,
         protocol="redis",
         schedule=FaultSchedule(chaos_seed, scenario.redis_rates, protocol="redis"),
         log=chaos_log,
@@ -205,8 +213,9 @@ async def test_network_faults_lose_nothing_and_run_no_handler_on_a_foreign_entry
         stalled = pg_proxy if pg_proxy is not None else redis_proxy
         position = random.Random(f"{chaos_seed}/stall").randrange(100, 300)
         stalled.add_rule(Rule(Fault("stall", STALL_S), lambda _: True, skip=position))
-    recorder = Recorder(redis_server.client())
-    app = _app(scenario, recorder, redis_server.client())
+    direct = redis.Redis(host="127.0.0.1", port=server_port)  # the probe, never proxied
+    recorder = Recorder(direct)
+    app = _app(scenario, recorder, direct)
     proxied_db = (
         db_url.replace(f":{pg_proxy.upstream_port}/", f":{pg_proxy.port}/")
         if db_url is not None and pg_proxy is not None
