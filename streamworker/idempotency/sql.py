@@ -60,7 +60,9 @@ A connection refused, dropped mid-transaction, or a transaction the database wou
 timeout, deadlock) raises :class:`~streamworker.errors.DatabaseUnavailable` before anything was
 acked; the consume loop retries the same batch after a capped backoff. A commit whose outcome is
 unknown (connection lost during COMMIT) is retried the same way: if it had committed, the retry
-finds the rows and only acks.
+finds the rows and only acks. A database that stops answering without closing the connection is
+bounded by the batch deadline (:mod:`streamworker.idempotency.deadline`): the connection is aborted
+and thrown away, and :class:`~streamworker.errors.DatabaseTimeout` retries the batch likewise.
 
 Retention
 ---------

@@ -31,6 +31,7 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,7 @@ async def test_network_faults_lose_nothing_and_run_no_handler_on_a_foreign_entry
     name: str,
     chaos_seed: int,
     chaos_log: ChaosLog,
+    chaos_result: Callable[[str], None],
     redis_server: RedisServer,
     tmp_path: Path,
     request: pytest.FixtureRequest,
@@ -294,7 +296,7 @@ async def test_network_faults_lose_nothing_and_run_no_handler_on_a_foreign_entry
         f"longest stretch without progress {longest:.2f} s"
     )
     chaos_log(summary)
-    print(summary)
+    chaos_result(summary)
     for run in foreign[:10]:
         chaos_log(f"foreign run: {run}")
 
