@@ -56,6 +56,7 @@ def _held_read(args: list[bytes]) -> bool:
     return args[0].upper() == b"XREADGROUP" and args[-1] == b">"
 
 
+@pytest.mark.slow  # a reply held 4 s
 @pytest.mark.parametrize("idempotency", ["none", "lua"])
 async def test_a_read_reply_held_past_claim_idle_runs_no_handler_on_entries_claimed_meanwhile(
     redis_server: RedisServer, redis_client: redis.Redis, idempotency: str

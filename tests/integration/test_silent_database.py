@@ -22,6 +22,8 @@ from tests.support.postgres import PostgresServer
 from tests.support.servers import RedisServer
 from tests.support.sql import Charge, charges_per_message, create_business_tables, migrated_db_url
 
+pytestmark = pytest.mark.slow  # each waits out two deadlines
+
 STREAM, GROUP = "silent", "g"
 MESSAGES = 300
 DEADLINE_S = 3.0
