@@ -119,6 +119,8 @@ async def _run(app: App, settings: Settings) -> int:
         prune_interval_s=settings.prune_interval_s,
         liveness_timeout_s=settings.liveness_timeout_s,
         consumer_name_ttl_ms=settings.consumer_name_ttl_ms,
+        db_deadline_s=settings.db_deadline_s,
+        redis_timeout_s=settings.redis_timeout_s,
     )
     try:
         await _check_redis(redis_url)

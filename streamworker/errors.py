@@ -82,3 +82,8 @@ class ConsumerNameTaken(ConfigError):
     run them twice; the second one refuses to start instead (the CLI exits 2). Give each process
     its own name (``--consumer``, ``STREAMWORKER_CONSUMER``, ``POD_NAME``).
     """
+
+
+class DatabaseTimeout(DatabaseUnavailable):
+    """A batch's database work passed its deadline (``db_deadline_s``): its connection was
+    aborted and thrown away; the batch is retried on a fresh one like any DatabaseUnavailable."""

@@ -119,6 +119,17 @@ class Settings(BaseSettings):
         gt=0,
         description="how often a worker prunes the processed rows of idempotency='sql' handlers",
     )
+    db_deadline_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a batch's database work must finish within this; past it the connection is "
+        "thrown away and the batch retried on a fresh one",
+    )
+    redis_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="socket timeout of Redis commands; blocking reads get block_ms plus this",
+    )
 
     @field_validator("redis_url")
     @classmethod

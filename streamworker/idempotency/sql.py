@@ -60,7 +60,9 @@ A connection refused, dropped mid-transaction, or a transaction the database wou
 timeout, deadlock) raises :class:`~streamworker.errors.DatabaseUnavailable` before anything was
 acked; the consume loop retries the same batch after a capped backoff. A commit whose outcome is
 unknown (connection lost during COMMIT) is retried the same way: if it had committed, the retry
-finds the rows and only acks.
+finds the rows and only acks. A database that stops answering without closing the connection is
+bounded by the batch deadline (:mod:`streamworker.idempotency.deadline`): the connection is aborted
+and thrown away, and :class:`~streamworker.errors.DatabaseTimeout` retries the batch likewise.
 
 Retention
 ---------
@@ -101,6 +103,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import sqlite3
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -124,8 +127,15 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import Session, SessionTransaction
 
-from streamworker.errors import ConfigError, DatabaseUnavailable, StreamworkerError
+from streamworker.errors import ConfigError, DatabaseTimeout, DatabaseUnavailable, StreamworkerError
 from streamworker.idempotency.base import InlineInvoke, Invoke, inline_of
+from streamworker.idempotency.deadline import (
+    DEFAULT_DB_DEADLINE_S,
+    DeadlineState,
+    abort_driver_connection,
+    bounded,
+    connect_args,
+)
 from streamworker.message import Message
 from streamworker.outcomes import (
     CLAIMED_AWAY,
@@ -312,12 +322,26 @@ class SqlDatabase:
 
     SQLite databases are opened in WAL mode with ``synchronous=FULL`` and transactions start with
     ``BEGIN IMMEDIATE``. Engines are thread-safe; call :meth:`dispose` once at the end.
+
+    ``deadline_s`` bounds every wait on the database (see
+    :mod:`streamworker.idempotency.deadline`): connections get a connect timeout and keepalives,
+    a batch of :class:`SqlStrategy` must finish within it, and :meth:`ping` fails while batches
+    pass it. SQLite's busy timeout is kept below it.
     """
 
-    def __init__(self, db_url: str, *, sqlite_busy_timeout_ms: int = 5_000) -> None:
+    def __init__(
+        self,
+        db_url: str,
+        *,
+        sqlite_busy_timeout_ms: int = 5_000,
+        deadline_s: float = DEFAULT_DB_DEADLINE_S,
+    ) -> None:
+        if deadline_s <= 0:
+            raise ConfigError(f"db_deadline_s must be positive, not {deadline_s!r}")
         self.url = parse_db_url(db_url)
         self.dialect = self.url.get_backend_name()
-        self._busy_timeout_ms = sqlite_busy_timeout_ms
+        self._busy_timeout_ms = min(sqlite_busy_timeout_ms, int(deadline_s * 1000))
+        self.deadline = DeadlineState(deadline_s)
         self._sync: Engine | None = None
         self._async: AsyncEngine | None = None
         self._lock = threading.Lock()
@@ -330,7 +354,8 @@ class SqlDatabase:
         """The sync engine (psycopg 3 or pysqlite)."""
         with self._lock:
             if self._sync is None:
-                engine = sa.create_engine(_sync_url(self.url))
+                url = _sync_url(self.url)
+                engine = sa.create_engine(url, connect_args=self._connect_args(url))
                 if self.dialect == "sqlite":
                     _sqlite_setup(engine, self._busy_timeout_ms)
                 self._sync = engine
@@ -341,17 +366,25 @@ class SqlDatabase:
         """The async engine (psycopg 3 or aiosqlite)."""
         with self._lock:
             if self._async is None:
-                engine = create_async_engine(_async_url(self.url))
+                url = _async_url(self.url)
+                engine = create_async_engine(url, connect_args=self._connect_args(url))
                 if self.dialect == "sqlite":
                     _sqlite_setup(engine.sync_engine, self._busy_timeout_ms)
                 self._async = engine
             return self._async
 
+    def _connect_args(self, url: URL) -> dict[str, Any]:
+        return connect_args(url.get_driver_name(), self.deadline.deadline_s)
+
     def has_schema(self) -> bool:
         """True when the processed-messages table exists (``streamworker migrate`` was run).
 
         Raises DatabaseUnavailable when the database cannot be reached."""
-        with _unavailable("checking the schema"), self.sync_engine.connect() as conn:
+        with (
+            _unavailable("checking the schema"),
+            self.sync_engine.connect() as conn,
+            bounded(conn.connection.driver_connection, self.deadline.deadline_s),
+        ):
             return bool(sa.inspect(conn).has_table(TABLE_NAME))
 
     def check_ready(self) -> None:
@@ -406,9 +439,17 @@ class SqlDatabase:
     def ping(self) -> None:
         """One ``SELECT 1`` (readiness probes). Blocking; thread-safe.
 
-        Raises DatabaseUnavailable when the database cannot be reached."""
-        with _unavailable("pinging"), self.sync_engine.connect() as conn:
+        Raises DatabaseUnavailable when the database cannot be reached, does not answer within
+        the deadline, or while batches pass their deadline (:class:`DeadlineState`)."""
+        with (
+            _unavailable("pinging"),
+            self.sync_engine.connect() as conn,
+            bounded(conn.connection.driver_connection, self.deadline.deadline_s),
+        ):
             conn.exec_driver_sql("SELECT 1")
+        problem = self.deadline.problem()
+        if problem is not None:
+            raise DatabaseUnavailable(problem)
 
     async def dispose(self) -> None:
         """Close every pooled connection of both engines."""
@@ -566,6 +607,7 @@ class _Tx(Protocol):
     async def close(self) -> None: ...
     async def aborted(self) -> bool: ...
     def broken(self) -> bool: ...
+    def driver_connection(self) -> Any: ...
 
 
 class _SyncTx:
@@ -691,6 +733,11 @@ class _SyncTx:
 
     def broken(self) -> bool:
         return self._conn is None or self._conn.invalidated or self._conn.closed
+
+    def driver_connection(self) -> Any:
+        """The DBAPI connection in use (None before it is open), for the batch deadline."""
+        conn = self._conn
+        return None if conn is None or conn.closed else conn.connection.driver_connection
 
     async def run_inline(
         self, inline: InlineInvoke, todo: Sequence[tuple[int, Message[Any]]]
@@ -827,6 +874,13 @@ class _AsyncTx:
     def broken(self) -> bool:
         return self._conn is None or self._conn.invalidated or self._conn.closed
 
+    def driver_connection(self) -> Any:
+        """The driver's connection in use (None before it is open), for the batch deadline."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            return None
+        return conn.sync_connection.connection.driver_connection if conn.sync_connection else None
+
     async def aborted(self) -> bool:
         assert self._conn is not None
         assert self._trans is not None
@@ -863,6 +917,8 @@ class SqlStrategy:
         is_async: ``async def`` handler (AsyncSession on the event loop) or ``def`` (Session, its
             calls in worker threads through ``run_sync``).
         run_sync: runs a blocking callable off the event loop; the worker passes its handler pool.
+        on_timeout: called (on the event loop) when a batch passes ``db.deadline``; the worker
+            counts it (``streamworker_database_timeouts_total``).
     """
 
     name = "sql"
@@ -878,8 +934,11 @@ class SqlStrategy:
         max_deliveries: int,
         is_async: bool,
         run_sync: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+        on_timeout: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
+        self._on_timeout = on_timeout
+        self._tx: _Tx | None = None  # the batch's transaction, for the deadline to abort
         self._client = client
         self.stream = stream
         self.group = group
@@ -913,6 +972,7 @@ class SqlStrategy:
             tx = _AsyncTx(self.db.async_engine, self.group, self.stream)
         else:
             tx = _SyncTx(self.db.sync_engine, self._run_sync, self.group, self.stream)
+        self._tx = tx
         await tx.open()
         return tx
 
@@ -951,10 +1011,46 @@ class SqlStrategy:
     ) -> list[Outcome]:
         """See :class:`~streamworker.idempotency.base.Strategy` (``fresh`` changes nothing here:
         ownership is checked in the batch's transaction). Raises DatabaseUnavailable
-        (nothing acked) when the database cannot take the batch; ConfigError when the table is
-        missing."""
+        (nothing acked) when the database cannot take the batch, DatabaseTimeout (one) when the
+        batch passed ``db.deadline`` (its connection was aborted and is not reused); ConfigError
+        when the table is missing."""
         if not batch:
             return []
+        deadline = self.db.deadline
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            deadline.passed()
+            tx = self._tx
+            aborted = tx is not None and abort_driver_connection(tx.driver_connection())
+            self._log.warning(
+                "database_deadline_passed",
+                deadline_s=deadline.deadline_s,
+                batch=len(batch),
+                connection_aborted=aborted,
+            )
+            if self._on_timeout is not None:
+                self._on_timeout()
+
+        timer = asyncio.get_running_loop().call_later(deadline.deadline_s, expire)
+        try:
+            outcomes = await self._process_batch(batch, invoke)
+        except DatabaseUnavailable as exc:
+            if expired:
+                raise DatabaseTimeout(
+                    f"the batch passed the {deadline.deadline_s:g} s database deadline: {exc}"
+                ) from exc
+            raise
+        finally:
+            timer.cancel()
+            self._tx = None
+        if not expired:
+            deadline.recovered()
+        return outcomes
+
+    async def _process_batch(self, batch: Sequence[Message[Any]], invoke: Invoke) -> list[Outcome]:
         known: dict[int, Outcome] = {}
         outcomes = await self._attempt(batch, invoke, known, savepoints=False)
         if outcomes is None:
@@ -1123,12 +1219,25 @@ async def read_retention_cut(
     return retention_cut(last, oldest)
 
 
-def delete_processed(engine: Engine, group: str, stream: str, cut: RetentionCut) -> int:
-    """Delete the (group, stream) rows below ``cut``; returns how many. Blocking."""
+def delete_processed(
+    engine: Engine,
+    group: str,
+    stream: str,
+    cut: RetentionCut,
+    *,
+    deadline_s: float = DEFAULT_DB_DEADLINE_S,
+) -> int:
+    """Delete the (group, stream) rows below ``cut``; returns how many. Blocking; a database
+    that does not answer within ``deadline_s`` gets its connection aborted (DatabaseUnavailable).
+    """
     c = processed_messages.c
     below = c.message_id <= cut.bound if cut.inclusive else c.message_id < cut.bound
     stmt = sa.delete(processed_messages).where(c.group_name == group, c.stream == stream, below)
-    with _unavailable("pruning"), engine.begin() as conn:
+    with (
+        _unavailable("pruning"),
+        engine.begin() as conn,
+        bounded(conn.connection.driver_connection, deadline_s),
+    ):
         return int(conn.execute(stmt).rowcount)
 
 
@@ -1141,5 +1250,11 @@ async def prune(db: SqlDatabase, client: aioredis.Redis, stream: str, group: str
     cut = await read_retention_cut(client, stream, group)
     if cut is None:
         return PruneResult(None, 0)
-    deleted = await asyncio.to_thread(delete_processed, db.sync_engine, group, stream, cut)
+    deleted = await asyncio.to_thread(
+        functools.partial(delete_processed, deadline_s=db.deadline.deadline_s),
+        db.sync_engine,
+        group,
+        stream,
+        cut,
+    )
     return PruneResult(cut, deleted)

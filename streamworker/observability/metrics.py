@@ -146,6 +146,20 @@ class Metrics:
             ["stream", "group", "strategy"],
             registry=r,
         )
+        self.late_batches = Counter(
+            "streamworker_late_batches",
+            "Batches whose handlers would have started later than a quarter of claim_idle_ms "
+            "after their read or claim was sent, checked for ownership first.",
+            ["stream", "group"],
+            registry=r,
+        )
+        self.database_timeouts = Counter(
+            "streamworker_database_timeouts",
+            "Database calls that passed the batch deadline (db_deadline_s): the connection was "
+            "thrown away and the batch retried on a fresh one.",
+            ["stream", "group"],
+            registry=r,
+        )
         self.reconnects = Counter(
             "streamworker_reconnects",
             "Connection losses the consume loop recovered from.",

@@ -47,6 +47,7 @@ from streamworker.outcomes import (
 from streamworker.redisio import Entry, LuaScript, connection_errors, parse_read_reply
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.invoker import HandlerInvoker
+from streamworker.runtime.late import CLAIMED, DELETED, OWNED, late_after_s, touch_owned
 from streamworker.runtime.ordering import OrderedLoop
 from streamworker.runtime.threads import HandlerThreads
 
@@ -73,10 +74,14 @@ class Consumer:
         metrics: Metrics,
         threads: HandlerThreads,
         backoff: Backoff,
+        read_client: aioredis.Redis | None = None,
     ) -> None:
         self.spec = spec
         self.consumer = consumer
         self._client = client
+        # Blocking reads use a client of their own whose socket timeout exceeds block_ms; every
+        # other command gets the shorter timeout of ``client``.
+        self.read_client = read_client or client
         self._strategy = strategy
         self._resolver = resolver
         self._metrics = metrics
@@ -89,6 +94,7 @@ class Consumer:
         # The series every batch updates, looked up once.
         self._batch_size = metrics.batch_size.labels(**self._labels)
         self._ack_latency = metrics.ack_latency.labels(**self._labels)
+        self._late_batches = metrics.late_batches.labels(**self._labels)
         self._outcomes = {o: metrics.messages.labels(outcome=o, **self._labels) for o in OUTCOMES}
         self._log = structlog.get_logger("streamworker.consumer").bind(
             stream=spec.stream, group=spec.group, consumer=consumer, handler=spec.name
@@ -120,6 +126,9 @@ class Consumer:
         # Batches from the read loop and from the reclaimer are processed one at a time, so
         # ``concurrency`` bounds the handlers of one subscription.
         self._batch_lock = asyncio.Lock()
+        # A read or claim reply later than this (seconds after it was sent) is checked before
+        # its handlers run: see runtime.late.
+        self._late_after_s = late_after_s(spec.claim_idle_ms)
         # ordered=True: the lease-holding, one-message-at-a-time loop replaces _consume.
         self.ordered = OrderedLoop(self, client) if spec.ordered else None
 
@@ -217,6 +226,7 @@ class Consumer:
         while not self.stopping():
             self.last_turn = time.monotonic()
             if cursor is not None:
+                sent = time.monotonic()  # the lease clock starts when the read is sent
                 entries = await self._read(cursor, block_ms=None)
                 if not entries:
                     cursor = None
@@ -229,8 +239,10 @@ class Consumer:
             else:
                 # What is there now first: while the stream has a backlog, a plain read spares
                 # the blocking read's race against stop() (two tasks and a wait per batch).
+                sent = time.monotonic()
                 entries = await self._read(b">", block_ms=None)
                 if not entries:
+                    sent = time.monotonic()
                     entries = await self._read(b">", block_ms=self.spec.block_ms)
                     self.last_turn = time.monotonic()
                     if not entries:
@@ -238,32 +250,85 @@ class Consumer:
                 # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too).
                 self._backoff.reset()
                 await self.process(
-                    entries, dict.fromkeys((e.id for e in entries), 1), fresh_at=time.monotonic()
+                    entries, dict.fromkeys((e.id for e in entries), 1), fresh_at=sent, sent_at=sent
                 )
                 continue
             self._backoff.reset()
-            await self.process(entries, counts)
+            await self.process(entries, counts, sent_at=sent)
 
     def held_ids(self) -> list[bytes]:
         """Entries whose lease must be renewed: in flight or waiting for a retry."""
         return [*self.in_flight, *(i for i in self.retries if i not in self.in_flight)]
 
     async def process(
-        self, entries: list[Entry], counts: Mapping[bytes, int], fresh_at: float | None = None
+        self,
+        entries: list[Entry],
+        counts: Mapping[bytes, int],
+        fresh_at: float | None = None,
+        sent_at: float | None = None,
     ) -> None:
         """Process entries this consumer owns (read, or claimed by the reclaimer), one batch at a
         time. ``counts`` maps each id to its delivery counter; ids missing from it are skipped.
-        ``fresh_at``: when a ``>`` read returned them (monotonic), None for other sources."""
+        ``fresh_at``: when the ``>`` read that returned them was sent (monotonic), None for other
+        sources. ``sent_at``: when the read or claim that returned them was sent; a batch whose
+        handlers would start later than a quarter of ``claim_idle_ms`` after it (a late reply, or
+        a long wait for the batch in hand) is checked first (:meth:`_recheck_late`)."""
         started = time.monotonic()
         self.in_flight.update(e.id for e in entries)
         try:
             async with self._batch_lock:
+                # After the lock: the lease clock ran from the send through the reply's delay
+                # and the wait for the batch in hand.
+                delay_s = time.monotonic() - sent_at if sent_at is not None else 0.0
+                if delay_s > self._late_after_s:
+                    entries, fresh_at = await self._recheck_late(entries, delay_s, fresh_at)
                 await self._process(entries, counts, started, fresh_at)
         finally:
             self.in_flight.difference_update(e.id for e in entries)
 
+    async def _recheck_late(
+        self, entries: list[Entry], delay_s: float, fresh_at: float | None
+    ) -> tuple[list[Entry], float | None]:
+        """The entries of a late batch that are still this consumer's, their idle time reset
+        (one script: runtime.late); the rest are dropped with ``message_claimed_away`` and never
+        handled. A check whose own reply comes late is repeated for the entries it kept. Returns
+        them with the new ``fresh_at`` (the check's send time restarts the lease of a ``>``
+        batch)."""
+        self._late_batches.inc()
+        self._log.debug("late_batch_checked", delay_s=round(delay_s, 3), entries=len(entries))
+        while entries:
+            sent = time.monotonic()
+            statuses = await touch_owned(
+                self._client,
+                self.spec.stream,
+                self.spec.group,
+                self.consumer,
+                [e.id for e in entries],
+            )
+            kept = [e for e, s in zip(entries, statuses, strict=True) if s == OWNED]
+            gone = [e.id for e, s in zip(entries, statuses, strict=True) if s == DELETED]
+            for entry, status in zip(entries, statuses, strict=True):
+                if status not in (OWNED, DELETED):
+                    self.in_flight.discard(entry.id)
+                    self.retries.pop(entry.id, None)
+                    self._log.warning(
+                        "message_claimed_away",
+                        message_id=entry.id.decode(),
+                        acked=status != CLAIMED,
+                        reply_delay_s=round(delay_s, 3),
+                    )
+            if gone:
+                self.in_flight.difference_update(gone)
+                self.count_deleted(gone)
+            entries = kept
+            if fresh_at is not None:
+                fresh_at = sent
+            if time.monotonic() - sent <= self._late_after_s or self.stopping():
+                break
+        return entries, fresh_at
+
     async def _read(self, start: bytes, block_ms: int | None) -> list[Entry]:
-        call = self._client.xreadgroup(
+        call = (self._client if block_ms is None else self.read_client).xreadgroup(
             self.spec.group,
             self.consumer,
             {self.spec.stream: start},

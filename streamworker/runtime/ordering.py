@@ -254,7 +254,10 @@ class OrderedLoop:
         """Block (plain XREAD, which changes nothing) until the stream has an entry after the
         group's last-delivered id, ``block_ms`` passes, or the consumer stops."""
         block_ms = min(self.spec.block_ms, max(10, int(self.lease.renew_interval_s * 1000)))
-        call = self._client.xread({self.spec.stream: last or b"$"}, count=1, block=block_ms)
+        # The consumer's client for blocking reads: its socket timeout exceeds block_ms.
+        call = self.consumer.read_client.xread(
+            {self.spec.stream: last or b"$"}, count=1, block=block_ms
+        )
         read = asyncio.ensure_future(call)
         stopped = asyncio.ensure_future(self.consumer.stopped())
         try:

@@ -54,6 +54,8 @@ class ClaimPage:
     entries: list[Entry]
     counts: dict[bytes, int]
     deleted: list[bytes]
+    sent_at: float = 0.0
+    """When the claiming command was sent (monotonic): the entries' lease started then."""
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -87,6 +89,7 @@ async def autoclaim_pages(
     if use_xautoclaim:
         cursor: bytes = b"0-0"
         while True:
+            sent = time.monotonic()
             async with connection_errors():
                 reply = await client.xautoclaim(
                     stream, group, consumer, min_idle_ms, start_id=cursor, count=count
@@ -95,7 +98,7 @@ async def autoclaim_pages(
             entries = [_entry(e) for e in reply[1] if e is not None and e[0] is not None]
             deleted = [_as_bytes(i) for i in (reply[2] if len(reply) > 2 else [])]
             counts = await _counts(client, stream, group, consumer, entries)
-            yield ClaimPage(entries, counts, deleted)
+            yield ClaimPage(entries, counts, deleted, sent)
             if cursor == b"0-0":
                 return
     else:
@@ -111,6 +114,7 @@ async def autoclaim_pages(
                 if int(r["time_since_delivered"]) >= min_idle_ms
             ]
             entries = []
+            sent = time.monotonic()
             if idle_ids:
                 async with connection_errors():
                     claimed = await client.xclaim(
@@ -123,7 +127,7 @@ async def autoclaim_pages(
             missing = [i for i in idle_ids if i not in got]
             deleted = await _not_pending(client, stream, group, missing)
             counts = await _counts(client, stream, group, consumer, entries)
-            yield ClaimPage(entries, counts, deleted)
+            yield ClaimPage(entries, counts, deleted, sent)
             start = b"(" + _as_bytes(rows[-1]["message_id"])
             if len(rows) < count:
                 return
@@ -316,6 +320,7 @@ class Reclaimer:
             return
         for entry_id in due:
             self.consumer.retries.pop(entry_id, None)
+        sent = time.monotonic()
         claimed, deleted = await _CLAIM_OWN(
             self._client, [self.spec.stream], [self.spec.group, self.consumer.consumer, *due]
         )
@@ -326,7 +331,7 @@ class Reclaimer:
         if entries:
             self.consumer.count_claimed(len(entries), "self")
             self._log.debug("retries_claimed", count=len(entries))
-            await self.consumer.process(entries, counts)
+            await self.consumer.process(entries, counts, sent_at=sent)
 
     async def reclaim(self) -> None:
         """Claim and process entries idle past ``claim_idle_ms`` from any consumer of the group."""
@@ -350,7 +355,7 @@ class Reclaimer:
             # Entries of this consumer stay leased and never idle, so these are normally others'.
             self.consumer.count_claimed(len(page.entries), "others")
             self._log.info("entries_reclaimed", count=len(page.entries))
-            await self.consumer.process(page.entries, page.counts)
+            await self.consumer.process(page.entries, page.counts, sent_at=page.sent_at)
             if self.consumer.stopping():
                 return
 

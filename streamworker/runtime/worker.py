@@ -28,6 +28,7 @@ from streamworker.deps import Resolver
 from streamworker.errors import ConfigError, ConnectionLost, ConsumerNameTaken, StreamworkerError
 from streamworker.extras import require_extra
 from streamworker.idempotency.base import Strategy
+from streamworker.idempotency.deadline import DEFAULT_DB_DEADLINE_S
 from streamworker.idempotency.none import AtLeastOnce
 from streamworker.observability.metrics import GroupStateCollector, Metrics
 from streamworker.observability.state import missing_groups, read_group_states
@@ -45,6 +46,10 @@ if TYPE_CHECKING:
 # The event loop must answer within this (a sync call in an async handler blocks it).
 _EVENT_LOOP_DEADLINE_S = 10.0
 _HEARTBEAT_S = 0.5
+
+DEFAULT_REDIS_TIMEOUT_S = 5.0
+"""``redis_timeout_s`` when not given: a Redis reply that has not come within it is a lost
+connection (the consume loop reconnects and re-reads its backlog)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,13 @@ class WorkerOptions:
     consumer_name_ttl_ms: int = 15_000
     """Time to live of the records that reserve the consumer name for this process
     (:mod:`streamworker.runtime.names`), renewed every third of it."""
+    db_deadline_s: float = DEFAULT_DB_DEADLINE_S
+    """A batch's database work (connect, claim, handlers, COMMIT) must finish within this; past
+    it the connection is aborted and the batch retried on a fresh one
+    (:mod:`streamworker.idempotency.deadline`)."""
+    redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
+    """Socket timeout of every Redis command but the blocking reads, which get ``block_ms``
+    plus this on a client of their own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +96,7 @@ def _make_strategy(
     consumer: str,
     db: SqlDatabase | None,
     threads: HandlerThreads,
+    metrics: Metrics | None = None,
 ) -> Strategy:
     if spec.idempotency == "none":
         return AtLeastOnce(client, spec.stream, spec.group, spec.concurrency)
@@ -104,6 +117,11 @@ def _make_strategy(
             max_deliveries=spec.max_deliveries,
             is_async=spec.is_async,
             run_sync=run_sync,
+            on_timeout=(
+                metrics.database_timeouts.labels(stream=spec.stream, group=spec.group).inc
+                if metrics is not None
+                else None
+            ),
         )
     if spec.idempotency == "lua":
         from streamworker.idempotency.lua import LuaStrategy
@@ -134,7 +152,7 @@ def _open_database(app: App, options: WorkerOptions) -> SqlDatabase | None:
     require_extra("sql", "idempotency='sql'")
     from streamworker.idempotency.sql import SqlDatabase
 
-    return SqlDatabase(options.db_url)
+    return SqlDatabase(options.db_url, deadline_s=options.db_deadline_s)
 
 
 class Worker:
@@ -258,7 +276,11 @@ class Worker:
                 loop.add_signal_handler(sig, self._on_signal, sig)
         specs = self.app.handlers
         block_max_s = max(s.block_ms for s in specs) / 1000
-        client = open_redis(self.options.redis_url, socket_timeout_s=block_max_s + 10.0)
+        # Two clients: a blocking read waits up to block_ms for its reply, every other command
+        # gets the shorter redis_timeout_s (a silent connection is noticed that soon).
+        timeout_s = self.options.redis_timeout_s
+        client = open_redis(self.options.redis_url, socket_timeout_s=timeout_s)
+        read_client = open_redis(self.options.redis_url, socket_timeout_s=block_max_s + timeout_s)
         sync_slots = sum(s.concurrency for s in specs if not s.is_async) or 1
         threads = HandlerThreads(sync_slots)
         resolver = Resolver()
@@ -297,7 +319,9 @@ class Worker:
                         consumer=self.options.consumer,
                         db=self.db,
                         threads=threads,
+                        metrics=self.metrics,
                     ),
+                    read_client=read_client,
                     resolver=resolver,
                     metrics=self.metrics,
                     threads=threads,
@@ -358,6 +382,8 @@ class Worker:
                 await resolver.close()
             with contextlib.suppress(Exception):
                 await client.aclose()
+            with contextlib.suppress(Exception):
+                await read_client.aclose()
             with self._probe_lock:
                 if self._probe_client is not None:
                     self._probe_client.close()

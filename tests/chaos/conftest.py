@@ -12,7 +12,7 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,7 @@ CI_SEED = 20261122
 """The plan CI runs (any seed must pass; run the suite locally for fresh ones)."""
 
 _used_seed: list[int] = []
+_results: list[str] = []
 _LOG_KEY = pytest.StashKey[ChaosLog]()
 
 
@@ -71,7 +72,15 @@ def pytest_runtest_makereport(
     return report
 
 
+@pytest.fixture
+def chaos_result() -> Callable[[str], None]:
+    """Record a one-line result (counts of a scenario) for the terminal summary."""
+    return _results.append
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in _results:
+        terminalreporter.write_line(line)
     if _used_seed:
         seed = _used_seed[0]
         terminalreporter.write_line(f"chaos seed: {seed} (replay: {SEED_ENV}={seed})")

@@ -85,3 +85,27 @@ def test_consumer_name_must_not_contain_spaces() -> None:
 def test_backoff_bounds_are_checked_together() -> None:
     with pytest.raises(ConfigError, match="reconnect_backoff_initial_s"):
         load_settings(reconnect_backoff_initial_s=10, reconnect_backoff_max_s=1)
+
+
+def test_deadlines_default_to_30_s_for_the_database_and_5_s_for_redis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("STREAMWORKER_DB_DEADLINE_S", raising=False)
+    monkeypatch.delenv("STREAMWORKER_REDIS_TIMEOUT_S", raising=False)
+    s = load_settings()
+    assert (s.db_deadline_s, s.redis_timeout_s) == (30.0, 5.0)
+
+
+def test_deadlines_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMWORKER_DB_DEADLINE_S", "12.5")
+    monkeypatch.setenv("STREAMWORKER_REDIS_TIMEOUT_S", "2")
+    s = load_settings()
+    assert (s.db_deadline_s, s.redis_timeout_s) == (12.5, 2.0)
+
+
+def test_a_deadline_that_is_not_positive_is_refused_with_its_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("STREAMWORKER_DB_DEADLINE_S", "0")
+    with pytest.raises(ConfigError, match="db_deadline_s"):
+        load_settings()
