@@ -83,8 +83,24 @@ def _slots(obj: Any) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in obj.__slots__}
 
 
+def _check_dlq_exists(client: redis.Redis, args: argparse.Namespace) -> None:
+    """A dead-letter stream that does not exist is no news when its stream exists (nothing was
+    dead-lettered yet); when neither exists the name is probably mistyped: say so."""
+    key = _dlq_key(args)
+    if client.exists(key):
+        return
+    if args.dlq:
+        raise ConfigError(f"dead-letter stream {key!r} does not exist")
+    if not client.exists(args.stream):
+        raise ConfigError(
+            f"stream {args.stream!r} does not exist (nor its dead-letter stream {key!r})"
+        )
+
+
 def _cmd_dlq_list(args: argparse.Namespace) -> int:
-    entries = list(admin.iter_dead_letters(_client(args), _dlq_key(args), count=args.count))
+    client = _client(args)
+    _check_dlq_exists(client, args)
+    entries = list(admin.iter_dead_letters(client, _dlq_key(args), count=args.count))
     if args.json:
         print(json.dumps([_slots(e) for e in entries], indent=2))
         return 0
