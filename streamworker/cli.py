@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import importlib
 import importlib.util
+import json
 import os
 import socket
 import sys
@@ -30,6 +31,7 @@ from streamworker.extras import require_extra
 from streamworker.observability.health import HealthServer
 from streamworker.observability.logging import configure_logging
 from streamworker.observability.metrics import Metrics
+from streamworker.progress import Progress
 from streamworker.redisio import connection_errors, open_redis, redact_url
 from streamworker.runtime.worker import Worker, WorkerOptions
 from streamworker.settings import DEFAULT_REDIS_URL, Settings, load_settings
@@ -205,7 +207,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _prune(db_url: str, redis_url: str, stream: str, group: str) -> str:
+async def _prune(db_url: str, redis_url: str, stream: str, group: str) -> Any:
     from streamworker.idempotency.sql import SqlDatabase, prune
 
     db = SqlDatabase(db_url)
@@ -213,13 +215,10 @@ async def _prune(db_url: str, redis_url: str, stream: str, group: str) -> str:
     try:
         if not await asyncio.to_thread(db.has_schema):
             raise ConfigError("the processed-messages table is missing; run streamworker migrate")
-        result = await prune(db, client, stream, group)
+        return await prune(db, client, stream, group)
     finally:
         await client.aclose()
         await db.dispose()
-    if result.cut is None:
-        return f"{stream} / {group}: nothing can be pruned (no such group, or nothing delivered)"
-    return f"{stream} / {group}: deleted {result.deleted} processed row(s) with id {result.cut}"
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
@@ -228,7 +227,25 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     if not settings.db_url:
         raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
     redis_url = settings.redis_url or DEFAULT_REDIS_URL
-    print(asyncio.run(_prune(settings.db_url, redis_url, args.stream, args.group)))
+    progress = Progress(f"prune {args.stream}/{args.group}", sys.stderr, unit="rows")
+    # One range DELETE: nothing to count while it runs, so a phase shows it is alive.
+    with progress.phase("deleting processed rows"):
+        result = asyncio.run(_prune(settings.db_url, redis_url, args.stream, args.group))
+    if args.json:
+        cut = None if result.cut is None else str(result.cut)
+        data = {"stream": args.stream, "group": args.group, "deleted": result.deleted, "cut": cut}
+        print(json.dumps(data, indent=2))
+        return 0
+    if result.cut is None:
+        print(
+            f"{args.stream} / {args.group}: nothing can be pruned (no such group, or nothing "
+            f"delivered)"
+        )
+    else:
+        print(
+            f"{args.stream} / {args.group}: deleted {result.deleted} processed row(s) with id "
+            f"{result.cut}"
+        )
     return 0
 
 
@@ -262,6 +279,7 @@ def _add_sql_commands(sub: Any) -> None:
     prune.add_argument("group", metavar="GROUP")
     prune.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
     prune.add_argument("--db-url", metavar="URL", help="database URL (or STREAMWORKER_DB_URL)")
+    prune.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     prune.set_defaults(func=_cmd_prune)
 
 

@@ -123,7 +123,7 @@ def test_large_replay_reports_progress(redis_url: str, redis_client: redis.Redis
     _dead_letter(redis_client, 300)
     result = run_cli("dlq", "replay", "orders", "--all", "--redis-url", redis_url)
     assert result.returncode == 0, result.stderr
-    assert "replayed 300/300" in result.stderr
+    assert "replay {orders}:dlq: 300/300 entries (100%" in result.stderr
     assert redis_client.xlen("{orders}:dlq") == 0
 
 
