@@ -120,6 +120,7 @@ async def _run(app: App, settings: Settings) -> int:
         db_url=settings.db_url or app.db_url,
         prune_interval_s=settings.prune_interval_s,
         liveness_timeout_s=settings.liveness_timeout_s,
+        tracing=settings.tracing,
     )
     try:
         await _check_redis(redis_url)
@@ -167,6 +168,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         log_format=args.log_format,
         log_level=args.log_level,
         shutdown_timeout_s=args.shutdown_timeout_s,
+        tracing=args.tracing or None,
     )
     configure_logging(settings.log_format, settings.log_level)
     app = load_target(args.target)
@@ -351,6 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         type=float,
         help="how long in-flight batches may finish after a signal (default: 30)",
+    )
+    run.add_argument(
+        "--tracing",
+        action="store_true",
+        help=(
+            "OpenTelemetry spans per message (pip install 'streamworker[tracing]'), to the tracer "
+            "provider your app or `opentelemetry-instrument` sets up"
+        ),
     )
     run.set_defaults(func=_cmd_run)
     _add_sql_commands(sub)

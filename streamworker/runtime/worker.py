@@ -39,6 +39,7 @@ from streamworker.runtime.threads import HandlerThreads
 
 if TYPE_CHECKING:
     from streamworker.idempotency.sql import SqlDatabase
+    from streamworker.tracing import Tracing
 
 
 # The event loop must answer within this (a sync call in an async handler blocks it).
@@ -62,6 +63,10 @@ class WorkerOptions:
     prune_interval_s: float = 60.0
     """How often the processed rows of ``idempotency="sql"`` subscriptions are pruned."""
     reclaim: bool = True
+    tracing: bool = False
+    """OpenTelemetry spans per message (the ``tracing`` extra; :mod:`streamworker.tracing`)."""
+    tracer_provider: Any = None
+    """Where the spans go (an OpenTelemetry TracerProvider); default the global one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +138,15 @@ def _open_database(app: App, options: WorkerOptions) -> SqlDatabase | None:
     return SqlDatabase(options.db_url)
 
 
+def _open_tracing(options: WorkerOptions, metrics: Metrics) -> Tracing | None:
+    if not options.tracing:
+        return None
+    require_extra("tracing", "tracing=True")
+    from streamworker.tracing import Tracing
+
+    return Tracing(metrics, tracer_provider=options.tracer_provider)
+
+
 class Worker:
     """Runs all of an App's handlers until stopped. Create, then ``await run()`` once."""
 
@@ -147,6 +161,7 @@ class Worker:
         self.consumers: list[Consumer] = []
         self.reclaimers: list[Reclaimer] = []
         self.db = _open_database(app, options)
+        self._tracing = _open_tracing(options, self.metrics)
         self._stopping = asyncio.Event()
         self._signals = 0
         self._log = structlog.get_logger("streamworker.worker").bind(
@@ -248,6 +263,8 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
         specs = self.app.handlers
+        if self._tracing is not None:
+            specs = [self._tracing.instrument(s) for s in specs]
         block_max_s = max(s.block_ms for s in specs) / 1000
         client = open_redis(self.options.redis_url, socket_timeout_s=block_max_s + 10.0)
         sync_slots = sum(s.concurrency for s in specs if not s.is_async) or 1
@@ -261,13 +278,7 @@ class Worker:
                     spec,
                     client=client,
                     consumer=self.options.consumer,
-                    strategy=_make_strategy(
-                        spec,
-                        client,
-                        consumer=self.options.consumer,
-                        db=self.db,
-                        threads=threads,
-                    ),
+                    strategy=self._strategy(spec, client, threads),
                     resolver=resolver,
                     metrics=self.metrics,
                     threads=threads,
@@ -333,6 +344,18 @@ class Worker:
                     loop.remove_signal_handler(sig)
         self._log.info("worker_stopped", abandoned_threads=abandoned)
         return WorkerResult(abandoned_threads=abandoned)
+
+    def _strategy(
+        self, spec: HandlerSpec, client: aioredis.Redis, threads: HandlerThreads
+    ) -> Strategy:
+        def make(strategy_client: aioredis.Redis) -> Strategy:
+            return _make_strategy(
+                spec, strategy_client, consumer=self.options.consumer, db=self.db, threads=threads
+            )
+
+        if self._tracing is None:
+            return make(client)
+        return self._tracing.wrap(spec, client, make, self.options.consumer)
 
     async def _prune_loop(self, client: aioredis.Redis) -> None:
         """Every ``prune_interval_s``, delete the processed rows no message can need any more."""

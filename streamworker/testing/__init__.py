@@ -16,9 +16,10 @@ gives the ``streamworker_run`` fixture, which starts a TestWorker and stops it a
 What runs is the real :class:`~streamworker.runtime.worker.Worker` (consume loops, reclaimer,
 idempotency strategies, dead-lettering script) on ``engine://memory/<fresh name>``, streamworker's
 Redis-compatible engine in this process: no Redis, no network. Two things differ from production,
-both to keep tests fast and both optional: failed messages are retried without waiting
-(``retry_backoff_ms=0``; ``Retry(delay_ms=…)`` is still honoured), and the handlers are wrapped to
-record each call (the message, what it returned or raised) for the assertions.
+both to keep tests fast: failed messages are retried without waiting (``retry_backoff_ms=0`` and
+``claim_idle_ms`` at most 600 ms, unless ``retry_backoff_ms=None``; ``Retry(delay_ms=…)`` is
+still honoured), and the handlers are wrapped to record each call (the message, what it returned
+or raised) for the assertions.
 
 Thread and task safety: a TestWorker belongs to the event loop that started it.
 """
@@ -156,6 +157,9 @@ class _Recorder:
         return recorded
 
 
+_TEST_CLAIM_IDLE_MS = 600
+
+
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
@@ -176,8 +180,10 @@ class TestWorker:
             on start unless ``migrate=False``.
         consumer: the consumer name.
         retry_backoff_ms: the backoff of failed messages in this worker (default 0: retried at
-            once, so a failing handler reaches ``max_deliveries`` within a drain); None keeps
-            each handler's own.
+            once, so a failing handler reaches ``max_deliveries`` within a drain, with
+            ``claim_idle_ms`` capped at 600 ms); None keeps each handler's own settings.
+        tracer_provider: an OpenTelemetry TracerProvider: run with tracing on, spans there
+            (e.g. the SDK's with an InMemorySpanExporter, to test your traces).
     """
 
     __test__ = False  # not a test class, whatever pytest's name rules say
@@ -191,6 +197,7 @@ class TestWorker:
         consumer: str = "test-0",
         retry_backoff_ms: int | None = 0,
         migrate: bool = True,
+        tracer_provider: Any = None,
     ) -> None:
         self.app = app
         self._own_engine = redis_url is None
@@ -199,6 +206,7 @@ class TestWorker:
         self.consumer = consumer
         self._recorder = _Recorder()
         self._migrate = migrate
+        self._tracer_provider = tracer_provider
         copy = App(app.name, redis_url=self.redis_url, db_url=self.db_url)
         specs: dict[str, HandlerSpec] = {}
         for spec in app.handlers:
@@ -206,6 +214,9 @@ class TestWorker:
             if retry_backoff_ms is not None:
                 changes["retry_backoff_ms"] = retry_backoff_ms
                 changes["retry_backoff_max_ms"] = retry_backoff_ms
+                # The reclaimer, which delivers retries, wakes every claim_idle_ms / 2 (at most
+                # 5 s) besides when a retry it knew of is due: keep that short in tests.
+                changes["claim_idle_ms"] = min(spec.claim_idle_ms, _TEST_CLAIM_IDLE_MS)
             specs[f"{spec.stream}\x00{spec.group}"] = dataclasses.replace(spec, **changes)
         # The copy's registry is filled directly: the specs were validated when app registered them.
         copy._handlers = specs
@@ -235,6 +246,8 @@ class TestWorker:
                 reconnect_backoff_max_s=0.2,
                 db_url=self.db_url,
                 prune_interval_s=3600.0,
+                tracing=self._tracer_provider is not None,
+                tracer_provider=self._tracer_provider,
             ),
             self.metrics,
         )
