@@ -24,6 +24,7 @@ from streamworker import __version__
 from streamworker.app import App
 from streamworker.cli_admin import add_admin_commands
 from streamworker.cli_archive import add_archive_command
+from streamworker.cli_backfill import add_backfill_command
 from streamworker.cli_dashboard import add_dashboard_commands
 from streamworker.cli_engine import add_engine_commands
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
@@ -368,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_admin_commands(sub)
     add_engine_commands(sub)
     add_archive_command(sub)
+    add_backfill_command(sub)
     add_dashboard_commands(sub)
     return parser
 
