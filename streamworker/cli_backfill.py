@@ -20,17 +20,28 @@ _POLL_S = 0.5
 _FAILURES_SHOWN = 20
 
 
-def _watch_tasks(spark: Any, progress: Progress, stop: threading.Event) -> None:
-    """Until ``stop``: the tasks of Spark's active stages, done of total, as progress (from the
-    driver's status tracker; no extra job)."""
+_JOB_GROUP = "streamworker-backfill"
+
+
+def _tasks(spark: Any) -> tuple[int, int]:
+    """(done, total) tasks of every stage of the backfill's jobs so far, finished ones included
+    (from the driver's status tracker; no extra job)."""
     tracker = spark.sparkContext.statusTracker()
+    done = total = 0
+    for job_id in tracker.getJobIdsForGroup(_JOB_GROUP):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in job.stageIds if job is not None else ():
+            stage = tracker.getStageInfo(stage_id)
+            if stage is not None:
+                done += stage.numCompletedTasks
+                total += stage.numTasks
+    return done, total
+
+
+def _watch_tasks(spark: Any, progress: Progress, stop: threading.Event) -> None:
+    """Until ``stop``: the backfill's tasks as progress, or "planning" before the first."""
     while not stop.wait(_POLL_S):
-        done = total = 0
-        for stage_id in tracker.getActiveStageIds():
-            info = tracker.getStageInfo(stage_id)
-            if info is not None:
-                done += info.numCompletedTasks
-                total += info.numTasks
+        done, total = _tasks(spark)
         if total:
             progress.update(done, total)
         else:
@@ -83,6 +94,8 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
             .option("numPartitions", args.partitions)
             .load()
         )
+        # The handler's jobs carry a group, so the watcher can follow exactly them.
+        spark.sparkContext.setJobGroup(_JOB_GROUP, f"backfill {args.stream}")
         watcher.start()
         result = run_handler(
             frame,
@@ -93,6 +106,12 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
             dead_letter=args.dead_letter,
             skip_delivered=not args.include_delivered,
         )
+        stop.set()
+        watcher.join()
+        done, total = _tasks(spark)
+        if total:
+            progress.update(done, total)
+        spark.sparkContext.setJobGroup("streamworker-report", f"backfill {args.stream} report")
         counts = {
             row["outcome"]: int(row["count"]) for row in result.groupBy("outcome").count().collect()
         }
