@@ -50,3 +50,33 @@ def test_process_collectors_can_be_left_out() -> None:
     metrics = Metrics(process_collectors=False)
     names = {s.name for family in metrics.registry.collect() for s in family.samples}
     assert "process_resident_memory_bytes" not in names
+
+
+def _scrape(port: int, accept: str | None) -> tuple[str, str]:
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+    if accept:
+        request.add_header("Accept", accept)
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        return resp.headers["Content-Type"], resp.read().decode()
+
+
+def test_metrics_endpoint_serves_openmetrics_with_exemplars_when_asked() -> None:
+    from streamworker.observability.health import HealthServer
+
+    metrics = Metrics(process_collectors=False)
+    metrics.messages.labels(stream="s", group="g", handler="h", outcome="acked").inc(
+        1, exemplar={"trace_id": "ab" * 16}
+    )
+    server = HealthServer(metrics.registry, lambda: (True, {}), lambda: (True, {}))
+    port = server.start("127.0.0.1", 0)
+    try:
+        plain_type, plain = _scrape(port, None)
+        open_type, openmetrics = _scrape(port, "application/openmetrics-text; version=1.0.0")
+    finally:
+        server.stop()
+    assert plain_type.startswith("text/plain")
+    assert "trace_id" not in plain  # the classic format has no exemplars
+    assert open_type.startswith("application/openmetrics-text")
+    assert f'# {{trace_id="{"ab" * 16}"}} 1.0' in openmetrics
