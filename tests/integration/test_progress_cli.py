@@ -50,17 +50,17 @@ def run_on_a_terminal(*args: str) -> tuple[int, str, str]:
 def test_replay_on_a_terminal_draws_a_bar_in_place(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
-    _dead_letter(redis_client, 3000)
+    _dead_letter(redis_client, 5000)
     code, stdout, shown = run_on_a_terminal(
         "dlq", "replay", "orders", "--all", "--redis-url", redis_url
     )
     assert code == 0, shown
     assert "reading the dead letters... (0s)" in shown  # the spinner while it loads them
     # Part-way bars, redrawn in place on one line, then the full one.
-    assert re.search(r"\r\x1b\[K\[#*\.+\] replay \{orders\}:dlq: [\d,]+/3,000 entries", shown)
-    assert "\r\x1b[K[########################] replay {orders}:dlq: 3,000/3,000 entries" in shown
+    assert re.search(r"\r\x1b\[K\[#*\.+\] replay \{orders\}:dlq: [\d,]+/5,000 entries", shown)
+    assert "\r\x1b[K[########################] replay {orders}:dlq: 5,000/5,000 entries" in shown
     assert "\n" not in shown.rstrip("\r\n")
-    assert "replayed 3000, skipped 0" in stdout  # the result stays on stdout
+    assert "replayed 5000, skipped 0" in stdout  # the result stays on stdout
     assert "\r" not in stdout
 
 
