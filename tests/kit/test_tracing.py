@@ -219,3 +219,21 @@ def test_without_tracing_the_handlers_run_unwrapped() -> None:
     worker = Worker(app, WorkerOptions(redis_url="engine://memory/untraced", consumer="c"))
     assert worker._tracing is None
     assert app.handlers[0].func is work
+
+
+def test_tracing_without_the_extra_says_which_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    from streamworker.errors import ConfigError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "opentelemetry" else real(name, *a),
+    )
+    options = WorkerOptions(redis_url="engine://memory/untraced", consumer="c", tracing=True)
+    with pytest.raises(ConfigError, match=r"pip install 'streamworker\[tracing\]'"):
+        Worker(app, options)
