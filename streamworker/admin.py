@@ -195,31 +195,45 @@ def _replay_script(client: redis.Redis) -> Any:
     return client.register_script(source)
 
 
+def load_dead_letters(
+    client: redis.Redis, dlq: str, ids: list[str] | None = None
+) -> list[DeadLetterEntry]:
+    """The given dead letters of ``dlq`` (StreamworkerError for an id that is not there), or
+    all of them, oldest first."""
+    if ids is None:
+        return list(iter_dead_letters(client, dlq))
+    entries = []
+    for entry_id in ids:
+        found = get_dead_letter(client, dlq, entry_id)
+        if found is None:
+            raise StreamworkerError(f"no dead letter {entry_id} in {dlq!r}")
+        entries.append(found)
+    return entries
+
+
 def replay_dead_letters(
     client: redis.Redis,
     dlq: str,
-    ids: list[str] | None = None,
+    ids: list[str] | list[DeadLetterEntry] | None = None,
     *,
     dry_run: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> ReplayResult:
-    """Move dead letters back to their original streams with fresh ids: the given ``ids``, or all.
+    """Move dead letters back to their original streams with fresh ids: the given ``ids`` (or
+    entries already loaded with :func:`load_dead_letters`), or all.
 
     Each entry moves atomically (one script: XADD to the original stream without the provenance
     fields, XDEL from ``dlq``), so a replay interrupted at any point loses and duplicates nothing;
     running it again continues where it stopped. ``progress(done, total)`` is called as it goes.
     """
-    if ids is None:
-        entries: list[DeadLetterEntry] = list(iter_dead_letters(client, dlq))
+    if ids is None or all(isinstance(i, str) for i in ids):
+        entries = load_dead_letters(client, dlq, None if ids is None else [str(i) for i in ids])
     else:
-        entries = []
-        for entry_id in ids:
-            found = get_dead_letter(client, dlq, entry_id)
-            if found is None:
-                raise StreamworkerError(f"no dead letter {entry_id} in {dlq!r}")
-            entries.append(found)
+        entries = [e for e in ids if isinstance(e, DeadLetterEntry)]
     script = None if dry_run else _replay_script(client)
     result = ReplayResult()
+    if progress is not None:
+        progress(0, len(entries))
     for done, entry in enumerate(entries, start=1):
         target = entry.original_stream
         if target is None:
@@ -240,10 +254,29 @@ def replay_dead_letters(
     return result
 
 
-def purge_dead_letters(client: redis.Redis, dlq: str, ids: list[str] | None = None) -> int:
-    """Delete the given dead letters, or all of them (the stream key itself); returns how many."""
+_PURGE_CHUNK = 500
+
+
+def purge_dead_letters(
+    client: redis.Redis,
+    dlq: str,
+    ids: list[str] | None = None,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Delete the given dead letters (XDEL, in chunks), or all of them (UNLINK of the stream key:
+    freed in the background, not blocking Redis); returns how many. ``progress(done, total)`` is
+    called as it goes."""
     if ids is None:
         n = int(client.xlen(dlq))
-        client.delete(dlq)
+        client.unlink(dlq)
+        if progress is not None:
+            progress(n, n)
         return n
-    return int(client.xdel(dlq, *ids)) if ids else 0
+    removed = 0
+    for start in range(0, len(ids), _PURGE_CHUNK):
+        chunk = ids[start : start + _PURGE_CHUNK]
+        removed += int(client.xdel(dlq, *chunk))
+        if progress is not None:
+            progress(start + len(chunk), len(ids))
+    return removed

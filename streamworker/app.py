@@ -9,8 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel
-
+from streamworker.codec import BodyModel, body_model_for
 from streamworker.deps import CallPlan, DependencyParam, ProvidedParam, build_plan
 from streamworker.effects import Effects
 from streamworker.errors import ConfigError
@@ -39,7 +38,8 @@ class HandlerSpec:
     stream: str
     group: str
     idempotency: Idempotency
-    model: type[BaseModel] | None
+    model: BodyModel | None
+    """The body's validator: a pydantic model, or a TypeAdapter (dataclass, TypedDict)."""
     body_field: str | None
     batch_size: int
     block_ms: int
@@ -150,11 +150,9 @@ def _returns_effects(func: Callable[..., Any]) -> bool:
     return any(arg is Effects for arg in typing.get_args(annotation))
 
 
-def _model_from_annotation(annotation: Any) -> type[BaseModel] | None:
+def _model_from_annotation(annotation: Any, where: str) -> BodyModel | None:
     args = typing.get_args(annotation)
-    if args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
-        return args[0]
-    return None
+    return body_model_for(args[0], where) if args else None
 
 
 class App:
@@ -189,9 +187,9 @@ class App:
         self,
         stream: str,
         *,
-        group: str,
+        group: str = "",
         idempotency: Idempotency = "none",
-        model: type[BaseModel] | None = None,
+        model: type[Any] | None = None,
         body_field: str | None = None,
         batch_size: int = 100,
         block_ms: int = 5_000,
@@ -224,7 +222,8 @@ class App:
                 crash), ``"sql"`` or ``"lua"`` (effectively-once; see the docs). With ``"lua"``
                 the handler returns :class:`~streamworker.effects.Effects` (or None), applied
                 with the XACK in one script (:mod:`streamworker.idempotency.lua`).
-            model: a pydantic model validated from the entry's fields (or from the JSON in
+            model: a pydantic model (or a dataclass or TypedDict, validated through pydantic's
+                TypeAdapter) validated from the entry's fields (or from the JSON in
                 ``body_field``). A body that fails validation is a permanent failure: the message
                 is dead-lettered at once, never retried.
             body_field: when set, the body is the JSON document in this field instead of the whole
@@ -268,6 +267,13 @@ class App:
                 its stream until it succeeds or is dead-lettered. Needs ``concurrency=1``. Off by
                 default (the group balances messages over its consumers).
         """
+        given: object = stream  # ``@app.handler`` without parentheses passes the function here
+        if callable(given) and not isinstance(given, str):
+            fname = getattr(given, "__qualname__", repr(given))
+            raise ConfigError(
+                f"@app.handler needs the stream and the group: write "
+                f'@app.handler("orders", group="billing") above {fname}'
+            )
         if idempotency not in IDEMPOTENCY_MODES:
             raise ConfigError(
                 f"idempotency must be one of {', '.join(IDEMPOTENCY_MODES)}, not {idempotency!r}"
@@ -280,7 +286,10 @@ class App:
         if not stream:
             raise ConfigError("stream must not be empty")
         if not group:
-            raise ConfigError("group must not be empty")
+            raise ConfigError(
+                f"stream {stream!r}: a consumer group is required: "
+                f'@app.handler({stream!r}, group="...")'
+            )
         for label, value, low in (
             ("batch_size", batch_size, 1),
             ("block_ms", block_ms, 1),
@@ -298,8 +307,11 @@ class App:
             raise ConfigError(
                 f"start_id must be '0', '$' or an entry id like '1700000000000-0', got {start_id!r}"
             )
-        if model is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
-            raise ConfigError(f"model must be a pydantic BaseModel subclass, got {model!r}")
+        model_given = (
+            None
+            if model is None
+            else body_model_for(model, f"stream {stream!r} group {group!r}: model")
+        )
         if dedup_field is not None:
             if idempotency != "lua":
                 raise ConfigError(
@@ -343,7 +355,9 @@ class App:
                     f"with idempotency={idempotency!r} they would be dropped (write through "
                     f"your own client, or use idempotency='lua')"
                 )
-            body_model = model or _model_from_annotation(plan.message_type)
+            body_model = model_given or _model_from_annotation(
+                plan.message_type, f"{func.__qualname__}: Message[...]"
+            )
             hname = name or f"{func.__module__}.{func.__qualname__}"
             streams = (
                 [stream]

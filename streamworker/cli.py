@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import importlib
 import importlib.util
+import json
 import os
 import socket
 import sys
@@ -23,6 +24,7 @@ from streamworker import __version__
 from streamworker.app import App
 from streamworker.cli_admin import add_admin_commands
 from streamworker.cli_archive import add_archive_command
+from streamworker.cli_backfill import add_backfill_command
 from streamworker.cli_dashboard import add_dashboard_commands
 from streamworker.cli_engine import add_engine_commands
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
@@ -30,6 +32,7 @@ from streamworker.extras import require_extra
 from streamworker.observability.health import HealthServer
 from streamworker.observability.logging import configure_logging
 from streamworker.observability.metrics import Metrics
+from streamworker.progress import Progress
 from streamworker.redisio import connection_errors, open_redis, redact_url
 from streamworker.runtime.worker import Worker, WorkerOptions
 from streamworker.settings import DEFAULT_REDIS_URL, Settings, load_settings
@@ -121,6 +124,7 @@ async def _run(app: App, settings: Settings) -> int:
         consumer_name_ttl_ms=settings.consumer_name_ttl_ms,
         db_deadline_s=settings.db_deadline_s,
         redis_timeout_s=settings.redis_timeout_s,
+        tracing=settings.tracing,
     )
     try:
         await _check_redis(redis_url)
@@ -168,6 +172,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         log_format=args.log_format,
         log_level=args.log_level,
         shutdown_timeout_s=args.shutdown_timeout_s,
+        tracing=args.tracing or None,
     )
     configure_logging(settings.log_format, settings.log_level)
     app = load_target(args.target)
@@ -208,20 +213,17 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _prune(db_url: str, redis_url: str, stream: str, group: str) -> str:
+async def _prune(db_url: str, redis_url: str, stream: str, group: str) -> Any:
     from streamworker.idempotency.sql import SqlDatabase, prune
 
     db = SqlDatabase(db_url)
     client = open_redis(redis_url, socket_timeout_s=10.0)
     try:
         await asyncio.to_thread(db.check_ready)
-        result = await prune(db, client, stream, group)
+        return await prune(db, client, stream, group)
     finally:
         await client.aclose()
         await db.dispose()
-    if result.cut is None:
-        return f"{stream} / {group}: nothing can be pruned (no such group, or nothing delivered)"
-    return f"{stream} / {group}: deleted {result.deleted} processed row(s) with id {result.cut}"
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
@@ -230,7 +232,25 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     if not settings.db_url:
         raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
     redis_url = settings.redis_url or DEFAULT_REDIS_URL
-    print(asyncio.run(_prune(settings.db_url, redis_url, args.stream, args.group)))
+    progress = Progress(f"prune {args.stream}/{args.group}", sys.stderr, unit="rows")
+    # One range DELETE: nothing to count while it runs, so a phase shows it is alive.
+    with progress.phase("deleting processed rows"):
+        result = asyncio.run(_prune(settings.db_url, redis_url, args.stream, args.group))
+    if args.json:
+        cut = None if result.cut is None else str(result.cut)
+        data = {"stream": args.stream, "group": args.group, "deleted": result.deleted, "cut": cut}
+        print(json.dumps(data, indent=2))
+        return 0
+    if result.cut is None:
+        print(
+            f"{args.stream} / {args.group}: nothing can be pruned (no such group, or nothing "
+            f"delivered)"
+        )
+    else:
+        print(
+            f"{args.stream} / {args.group}: deleted {result.deleted} processed row(s) with id "
+            f"{result.cut}"
+        )
     return 0
 
 
@@ -264,6 +284,7 @@ def _add_sql_commands(sub: Any) -> None:
     prune.add_argument("group", metavar="GROUP")
     prune.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
     prune.add_argument("--db-url", metavar="URL", help="database URL (or STREAMWORKER_DB_URL)")
+    prune.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     prune.set_defaults(func=_cmd_prune)
 
 
@@ -336,12 +357,21 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="how long in-flight batches may finish after a signal (default: 30)",
     )
+    run.add_argument(
+        "--tracing",
+        action="store_true",
+        help=(
+            "OpenTelemetry spans per message (pip install 'streamworker[tracing]'), to the tracer "
+            "provider your app or `opentelemetry-instrument` sets up"
+        ),
+    )
     run.set_defaults(func=_cmd_run)
     _add_sql_commands(sub)
 
     add_admin_commands(sub)
     add_engine_commands(sub)
     add_archive_command(sub)
+    add_backfill_command(sub)
     add_dashboard_commands(sub)
     return parser
 

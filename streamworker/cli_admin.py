@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from typing import Any, TextIO
+from typing import Any
 
 import redis
 
 from streamworker import admin
 from streamworker.errors import ConfigError, ConnectionLost
 from streamworker.keys import dead_letter_stream
+from streamworker.progress import Progress
 from streamworker.redisio import open_sync_redis
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
@@ -83,8 +83,24 @@ def _slots(obj: Any) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in obj.__slots__}
 
 
+def _check_dlq_exists(client: redis.Redis, args: argparse.Namespace) -> None:
+    """A dead-letter stream that does not exist is no news when its stream exists (nothing was
+    dead-lettered yet); when neither exists the name is probably mistyped: say so."""
+    key = _dlq_key(args)
+    if client.exists(key):
+        return
+    if args.dlq:
+        raise ConfigError(f"dead-letter stream {key!r} does not exist")
+    if not client.exists(args.stream):
+        raise ConfigError(
+            f"stream {args.stream!r} does not exist (nor its dead-letter stream {key!r})"
+        )
+
+
 def _cmd_dlq_list(args: argparse.Namespace) -> int:
-    entries = list(admin.iter_dead_letters(_client(args), _dlq_key(args), count=args.count))
+    client = _client(args)
+    _check_dlq_exists(client, args)
+    entries = list(admin.iter_dead_letters(client, _dlq_key(args), count=args.count))
     if args.json:
         print(json.dumps([_slots(e) for e in entries], indent=2))
         return 0
@@ -108,45 +124,31 @@ def _cmd_dlq_show(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Progress:
-    """A progress bar on a terminal; a line per 10% elsewhere (logs stay readable)."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.tty = out.isatty()
-        self.last_decile = -1
-        self.started = time.monotonic()
-
-    def __call__(self, done: int, total: int) -> None:
-        if total < 100:
-            return
-        if self.tty:
-            width = 30
-            filled = width * done // total
-            self.out.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-            if done == total:
-                self.out.write("\n")
-            self.out.flush()
-            return
-        decile = 10 * done // total
-        if decile != self.last_decile:
-            self.last_decile = decile
-            print(
-                f"replayed {done}/{total} ({time.monotonic() - self.started:.1f}s)", file=self.out
-            )
-
-
 def _cmd_dlq_replay(args: argparse.Namespace) -> int:
     if not args.all and not args.id:
         raise ConfigError("say which dead letters to replay: --id ID (repeatable) or --all")
+    client = _client(args)
+    key = _dlq_key(args)
+    progress = Progress(f"{'dry run of ' if args.dry_run else ''}replay {key}", sys.stderr)
+    with progress.phase("reading the dead letters"):
+        entries = admin.load_dead_letters(client, key, None if args.all else args.id)
     result = admin.replay_dead_letters(
-        _client(args),
-        _dlq_key(args),
-        None if args.all else args.id,
-        dry_run=args.dry_run,
-        progress=_Progress(sys.stderr),
+        client, key, entries, dry_run=args.dry_run, progress=progress.update
     )
+    progress.finish()
     verb = "would replay" if args.dry_run else "replayed"
+    if args.json:
+        data = {
+            "dead_letter_stream": key,
+            "dry_run": args.dry_run,
+            "replayed": [
+                {"id": dlq_id, "stream": stream, "new_id": new_id or None}
+                for dlq_id, stream, new_id in result.replayed
+            ],
+            "skipped": [{"id": dlq_id, "reason": reason} for dlq_id, reason in result.skipped],
+        }
+        print(json.dumps(data, indent=2))
+        return 0
     for dlq_id, stream, new_id in result.replayed:
         suffix = f" as {new_id}" if new_id else ""
         print(f"{verb} {dlq_id} -> {stream}{suffix}")
@@ -164,7 +166,14 @@ def _cmd_dlq_purge(args: argparse.Namespace) -> int:
     if args.all and not args.yes:
         n = client.xlen(key)
         raise ConfigError(f"refusing to delete all {n} dead letters of {key!r} without --yes")
-    removed = admin.purge_dead_letters(client, key, None if args.all else args.id)
+    progress = Progress(f"purge {key}", sys.stderr)
+    removed = admin.purge_dead_letters(
+        client, key, None if args.all else args.id, progress=progress.update
+    )
+    progress.finish()
+    if args.json:
+        print(json.dumps({"dead_letter_stream": key, "deleted": removed}, indent=2))
+        return 0
     print(f"deleted {removed} dead letters from {key}")
     return 0
 
@@ -227,6 +236,7 @@ def add_admin_commands(sub: Any) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="say what would be replayed; change nothing"
     )
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=_cmd_dlq_replay)
 
     p = action("purge", "delete dead letters for good")
@@ -235,4 +245,5 @@ def add_admin_commands(sub: Any) -> None:
     )
     p.add_argument("--all", action="store_true", help="delete every dead letter (needs --yes)")
     p.add_argument("--yes", action="store_true", help="confirm --all")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=_cmd_dlq_purge)

@@ -5,13 +5,15 @@ optionally trim what every group and Spark cursor is done with (argparse glue; t
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
 
 from streamworker.errors import ConfigError, StreamworkerError
+from streamworker.progress import Progress
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 
@@ -38,20 +40,14 @@ def _cmd_archive(args: argparse.Namespace) -> int:
 
     from streamworker.spark.archiving import archive
 
-    started = time.monotonic()
+    progress = Progress(f"archive {args.stream}", sys.stderr)
     builder = SparkSession.builder.appName(f"streamworker-archive-{args.stream}")
     if args.master:
         builder = builder.master(args.master)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-
-    def progress(batches: int, rows: int) -> None:
-        elapsed = time.monotonic() - started
-        print(
-            f"archive {args.stream}: {batches} batch(es), {rows} entries ({elapsed:.0f}s)",
-            file=sys.stderr,
-            flush=True,
-        )
+    # The JVM takes seconds to tens of seconds to start: say so instead of counting zeros.
+    with progress.phase("starting Spark"):
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
 
     try:
         result = archive(
@@ -62,14 +58,23 @@ def _cmd_archive(args: argparse.Namespace) -> int:
             checkpoint=args.checkpoint,
             cursor_name=args.cursor,
             max_records_per_batch=args.max_records_per_batch,
-            progress=progress,
+            progress=archive_progress(progress),
         )
     finally:
         spark.stop()
-    print(
-        f"{args.stream}: archived {result.rows} entries in {result.batches} batch(es) to "
-        f"{args.to}; archived up to {result.position or 'nothing yet'}"
-    )
+    progress.finish()
+    data: dict[str, Any] = {
+        "stream": args.stream,
+        "path": args.to,
+        "rows": result.rows,
+        "batches": result.batches,
+        "position": result.position,
+    }
+    if not args.json:
+        print(
+            f"{args.stream}: archived {result.rows} entries in {result.batches} batch(es) to "
+            f"{args.to}; archived up to {result.position or 'nothing yet'}"
+        )
     if args.trim:
         client = redisops.connect(url)
         try:
@@ -79,11 +84,29 @@ def _cmd_archive(args: argparse.Namespace) -> int:
         floor = {"": "nothing bounds the stream", "+": "everything consumed"}.get(
             trim.floor, f"below {trim.floor}"
         )
-        print(
-            f"{args.stream}: trimmed {trim.trimmed} entries ({floor}; {trim.groups} group(s), "
-            f"{trim.cursors} cursor(s))"
-        )
+        data["trimmed"] = trim.trimmed
+        if not args.json:
+            print(
+                f"{args.stream}: trimmed {trim.trimmed} entries ({floor}; {trim.groups} "
+                f"group(s), {trim.cursors} cursor(s))"
+            )
+    if args.json:
+        print(json.dumps(data, indent=2))
     return 0
+
+
+def archive_progress(progress: Progress) -> Callable[[int, int], None]:
+    """The ``progress(batches, rows)`` callback of :func:`~streamworker.spark.archiving.archive`
+    as shown to an operator: until the first batch has rows, what Spark is doing; then the
+    entries archived so far."""
+
+    def report(batches: int, rows: int) -> None:
+        if rows == 0:
+            progress.status("waiting for the first batch" if batches == 0 else "reading")
+        else:
+            progress.update(rows)
+
+    return report
 
 
 def add_archive_command(sub: Any) -> None:
@@ -112,4 +135,5 @@ def add_archive_command(sub: Any) -> None:
     )
     cmd.add_argument("--master", metavar="URL", help="Spark master (default: Spark's own)")
     cmd.add_argument("--trim", action="store_true", help="safe-trim the stream afterwards")
+    cmd.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     cmd.set_defaults(func=_cmd_archive)

@@ -6,7 +6,7 @@ import importlib.util
 
 from streamworker.errors import ConfigError
 
-_EXTRAS = {"sql": ("sqlalchemy", "alembic")}
+_EXTRAS = {"sql": ("sqlalchemy", "alembic"), "tracing": ("opentelemetry",)}
 
 
 def require_extra(extra: str, what: str) -> None:

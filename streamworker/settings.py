@@ -106,6 +106,8 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
+    tracing: bool = False
+    """OpenTelemetry spans per message, to the global tracer provider (the ``tracing`` extra)."""
     reconnect_backoff_max_s: float = Field(default=5.0, gt=0)
     reconnect_backoff_initial_s: float = Field(default=0.1, gt=0)
     consumer_name_ttl_ms: int = Field(

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 
 Check = Callable[[], tuple[bool, dict[str, Any]]]
 
@@ -37,7 +37,10 @@ class HealthServer:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    self._send(200, generate_latest(outer.registry), CONTENT_TYPE_LATEST)
+                    # OpenMetrics when the scraper asks for it (Prometheus does): the only
+                    # format that carries exemplars (trace ids, with tracing on).
+                    encode, content_type = choose_encoder(self.headers.get("Accept", ""))
+                    self._send(200, encode(outer.registry), content_type)
                 elif path in ("/healthz", "/readyz"):
                     check = outer.liveness if path == "/healthz" else outer.readiness
                     try:

@@ -1,23 +1,32 @@
 """Prometheus metrics of one worker, in a registry of its own (no process-global state).
 
 The names are part of streamworker's public interface (dashboards and alerts are written against
-them). Counters and histograms, recorded by the runtime:
+them). Counters and histograms, recorded by the runtime, labelled ``stream``, ``group`` and
+``handler`` (the handler's name: two Apps, or two versions of one during a rollout, may consume
+one stream in one group):
 
-* ``streamworker_messages_total{stream,group,outcome}`` — one count per message and outcome:
+* ``streamworker_messages_total{…,outcome}`` — one count per message and outcome:
   ``acked`` (handled and acknowledged), ``duplicate`` (already processed: acked without running
   the handler), ``failed`` (the handler raised; left pending for a retry), ``retried`` (the
   handler raised ``Retry``; left pending), ``dead_lettered``, ``deleted`` (deleted from the
   stream while pending: acked unprocessed).
-* ``streamworker_handler_duration_seconds{stream,group}`` — handler run time.
-* ``streamworker_batch_size{stream,group}`` — messages per processed batch.
-* ``streamworker_ack_latency_seconds{stream,group}`` — from a batch's read (or claim) to its XACK.
-* ``streamworker_claimed_total{stream,group,source}`` — entries taken by the reclaimer:
+* ``streamworker_handler_duration_seconds`` — handler run time.
+* ``streamworker_batch_size`` — messages per processed batch.
+* ``streamworker_ack_latency_seconds`` — from a batch's read (or claim) to its XACK.
+* ``streamworker_claimed_total{…,source}`` — entries taken by the reclaimer:
   ``source="self"`` (this consumer's own retries) or ``"others"`` (taken over from other consumers).
-* ``streamworker_dedup_hits_total{stream,group,strategy}`` — duplicates caught by the idempotency
+* ``streamworker_dedup_hits_total{…,strategy}`` — duplicates caught by the idempotency
   strategy (``sql``/``lua``); the same events as ``outcome="duplicate"``, by strategy.
-* ``streamworker_idempotency_errors_total{stream,group,strategy}`` — the idempotency store (the
+* ``streamworker_idempotency_errors_total{…,strategy}`` — the idempotency store (the
   database) failed a batch; nothing of it was acked.
-* ``streamworker_reconnects_total{stream,group}`` — connection losses the loop recovered from.
+* ``streamworker_reconnects_total`` — connection outages the consume loop recovered from: one per
+  outage, however many attempts it took (Redis answered again).
+* ``streamworker_reconnect_attempts_total`` — every failed attempt during those outages (a 15 s
+  outage is one reconnect and about ten attempts with the default backoff).
+
+Process-wide: ``streamworker_build_info{version,python}`` (always 1), and prometheus_client's
+process and platform collectors (``process_resident_memory_bytes``, ``process_cpu_seconds_total``,
+``process_open_fds``, ``python_info``, …).
 
 Gauges, read from Redis when scraped (see :class:`GroupStateCollector`):
 
@@ -35,12 +44,20 @@ Gauges, read from Redis when scraped (see :class:`GroupStateCollector`):
 from __future__ import annotations
 
 import bisect
+import platform
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -95,86 +112,144 @@ _LATENCY_BUCKETS = (
 )
 
 
-class Metrics:
-    """The worker's metrics. prometheus_client objects are thread-safe, so this is too."""
+SUBSCRIPTION_LABELS = ("stream", "group", "handler")
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+
+class Outage:
+    """Counts one subscription's connection outages: :meth:`attempt` on every failed attempt,
+    :meth:`recovered` once Redis answers again (counted only when an outage was open). Used from
+    the consume loop's task only."""
+
+    __slots__ = ("_attempts", "_open", "_recovered")
+
+    def __init__(self, attempts: Any, recovered: Any) -> None:
+        self._attempts = attempts
+        self._recovered = recovered
+        self._open = False
+
+    def attempt(self) -> None:
+        """A connection attempt failed (the loop backs off and tries again)."""
+        self._attempts.inc()
+        self._open = True
+
+    def recovered(self) -> None:
+        """Redis answered: close the outage, if one was open."""
+        if self._open:
+            self._open = False
+            self._recovered.inc()
+
+
+class Metrics:
+    """The worker's metrics. prometheus_client objects are thread-safe, so this is too.
+
+    ``process_collectors=False`` leaves out the process and platform collectors (they read
+    ``/proc`` on each scrape).
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, process_collectors: bool = True
+    ) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        if process_collectors:
+            # Not prometheus_client's process-global instances: each registry gets its own.
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+        from streamworker import __version__
+
+        self.build_info = Gauge(
+            "streamworker_build_info",
+            "streamworker's version and the Python running it (always 1).",
+            ["version", "python"],
+            registry=r,
+        )
+        self.build_info.labels(version=__version__, python=platform.python_version()).set(1)
         self.messages = Counter(
             "streamworker_messages",
             "Messages processed, by outcome.",
-            ["stream", "group", "outcome"],
+            [*SUBSCRIPTION_LABELS, "outcome"],
             registry=r,
         )
         self.handler_duration = Histogram(
             "streamworker_handler_duration_seconds",
             "Time spent in the handler per message.",
-            ["stream", "group"],
+            SUBSCRIPTION_LABELS,
             registry=r,
             buckets=_LATENCY_BUCKETS,
         )
         self.batch_size = Histogram(
             "streamworker_batch_size",
             "Messages per processed batch.",
-            ["stream", "group"],
+            SUBSCRIPTION_LABELS,
             registry=r,
             buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
         )
         self.ack_latency = Histogram(
             "streamworker_ack_latency_seconds",
             "Time from a batch's read or claim to its XACK.",
-            ["stream", "group"],
+            SUBSCRIPTION_LABELS,
             registry=r,
             buckets=_LATENCY_BUCKETS,
         )
         self.claimed = Counter(
             "streamworker_claimed",
             "Entries claimed by the reclaimer, by source.",
-            ["stream", "group", "source"],
+            [*SUBSCRIPTION_LABELS, "source"],
             registry=r,
         )
         self.dedup_hits = Counter(
             "streamworker_dedup_hits",
             "Duplicates caught by the idempotency strategy.",
-            ["stream", "group", "strategy"],
+            [*SUBSCRIPTION_LABELS, "strategy"],
             registry=r,
         )
         self.idempotency_errors = Counter(
             "streamworker_idempotency_errors",
             "Batches the idempotency store failed.",
-            ["stream", "group", "strategy"],
+            [*SUBSCRIPTION_LABELS, "strategy"],
             registry=r,
         )
         self.late_batches = Counter(
             "streamworker_late_batches",
             "Batches whose handlers would have started later than a quarter of claim_idle_ms "
             "after their read or claim was sent, checked for ownership first.",
-            ["stream", "group"],
+            SUBSCRIPTION_LABELS,
             registry=r,
         )
         self.database_timeouts = Counter(
             "streamworker_database_timeouts",
             "Database calls that passed the batch deadline (db_deadline_s): the connection was "
             "thrown away and the batch retried on a fresh one.",
-            ["stream", "group"],
+            SUBSCRIPTION_LABELS,
             registry=r,
         )
         self.reconnects = Counter(
             "streamworker_reconnects",
-            "Connection losses the consume loop recovered from.",
-            ["stream", "group"],
+            "Connection outages the consume loop recovered from (one per outage).",
+            SUBSCRIPTION_LABELS,
+            registry=r,
+        )
+        self.reconnect_attempts = Counter(
+            "streamworker_reconnect_attempts",
+            "Failed connection attempts during outages.",
+            SUBSCRIPTION_LABELS,
             registry=r,
         )
 
-    def prime(self, stream: str, group: str) -> None:
+    def prime(self, stream: str, group: str, handler: str) -> None:
         """Create every labelled series of a subscription at 0, so rates work from the first
         scrape and dashboards show zeros instead of gaps."""
         for outcome in OUTCOMES:
-            self.messages.labels(stream=stream, group=group, outcome=outcome)
+            self.messages.labels(stream=stream, group=group, handler=handler, outcome=outcome)
         for source in ("self", "others"):
-            self.claimed.labels(stream=stream, group=group, source=source)
-        self.reconnects.labels(stream=stream, group=group)
+            self.claimed.labels(stream=stream, group=group, handler=handler, source=source)
+        self.reconnects.labels(stream=stream, group=group, handler=handler)
+        self.reconnect_attempts.labels(stream=stream, group=group, handler=handler)
+
+    def outage(self, stream: str, group: str, handler: str) -> Outage:
+        """The outage counter of one subscription."""
+        labels = {"stream": stream, "group": group, "handler": handler}
+        return Outage(self.reconnect_attempts.labels(**labels), self.reconnects.labels(**labels))
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,8 +89,9 @@ class Consumer:
         self._backoff = backoff
         self._stop = asyncio.Event()
         self._stream = spec.stream.encode()
-        self._labels = {"stream": spec.stream, "group": spec.group}
-        metrics.prime(spec.stream, spec.group)
+        self._labels = {"stream": spec.stream, "group": spec.group, "handler": spec.name}
+        metrics.prime(**self._labels)
+        self._outage = metrics.outage(**self._labels)
         # The series every batch updates, looked up once.
         self._batch_size = metrics.batch_size.labels(**self._labels)
         self._ack_latency = metrics.ack_latency.labels(**self._labels)
@@ -155,6 +156,12 @@ class Consumer:
                     # Created at start-up only (see _group_lost).
                     await self._ensure_group()
                     self._group_ready = True
+                else:
+                    # After a reconnect: a round trip that tells the outage is over (to the
+                    # stream's own node on Redis Cluster).
+                    async with connection_errors():
+                        await self._client.xlen(self.spec.stream)
+                self._outage.recovered()  # Redis answered: an outage (if any) is over
                 if self.ordered is not None:
                     await self.ordered.run()
                 else:
@@ -163,7 +170,7 @@ class Consumer:
                 if self.stopping():
                     break
                 delay = self._backoff.next_delay()
-                self._metrics.reconnects.labels(**self._labels).inc()
+                self._outage.attempt()
                 self._log.warning("connection_lost", error=str(exc), retry_in_s=round(delay, 3))
                 await self._sleep(delay)
             except rex.ResponseError as exc:

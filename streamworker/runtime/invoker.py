@@ -51,7 +51,9 @@ class HandlerInvoker:
         self._spec = spec
         self._resolver = resolver
         self._threads = threads
-        self._duration = metrics.handler_duration.labels(stream=spec.stream, group=spec.group)
+        self._duration = metrics.handler_duration.labels(
+            stream=spec.stream, group=spec.group, handler=spec.name
+        )
         # Handler durations not yet in the histogram: recorded in bulk by flush_timings().
         self._timings: list[float] = []
         self._flush_lock = threading.Lock()

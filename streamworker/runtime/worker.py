@@ -41,6 +41,7 @@ from streamworker.runtime.threads import HandlerThreads
 
 if TYPE_CHECKING:
     from streamworker.idempotency.sql import SqlDatabase
+    from streamworker.tracing import Tracing
 
 
 # The event loop must answer within this (a sync call in an async handler blocks it).
@@ -78,6 +79,10 @@ class WorkerOptions:
     redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
     """Socket timeout of every Redis command but the blocking reads, which get ``block_ms``
     plus this on a client of their own."""
+    tracing: bool = False
+    """OpenTelemetry spans per message (the ``tracing`` extra; :mod:`streamworker.tracing`)."""
+    tracer_provider: Any = None
+    """Where the spans go (an OpenTelemetry TracerProvider); default the global one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +123,9 @@ def _make_strategy(
             is_async=spec.is_async,
             run_sync=run_sync,
             on_timeout=(
-                metrics.database_timeouts.labels(stream=spec.stream, group=spec.group).inc
+                metrics.database_timeouts.labels(
+                    stream=spec.stream, group=spec.group, handler=spec.name
+                ).inc
                 if metrics is not None
                 else None
             ),
@@ -155,6 +162,15 @@ def _open_database(app: App, options: WorkerOptions) -> SqlDatabase | None:
     return SqlDatabase(options.db_url, deadline_s=options.db_deadline_s)
 
 
+def _open_tracing(options: WorkerOptions, metrics: Metrics) -> Tracing | None:
+    if not options.tracing:
+        return None
+    require_extra("tracing", "tracing=True")
+    from streamworker.tracing import Tracing
+
+    return Tracing(metrics, tracer_provider=options.tracer_provider)
+
+
 class Worker:
     """Runs all of an App's handlers until stopped. Create, then ``await run()`` once."""
 
@@ -169,6 +185,7 @@ class Worker:
         self.consumers: list[Consumer] = []
         self.reclaimers: list[Reclaimer] = []
         self.db = _open_database(app, options)
+        self._tracing = _open_tracing(options, self.metrics)
         self._stopping = asyncio.Event()
         self._signals = 0
         self._log = structlog.get_logger("streamworker.worker").bind(
@@ -275,6 +292,8 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
         specs = self.app.handlers
+        if self._tracing is not None:
+            specs = [self._tracing.instrument(s) for s in specs]
         block_max_s = max(s.block_ms for s in specs) / 1000
         # Two clients: a blocking read waits up to block_ms for its reply, every other command
         # gets the shorter redis_timeout_s (a silent connection is noticed that soon).
@@ -313,14 +332,7 @@ class Worker:
                     spec,
                     client=client,
                     consumer=self.options.consumer,
-                    strategy=_make_strategy(
-                        spec,
-                        client,
-                        consumer=self.options.consumer,
-                        db=self.db,
-                        threads=threads,
-                        metrics=self.metrics,
-                    ),
+                    strategy=self._strategy(spec, client, threads),
                     read_client=read_client,
                     resolver=resolver,
                     metrics=self.metrics,
@@ -437,6 +449,23 @@ class Worker:
             except (ConnectionLost, rex.ResponseError) as exc:
                 # The consume loops see the outage too; the record outlives a short one.
                 self._log.debug("consumer_name_renewal_failed", error=str(exc))
+
+    def _strategy(
+        self, spec: HandlerSpec, client: aioredis.Redis, threads: HandlerThreads
+    ) -> Strategy:
+        def make(strategy_client: aioredis.Redis) -> Strategy:
+            return _make_strategy(
+                spec,
+                strategy_client,
+                consumer=self.options.consumer,
+                db=self.db,
+                threads=threads,
+                metrics=self.metrics,
+            )
+
+        if self._tracing is None:
+            return make(client)
+        return self._tracing.wrap(spec, client, make, self.options.consumer)
 
     async def _prune_loop(self, client: aioredis.Redis) -> None:
         """Every ``prune_interval_s``, delete the processed rows no message can need any more."""

@@ -209,7 +209,7 @@ async def test_entry_deleted_while_pending_is_acked_not_retried(
     async with running_worker(app, backend_url, consumer="c1") as worker:
         await eventually(lambda: not pending_ids(sync_client, "orders", "g"))
         deleted = worker.metrics.messages.labels(
-            stream="orders", group="g", outcome="deleted"
+            stream="orders", group="g", handler=worker.app.handlers[0].name, outcome="deleted"
         )._value.get()
     assert seen == [kept.decode()]
     assert deleted == 1

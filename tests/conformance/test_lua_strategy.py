@@ -214,7 +214,9 @@ async def test_a_producer_duplicate_within_the_window_is_applied_once(
         await eventually(done)
     assert sync_client.get("{clicks}:total") == b"3"
     assert sync_client.zcard("{clicks}:dedup:counters") == 3
-    dups = worker.metrics.messages.labels(stream=STREAM, group=GROUP, outcome="duplicate")
+    dups = worker.metrics.messages.labels(
+        stream=STREAM, group=GROUP, handler=worker.app.handlers[0].name, outcome="duplicate"
+    )
     assert dups._value.get() == 2
 
 

@@ -151,7 +151,7 @@ async def test_entry_deleted_while_held_by_a_dead_consumer_is_counted_not_retrie
     async with running_worker(app, backend_url, consumer="rescuer") as worker:
         await eventually(lambda: not _pending(sync_client), timeout_s=10)
         deleted = worker.metrics.messages.labels(
-            stream="orders", group="billing", outcome="deleted"
+            stream="orders", group="billing", handler=worker.app.handlers[0].name, outcome="deleted"
         )._value.get()
     assert seen == [kept.decode()]
     assert deleted == 1

@@ -123,7 +123,7 @@ def test_large_replay_reports_progress(redis_url: str, redis_client: redis.Redis
     _dead_letter(redis_client, 300)
     result = run_cli("dlq", "replay", "orders", "--all", "--redis-url", redis_url)
     assert result.returncode == 0, result.stderr
-    assert "replayed 300/300" in result.stderr
+    assert "replay {orders}:dlq: 300/300 entries (100%" in result.stderr
     assert redis_client.xlen("{orders}:dlq") == 0
 
 
@@ -145,3 +145,30 @@ def test_dlq_commands_need_a_reachable_redis() -> None:
     result = run_cli("dlq", "list", "orders", "--redis-url", f"redis://127.0.0.1:{free_port()}/0")
     assert result.returncode == 1
     assert "cannot reach Redis" in result.stderr
+
+
+def test_dlq_list_on_a_stream_that_does_not_exist_says_so(redis_url: str) -> None:
+    result = run_cli("dlq", "list", "ordrs", "--redis-url", redis_url)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "streamworker: error: stream 'ordrs' does not exist (nor its dead-letter stream "
+        "'{ordrs}:dlq')"
+    )
+
+
+def test_dlq_list_on_a_stream_without_dead_letters_says_there_are_none(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    redis_client.xadd("orders", {"order_id": "1"})
+    result = run_cli("dlq", "list", "orders", "--redis-url", redis_url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "{orders}:dlq: no dead letters"
+
+
+def test_dlq_list_of_a_named_dead_letter_stream_that_does_not_exist_says_so(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    redis_client.xadd("orders", {"order_id": "1"})
+    result = run_cli("dlq", "list", "orders", "--dlq", "orders-dead", "--redis-url", redis_url)
+    assert result.returncode == 2
+    assert "dead-letter stream 'orders-dead' does not exist" in result.stderr

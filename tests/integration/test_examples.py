@@ -89,3 +89,29 @@ def test_click_counters_demo_counts_each_click_once_across_a_crash_and_a_replay(
             "pending after the run: 0",
         ),
     )
+
+
+def run_example_tests(example: str) -> str:
+    """Run ``pytest examples/EXAMPLE`` as its README says (the test kit, no Redis)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"examples/{example}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_quickstart_own_tests_pass_with_the_test_kit() -> None:
+    assert "3 passed" in run_example_tests("quickstart")
+
+
+def test_click_counters_own_tests_pass_with_the_test_kit() -> None:
+    assert "3 passed" in run_example_tests("click_counters")
+
+
+def test_sql_orders_own_tests_pass_with_the_test_kit() -> None:
+    assert "2 passed" in run_example_tests("sql_orders")

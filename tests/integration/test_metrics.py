@@ -38,7 +38,10 @@ def test_metrics_endpoint_counts_acked_messages(
             except OSError:
                 return ""
 
-        acked = 'streamworker_messages_total{group="billing",outcome="acked",stream="orders"} 3.0'
+        acked = (
+            'streamworker_messages_total{group="billing",handler="recorder.record",'
+            'outcome="acked",stream="orders"} 3.0'
+        )
         wait_for(lambda: acked in scrape(), what="acked counter at 3")
         body = scrape()
     finally:

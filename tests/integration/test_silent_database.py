@@ -147,7 +147,8 @@ async def test_a_silent_database_connection_stalls_the_worker_for_the_deadline_o
     assert len(charges) == MESSAGES
     assert set(charges.values()) == {1}
     timeouts = worker.metrics.registry.get_sample_value(
-        "streamworker_database_timeouts_total", {"stream": STREAM, "group": GROUP}
+        "streamworker_database_timeouts_total",
+        {"stream": STREAM, "group": GROUP, "handler": worker.app.handlers[0].name},
     )
     assert timeouts == 2
     assert any("deadline" in str(r.get("database", "")) for r in readiness)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import redis
 import sqlalchemy as sa
@@ -67,3 +69,21 @@ def test_prune_reports_what_it_deleted(
     redis_client.xreadgroup("g", "c", {"orders": ">"})
     result = run_cli("prune", "orders", "g", "--redis-url", redis_url, "--db-url", sqlite_url)
     assert "deleted 0 processed row(s) with id <" in result.stdout
+
+
+def test_prune_json_gives_the_rows_deleted_and_the_cut(
+    sqlite_url: str, redis_url: str, redis_client: redis.Redis
+) -> None:
+    assert run_cli("migrate", "--db-url", sqlite_url).returncode == 0
+    redis_client.xadd("orders", {"n": "1"})
+    redis_client.xgroup_create("orders", "g", id="0")
+    redis_client.xreadgroup("g", "c", {"orders": ">"})
+    result = run_cli(
+        "prune", "orders", "g", "--json", "--redis-url", redis_url, "--db-url", sqlite_url
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["stream"], data["group"], data["deleted"]) == ("orders", "g", 0)
+    assert data["cut"].startswith("<")
+    # Progress went to stderr, as a plain line (not a terminal).
+    assert result.stderr.startswith("prune orders/g: deleting processed rows... (0s)")

@@ -501,7 +501,7 @@ async def test_database_down_then_back_loses_nothing_and_applies_nothing_twice(
         await eventually(lambda: len(charges_per_message(url)) == 20, 30, what="all 20")
         await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="empty PEL")
         errors = worker.metrics.idempotency_errors.labels(
-            stream="orders", group="g", strategy="sql"
+            stream="orders", group="g", handler=worker.app.handlers[0].name, strategy="sql"
         )._value.get()
     assert charges_per_message(url) == dict.fromkeys(ids, 1)
     assert errors >= 1

@@ -56,7 +56,7 @@ def test_explicit_model_wins_over_annotation() -> None:
         ({"max_deliveries": 0}, "max_deliveries"),
         ({"start_id": "latest"}, "start_id"),
         ({"idempotency": "maybe"}, "idempotency must be one of"),
-        ({"model": dict}, "pydantic BaseModel"),
+        ({"model": dict}, "a pydantic model, a dataclass or a TypedDict"),
     ],
 )
 def test_bad_options_fail_at_decoration(options: dict[str, object], message: str) -> None:

@@ -345,12 +345,17 @@ def test_dockerignore_keeps_local_state_out_and_the_sources_in() -> None:
 
 @functools.cache
 def manifests() -> dict[str, list[dict[str, Any]]]:
-    """Every YAML document of examples/kubernetes/, by file name."""
+    """Every Kubernetes object of examples/kubernetes/ (base, overlays and the rest), by file
+    name (names are unique in the tree); the kustomization files themselves are left out."""
     yaml = _need("yaml")
-    return {
-        path.name: [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
-        for path in sorted(K8S.glob("*.yaml"))
-    }
+    found: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(K8S.rglob("*.yaml")):
+        docs = [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
+        docs = [doc for doc in docs if doc.get("kind") != "Kustomization"]
+        if docs:
+            assert path.name not in found, f"two files named {path.name}"
+            found[path.name] = docs
+    return found
 
 
 def objects(kind: str) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ VALUES = [0.0, 0.0004, 0.0005, 0.00051, 0.003, 0.01, 0.7, 2.5, 59.9, 60.0, 61.0,
 def _exposition(values: list[float], bulk: bool) -> str:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    child = metrics.handler_duration.labels(stream="s", group="g")
+    child = metrics.handler_duration.labels(stream="s", group="g", handler="h")
     if bulk:
         observe_many(child, values)
     else:

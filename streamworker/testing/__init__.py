@@ -1,0 +1,542 @@
+"""A test kit for handlers: run an App on a fresh in-process engine, publish, drain, assert.
+
+::
+
+    from streamworker.testing import TestWorker
+
+    async def test_an_order_is_charged() -> None:
+        async with TestWorker(app) as worker:
+            sent = await worker.publish("orders", OrderPlaced(order_id=1, amount_cents=1250))
+            await worker.drain()
+            worker.assert_acked(sent)
+
+With pytest the plugin (registered by entry point, :mod:`streamworker.testing.pytest_plugin`)
+gives the ``streamworker_run`` fixture, which starts a TestWorker and stops it after the test.
+
+What runs is the real :class:`~streamworker.runtime.worker.Worker` (consume loops, reclaimer,
+idempotency strategies, dead-lettering script) on ``engine://memory/<fresh name>``, streamworker's
+Redis-compatible engine in this process: no Redis, no network. Two things differ from production,
+both to keep tests fast: failed messages are retried without waiting (``retry_backoff_ms=0`` and
+``claim_idle_ms`` at most 600 ms, unless ``retry_backoff_ms=None``; ``Retry(delay_ms=…)`` is
+still honoured), and the handlers are wrapped to record each call (the message, what it returned
+or raised) for the assertions.
+
+Thread and task safety: a TestWorker belongs to the event loop that started it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import inspect
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from streamworker.app import App, HandlerSpec
+from streamworker.codec import encode_body
+from streamworker.deps import MessageParam
+from streamworker.message import Message
+from streamworker.observability.metrics import Metrics
+from streamworker.outcomes import describe
+from streamworker.redisio import open_redis, open_sync_redis
+from streamworker.runtime.worker import Worker, WorkerOptions
+
+__all__ = [
+    "Attempt",
+    "DrainTimeout",
+    "MessageOutcome",
+    "Sent",
+    "TestWorker",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A published message: its stream and entry id (what the assertions take)."""
+
+    stream: str
+    id: str
+
+    def __str__(self) -> str:
+        return f"{self.stream}/{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One call of a handler for one message."""
+
+    handler: str
+    group: str
+    delivery_count: int
+    error: str | None  # ``"Type: message"`` when the handler raised
+    result: Any = field(default=None, compare=False)  # what it returned (e.g. Effects)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageOutcome:
+    """Where a message stands for one group after :meth:`TestWorker.drain`.
+
+    ``status`` is ``"acked"`` (handled, or recognised as a duplicate), ``"dead_lettered"``
+    (``reason`` holds the dead letter's ``dlq_error``), ``"pending"`` (delivered, not acked) or
+    ``"undelivered"`` (the group has not read it).
+    """
+
+    sent: Sent
+    group: str
+    status: str
+    attempts: tuple[Attempt, ...]
+    reason: str | None = None
+
+    @property
+    def deliveries(self) -> int:
+        """The highest delivery count a handler saw (0 when it never ran)."""
+        return max((a.delivery_count for a in self.attempts), default=0)
+
+
+class DrainTimeout(AssertionError):
+    """:meth:`TestWorker.drain` gave up: some group still had work left."""
+
+
+class _Recorder:
+    """The calls of every handler, by (stream, group, message id). Appended from the event loop
+    and from handler threads (list.append is atomic)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, str, str], list[Attempt]] = {}
+
+    def wrap(self, spec: HandlerSpec) -> Callable[..., Any]:
+        func = spec.func
+        message_param = next(
+            (name for name, p in spec.plan.params if isinstance(p, MessageParam)), None
+        )
+        calls = self.calls
+
+        def record(kwargs: Mapping[str, Any], error: BaseException | None, result: Any) -> None:
+            msg = kwargs.get(message_param) if message_param else None
+            if not isinstance(msg, Message):
+                return
+            calls.setdefault((msg.stream, msg.group, msg.id), []).append(
+                Attempt(
+                    handler=spec.name,
+                    group=msg.group,
+                    delivery_count=msg.delivery_count,
+                    error=None if error is None else describe(error),
+                    result=result,
+                )
+            )
+
+        if inspect.iscoroutinefunction(func):
+
+            async def recorded_async(**kwargs: Any) -> Any:
+                try:
+                    result = await func(**kwargs)
+                except Exception as exc:
+                    record(kwargs, exc, None)
+                    raise
+                record(kwargs, None, result)
+                return result
+
+            return recorded_async
+
+        def recorded(**kwargs: Any) -> Any:
+            try:
+                result = func(**kwargs)
+            except Exception as exc:
+                record(kwargs, exc, None)
+                raise
+            record(kwargs, None, result)
+            return result
+
+        return recorded
+
+
+_TEST_CLAIM_IDLE_MS = 600
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class TestWorker:
+    """Runs ``app`` for a test: a real Worker on a fresh in-process engine (or ``redis_url``).
+
+    Args:
+        app: the App under test (not modified: the worker runs a copy of its handlers).
+        redis_url: default a fresh ``engine://memory/<unique name>``, dropped on :meth:`stop`.
+            A real ``redis://`` URL works too (the test owns that database).
+        db_url: the database of ``idempotency="sql"`` handlers (default the App's); migrated
+            on start unless ``migrate=False``.
+        consumer: the consumer name.
+        retry_backoff_ms: the backoff of failed messages in this worker (default 0: retried at
+            once, so a failing handler reaches ``max_deliveries`` within a drain, with
+            ``claim_idle_ms`` capped at 600 ms); None keeps each handler's own settings.
+        tracer_provider: an OpenTelemetry TracerProvider: run with tracing on, spans there
+            (e.g. the SDK's with an InMemorySpanExporter, to test your traces).
+    """
+
+    __test__ = False  # not a test class, whatever pytest's name rules say
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        redis_url: str | None = None,
+        db_url: str | None = None,
+        consumer: str = "test-0",
+        retry_backoff_ms: int | None = 0,
+        migrate: bool = True,
+        tracer_provider: Any = None,
+    ) -> None:
+        self.app = app
+        self._own_engine = redis_url is None
+        self.redis_url = redis_url or f"engine://memory/streamworker-test-{uuid.uuid4().hex[:12]}"
+        self.db_url = db_url or app.db_url
+        self.consumer = consumer
+        self._recorder = _Recorder()
+        self._migrate = migrate
+        self._tracer_provider = tracer_provider
+        copy = App(app.name, redis_url=self.redis_url, db_url=self.db_url)
+        specs: dict[str, HandlerSpec] = {}
+        for spec in app.handlers:
+            changes: dict[str, Any] = {"func": self._recorder.wrap(spec)}
+            if retry_backoff_ms is not None:
+                changes["retry_backoff_ms"] = retry_backoff_ms
+                changes["retry_backoff_max_ms"] = retry_backoff_ms
+                # The reclaimer, which delivers retries, wakes every claim_idle_ms / 2 (at most
+                # 5 s) besides when a retry it knew of is due: keep that short in tests.
+                changes["claim_idle_ms"] = min(spec.claim_idle_ms, _TEST_CLAIM_IDLE_MS)
+            specs[f"{spec.stream}\x00{spec.group}"] = dataclasses.replace(spec, **changes)
+        # The copy's registry is filled directly: the specs were validated when app registered them.
+        copy._handlers = specs
+        self.specs = list(specs.values())
+        self.metrics = Metrics()
+        self._worker: Worker | None = None
+        self._task: asyncio.Future[Any] | None = None
+        self.client: aioredis.Redis = open_redis(self.redis_url)
+        self.sync_client: redis.Redis = open_sync_redis(self.redis_url)
+        self._copy = copy
+
+    # --- life cycle ------------------------------------------------------------------------------
+
+    async def start(self) -> TestWorker:
+        """Start the worker in this event loop (migrating the SQL database first)."""
+        if self._task is not None:
+            return self
+        if self.db_url and self._migrate and any(s.idempotency == "sql" for s in self.specs):
+            await asyncio.to_thread(_migrate, self.db_url)
+        self._worker = Worker(
+            self._copy,
+            WorkerOptions(
+                redis_url=self.redis_url,
+                consumer=self.consumer,
+                shutdown_timeout_s=5.0,
+                reconnect_backoff_initial_s=0.01,
+                reconnect_backoff_max_s=0.2,
+                db_url=self.db_url,
+                prune_interval_s=3600.0,
+                tracing=self._tracer_provider is not None,
+                tracer_provider=self._tracer_provider,
+            ),
+            self.metrics,
+        )
+        self._task = asyncio.ensure_future(self._worker.run(install_signal_handlers=False))
+        return self
+
+    async def stop(self) -> None:
+        """Stop the worker (finishing the batch in hand) and drop the engine it ran on. Raises
+        what the worker raised, if it failed."""
+        try:
+            if self._worker is not None and self._task is not None:
+                if not self._task.done():
+                    self._worker.stop()
+                await self._task
+        finally:
+            self._task = None
+            with contextlib.suppress(Exception):
+                await self.client.aclose()
+            with contextlib.suppress(Exception):
+                self.sync_client.close()
+            if self._own_engine:
+                from streamworker.engine.inproc import forget_engine
+
+                forget_engine(self.redis_url)
+
+    async def __aenter__(self) -> TestWorker:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- producing -------------------------------------------------------------------------------
+
+    def _spec_for(self, stream: str, group: str | None = None) -> HandlerSpec | None:
+        found = [s for s in self.specs if s.stream == stream and group in (None, s.group)]
+        return found[0] if found else None
+
+    async def publish(
+        self,
+        stream: str,
+        body: Any = None,
+        *,
+        fields: Mapping[str, str | bytes | int | float] | None = None,
+    ) -> Sent:
+        """XADD one message to ``stream``; returns its :class:`Sent` (stream and id).
+
+        ``body`` (a pydantic model, dataclass or mapping) is encoded exactly as the stream's
+        handler decodes it (its ``body_field`` included, see
+        :func:`streamworker.codec.encode_body`); ``fields`` are added as they are (alone they
+        make the whole entry, e.g. to send a body that fails validation).
+        """
+        entry: dict[Any, Any] = {}
+        if body is not None:
+            spec = self._spec_for(stream)
+            entry.update(
+                encode_body(
+                    body,
+                    model=None if spec is None else spec.model,
+                    body_field=None if spec is None else spec.body_field,
+                )
+            )
+        if fields:
+            entry.update(fields)
+        if not entry:
+            raise ValueError("publish needs a body or fields (a stream entry has at least one)")
+        entry_id = await self.client.xadd(stream, entry)
+        return Sent(stream, _text(entry_id))
+
+    # --- waiting ---------------------------------------------------------------------------------
+
+    def _work_left(self) -> dict[str, str]:
+        """(stream/group) -> what is left, for every subscription with work left."""
+        left: dict[str, str] = {}
+        client = self.sync_client
+        for spec in self.specs:
+            key = f"{spec.stream}/{spec.group}"
+            try:
+                groups = client.xinfo_groups(spec.stream)
+            except redis.ResponseError:
+                left[key] = "the stream does not exist yet"
+                continue
+            info = next((g for g in groups if _text(g["name"]) == spec.group), None)
+            if info is None:
+                left[key] = "the group does not exist yet"
+                continue
+            pending = int(info["pending"])
+            lag = info.get("lag")
+            if lag is None:  # Redis cannot tell: compare the last ids
+                last = _text(client.xinfo_stream(spec.stream)["last-generated-id"])
+                delivered = _text(info["last-delivered-id"])
+                lag = 0 if _id_key(delivered) >= _id_key(last) else 1
+            if pending or int(lag):
+                left[key] = f"lag {int(lag)}, pending {pending}"
+        return left
+
+    async def drain(self, timeout_s: float = 10.0) -> None:
+        """Wait until every group of the App has nothing left: no lag, nothing pending.
+
+        Every message published before is then acked or dead-lettered. Raises what the worker
+        raised if it stopped, and :class:`DrainTimeout` (an AssertionError naming the groups and
+        their pending entries) after ``timeout_s``: a handler that blocks, or a ``Retry`` with a
+        long delay.
+        """
+        if self._task is None:
+            raise RuntimeError("start the TestWorker first (async with TestWorker(app) as worker)")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._task.done():
+                self._task.result()  # raises the worker's error
+                raise RuntimeError("the worker stopped before the drain finished")
+            left = self._work_left()
+            if not left:
+                return
+            if time.monotonic() >= deadline:
+                raise DrainTimeout(self._describe_left(left, timeout_s))
+            await asyncio.sleep(0.005)
+
+    def _describe_left(self, left: dict[str, str], timeout_s: float) -> str:
+        lines = [f"drain timed out after {timeout_s}s:"]
+        for key, what in left.items():
+            stream, _, group = key.partition("/")
+            lines.append(f"  {key}: {what}")
+            with contextlib.suppress(redis.ResponseError):
+                for row in self.sync_client.xpending_range(stream, group, "-", "+", 5):
+                    mid = _text(row["message_id"])
+                    tries = self._recorder.calls.get((stream, group, mid), [])
+                    last = tries[-1].error if tries else "handler not called"
+                    lines.append(
+                        f"    {mid}: delivered {int(row['times_delivered'])} time(s); last: {last}"
+                    )
+        return "\n".join(lines)
+
+    # --- outcomes --------------------------------------------------------------------------------
+
+    def _group_for(self, sent: Sent, group: str | None) -> HandlerSpec:
+        found = [s for s in self.specs if s.stream == sent.stream and group in (None, s.group)]
+        if not found:
+            raise AssertionError(f"no handler of this App reads {sent.stream!r} (group {group})")
+        if len(found) > 1:
+            names = ", ".join(s.group for s in found)
+            raise AssertionError(f"{sent.stream!r} has several groups ({names}): pass group=")
+        return found[0]
+
+    def attempts(self, sent: Sent, *, group: str | None = None) -> list[Attempt]:
+        """Every handler call for ``sent`` in its group, oldest first."""
+        spec = self._group_for(sent, group)
+        return list(self._recorder.calls.get((sent.stream, spec.group, sent.id), []))
+
+    def outcome(self, sent: Sent, *, group: str | None = None) -> MessageOutcome:
+        """Where ``sent`` stands for its group (``group`` is needed when several read it)."""
+        spec = self._group_for(sent, group)
+        attempts = tuple(self._recorder.calls.get((sent.stream, spec.group, sent.id), []))
+        client = self.sync_client
+        for _dlq_id, raw in client.xrange(spec.dead_letter_stream) or []:
+            fields = {_text(k): _text(v) for k, v in (raw or {}).items()}
+            if (
+                fields.get("dlq_id") == sent.id
+                and fields.get("dlq_stream") == sent.stream
+                and fields.get("dlq_group") == spec.group
+            ):
+                return MessageOutcome(
+                    sent, spec.group, "dead_lettered", attempts, fields.get("dlq_error")
+                )
+        try:
+            rows = client.xpending_range(sent.stream, spec.group, sent.id, sent.id, 1)
+            groups = client.xinfo_groups(sent.stream)
+        except redis.ResponseError:
+            return MessageOutcome(sent, spec.group, "undelivered", attempts)
+        if rows:
+            return MessageOutcome(sent, spec.group, "pending", attempts)
+        info = next((g for g in groups if _text(g["name"]) == spec.group), None)
+        if info is None or _id_key(_text(info["last-delivered-id"])) < _id_key(sent.id):
+            return MessageOutcome(sent, spec.group, "undelivered", attempts)
+        return MessageOutcome(sent, spec.group, "acked", attempts)
+
+    def assert_acked(self, sent: Sent, *, group: str | None = None) -> MessageOutcome:
+        """``sent`` was acked by its group (handled, or found to be a duplicate)."""
+        out = self.outcome(sent, group=group)
+        if out.status != "acked":
+            raise AssertionError(_explain(out, "acked"))
+        return out
+
+    def assert_dead_lettered(
+        self, sent: Sent, reason: str | None = None, *, group: str | None = None
+    ) -> MessageOutcome:
+        """``sent`` is in its dead-letter stream; ``reason``, when given, is part of its
+        ``dlq_error`` (e.g. ``"DeadLetter: no amount"`` or ``"body failed validation"``)."""
+        out = self.outcome(sent, group=group)
+        if out.status != "dead_lettered":
+            raise AssertionError(_explain(out, "dead-lettered"))
+        if reason is not None and reason not in (out.reason or ""):
+            raise AssertionError(
+                f"{sent} was dead-lettered with {out.reason!r}, which does not contain {reason!r}"
+            )
+        return out
+
+    def assert_retried(
+        self, sent: Sent, times: int | None = None, *, group: str | None = None
+    ) -> MessageOutcome:
+        """The handler failed for ``sent`` and it was delivered again: ``times`` retries, when
+        given, means ``times + 1`` deliveries in all."""
+        out = self.outcome(sent, group=group)
+        retries = out.deliveries - 1
+        if retries < 1 or (times is not None and retries != times):
+            expected = "retried" if times is None else f"retried {times} time(s)"
+            raise AssertionError(
+                f"{sent} was {expected}? its handler saw {out.deliveries} delivery(ies): "
+                + "; ".join(f"#{a.delivery_count}: {a.error or 'ok'}" for a in out.attempts)
+            )
+        return out
+
+    def effects(self, sent: Sent, *, group: str | None = None) -> Any:
+        """What the handler returned for ``sent`` in its last successful call (the ``Effects``
+        of an ``idempotency="lua"`` handler), or None."""
+        ok = [a for a in self.attempts(sent, group=group) if a.error is None]
+        return ok[-1].result if ok else None
+
+    def assert_effects_applied(self, sent: Sent, *, group: str | None = None) -> Any:
+        """``sent`` was acked and its handler returned Effects: with ``idempotency="lua"`` they
+        were applied in the script that acked it (both or neither). Returns the Effects."""
+        spec = self._group_for(sent, group)
+        if spec.idempotency != "lua":
+            raise AssertionError(
+                f"{spec.name} has idempotency={spec.idempotency!r}; only 'lua' applies Effects"
+            )
+        self.assert_acked(sent, group=group)
+        effects = self.effects(sent, group=group)
+        if effects is None or not len(effects):
+            raise AssertionError(f"{sent} was acked, but its handler returned no effects")
+        return effects
+
+    # --- SQL -------------------------------------------------------------------------------------
+
+    def sql_rows(self, table: str, **where: Any) -> list[dict[str, Any]]:
+        """The rows of ``table`` in the worker's database (``column=value`` filters), as dicts."""
+        if not self.db_url:
+            raise AssertionError("this TestWorker has no database (db_url)")
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(_sync_url(self.db_url))
+        try:
+            meta = sa.MetaData()
+            tbl = sa.Table(table, meta, autoload_with=engine)
+            query = sa.select(tbl)
+            for column, value in where.items():
+                query = query.where(tbl.c[column] == value)
+            with engine.connect() as conn:
+                return [dict(row._mapping) for row in conn.execute(query)]
+        finally:
+            engine.dispose()
+
+    def processed(self, sent: Sent, *, group: str | None = None) -> bool:
+        """True when ``sent`` has its processed row (``idempotency="sql"``): its handler's
+        writes committed."""
+        from streamworker.idempotency.sql import sortable_id
+
+        spec = self._group_for(sent, group)
+        rows = self.sql_rows(
+            "streamworker_processed_messages",
+            group_name=spec.group,
+            stream=sent.stream,
+            message_id=sortable_id(sent.id),
+        )
+        return bool(rows)
+
+
+def _explain(out: MessageOutcome, expected: str) -> str:
+    text = f"{out.sent} was expected {expected}, but it is {out.status.replace('_', '-')}"
+    if out.reason:
+        text += f" ({out.reason})"
+    if out.attempts:
+        text += "; handler calls: " + "; ".join(
+            f"delivery {a.delivery_count}: {a.error or 'returned'}" for a in out.attempts
+        )
+    else:
+        text += "; its handler was never called"
+    return text
+
+
+def _sync_url(url: str) -> str:
+    return url.replace("+aiosqlite", "").replace("+asyncpg", "+psycopg")
+
+
+def _migrate(db_url: str) -> None:
+    from streamworker.idempotency.sql import SqlDatabase
+    from streamworker.idempotency.sql_migrate import upgrade
+
+    db = SqlDatabase(db_url)
+    try:
+        upgrade(db)
+    finally:
+        db.sync_engine.dispose()
