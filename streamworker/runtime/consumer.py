@@ -124,6 +124,8 @@ class Consumer:
         # processed now, and failed ones waiting for their retry (id -> monotonic due time).
         self.in_flight: set[bytes] = set()
         self.retries: dict[bytes, float] = {}
+        # Set when a retry is scheduled: the reclaimer may be asleep until a later due time.
+        self.retry_scheduled = asyncio.Event()
         # Batches from the read loop and from the reclaimer are processed one at a time, so
         # ``concurrency`` bounds the handlers of one subscription.
         self._batch_lock = asyncio.Lock()
@@ -460,6 +462,7 @@ class Consumer:
                     outcome, msg.delivery_count, spec.retry_backoff_ms, spec.retry_backoff_max_ms
                 )
                 retries[mid] = now + delay_ms / 1000
+                self.retry_scheduled.set()
         for label, n in tally.items():
             self._outcomes[label].inc(n)
         # For the worker's heartbeat record (runtime.names): plain counters, no lookups.

@@ -247,9 +247,11 @@ class Reclaimer:
         stop.cancel()
         while not consumer.stopping():
             try:
+                # Cleared before the round: a retry scheduled from now on wakes the wait below.
+                consumer.retry_scheduled.clear()
                 await self.tick()
                 self._backoff.reset()
-                await self._sleep(self._until_next())
+                await self._wait_for_work(self._until_next())
             except ConnectionLost as exc:
                 delay = self._backoff.next_delay()
                 self._log.debug(
@@ -258,7 +260,7 @@ class Reclaimer:
                 await self._sleep(delay)
             except rex.ResponseError as exc:
                 # The stream or its group was deleted (XINFO CONSUMERS says "no such key"): the
-                # consume loop recreates them.
+                # consume loop decides (it stops the handler, or re-creates the group if told to).
                 if str(exc).startswith("NOGROUP") or "no such key" in str(exc):
                     await self._sleep(self.spec.claim_interval_ms / 1000)
                     continue
@@ -274,6 +276,19 @@ class Reclaimer:
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.consumer.stopped(), seconds)
+
+    async def _wait_for_work(self, seconds: float) -> None:
+        """Until the next job is due, the consumer stops, or it schedules a retry (which may be
+        due before anything this round knew of: ``Retry(delay_ms=0)``)."""
+        waits = [
+            asyncio.ensure_future(self.consumer.stopped()),
+            asyncio.ensure_future(self.consumer.retry_scheduled.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     async def tick(self) -> None:
         """One round of whatever is due now, leases aside (:meth:`lease_loop`); exposed for

@@ -16,9 +16,8 @@ gives the ``streamworker_run`` fixture, which starts a TestWorker and stops it a
 What runs is the real :class:`~streamworker.runtime.worker.Worker` (consume loops, reclaimer,
 idempotency strategies, dead-lettering script) on ``engine://memory/<fresh name>``, streamworker's
 Redis-compatible engine in this process: no Redis, no network. Two things differ from production,
-both to keep tests fast: failed messages are retried without waiting (``retry_backoff_ms=0`` and
-``claim_idle_ms`` at most 600 ms, unless ``retry_backoff_ms=None``; ``Retry(delay_ms=…)`` is
-still honoured), and the handlers are wrapped to record each call (the message, what it returned
+both to keep tests fast: failed messages are retried without waiting (``retry_backoff_ms=0``,
+unless ``retry_backoff_ms=None``; ``Retry(delay_ms=…)`` is still honoured), and the handlers are wrapped to record each call (the message, what it returned
 or raised) for the assertions.
 
 Thread and task safety: a TestWorker belongs to the event loop that started it.
@@ -157,9 +156,6 @@ class _Recorder:
         return recorded
 
 
-_TEST_CLAIM_IDLE_MS = 600
-
-
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
@@ -214,9 +210,6 @@ class TestWorker:
             if retry_backoff_ms is not None:
                 changes["retry_backoff_ms"] = retry_backoff_ms
                 changes["retry_backoff_max_ms"] = retry_backoff_ms
-                # The reclaimer, which delivers retries, wakes every claim_idle_ms / 2 (at most
-                # 5 s) besides when a retry it knew of is due: keep that short in tests.
-                changes["claim_idle_ms"] = min(spec.claim_idle_ms, _TEST_CLAIM_IDLE_MS)
             specs[f"{spec.stream}\x00{spec.group}"] = dataclasses.replace(spec, **changes)
         # The copy's registry is filled directly: the specs were validated when app registered them.
         copy._handlers = specs

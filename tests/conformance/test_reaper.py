@@ -186,3 +186,25 @@ async def test_idle_consumer_is_deleted_only_after_its_entries_are_claimed(
             lambda: names() == {b"live"}, timeout_s=10, what="ghost deleted after the claim"
         )
     assert not _pending(sync_client)
+
+
+async def test_a_retry_scheduled_while_the_reclaimer_sleeps_wakes_it(
+    backend_url: str, sync_client: redis.Redis
+) -> None:
+    deliveries: list[float] = []
+    app = App("t")
+
+    # claim_idle_ms=60000: the reclaimer's own timer comes round every 5 s.
+    @app.handler("orders", group="billing", claim_idle_ms=60_000, block_ms=100)
+    async def once_more(msg: Message) -> None:
+        deliveries.append(time.monotonic())
+        if msg.delivery_count == 1:
+            raise Retry(delay_ms=0)
+
+    async with running_worker(app, backend_url) as worker:
+        await eventually(lambda: worker.consumers and worker.consumers[0].backlog_drained.is_set())
+        await asyncio.sleep(0.5)  # the reclaimer has gone to sleep until its next round
+        sync_client.xadd("orders", {"n": "1"})
+        await eventually(lambda: len(deliveries) == 2 and not _pending(sync_client), timeout_s=10)
+    # Delivered again at once, not at the reclaimer's next 5 s round.
+    assert deliveries[1] - deliveries[0] < 2.0
