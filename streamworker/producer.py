@@ -27,10 +27,11 @@ is as thread-safe as its redis-py client (it is). Neither closes the client it w
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio as aioredis
@@ -41,10 +42,19 @@ from streamworker.codec import FieldMap, encode
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError
 from streamworker.keys import partition_stream, published_marker_key
 from streamworker.partitions import check_partitioned_name, partition_of
-from streamworker.redisio import CONNECTION_ERRORS, LuaScript, connection_errors
+from streamworker.redisio import (
+    CONNECTION_ERRORS,
+    LuaScript,
+    connection_errors,
+    open_redis,
+    open_sync_redis,
+)
 
 DEFAULT_IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000
 """How long an idempotency key is remembered by default (a day)."""
+
+if TYPE_CHECKING:
+    from streamworker.app import App
 
 _EXPLICIT_ID = re.compile(r"^\d+-\d+$")
 _TOO_SMALL = "equal or smaller than the target stream top item"
@@ -429,3 +439,53 @@ class SyncProducer:
         except CONNECTION_ERRORS as exc:
             raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
         return [_receipt(x, r) for x, r in zip(xadds, replies, strict=True)]
+
+
+class AppProducers:
+    """An App's stream declarations and the producers behind ``app.publish`` (internal)."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self._declared: dict[str, StreamOptions] = {}
+        self._sync: SyncProducer | None = None
+        self._async: tuple[Any, Producer] | None = None
+
+    def declare(self, name: str, options: StreamOptions) -> None:
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"stream must be a non-empty str, not {name!r}")
+        if options.partitions is not None:
+            check_partitioned_name(name, options.partitions)
+        self._declared[name] = options
+
+    def options(self, name: str) -> StreamOptions:
+        if name in self._declared:
+            return self._declared[name]
+        partitions = [h for h in self._app.handlers if h.partition_of == name]
+        plain = [h for h in self._app.handlers if h.stream == name]
+        specs = partitions or plain
+        body_fields = {h.body_field for h in specs}
+        return StreamOptions(
+            partitions=len({h.stream for h in partitions}) or None,
+            # Handlers of one stream that disagree on the body field: none is the safe default.
+            body_field=body_fields.pop() if len(body_fields) == 1 else None,
+        )
+
+    def _url(self) -> str:
+        if not self._app.redis_url:
+            raise ConfigError(
+                f"App({self._app.name!r}) has no redis_url: pass App(..., redis_url=...) to use "
+                f"app.publish, or build a Producer on a client of your own"
+            )
+        return self._app.redis_url
+
+    def sync_producer(self) -> SyncProducer:
+        if self._sync is None:
+            self._sync = SyncProducer(open_sync_redis(self._url()), streams=self.options)
+        return self._sync
+
+    def async_producer(self) -> Producer:
+        loop = asyncio.get_running_loop()
+        # An asyncio client belongs to the loop it first ran on: one per loop.
+        if self._async is None or self._async[0] is not loop:
+            self._async = (loop, Producer(open_redis(self._url()), streams=self.options))
+        return self._async[1]
