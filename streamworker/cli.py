@@ -25,6 +25,7 @@ from streamworker.cli_admin import add_admin_commands
 from streamworker.cli_archive import add_archive_command
 from streamworker.cli_dashboard import add_dashboard_commands
 from streamworker.cli_engine import add_engine_commands
+from streamworker.cli_produce import add_produce_commands
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
 from streamworker.extras import require_extra
 from streamworker.observability.health import HealthServer
@@ -341,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_commands(sub)
     add_archive_command(sub)
     add_dashboard_commands(sub)
+    add_produce_commands(sub)
     return parser
 
 

@@ -338,6 +338,20 @@ class Relay:
         return total
 
 
+def check_outbox(db: SqlDatabase) -> None:
+    """What the relay checks before it starts: the database is reachable and migrated, outbox
+    table included. ConfigError (run ``streamworker migrate``) or DatabaseUnavailable. Blocking."""
+    db.check_ready()
+    with _unavailable("checking the schema"), db.sync_engine.connect() as conn:
+        present = sa.inspect(conn).has_table(OUTBOX_TABLE)
+    if not present:
+        shown = db.url.render_as_string(hide_password=True)
+        raise ConfigError(
+            f"table {OUTBOX_TABLE!r} is missing in {shown}; run `streamworker migrate --db-url "
+            f"URL` (revision sw0002 adds it)"
+        )
+
+
 def pending_rows(db: SqlDatabase) -> int:
     """How many rows wait in the outbox. Blocking."""
     with _unavailable("counting the outbox"), db.sync_engine.connect() as conn:
