@@ -137,6 +137,16 @@ def _structured_fields(model: type[BaseModel]) -> frozenset[str]:
     return frozenset(keys)
 
 
+@functools.cache
+def _required_keys(model: type[BaseModel]) -> frozenset[str]:
+    """The dumped keys (alias, else name) of ``model``'s fields without a default."""
+    return frozenset(
+        info.alias if isinstance(info.alias, str) else name
+        for name, info in model.model_fields.items()
+        if info.is_required()
+    )
+
+
 def _parse_structured(fields: dict[str, str], structured: frozenset[str]) -> dict[str, Any]:
     out: dict[str, Any] = dict(fields)
     for key in structured & fields.keys():
@@ -243,29 +253,30 @@ def encode_fields(value: BaseModel | Mapping[str, Any]) -> FieldMap:
         model = type(value)
         structured = _structured_fields(model)
         dumped = value.model_dump(mode="json", by_alias=True)
-        required = {
-            (info.alias if isinstance(info.alias, str) else name)
-            for name, info in model.model_fields.items()
-            if info.is_required()
-        }
+        required = _required_keys(model)
         for key, item in dumped.items():
-            where = f"{model.__name__}.{key}"
-            if item is None:
+            kind = type(item)
+            # mode="json" leaves str, int, float, bool, None, dict and list: the common ones first.
+            if kind is str:
+                out[key] = item
+            elif kind is int:
+                out[key] = str(item)
+            elif item is None:
                 if key in required:
                     raise EncodeError(
-                        f"{where} is None and has no default: a flat field cannot say None "
-                        f"(give it a default, or publish with body_field)"
+                        f"{model.__name__}.{key} is None and has no default: a flat field cannot "
+                        f"say None (give it a default, or publish with body_field)"
                     )
-                continue
-            if isinstance(item, dict | list):
+            elif kind is dict or kind is list:
                 if key not in structured:
                     raise EncodeError(
-                        f"{where}: a {type(item).__name__} value in a field not annotated as a "
-                        f"structure would decode as text; annotate it, or publish with body_field"
+                        f"{model.__name__}.{key}: a {kind.__name__} value in a field not "
+                        f"annotated as a structure would decode as text; annotate it, or publish "
+                        f"with body_field"
                     )
                 out[key] = _json_text(item)
             else:
-                out[key] = _scalar_text(item, where)
+                out[key] = _scalar_text(item, f"{model.__name__}.{key}")
     elif isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):

@@ -221,16 +221,19 @@ def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
+_NO_OPTIONS = StreamOptions()
+
+
 def _resolver(streams: StreamsConfig | None) -> Callable[[str], StreamOptions]:
     if streams is None:
-        return lambda _stream: StreamOptions()
+        return lambda _stream: _NO_OPTIONS
     if callable(streams):
         return streams
     table = dict(streams)
     for name, opts in table.items():
         if not isinstance(opts, StreamOptions):
             raise ConfigError(f"streams[{name!r}] must be a StreamOptions, not {opts!r}")
-    return lambda stream: table.get(stream, StreamOptions())
+    return lambda stream: table.get(stream, _NO_OPTIONS)
 
 
 _PUBLISH_ONCE = LuaScript("publish_once")
