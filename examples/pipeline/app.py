@@ -79,7 +79,14 @@ def create_tables(db_url: str) -> None:
     engine.dispose()
 
 
-HANDLER = {"batch_size": 20, "block_ms": 100, "claim_idle_ms": 2_000, "retry_backoff_ms": 20}
+# max_deliveries well above what crashes can add to a healthy message (the chaos test kills a lot).
+HANDLER = {
+    "batch_size": 20,
+    "block_ms": 100,
+    "claim_idle_ms": 2_000,
+    "retry_backoff_ms": 20,
+    "max_deliveries": 20,
+}
 
 
 @app.handler(ORDERS, group="billing", idempotency="sql", **HANDLER)
