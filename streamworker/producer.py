@@ -327,18 +327,28 @@ class Producer:
         if not xadds:
             return []
         if any(x.marker is not None for x in xadds):
-            # Make sure the script is cached before pipelining EVALSHAs.
+            # Make sure the script is cached before pipelining EVALSHAs (on a cluster: on every
+            # master).
             async with connection_errors():
                 await self.client.script_load(_PUBLISH_ONCE.source)
         pipe = self.client.pipeline(transaction=False)
         for x in xadds:
             if x.marker is not None:
-                pipe.evalsha(_PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args())
+                pipe.execute_command(
+                    "EVALSHA", _PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args()
+                )
             else:
                 pipe.xadd(x.stream, dict[Any, Any](x.fields), **x.xadd_kwargs())
         async with connection_errors():
             replies = await pipe.execute(raise_on_error=False)
-        return [_receipt(x, r) for x, r in zip(xadds, replies, strict=True)]
+        out = []
+        for x, reply in zip(xadds, replies, strict=True):
+            # A node that lost its script cache (restart, failover) ran nothing of this one:
+            # send it alone (which reloads the script).
+            out.append(
+                await self.send(x) if isinstance(reply, rex.NoScriptError) else _receipt(x, reply)
+            )
+        return out
 
 
 def _receipt(x: Xadd, reply: Any) -> Receipt:
@@ -435,13 +445,19 @@ class SyncProducer:
             pipe = self.client.pipeline(transaction=False)
             for x in xadds:
                 if x.marker is not None:
-                    pipe.evalsha(_PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args())
+                    pipe.execute_command(  # type: ignore[no-untyped-call]
+                        "EVALSHA", _PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args()
+                    )
                 else:
                     pipe.xadd(x.stream, dict[Any, Any](x.fields), **x.xadd_kwargs())
             replies = pipe.execute(raise_on_error=False)
         except CONNECTION_ERRORS as exc:
             raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
-        return [_receipt(x, r) for x, r in zip(xadds, replies, strict=True)]
+        # A node that lost its script cache ran nothing of those: send them alone (reloading).
+        return [
+            self.send(x) if isinstance(r, rex.NoScriptError) else _receipt(x, r)
+            for x, r in zip(xadds, replies, strict=True)
+        ]
 
 
 class AppProducers:

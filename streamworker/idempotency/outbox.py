@@ -16,9 +16,10 @@ it exists exactly when those writes do (once). :class:`Relay` (``streamworker re
 rows to their streams. Each row is added to its stream exactly once:
 
 * In one database transaction the relay locks the oldest rows (``SELECT … ORDER BY id FOR UPDATE``;
-  SQLite's ``BEGIN IMMEDIATE``), adds each with ``publish_once.lua`` under the row's publish key
-  (a marker in the stream's hash tag records that the key was added), deletes the rows and
-  commits; then it deletes the markers of generated keys.
+  SQLite's ``BEGIN IMMEDIATE``), adds each under the row's publish key
+  (a marker in the stream's hash tag records that the key was added; ``relay_outbox.lua``, one
+  call per target stream carrying its rows in order), deletes the rows and commits; then it
+  deletes the markers of generated keys.
 * Dying after an XADD and before the commit leaves the rows (the transaction rolls back) and the
   markers: the next relay finds the markers and adds nothing again. Dying after the commit leaves
   markers only, which expire after ``window_ms``. So a row is added twice only if a relay dies
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+import redis.exceptions as rex
 import sqlalchemy as sa
 import structlog
 from pydantic import BaseModel
@@ -194,7 +196,7 @@ class RelayedBatch:
     duplicates: int
 
 
-_PUBLISH_ONCE = _LuaScript("publish_once")
+_RELAY = _LuaScript("relay_outbox")
 
 
 def _row_xadd(row: Any, window_ms: int) -> Xadd:
@@ -254,23 +256,53 @@ class Relay:
         return list(conn.execute(stmt))
 
     def _add(self, xadds: Sequence[Xadd]) -> list[bool]:
-        """Add every entry (pipelined, in order); True for each that was added now, False for
-        one whose marker said it had been added."""
+        """Add every entry: one ``relay_outbox.lua`` call per target stream carrying its rows in
+        order, the calls pipelined. True for each entry added now, False for one whose marker
+        said it had been added."""
+        groups: dict[str, list[int]] = {}
+        for i, x in enumerate(xadds):
+            groups.setdefault(x.stream, []).append(i)
+        calls = [self._call(xadds, rows) for rows in groups.values()]
         try:
-            self.client.script_load(_PUBLISH_ONCE.source)
+            self.client.script_load(_RELAY.source)
             pipe = self.client.pipeline(transaction=False)
-            for x in xadds:
-                assert x.marker is not None
-                pipe.evalsha(_PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args())
+            for call in calls:
+                pipe.execute_command("EVALSHA", _RELAY.sha, *call)  # type: ignore[no-untyped-call]
             replies = pipe.execute(raise_on_error=False)
         except CONNECTION_ERRORS as exc:
             raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
-        added: list[bool] = []
-        for x, reply in zip(xadds, replies, strict=True):
+        added = [False] * len(xadds)
+        for rows, call, reply in zip(groups.values(), calls, replies, strict=True):
+            if isinstance(reply, rex.NoScriptError):
+                # A node that lost its script cache ran none of this stream's rows: resend them
+                # together, so their order holds.
+                reply = self._resend(call)
             if isinstance(reply, Exception):
-                raise PublishError(f"relaying to {x.stream!r}: {reply}")
-            added.append(bool(int(reply[0])))
+                raise PublishError(f"relaying to {xadds[rows[0]].stream!r}: {reply}")
+            for i, (flag, _entry_id) in zip(rows, reply, strict=True):
+                added[i] = bool(int(flag))
         return added
+
+    @staticmethod
+    def _call(xadds: Sequence[Xadd], rows: Sequence[int]) -> list[str | int]:
+        """numkeys, KEYS and ARGV of one relay_outbox.lua call for ``rows`` (one stream)."""
+        markers = [xadds[i].marker or "" for i in rows]
+        args: list[str | int] = [xadds[rows[0]].window_ms]
+        for i in rows:
+            x = xadds[i]
+            args += [x.trim, "~" if x.approximate else "=", x.threshold, len(x.fields)]
+            for name, value in x.fields.items():
+                args += [name, value]
+        return [1 + len(markers), xadds[rows[0]].stream, *markers, *args]
+
+    def _resend(self, call: Sequence[str | int]) -> Any:
+        try:
+            self.client.script_load(_RELAY.source)
+            return self.client.execute_command("EVALSHA", _RELAY.sha, *call)  # type: ignore[no-untyped-call]
+        except rex.ResponseError as exc:
+            return exc
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
 
     def _delete(self, conn: Connection, ids: Sequence[int]) -> None:
         conn.execute(sa.delete(outbox).where(outbox.c.id.in_(ids)))

@@ -191,3 +191,48 @@ def test_publish_refuses_something_that_is_not_a_session(db_url: str) -> None:
 def test_the_outbox_table_is_created_by_migrate(db_url: str) -> None:
     engine = SqlDatabase(db_url).sync_engine
     assert sa.inspect(engine).has_table(outbox.name)
+
+
+def test_rows_a_server_without_the_script_did_not_run_are_resent_in_order(
+    db_url: str, redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stage(db_url, *(Payment(order_id=i, cents=0) for i in range(5)))
+    relay = _relay(db_url, redis_url)
+    relay.client.script_flush()
+    load = relay.client.script_load
+    calls = []
+
+    def load_once_late(source: str) -> object:
+        calls.append(source)
+        # The first load "happens" before a restart that empties the cache: it is skipped.
+        return None if len(calls) == 1 else load(source)
+
+    monkeypatch.setattr(relay.client, "script_load", load_once_late)
+    assert relay.relay_once().rows == 5
+    assert len(calls) == 2
+    assert [p.order_id for p in _payments(redis_client)] == list(range(5))
+
+
+def test_rows_for_several_streams_each_keep_their_order(
+    db_url: str, redis_url: str, redis_client: redis.Redis
+) -> None:
+    engine = SqlDatabase(db_url).sync_engine
+    with Session(engine) as session, session.begin():
+        for i in range(12):
+            publish(session, f"s{i % 3}", {"i": i})
+    _relay(db_url, redis_url, batch_size=5).relay_once()
+    _relay(db_url, redis_url, batch_size=50).relay_once()
+    for k in range(3):
+        assert [int(f[b"i"]) for _, f in redis_client.xrange(f"s{k}")] == list(range(k, 12, 3))
+
+
+def test_the_relay_runs_on_the_embedded_engine(sqlite_url: str) -> None:
+    from streamworker.idempotency.sql_migrate import upgrade
+
+    db = SqlDatabase(sqlite_url)
+    upgrade(db)
+    _stage(sqlite_url, *(Payment(order_id=i, cents=i) for i in range(3)), maxlen=10)
+    client = open_sync_redis("engine://memory")
+    batch = Relay(db, client).relay_once()
+    assert (batch.rows, batch.duplicates) == (3, 0)
+    assert [p.order_id for p in _payments(client)] == [0, 1, 2]

@@ -219,3 +219,25 @@ def test_app_publish_without_a_redis_url_says_what_to_do() -> None:
 
     with pytest.raises(ConfigError, match="has no redis_url"):
         App("p").publish_sync("s", {"n": 1})
+
+
+def test_publish_many_resends_what_a_server_without_the_script_did_not_run(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    producer = SyncProducer(redis_client)
+    plans = [producer.plan("s", {"n": n}, idempotency_key=f"k{n}") for n in range(3)]
+    plans.append(producer.plan("s", {"n": 3}))  # a plain XADD in the same pipeline
+    redis_client.script_flush()
+    load = redis_client.script_load
+    # The server loses its script cache between the pipeline's SCRIPT LOAD and its EVALSHAs.
+    monkeypatch.setattr(redis_client, "script_load", lambda _src: None)
+    original_send = producer.send
+
+    def send_with_load(x):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(redis_client, "script_load", load)
+        return original_send(x)
+
+    monkeypatch.setattr(producer, "send", send_with_load)
+    receipts = producer.publish_many(plans)
+    assert [r.duplicate for r in receipts] == [False] * 4
+    assert [int(f[b"n"]) for _, f in redis_client.xrange("s")] == [3, 0, 1, 2]
