@@ -357,6 +357,7 @@ class Relay:
         """Relay until ``stop`` is set: batch after batch while rows remain, then poll every
         ``idle_ms``; after an outage wait ``retry_ms`` and try again. Returns rows relayed."""
         total = 0
+        self._log.info("outbox_relay_started", batch_size=self.batch_size, window_ms=self.window_ms)
         while not stop.is_set():
             try:
                 batch = self.relay_once()

@@ -68,7 +68,7 @@ shop = _load_app()
 
 
 class Relays:
-    """``count`` ``streamworker relay`` processes, restarted when they exit (as a supervisor
+    """``count`` ``streamworker relay`` processes (tests/apps/outbox_relay.py), restarted when they exit (as a supervisor
     would: a relay that starts while a server is down exits 1 at once)."""
 
     def __init__(self, count: int, workdir: Path, redis_url: str, db_url: str, log: ChaosLog):
@@ -80,15 +80,26 @@ class Relays:
         self.killed: set[int] = set()
         self.restarts = 0
         self.unexpected: list[str] = []
+        self._stderr_at = [0] * count  # where the current run's stderr begins
 
     def stderr_path(self, i: int) -> Path:
         return self.dir / f"relay-{i}.stderr"
 
     def start(self, i: int) -> None:
-        env = {"PYTHONPATH": str(ROOT), "STREAMWORKER_LOG_FORMAT": "json"}
+        self._stderr_at[i] = (
+            self.stderr_path(i).stat().st_size if self.stderr_path(i).exists() else 0
+        )
+        # The relay of tests/apps/outbox_relay.py waits a little between its XADDs and its
+        # commit, so that the plan's SIGKILLs land in that window (no kill point of its own).
+        env = {
+            "PYTHONPATH": str(ROOT),
+            "STREAMWORKER_LOG_FORMAT": "json",
+            "SW_TEST_PAUSE_S": "0.1",
+            "SW_TEST_LOG": str(self.dir / f"relay-{i}.batches"),
+        }
         with self.stderr_path(i).open("ab") as err:
             self.procs[i] = subprocess.Popen(
-                [sys.executable, "-m", "streamworker", "relay", *self.args],
+                [sys.executable, "-m", "tests.apps.outbox_relay", *self.args],
                 cwd=ROOT,
                 env={**os.environ, **env},
                 stdout=subprocess.DEVNULL,
@@ -118,7 +129,22 @@ class Relays:
             self.log(f"relay {i} exited with {proc.returncode}; restarting it")
             self.start(i)
 
+    def wait_started(self, timeout_s: float = 60) -> None:
+        """Wait until every relay's current run logged its start (its signal handlers are
+        installed by then: a SIGTERM earlier would kill the interpreter mid-import)."""
+        deadline = time.monotonic() + timeout_s
+        for i in range(self.count):
+            while True:
+                self.check()
+                with self.stderr_path(i).open("rb") as f:
+                    f.seek(self._stderr_at[i])
+                    if b'"outbox_relay_started"' in f.read():
+                        break
+                assert time.monotonic() < deadline, f"relay {i} did not start in {timeout_s}s"
+                time.sleep(0.1)
+
     def stop_all(self) -> dict[int, int | None]:
+        self.wait_started()
         codes: dict[int, int | None] = {}
         for proc in self.procs:
             if proc is not None and proc.poll() is None:
@@ -284,9 +310,10 @@ def test_every_order_is_reflected_once_in_every_stage_under_faults(
             if step.verb == "start_relay":
                 relays.start(step.index)
                 return f"relay {step.index} started"
-            # Restarted workers must be past their start-up checks before a server goes down
-            # (one that finds it down exits at once, by design).
+            # Restarted workers and relays must be past their start-up checks before a server goes
+            # down (one that finds it down exits at once, by design).
             workers.wait_started()
+            relays.wait_started()
             target: RedisServer | PostgresServer = server if step.verb == "restart_redis" else pg
             began = time.monotonic()
             target.stop(signal.SIGKILL if step.verb == "restart_redis" else signal.SIGQUIT)
