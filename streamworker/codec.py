@@ -300,13 +300,30 @@ def encode_body(value: BaseModel | Mapping[str, Any], body_field: str) -> FieldM
     if not isinstance(body_field, str) or not body_field:
         raise EncodeError(f"body_field must be a non-empty field name, not {body_field!r}")
     if isinstance(value, BaseModel):
-        return {body_field: value.model_dump_json(by_alias=True)}
+        text = value.model_dump_json(by_alias=True)
+        # pydantic writes inf and nan as null, which the decoder then refuses: say so now.
+        if "null" in text and _non_finite(value.model_dump()):
+            raise EncodeError(
+                f"{type(value).__name__}: an infinite or NaN float cannot travel as JSON (it "
+                f"would arrive as null); publish flat fields instead"
+            )
+        return {body_field: text}
     if isinstance(value, Mapping):
         try:
             return {body_field: _json_text(dict(value))}
         except TypeError as exc:
             raise EncodeError(f"body: {exc}") from None
     raise EncodeError(f"expected a pydantic model or a mapping, not {type(value).__name__}")
+
+
+def _non_finite(obj: Any) -> bool:
+    if isinstance(obj, float):
+        return obj != obj or obj in (float("inf"), float("-inf"))
+    if isinstance(obj, dict):
+        return any(_non_finite(v) for v in obj.values())
+    if isinstance(obj, list | tuple | set | frozenset):
+        return any(_non_finite(v) for v in obj)
+    return False
 
 
 def encode(value: BaseModel | Mapping[str, Any], body_field: str | None = None) -> FieldMap:

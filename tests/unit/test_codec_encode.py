@@ -6,11 +6,13 @@ from __future__ import annotations
 import datetime
 import decimal
 import enum
+import ipaddress
+import pathlib
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, HttpUrl
 
 from streamworker.codec import (
     EncodeError,
@@ -222,3 +224,44 @@ def test_a_non_str_field_name_is_refused() -> None:
 def test_something_that_is_neither_model_nor_mapping_is_refused() -> None:
     with pytest.raises(EncodeError, match="expected a pydantic model or a mapping"):
         encode_fields([("a", "b")])  # type: ignore[arg-type]
+
+
+class Web(BaseModel):
+    raw: bytes
+    url: HttpUrl
+    ip: ipaddress.IPv4Address
+    at: datetime.datetime
+    positive: Annotated[int, Field(gt=0)]
+    path: pathlib.Path
+    level: float
+    nested: list[dict[str, list[int]]] | None = None
+
+
+WEB = Web(
+    raw=b"hi",
+    url="https://example.org/a?b=1",  # type: ignore[arg-type]
+    ip="10.0.0.1",  # type: ignore[arg-type]
+    at=datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),
+    positive=3,
+    path="/tmp/x",  # type: ignore[arg-type]
+    level=-0.5,
+    nested=[{"a": [1, 2]}],
+)
+
+
+def test_urls_addresses_offsets_bytes_and_constrained_types_round_trip_flat() -> None:
+    assert _decode(encode_fields(WEB), Web) == WEB
+
+
+def test_urls_addresses_offsets_bytes_and_constrained_types_round_trip_in_a_body() -> None:
+    assert _decode(encode_body(WEB, "b"), Web, "b") == WEB
+
+
+def test_an_infinite_float_round_trips_flat() -> None:
+    infinite = WEB.model_copy(update={"level": float("inf")})
+    assert _decode(encode_fields(infinite), Web) == infinite
+
+
+def test_an_infinite_float_is_refused_in_a_body_field() -> None:
+    with pytest.raises(EncodeError, match="infinite or NaN float cannot travel as JSON"):
+        encode_body(WEB.model_copy(update={"level": float("nan")}), "b")
