@@ -164,5 +164,19 @@ def add_produce_commands(sub: Any) -> None:
     relay.add_argument(
         "--idle-ms", metavar="MS", type=_positive, default=200, help="poll interval when empty"
     )
+    relay.add_argument(
+        "--lock-timeout-ms",
+        metavar="MS",
+        type=_positive,
+        default=10_000,
+        help="PostgreSQL: give up waiting for another relay's rows after MS (retried)",
+    )
+    relay.add_argument(
+        "--stalled-timeout-ms",
+        metavar="MS",
+        type=_positive,
+        default=60_000,
+        help="PostgreSQL: a relay idle this long inside its transaction is ended by the server",
+    )
     relay.add_argument("--once", action="store_true", help="relay until empty, then exit")
     relay.set_defaults(func=_cmd_relay)

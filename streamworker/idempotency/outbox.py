@@ -221,6 +221,12 @@ class Relay:
             script touches one slot).
         batch_size: rows per transaction (and per pipeline).
         window_ms: how long a marker outlives a relay that died before its commit.
+        lock_timeout_ms: PostgreSQL: how long a relay waits for another one's row lock before
+            it gives up this round (DatabaseUnavailable; :meth:`run` tries again later).
+        stalled_timeout_ms: PostgreSQL: a relay's transaction that stays idle this long (its
+            process stopped, or hung on Redis) is ended by the server, which frees its rows for
+            the other relays; its markers make their adds no duplicates. Keep it above the
+            Redis client's socket timeout.
 
     Several relays may run on one database: they take turns (the row lock). Blocking; run it in
     its own thread or process (``streamworker relay``).
@@ -233,11 +239,19 @@ class Relay:
         *,
         batch_size: int = 100,
         window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS,
+        lock_timeout_ms: int = 10_000,
+        stalled_timeout_ms: int = 60_000,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigError(f"batch_size must be an integer >= 1, not {batch_size!r}")
-        if isinstance(window_ms, bool) or not isinstance(window_ms, int) or window_ms < 1:
-            raise ConfigError(f"window_ms must be an integer >= 1, not {window_ms!r}")
+        for label, value in (
+            ("batch_size", batch_size),
+            ("window_ms", window_ms),
+            ("lock_timeout_ms", lock_timeout_ms),
+            ("stalled_timeout_ms", stalled_timeout_ms),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{label} must be an integer >= 1, not {value!r}")
+        self.lock_timeout_ms = lock_timeout_ms
+        self.stalled_timeout_ms = stalled_timeout_ms
         self.db = db
         self.client = client
         self.batch_size = batch_size
@@ -329,6 +343,14 @@ class Relay:
         """
         with _unavailable("relaying the outbox"), self.db.sync_engine.connect() as conn:
             conn.begin()
+            if conn.dialect.name == "postgresql":
+                # Every wait bounded: another relay's lock, and a relay of ours that stalls
+                # inside its transaction (the server ends it and frees its rows).
+                conn.exec_driver_sql(f"SET LOCAL lock_timeout = {int(self.lock_timeout_ms)}")
+                conn.exec_driver_sql(
+                    "SET LOCAL idle_in_transaction_session_timeout = "
+                    f"{int(self.stalled_timeout_ms)}"
+                )
             rows = self._lock_rows(conn)
             if not rows:
                 conn.rollback()

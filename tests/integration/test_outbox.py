@@ -3,6 +3,9 @@ each to its stream once, in order. SQLite (file, WAL) and PostgreSQL 15, real re
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import redis
 import sqlalchemy as sa
@@ -236,3 +239,45 @@ def test_the_relay_runs_on_the_embedded_engine(sqlite_url: str) -> None:
     batch = Relay(db, client).relay_once()
     assert (batch.rows, batch.duplicates) == (3, 0)
     assert [p.order_id for p in _payments(client)] == [0, 1, 2]
+
+
+def test_a_relay_stalled_inside_its_transaction_is_ended_and_another_takes_over(
+    postgres_url: str, redis_url: str, redis_client: redis.Redis
+) -> None:
+    from streamworker.errors import DatabaseUnavailable
+    from streamworker.idempotency.sql_migrate import upgrade
+
+    upgrade(SqlDatabase(postgres_url))
+    _stage(postgres_url, *(Payment(order_id=i, cents=0) for i in range(3)))
+    stalled = _relay(postgres_url, redis_url, stalled_timeout_ms=1_000)
+    added = threading.Event()
+    add = stalled._add
+
+    def add_then_stall(xadds):  # type: ignore[no-untyped-def]
+        result = add(xadds)
+        added.set()
+        time.sleep(3.0)  # e.g. SIGSTOPped, holding the rows' locks, idle in its transaction
+        return result
+
+    stalled._add = add_then_stall  # type: ignore[method-assign]
+    outcome: list[BaseException] = []
+
+    def run_stalled() -> None:
+        try:
+            stalled.relay_once()
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run_stalled)
+    thread.start()
+    assert added.wait(10)
+    other = _relay(postgres_url, redis_url, lock_timeout_ms=200)
+    with pytest.raises(DatabaseUnavailable, match="lock timeout"):
+        other.relay_once()
+    time.sleep(1.5)  # past the stalled transaction's idle timeout: the server ends it
+    batch = other.relay_once()
+    thread.join(10)
+    assert (batch.rows, batch.duplicates) == (3, 3)
+    assert [p.order_id for p in _payments(redis_client)] == [0, 1, 2]
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], DatabaseUnavailable)  # its delete found its session ended
