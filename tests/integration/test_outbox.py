@@ -27,6 +27,7 @@ from tests.support.sql import (
     create_business_tables,
     pending_ids,
     running_sql_worker,
+    sync_url,
 )
 from tests.support.worker import eventually
 
@@ -55,6 +56,15 @@ def _payments(client: redis.Redis, stream: str = "payments") -> list[Payment]:
         )
         out.append(msg.body)
     return out
+
+
+def _staged(db_url: str) -> int:
+    engine = sa.create_engine(sync_url(db_url))
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(outbox)).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def _billing_app(fail: frozenset[str] = frozenset()) -> App:
@@ -118,7 +128,9 @@ async def test_an_async_handler_stages_through_its_async_session(
     for n in range(3):
         redis_client.xadd("orders", {"n": str(n)})
     async with running_sql_worker(app, redis_url, db_url):
-        await eventually(lambda: pending_rows(SqlDatabase(db_url)) == 3, what="3 staged rows")
+        # A plain WAL reader: it never waits for the worker's write lock, which the worker (on
+        # this event loop) could not release while this poll blocks the loop.
+        await eventually(lambda: _staged(db_url) == 3, what="3 staged rows")
     _relay(db_url, redis_url).relay_once()
     assert [p.order_id for p in _payments(redis_client)] == [0, 1, 2]
 
