@@ -13,6 +13,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, engine_from_config, pool
 
+import streamworker.idempotency.outbox  # noqa: F401  (adds the outbox table to metadata)
 from streamworker.idempotency.sql import VERSION_TABLE, metadata
 
 config = context.config

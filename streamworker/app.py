@@ -15,6 +15,7 @@ from streamworker.effects import Effects
 from streamworker.errors import ConfigError
 from streamworker.keys import dead_letter_stream, partition_stream
 from streamworker.partitions import check_partitioned_name
+from streamworker.producer import AppProducers, Receipt, StreamOptions
 
 Idempotency = Literal["none", "sql", "lua"]
 IDEMPOTENCY_MODES: tuple[str, ...] = ("none", "sql", "lua")
@@ -177,6 +178,7 @@ class App:
         self.redis_url = redis_url
         self.db_url = db_url
         self._handlers: dict[str, HandlerSpec] = {}
+        self._producers = AppProducers(self)
 
     @property
     def handlers(self) -> list[HandlerSpec]:
@@ -400,6 +402,49 @@ class App:
             return func
 
         return register
+
+    # Producing ---------------------------------------------------------------------------------
+
+    def stream(
+        self,
+        name: str,
+        *,
+        maxlen: int | None = None,
+        minid: str | None = None,
+        approximate: bool = True,
+        partitions: int | None = None,
+        body_field: str | None = None,
+    ) -> None:
+        """Declare the producer defaults of stream ``name`` (see
+        :class:`~streamworker.producer.StreamOptions`). Undeclared streams take their partition
+        count and ``body_field`` from this app's handler of that stream, if any."""
+        self._producers.declare(
+            name,
+            StreamOptions(
+                maxlen=maxlen,
+                minid=minid,
+                approximate=approximate,
+                partitions=partitions,
+                body_field=body_field,
+            ),
+        )
+
+    def stream_options(self, name: str) -> StreamOptions:
+        """The producer defaults of stream ``name``: declared by :meth:`stream`, else derived
+        from this app's handlers (partitions, body_field), else none."""
+        return self._producers.options(name)
+
+    async def publish(self, stream: str, value: Any, **kwargs: Any) -> Receipt:
+        """Publish ``value`` (a model or a mapping) to ``stream`` with this app's stream
+        defaults: :meth:`streamworker.producer.Producer.publish` on a client opened on
+        ``redis_url`` at first use (one per event loop). Keyword arguments: ``maxlen``,
+        ``minid``, ``approximate``, ``id``, ``partition_key``, ``idempotency_key``,
+        ``body_field``."""
+        return await self._producers.async_producer().publish(stream, value, **kwargs)
+
+    def publish_sync(self, stream: str, value: Any, **kwargs: Any) -> Receipt:
+        """The blocking form of :meth:`publish` (a sync client on ``redis_url``)."""
+        return self._producers.sync_producer().publish(stream, value, **kwargs)
 
     def __repr__(self) -> str:
         return f"App({self.name!r}, handlers={len(self._handlers)})"

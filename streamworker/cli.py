@@ -27,6 +27,7 @@ from streamworker.cli_archive import add_archive_command
 from streamworker.cli_backfill import add_backfill_command
 from streamworker.cli_dashboard import add_dashboard_commands
 from streamworker.cli_engine import add_engine_commands
+from streamworker.cli_produce import add_produce_commands
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
 from streamworker.extras import require_extra
 from streamworker.observability.health import HealthServer
@@ -373,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_archive_command(sub)
     add_backfill_command(sub)
     add_dashboard_commands(sub)
+    add_produce_commands(sub)
     return parser
 
 

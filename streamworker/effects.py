@@ -30,8 +30,11 @@ import datetime
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Self, TypeAlias
+from typing import Any, Self, TypeAlias
 
+from pydantic import BaseModel
+
+from streamworker.codec import encode
 from streamworker.errors import StreamworkerError
 
 KeyT: TypeAlias = str | bytes
@@ -394,3 +397,24 @@ class Effects:
         if len(args) > _MAX_XADD_ARGS:
             raise EffectError(f"xadd(): at most {_MAX_XADD_ARGS // 2 - 2} fields per entry")
         return self._add("xadd", _key(stream, "stream"), args)
+
+    def publish(
+        self,
+        stream: KeyT,
+        value: BaseModel | Mapping[str, Any],
+        *,
+        body_field: str | None = None,
+        maxlen: int | None = None,
+        approximate: bool = True,
+    ) -> Self:
+        """XADD ``value`` (a pydantic model or a mapping) to ``stream``, encoded as
+        :meth:`streamworker.producer.Producer.publish` encodes it: what a handler of ``stream``
+        with ``Message[Model]`` (and the same ``body_field``) decodes back into an equal model.
+        Applied with the message's XACK, so the entry is added exactly once. On Redis Cluster,
+        ``stream`` must share the consumed stream's hash tag (``{orders}:ledger``); for a
+        partitioned target, pass the partition's stream key (``partitions.PartitionedStream``).
+
+        A value that cannot be encoded raises :class:`~streamworker.codec.EncodeError`, a
+        permanent failure: the message is dead-lettered at once (it would fail every time)."""
+        fields: dict[KeyT, ValueT] = dict(encode(value, body_field).items())
+        return self.xadd(stream, fields, maxlen=maxlen, approximate=approximate)

@@ -63,3 +63,9 @@ def consumer_name_key(stream: str, group: str, consumer: str) -> str:
     ``{S}:consumer:G:NAME``, or ``S:consumer:G:NAME`` when S has a tag; in the stream's slot.
     A hash (token, host, pid, started_at_ms, …) with a time to live, renewed while it runs."""
     return in_stream_slot(stream, f"consumer:{group}:{consumer}")
+
+
+def published_marker_key(stream: str, idempotency_key: str) -> str:
+    """The marker of a publish with ``idempotency_key`` to ``stream`` (``publish_once.lua``):
+    ``{S}:published:KEY``, or ``S:published:KEY`` when S has a tag; in the stream's slot."""
+    return in_stream_slot(stream, f"published:{idempotency_key}")

@@ -157,7 +157,7 @@ VERSION_TABLE = "streamworker_alembic_version"
 """Alembic's version table for streamworker's own migrations (kept apart from an application's
 ``alembic_version``)."""
 
-TABLE_NAMES = frozenset({TABLE_NAME, VERSION_TABLE})
+TABLE_NAMES = frozenset({TABLE_NAME, VERSION_TABLE, "streamworker_outbox"})
 """Every table streamworker creates; filter them out of your own Alembic autogenerate."""
 
 metadata = sa.MetaData()

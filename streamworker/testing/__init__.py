@@ -39,7 +39,7 @@ import redis
 import redis.asyncio as aioredis
 
 from streamworker.app import App, HandlerSpec
-from streamworker.codec import encode_body
+from streamworker.codec import encode_for
 from streamworker.deps import MessageParam
 from streamworker.message import Message
 from streamworker.observability.metrics import Metrics
@@ -289,14 +289,14 @@ class TestWorker:
 
         ``body`` (a pydantic model, dataclass or mapping) is encoded exactly as the stream's
         handler decodes it (its ``body_field`` included, see
-        :func:`streamworker.codec.encode_body`); ``fields`` are added as they are (alone they
+        :func:`streamworker.codec.encode_for`); ``fields`` are added as they are (alone they
         make the whole entry, e.g. to send a body that fails validation).
         """
         entry: dict[Any, Any] = {}
         if body is not None:
             spec = self._spec_for(stream)
             entry.update(
-                encode_body(
+                encode_for(
                     body,
                     model=None if spec is None else spec.model,
                     body_field=None if spec is None else spec.body_field,

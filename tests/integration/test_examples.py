@@ -115,3 +115,25 @@ def test_click_counters_own_tests_pass_with_the_test_kit() -> None:
 
 def test_sql_orders_own_tests_pass_with_the_test_kit() -> None:
     assert "2 passed" in run_example_tests("sql_orders")
+
+
+def test_pipeline_demo_reflects_every_order_once_in_every_stage_across_kills(
+    redis_url: str,
+) -> None:
+    out = run_example(
+        "pipeline/demo.py",
+        "--redis-url",
+        redis_url,
+        timeout=180,
+        expect=(
+            "published 300 orders (10 retried publishes added nothing)",
+            "worker and relay killed with SIGKILL mid-run; restarting both",
+            "stage 1 (SQL charges): 300 orders, charged twice: 0",
+            "outbox -> payments: 300 entries, twice: 0, left: 0",
+            "stage 2 (Lua balances): 300 payments applied, twice: 0",
+            "balances add up: yes",
+            "stage 2 -> ledger: 300 entries, twice: 0",
+            "stage 3 (final count): 300, counted twice: 0",
+        ),
+    )
+    print(out)

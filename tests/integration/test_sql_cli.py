@@ -20,10 +20,10 @@ def test_migrate_creates_the_table_and_is_idempotent(
     url = request.getfixturevalue(f"{backend.replace('postgresql', 'postgres')}_url")
     first = run_cli("migrate", "--db-url", url)
     assert first.returncode == 0, first.stderr
-    assert "migrated from an empty schema to revision sw0001" in first.stdout
+    assert "migrated from an empty schema to revision sw0002" in first.stdout
     again = run_cli("migrate", env={"STREAMWORKER_DB_URL": url})
     assert again.returncode == 0, again.stderr
-    assert "already at revision sw0001" in again.stdout
+    assert "already at revision sw0002" in again.stdout
     engine = sa.create_engine(sync_url(url))
     tables = set(sa.inspect(engine).get_table_names())
     engine.dispose()

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 from streamworker import App, Message
-from streamworker.codec import decode_body, decode_message, encode_body
+from streamworker.codec import EncodeError, decode_body, decode_message, encode_for
 from streamworker.errors import ConfigError, PermanentFailure
 
 
@@ -145,13 +145,13 @@ def test_a_missing_group_says_how_to_write_it() -> None:
     ],
 )
 def test_encode_body_is_the_inverse_of_decode_body(body: Order) -> None:
-    fields = encode_body(body)
+    fields = encode_for(body)
     assert all(isinstance(v, str) for v in fields.values())
     assert decode_body(fields, Order, None) == body
 
 
 def test_encode_body_writes_numbers_and_booleans_as_lax_mode_reads_them() -> None:
-    assert encode_body(Order(order_id=7, amount_cents=1, express=True)) == {
+    assert encode_for(Order(order_id=7, amount_cents=1, express=True)) == {
         "order_id": "7",
         "amount_cents": "1",
         "express": "true",
@@ -160,15 +160,26 @@ def test_encode_body_writes_numbers_and_booleans_as_lax_mode_reads_them() -> Non
 
 def test_encode_body_puts_the_whole_body_in_body_field_as_json() -> None:
     body = Nested(order=Order(order_id=1, amount_cents=2), tags=["a", "b"])
-    fields = encode_body(body, body_field="payload")
+    fields = encode_for(body, body_field="payload")
     assert list(fields) == ["payload"]
     assert decode_body(fields, Nested, "payload") == body
 
 
-def test_encode_body_refuses_nested_values_without_body_field() -> None:
+def test_nested_model_values_travel_as_json_in_their_flat_field() -> None:
     body = Nested(order=Order(order_id=1, amount_cents=2), tags=["a"])
-    with pytest.raises(ValueError, match="body_field"):
-        encode_body(body)
+    fields = encode_for(body)
+    assert fields["tags"] == '["a"]'
+    assert decode_body(fields, Nested, None) == body
+
+
+def test_a_dataclass_body_with_nested_values_needs_body_field() -> None:
+    @dataclasses.dataclass
+    class Basket:
+        items: list[int]
+
+    with pytest.raises(EncodeError, match="body_field"):
+        encode_for(Basket([1, 2]))
+    assert encode_for(Basket([1, 2]), body_field="b") == {"b": '{"items":[1,2]}'}
 
 
 def test_encode_body_handles_dataclasses_and_dates() -> None:
@@ -178,5 +189,5 @@ def test_encode_body_handles_dataclasses_and_dates() -> None:
         at: dt.date
 
     body = Shipped(3, dt.date(2026, 1, 2))
-    fields = encode_body(body)
+    fields = encode_for(body)
     assert fields == {"order_id": "3", "at": "2026-01-02"}

@@ -1,0 +1,182 @@
+"""``streamworker publish`` and ``streamworker relay``: producing from the command line (argparse
+glue; the work is in :mod:`streamworker.producer` and :mod:`streamworker.idempotency.outbox`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+from typing import Any
+
+import redis
+
+from streamworker.errors import ConfigError, ConnectionLost
+from streamworker.extras import require_extra
+from streamworker.observability.logging import configure_logging
+from streamworker.producer import StreamOptions, SyncProducer
+from streamworker.redisio import open_sync_redis, redact_url
+from streamworker.settings import DEFAULT_REDIS_URL, load_settings
+
+
+def _client(redis_url: str | None) -> redis.Redis:
+    url = load_settings(redis_url=redis_url).redis_url or DEFAULT_REDIS_URL
+    client = open_sync_redis(url)
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise ConnectionLost(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
+    return client
+
+
+def parse_assignments(items: list[str]) -> dict[str, str]:
+    """``["a=1", "b=x=y"]`` -> ``{"a": "1", "b": "x=y"}``; ConfigError for an item without ``=``
+    or with an empty name, or a name given twice."""
+    fields: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"expected FIELD=VALUE, got {item!r}")
+        if name in fields:
+            raise ConfigError(f"field {name!r} given twice")
+        fields[name] = value
+    return fields
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    value: dict[str, Any] = parse_assignments(args.fields)
+    if args.json is not None:
+        try:
+            doc = json.loads(args.json)
+        except ValueError as exc:
+            raise ConfigError(f"--json is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise ConfigError("--json must be a JSON object")
+        overlap = set(doc) & set(value)
+        if overlap:
+            raise ConfigError(f"field(s) {', '.join(sorted(overlap))} given twice")
+        value.update(doc)
+    if not value:
+        raise ConfigError("nothing to publish: give FIELD=VALUE pairs or --json")
+    options = StreamOptions(partitions=args.partitions, body_field=args.body_field)
+    producer = SyncProducer(_client(args.redis_url), streams={args.stream: options})
+    receipt = producer.publish(
+        args.stream,
+        value,
+        maxlen=args.maxlen,
+        minid=args.minid,
+        approximate=not args.exact,
+        id=args.id,
+        partition_key=args.key,
+        idempotency_key=args.idempotency_key,
+    )
+    suffix = " (duplicate: already published, nothing added)" if receipt.duplicate else ""
+    print(f"{receipt.stream} {receipt.id}{suffix}")
+    return 0
+
+
+def _cmd_relay(args: argparse.Namespace) -> int:
+    require_extra("sql", "streamworker relay")
+    from streamworker.idempotency.outbox import Relay, check_outbox
+    from streamworker.idempotency.sql import SqlDatabase
+
+    settings = load_settings(redis_url=args.redis_url, db_url=args.db_url)
+    configure_logging(settings.log_format, settings.log_level)
+    if not settings.db_url:
+        raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
+    db = SqlDatabase(settings.db_url)
+    check_outbox(db)
+    relay = Relay(db, _client(args.redis_url), batch_size=args.batch_size, window_ms=args.window_ms)
+    try:
+        if args.once:
+            total = 0
+            while True:
+                batch = relay.relay_once()
+                total += batch.rows
+                if batch.rows < relay.batch_size:
+                    break
+            print(f"relayed {total} row(s)")
+            return 0
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        total = relay.run(stop, idle_ms=args.idle_ms)
+        print(f"relayed {total} row(s)")
+        return 0
+    finally:
+        db.sync_engine.dispose()
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
+
+
+def add_produce_commands(sub: Any) -> None:
+    """Register ``publish`` and ``relay`` on the CLI's subparsers."""
+    pub = sub.add_parser(
+        "publish",
+        help="add one entry to a stream (typed like app.publish)",
+        description=(
+            "Add one entry with FIELD=VALUE pairs (and/or --json) to STREAM, encoded as "
+            "app.publish encodes it. Prints the stream key and the entry id."
+        ),
+        epilog="example: streamworker publish orders order_id=7 amount_cents=150 --maxlen 100000",
+    )
+    pub.add_argument("stream", metavar="STREAM")
+    pub.add_argument("fields", metavar="FIELD=VALUE", nargs="*")
+    pub.add_argument("--json", metavar="OBJECT", help="fields as a JSON object")
+    pub.add_argument("--body-field", metavar="F", help="put the whole body as JSON in field F")
+    pub.add_argument("--maxlen", metavar="N", type=int, help="trim the stream to about N entries")
+    pub.add_argument("--minid", metavar="ID", help="trim entries below ID")
+    pub.add_argument("--exact", action="store_true", help="trim exactly (= instead of ~)")
+    pub.add_argument("--id", metavar="ID", help="an explicit entry id (ms-seq)")
+    pub.add_argument("--partitions", metavar="N", type=_positive, help="STREAM is partitioned")
+    pub.add_argument("--key", metavar="K", help="the partition key (with --partitions)")
+    pub.add_argument(
+        "--idempotency-key", metavar="K", help="add nothing if K was published within 24 h"
+    )
+    pub.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
+    pub.set_defaults(func=_cmd_publish)
+
+    relay = sub.add_parser(
+        "relay",
+        help="move transactional-outbox rows to their streams, each exactly once",
+        description=(
+            "Relay the rows SQL handlers staged with streamworker.idempotency.outbox.publish to "
+            "their streams, in order, each exactly once, until SIGTERM/SIGINT (or, with --once, "
+            "until the outbox is empty)."
+        ),
+        epilog="example: streamworker relay --db-url postgresql://app@db/billing",
+    )
+    relay.add_argument("--db-url", metavar="URL", help="database URL (or STREAMWORKER_DB_URL)")
+    relay.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
+    relay.add_argument("--batch-size", metavar="N", type=_positive, default=100)
+    relay.add_argument(
+        "--window-ms",
+        metavar="MS",
+        type=_positive,
+        default=24 * 3_600_000,
+        help="how long a relay that died mid-batch may stay down without duplicates (24 h)",
+    )
+    relay.add_argument(
+        "--idle-ms", metavar="MS", type=_positive, default=200, help="poll interval when empty"
+    )
+    relay.add_argument(
+        "--lock-timeout-ms",
+        metavar="MS",
+        type=_positive,
+        default=10_000,
+        help="PostgreSQL: give up waiting for another relay's rows after MS (retried)",
+    )
+    relay.add_argument(
+        "--stalled-timeout-ms",
+        metavar="MS",
+        type=_positive,
+        default=60_000,
+        help="PostgreSQL: a relay idle this long inside its transaction is ended by the server",
+    )
+    relay.add_argument("--once", action="store_true", help="relay until empty, then exit")
+    relay.set_defaults(func=_cmd_relay)

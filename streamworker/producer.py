@@ -1,0 +1,510 @@
+"""Typed, retry-safe publishing: a model (or a mapping) in, one stream entry out.
+
+:class:`Producer` (asyncio) and :class:`SyncProducer` encode a value exactly as the consumer's
+``Message[Model]`` decodes it (:func:`streamworker.codec.encode`), route it to its partition when
+the stream is partitioned, trim the stream by the stream's defaults, and add it with XADD::
+
+    producer = Producer(client, streams={"orders": StreamOptions(maxlen=100_000, partitions=8)})
+    receipt = await producer.publish("orders", Order(order_id=7, amount_cents=150),
+                                     partition_key="customer-42", idempotency_key="order-7")
+
+Retries. A plain XADD whose reply is lost (the connection dropped after Redis applied it) cannot
+be told from one that never arrived; redis-py retries it and the entry is added twice. Two ways to
+make a retry add nothing:
+
+* ``idempotency_key=``: the XADD runs in ``publish_once.lua`` together with a marker for the key,
+  kept ``idempotency_window_ms`` (default 24 h). Publishing the same key again within the window
+  adds nothing and returns the first entry's id with ``duplicate=True``. The marker lives in the
+  stream's hash tag, so this works on Redis Cluster. Costs one EVALSHA and one small string per
+  key for the window (see benchmarks/publish_bench.py).
+* ``id=``: an explicit entry id, for producers with a natural sequence. Redis refuses an id not
+  above the stream's last; when the entry with exactly that id exists, the retry is reported as
+  ``duplicate=True`` instead of an error.
+
+Thread and task safety: a :class:`Producer` is used from one event loop; a :class:`SyncProducer`
+is as thread-safe as its redis-py client (it is). Neither closes the client it was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import redis
+import redis.asyncio as aioredis
+import redis.exceptions as rex
+from pydantic import BaseModel
+
+from streamworker.codec import FieldMap, encode
+from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError
+from streamworker.keys import partition_stream, published_marker_key
+from streamworker.partitions import check_partitioned_name, partition_of
+from streamworker.redisio import (
+    CONNECTION_ERRORS,
+    LuaScript,
+    connection_errors,
+    open_redis,
+    open_sync_redis,
+)
+
+DEFAULT_IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000
+"""How long an idempotency key is remembered by default (a day)."""
+
+if TYPE_CHECKING:
+    from streamworker.app import App
+
+_EXPLICIT_ID = re.compile(r"^\d+-\d+$")
+_TOO_SMALL = "equal or smaller than the target stream top item"
+
+
+class PublishError(StreamworkerError):
+    """Redis refused the entry (e.g. an explicit id below the stream's last entry)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOptions:
+    """A stream's producer defaults; every field may be overridden per publish.
+
+    Attributes:
+        maxlen: trim to about (``approximate``) or exactly this many entries on each add.
+        minid: trim entries with ids below this one on each add (exclusive with ``maxlen``).
+        approximate: ``MAXLEN ~`` / ``MINID ~`` (cheap, whole macro nodes) instead of ``=``.
+        partitions: the stream is partitioned (:mod:`streamworker.partitions`) into this many
+            streams; a publish then needs a ``partition_key``.
+        body_field: encode the value as JSON in this one field (as the consumer's handler with
+            ``body_field`` decodes it) instead of as flat fields.
+    """
+
+    maxlen: int | None = None
+    minid: str | None = None
+    approximate: bool = True
+    partitions: int | None = None
+    body_field: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_trim(self.maxlen, self.minid)
+
+
+def _check_trim(maxlen: int | None, minid: str | None) -> None:
+    if maxlen is not None and minid is not None:
+        raise ConfigError("maxlen and minid are mutually exclusive")
+    if maxlen is not None and (
+        isinstance(maxlen, bool) or not isinstance(maxlen, int) or maxlen < 0
+    ):
+        raise ConfigError(f"maxlen must be an integer >= 0, not {maxlen!r}")
+    if minid is not None and not (isinstance(minid, str) and re.match(r"^\d+(-\d+)?$", minid)):
+        raise ConfigError(f"minid must be an entry id like '1700000000000-0', not {minid!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """Where a publish put its entry: the stream key (the partition's, when partitioned), the
+    entry id, and ``duplicate=True`` when nothing was added because the idempotency key (or the
+    explicit id) had been published already: ``id`` is then the earlier entry's."""
+
+    stream: str
+    id: str
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Xadd:
+    """One planned add (pure): what :func:`plan_publish` computes and the producers send."""
+
+    stream: str
+    fields: FieldMap
+    id: str
+    trim: str  # "", "MAXLEN" or "MINID"
+    approximate: bool
+    threshold: str
+    marker: str | None  # the idempotency marker key, or None for a plain XADD
+    window_ms: int
+
+    def script_args(self) -> list[str | bytes | int]:
+        """ARGV of ``publish_once.lua``."""
+        args: list[str | bytes | int] = [
+            self.window_ms,
+            self.id,
+            self.trim,
+            "~" if self.approximate else "=",
+            self.threshold,
+        ]
+        for name, value in self.fields.items():
+            args += [name, value]
+        return args
+
+    def xadd_kwargs(self) -> dict[str, Any]:
+        """redis-py ``xadd`` keyword arguments for the plain path."""
+        kwargs: dict[str, Any] = {"id": self.id}
+        if self.trim == "MAXLEN":
+            kwargs.update(maxlen=int(self.threshold), approximate=self.approximate)
+        elif self.trim == "MINID":
+            kwargs.update(minid=self.threshold, approximate=self.approximate)
+        return kwargs
+
+
+StreamsConfig = Mapping[str, StreamOptions] | Callable[[str], StreamOptions]
+
+
+def plan_publish(
+    stream: str,
+    value: BaseModel | Mapping[str, Any],
+    options: StreamOptions,
+    *,
+    maxlen: int | None = None,
+    minid: str | None = None,
+    approximate: bool | None = None,
+    id: str | None = None,
+    partition_key: str | bytes | None = None,
+    idempotency_key: str | None = None,
+    idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    body_field: str | None = None,
+) -> Xadd:
+    """Encode ``value`` and decide the stream key, id, trimming and marker. Pure; ConfigError or
+    EncodeError for bad arguments. Per-call ``maxlen``/``minid`` replace the stream's trimming."""
+    if not isinstance(stream, str) or not stream:
+        raise ConfigError(f"stream must be a non-empty str, not {stream!r}")
+    if maxlen is not None or minid is not None:
+        _check_trim(maxlen, minid)
+        options = replace(options, maxlen=maxlen, minid=minid)
+    if approximate is not None:
+        options = replace(options, approximate=approximate)
+    fields = encode(value, body_field if body_field is not None else options.body_field)
+    if options.partitions is not None:
+        check_partitioned_name(stream, options.partitions)
+        if partition_key is None:
+            raise ConfigError(
+                f"stream {stream!r} is partitioned ({options.partitions} partitions): publish "
+                f"with partition_key="
+            )
+        key = partition_stream(stream, partition_of(partition_key, options.partitions))
+    elif partition_key is not None:
+        raise ConfigError(
+            f"partition_key given but stream {stream!r} is not declared partitioned (declare "
+            f"it with partitions=N, as its handler is)"
+        )
+    else:
+        key = stream
+    if id is None:
+        entry_id = "*"
+    elif isinstance(id, str) and _EXPLICIT_ID.match(id) and id != "0-0":
+        entry_id = id
+    else:
+        raise ConfigError(f"id must be an explicit entry id like '1700000000000-1', not {id!r}")
+    marker = None
+    if idempotency_key is not None:
+        if not isinstance(idempotency_key, str) or not idempotency_key:
+            raise ConfigError(f"idempotency_key must be a non-empty str, not {idempotency_key!r}")
+        if (
+            isinstance(idempotency_window_ms, bool)
+            or not isinstance(idempotency_window_ms, int)
+            or idempotency_window_ms < 1
+        ):
+            raise ConfigError(
+                f"idempotency_window_ms must be an integer >= 1, not {idempotency_window_ms!r}"
+            )
+        marker = published_marker_key(key, idempotency_key)
+    trim, threshold = "", ""
+    if options.maxlen is not None:
+        trim, threshold = "MAXLEN", str(options.maxlen)
+    elif options.minid is not None:
+        trim, threshold = "MINID", options.minid
+    return Xadd(
+        key, fields, entry_id, trim, options.approximate, threshold, marker, idempotency_window_ms
+    )
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+_NO_OPTIONS = StreamOptions()
+
+
+def _resolver(streams: StreamsConfig | None) -> Callable[[str], StreamOptions]:
+    if streams is None:
+        return lambda _stream: _NO_OPTIONS
+    if callable(streams):
+        return streams
+    table = dict(streams)
+    for name, opts in table.items():
+        if not isinstance(opts, StreamOptions):
+            raise ConfigError(f"streams[{name!r}] must be a StreamOptions, not {opts!r}")
+    return lambda stream: table.get(stream, _NO_OPTIONS)
+
+
+_PUBLISH_ONCE = LuaScript("publish_once")
+
+
+class Producer:
+    """Publishes typed entries through an asyncio redis-py client (see the module docstring).
+
+    Args:
+        client: any asyncio client from :func:`streamworker.redisio.open_redis` (Redis, Redis
+            Cluster, the embedded engine).
+        streams: per-stream defaults, a mapping or a function of the stream name.
+        idempotency_window_ms: how long an ``idempotency_key`` is remembered.
+    """
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        streams: StreamsConfig | None = None,
+        idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    ) -> None:
+        self.client = client
+        self._options = _resolver(streams)
+        self.idempotency_window_ms = idempotency_window_ms
+
+    def plan(self, stream: str, value: BaseModel | Mapping[str, Any], **kwargs: Any) -> Xadd:
+        """:func:`plan_publish` with this producer's stream defaults."""
+        kwargs.setdefault("idempotency_window_ms", self.idempotency_window_ms)
+        return plan_publish(stream, value, self._options(stream), **kwargs)
+
+    async def publish(
+        self,
+        stream: str,
+        value: BaseModel | Mapping[str, Any],
+        *,
+        maxlen: int | None = None,
+        minid: str | None = None,
+        approximate: bool | None = None,
+        id: str | None = None,
+        partition_key: str | bytes | None = None,
+        idempotency_key: str | None = None,
+        body_field: str | None = None,
+    ) -> Receipt:
+        """Add ``value`` to ``stream``; returns where it went.
+
+        Raises ConnectionLost when Redis is away (the entry may or may not have been added:
+        publish again with the same ``idempotency_key`` or ``id`` to be sure it is there once),
+        PublishError when Redis refuses the entry, ConfigError/EncodeError for bad arguments.
+        """
+        xadd = self.plan(
+            stream,
+            value,
+            maxlen=maxlen,
+            minid=minid,
+            approximate=approximate,
+            id=id,
+            partition_key=partition_key,
+            idempotency_key=idempotency_key,
+            body_field=body_field,
+        )
+        return await self.send(xadd)
+
+    async def send(self, xadd: Xadd) -> Receipt:
+        """Send one planned add."""
+        try:
+            if xadd.marker is not None:
+                added, entry_id = await _PUBLISH_ONCE(
+                    self.client, [xadd.stream, xadd.marker], xadd.script_args()
+                )
+                return Receipt(xadd.stream, _text(entry_id), duplicate=not int(added))
+            async with connection_errors():
+                entry_id = await self.client.xadd(
+                    xadd.stream,
+                    dict[Any, Any](xadd.fields),
+                    **xadd.xadd_kwargs(),
+                )
+            return Receipt(xadd.stream, _text(entry_id))
+        except rex.ResponseError as exc:
+            if xadd.id != "*" and _TOO_SMALL in str(exc):
+                async with connection_errors():
+                    found = await self.client.xrange(xadd.stream, xadd.id, xadd.id)
+                if found:
+                    return Receipt(xadd.stream, xadd.id, duplicate=True)
+            raise PublishError(f"XADD to {xadd.stream!r} refused: {exc}") from None
+
+    async def publish_many(self, xadds: Sequence[Xadd]) -> list[Receipt]:
+        """Send planned adds in one pipeline (one round trip; not a transaction: on
+        ConnectionLost some may have been added, so plan them with idempotency keys or ids
+        when a retry must not duplicate). Results in order; PublishError on the first refusal."""
+        if not xadds:
+            return []
+        if any(x.marker is not None for x in xadds):
+            # Make sure the script is cached before pipelining EVALSHAs (on a cluster: on every
+            # master).
+            async with connection_errors():
+                await self.client.script_load(_PUBLISH_ONCE.source)
+        pipe = self.client.pipeline(transaction=False)
+        for x in xadds:
+            if x.marker is not None:
+                pipe.execute_command(
+                    "EVALSHA", _PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args()
+                )
+            else:
+                pipe.xadd(x.stream, dict[Any, Any](x.fields), **x.xadd_kwargs())
+        async with connection_errors():
+            replies = await pipe.execute(raise_on_error=False)
+        out = []
+        for x, reply in zip(xadds, replies, strict=True):
+            # A node that lost its script cache (restart, failover) ran nothing of this one:
+            # send it alone (which reloads the script).
+            out.append(
+                await self.send(x) if isinstance(reply, rex.NoScriptError) else _receipt(x, reply)
+            )
+        return out
+
+
+def _receipt(x: Xadd, reply: Any) -> Receipt:
+    if isinstance(reply, Exception):
+        raise PublishError(f"XADD to {x.stream!r} refused: {reply}")
+    if x.marker is not None:
+        added, entry_id = reply
+        return Receipt(x.stream, _text(entry_id), duplicate=not int(added))
+    return Receipt(x.stream, _text(reply))
+
+
+class SyncProducer:
+    """The blocking counterpart of :class:`Producer`, on a sync redis-py client (scripts,
+    web handlers, the CLI). Same arguments, same results."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        streams: StreamsConfig | None = None,
+        idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    ) -> None:
+        self.client = client
+        self._options = _resolver(streams)
+        self.idempotency_window_ms = idempotency_window_ms
+
+    def plan(self, stream: str, value: BaseModel | Mapping[str, Any], **kwargs: Any) -> Xadd:
+        """:func:`plan_publish` with this producer's stream defaults."""
+        kwargs.setdefault("idempotency_window_ms", self.idempotency_window_ms)
+        return plan_publish(stream, value, self._options(stream), **kwargs)
+
+    def publish(
+        self,
+        stream: str,
+        value: BaseModel | Mapping[str, Any],
+        *,
+        maxlen: int | None = None,
+        minid: str | None = None,
+        approximate: bool | None = None,
+        id: str | None = None,
+        partition_key: str | bytes | None = None,
+        idempotency_key: str | None = None,
+        body_field: str | None = None,
+    ) -> Receipt:
+        """See :meth:`Producer.publish`."""
+        xadd = self.plan(
+            stream,
+            value,
+            maxlen=maxlen,
+            minid=minid,
+            approximate=approximate,
+            id=id,
+            partition_key=partition_key,
+            idempotency_key=idempotency_key,
+            body_field=body_field,
+        )
+        return self.send(xadd)
+
+    def send(self, xadd: Xadd) -> Receipt:
+        """Send one planned add."""
+        try:
+            if xadd.marker is not None:
+                keys = [xadd.stream, xadd.marker]
+                args = xadd.script_args()
+                try:
+                    reply = self.client.evalsha(_PUBLISH_ONCE.sha, 2, *keys, *args)
+                except rex.NoScriptError:
+                    self.client.script_load(_PUBLISH_ONCE.source)
+                    reply = self.client.evalsha(_PUBLISH_ONCE.sha, 2, *keys, *args)
+                added, entry_id = reply
+                return Receipt(xadd.stream, _text(entry_id), duplicate=not int(added))
+            entry_id = self.client.xadd(
+                xadd.stream, dict[Any, Any](xadd.fields), **xadd.xadd_kwargs()
+            )
+            return Receipt(xadd.stream, _text(entry_id))
+        except rex.ResponseError as exc:
+            if (
+                xadd.id != "*"
+                and _TOO_SMALL in str(exc)
+                and self.client.xrange(xadd.stream, xadd.id, xadd.id)
+            ):
+                return Receipt(xadd.stream, xadd.id, duplicate=True)
+            raise PublishError(f"XADD to {xadd.stream!r} refused: {exc}") from None
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
+
+    def publish_many(self, xadds: Sequence[Xadd]) -> list[Receipt]:
+        """See :meth:`Producer.publish_many`."""
+        if not xadds:
+            return []
+        try:
+            if any(x.marker is not None for x in xadds):
+                self.client.script_load(_PUBLISH_ONCE.source)
+            pipe = self.client.pipeline(transaction=False)
+            for x in xadds:
+                if x.marker is not None:
+                    pipe.execute_command(  # type: ignore[no-untyped-call]
+                        "EVALSHA", _PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args()
+                    )
+                else:
+                    pipe.xadd(x.stream, dict[Any, Any](x.fields), **x.xadd_kwargs())
+            replies = pipe.execute(raise_on_error=False)
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
+        # A node that lost its script cache ran nothing of those: send them alone (reloading).
+        return [
+            self.send(x) if isinstance(r, rex.NoScriptError) else _receipt(x, r)
+            for x, r in zip(xadds, replies, strict=True)
+        ]
+
+
+class AppProducers:
+    """An App's stream declarations and the producers behind ``app.publish`` (internal)."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self._declared: dict[str, StreamOptions] = {}
+        self._sync: SyncProducer | None = None
+        self._async: tuple[Any, Producer] | None = None
+
+    def declare(self, name: str, options: StreamOptions) -> None:
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"stream must be a non-empty str, not {name!r}")
+        if options.partitions is not None:
+            check_partitioned_name(name, options.partitions)
+        self._declared[name] = options
+
+    def options(self, name: str) -> StreamOptions:
+        if name in self._declared:
+            return self._declared[name]
+        partitions = [h for h in self._app.handlers if h.partition_of == name]
+        plain = [h for h in self._app.handlers if h.stream == name]
+        specs = partitions or plain
+        body_fields = {h.body_field for h in specs}
+        return StreamOptions(
+            partitions=len({h.stream for h in partitions}) or None,
+            # Handlers of one stream that disagree on the body field: none is the safe default.
+            body_field=body_fields.pop() if len(body_fields) == 1 else None,
+        )
+
+    def _url(self) -> str:
+        if not self._app.redis_url:
+            raise ConfigError(
+                f"App({self._app.name!r}) has no redis_url: pass App(..., redis_url=...) to use "
+                f"app.publish, or build a Producer on a client of your own"
+            )
+        return self._app.redis_url
+
+    def sync_producer(self) -> SyncProducer:
+        if self._sync is None:
+            self._sync = SyncProducer(open_sync_redis(self._url()), streams=self.options)
+        return self._sync
+
+    def async_producer(self) -> Producer:
+        loop = asyncio.get_running_loop()
+        # An asyncio client belongs to the loop it first ran on: one per loop.
+        if self._async is None or self._async[0] is not loop:
+            self._async = (loop, Producer(open_redis(self._url()), streams=self.options))
+        return self._async[1]

@@ -1,0 +1,243 @@
+"""Producer / SyncProducer against a real redis-server (and the embedded engine): typed entries
+decode back into the model, trimming, partition routing, idempotency keys and explicit ids."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import decimal
+from collections.abc import Iterator
+
+import pytest
+import redis
+from pydantic import BaseModel
+
+from streamworker.codec import decode_message
+from streamworker.errors import ConfigError
+from streamworker.keys import partition_stream
+from streamworker.partitions import partition_of
+from streamworker.producer import Producer, PublishError, StreamOptions, SyncProducer
+from streamworker.redisio import open_redis, open_sync_redis
+
+
+class Payment(BaseModel):
+    order_id: int
+    amount: decimal.Decimal
+    at: datetime.datetime
+    tags: list[str] = []
+    note: str | None = None
+
+
+PAYMENT = Payment(
+    order_id=7,
+    amount=decimal.Decimal("9.90"),
+    at=datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC),
+    tags=["a"],
+)
+
+
+@pytest.fixture(params=["redis", "engine"])
+def sync_client(request: pytest.FixtureRequest, redis_url: str) -> Iterator[redis.Redis]:
+    url = redis_url if request.param == "redis" else "engine://memory"
+    client = open_sync_redis(url)
+    client.flushall()
+    yield client
+    client.close()
+
+
+def _body(client: redis.Redis, stream: str, entry_id: str, body_field: str | None = None) -> object:
+    [(raw_id, raw)] = client.xrange(stream, entry_id, entry_id)
+    return decode_message(
+        raw_id,
+        raw,
+        stream=stream,
+        group="g",
+        consumer="c",
+        delivery_count=1,
+        model=Payment,
+        body_field=body_field,
+    ).body
+
+
+def test_a_published_model_decodes_back_from_the_stream(sync_client: redis.Redis) -> None:
+    receipt = SyncProducer(sync_client).publish("payments", PAYMENT)
+    assert _body(sync_client, "payments", receipt.id) == PAYMENT
+
+
+def test_a_stream_with_a_body_field_gets_json_in_that_field(sync_client: redis.Redis) -> None:
+    producer = SyncProducer(sync_client, streams={"payments": StreamOptions(body_field="p")})
+    receipt = producer.publish("payments", PAYMENT)
+    assert list(sync_client.xrange("payments")[0][1]) == [b"p"]
+    assert _body(sync_client, "payments", receipt.id, body_field="p") == PAYMENT
+
+
+def test_stream_defaults_trim_by_maxlen(sync_client: redis.Redis) -> None:
+    producer = SyncProducer(sync_client, streams={"s": StreamOptions(maxlen=3, approximate=False)})
+    for n in range(10):
+        producer.publish("s", {"n": n})
+    assert [e[1][b"n"] for e in sync_client.xrange("s")] == [b"7", b"8", b"9"]
+
+
+def test_a_per_call_minid_trims_older_entries(sync_client: redis.Redis) -> None:
+    producer = SyncProducer(sync_client)
+    for n in range(1, 4):
+        producer.publish("s", {"n": n}, id=f"{n}-0")
+    producer.publish("s", {"n": 4}, id="4-0", minid="3", approximate=False)
+    assert [e[0] for e in sync_client.xrange("s")] == [b"3-0", b"4-0"]
+
+
+def test_a_partitioned_stream_routes_by_key_as_consumers_expect(sync_client: redis.Redis) -> None:
+    producer = SyncProducer(sync_client, streams={"orders": StreamOptions(partitions=4)})
+    for key in ("alice", "bob", "carol", "dave"):
+        receipt = producer.publish("orders", {"k": key}, partition_key=key)
+        assert receipt.stream == partition_stream("orders", partition_of(key, 4))
+        assert sync_client.xrange(receipt.stream, receipt.id, receipt.id)[0][1] == {
+            b"k": key.encode()
+        }
+
+
+def test_a_partitioned_stream_needs_a_partition_key(sync_client: redis.Redis) -> None:
+    producer = SyncProducer(sync_client, streams={"orders": StreamOptions(partitions=4)})
+    with pytest.raises(ConfigError, match="publish with partition_key"):
+        producer.publish("orders", {"k": 1})
+
+
+def test_a_partition_key_for_an_unpartitioned_stream_is_refused(sync_client: redis.Redis) -> None:
+    with pytest.raises(ConfigError, match="not declared partitioned"):
+        SyncProducer(sync_client).publish("orders", {"k": 1}, partition_key="x")
+
+
+def test_a_retried_publish_with_the_same_idempotency_key_adds_nothing(
+    sync_client: redis.Redis,
+) -> None:
+    producer = SyncProducer(sync_client)
+    first = producer.publish("s", {"n": 1}, idempotency_key="order-1")
+    again = producer.publish("s", {"n": 1}, idempotency_key="order-1")
+    assert (first.duplicate, again.duplicate, again.id) == (False, True, first.id)
+    assert sync_client.xlen("s") == 1
+
+
+def test_an_idempotency_key_is_forgotten_after_its_window(sync_client: redis.Redis) -> None:
+    producer = SyncProducer(sync_client, idempotency_window_ms=50)
+    producer.publish("s", {"n": 1}, idempotency_key="k")
+    sync_client.delete("{s}:published:k")  # what expiry does; the engine's clock is not ours
+    assert producer.publish("s", {"n": 1}, idempotency_key="k").duplicate is False
+    assert sync_client.pttl("{s}:published:k") <= 50
+
+
+def test_idempotency_markers_live_in_the_partitions_slot(sync_client: redis.Redis) -> None:
+    producer = SyncProducer(sync_client, streams={"o": StreamOptions(partitions=2)})
+    receipt = producer.publish("o", {"n": 1}, partition_key="a", idempotency_key="k")
+    assert sync_client.get(f"{receipt.stream}:published:k") == receipt.id.encode()
+
+
+def test_a_retried_explicit_id_is_reported_as_a_duplicate(sync_client: redis.Redis) -> None:
+    producer = SyncProducer(sync_client)
+    assert producer.publish("s", {"n": 1}, id="5-1").duplicate is False
+    again = producer.publish("s", {"n": 1}, id="5-1")
+    assert (again.id, again.duplicate, sync_client.xlen("s")) == ("5-1", True, 1)
+
+
+def test_an_explicit_id_below_the_last_that_never_existed_is_an_error(
+    sync_client: redis.Redis,
+) -> None:
+    producer = SyncProducer(sync_client)
+    producer.publish("s", {"n": 1}, id="5-1")
+    with pytest.raises(PublishError, match="refused"):
+        producer.publish("s", {"n": 0}, id="4-0")
+
+
+def test_a_malformed_id_is_refused_before_sending(sync_client: redis.Redis) -> None:
+    with pytest.raises(ConfigError, match="explicit entry id"):
+        SyncProducer(sync_client).publish("s", {"n": 1}, id="*")
+
+
+def test_maxlen_and_minid_together_are_refused(sync_client: redis.Redis) -> None:
+    with pytest.raises(ConfigError, match="mutually exclusive"):
+        SyncProducer(sync_client).publish("s", {"n": 1}, maxlen=5, minid="1")
+
+
+def test_publish_many_pipelines_and_keeps_idempotency(sync_client: redis.Redis) -> None:
+    producer = SyncProducer(sync_client)
+    plans = [producer.plan("s", {"n": n}, idempotency_key=f"k{n % 3}") for n in range(6)]
+    receipts = producer.publish_many(plans)
+    assert [r.duplicate for r in receipts] == [False, False, False, True, True, True]
+    assert sync_client.xlen("s") == 3
+
+
+def test_the_async_producer_publishes_and_dedups(redis_url: str) -> None:
+    async def main() -> list[object]:
+        client = open_redis(redis_url)
+        try:
+            await client.flushall()
+            producer = Producer(client, streams={"p": StreamOptions(body_field="b")})
+            first = await producer.publish("p", PAYMENT, idempotency_key="x")
+            again = await producer.publish("p", PAYMENT, idempotency_key="x")
+            many = await producer.publish_many([producer.plan("p", PAYMENT)] * 2)
+            return [first.duplicate, again.duplicate, len(many), await client.xlen("p")]
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) == [False, True, 2, 3]
+
+
+def test_app_publish_uses_the_partitions_and_body_field_of_its_handler(redis_url: str) -> None:
+    from streamworker import App, Message
+
+    app = App("p", redis_url=redis_url)
+
+    @app.handler("orders", group="g", partitions=3, body_field="b")
+    async def handle(msg: Message[Payment]) -> None: ...
+
+    receipt = app.publish_sync("orders", PAYMENT, partition_key="k")
+    assert receipt.stream == partition_stream("orders", partition_of("k", 3))
+    client = open_sync_redis(redis_url)
+    assert _body(client, receipt.stream, receipt.id, body_field="b") == PAYMENT
+
+
+def test_app_stream_declarations_set_trimming_for_async_publish(redis_url: str) -> None:
+    from streamworker import App
+
+    app = App("p", redis_url=redis_url)
+    app.stream("events", maxlen=2, approximate=False)
+
+    async def main() -> int:
+        for n in range(5):
+            await app.publish("events", {"n": n})
+        client = open_redis(redis_url)
+        try:
+            return int(await client.xlen("events"))
+        finally:
+            await client.aclose()
+
+    open_sync_redis(redis_url).delete("events")
+    assert asyncio.run(main()) == 2
+
+
+def test_app_publish_without_a_redis_url_says_what_to_do() -> None:
+    from streamworker import App
+
+    with pytest.raises(ConfigError, match="has no redis_url"):
+        App("p").publish_sync("s", {"n": 1})
+
+
+def test_publish_many_resends_what_a_server_without_the_script_did_not_run(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    producer = SyncProducer(redis_client)
+    plans = [producer.plan("s", {"n": n}, idempotency_key=f"k{n}") for n in range(3)]
+    plans.append(producer.plan("s", {"n": 3}))  # a plain XADD in the same pipeline
+    redis_client.script_flush()
+    load = redis_client.script_load
+    # The server loses its script cache between the pipeline's SCRIPT LOAD and its EVALSHAs.
+    monkeypatch.setattr(redis_client, "script_load", lambda _src: None)
+    original_send = producer.send
+
+    def send_with_load(x):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(redis_client, "script_load", load)
+        return original_send(x)
+
+    monkeypatch.setattr(producer, "send", send_with_load)
+    receipts = producer.publish_many(plans)
+    assert [r.duplicate for r in receipts] == [False] * 4
+    assert [int(f[b"n"]) for _, f in redis_client.xrange("s")] == [3, 0, 1, 2]
