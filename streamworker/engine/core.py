@@ -7,6 +7,7 @@ Redis is single-threaded: commands never interleave. :class:`Engine` reproduces 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from streamworker.engine.replies import Reply
 
 __all__ = ["Blocked", "ClientState", "Ctx", "Engine", "OnReady", "Propagator"]
+
+_log = logging.getLogger("streamworker.engine")
 
 
 def _wall_clock_ms() -> int:
@@ -370,11 +373,11 @@ class Engine:
 
     def _internal_error(self, spec: CommandSpec, exc: Exception) -> CommandError:
         # An engine bug must not take the caller (or the client that served a waiter) down with
-        # it: it becomes an error reply naming the exception.
+        # it: it becomes an error reply naming the command. The exception and its traceback go
+        # to the log, never to the client (its text is not a Redis reply and may leak data).
         self.stats_errors += 1
-        return CommandError(
-            f"ERR engine internal error in '{spec.name}': {type(exc).__name__}: {exc}"
-        )
+        _log.error("command %r failed with an engine bug", spec.name, exc_info=exc)
+        return CommandError(msgs.internal_error(spec.name))
 
     def _exec_abort(self, client: ClientState, text: str) -> CommandError:
         # A rejected EXEC discards the transaction and says why (Redis's execCommandAbort).
@@ -443,10 +446,8 @@ class Engine:
                     except CommandError as exc:
                         reply = exc
                     except Exception as exc:
-                        reply = CommandError(
-                            f"ERR engine internal error while unblocking: "
-                            f"{type(exc).__name__}: {exc}"
-                        )
+                        _log.error("serving a blocked client failed", exc_info=exc)
+                        reply = CommandError(msgs.internal_error("unblock"))
                     if prop is not None:
                         # A served client is a call of its own (Redis re-runs its command):
                         # its writes are logged as one unit.
