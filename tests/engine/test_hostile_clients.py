@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -182,3 +183,126 @@ def test_an_int64_extreme_count_or_offset_is_answered_at_once_as_redis(
     got, took_s = fake.timed(*cmd)
     assert got == expected
     assert took_s < 2
+
+
+# --- 5. CONFIG SET integers as strict as Redis; SETRANGE memory ---------------------------
+
+ARABIC_INDIC_ONE = "\u0661"
+CONFIG_INTEGERS = ["1_0", ARABIC_INDIC_ONE, "-0", "+1", " 1", "01", "0x10", "1.5", "", "-1", "5"]
+CONFIG_INTEGERS += ["9223372036854775808", "18446744073709551616", "1kb", "1KB", "1b"]
+CONFIG_INTEGER_PARAMS = [
+    "timeout",
+    "hz",
+    "maxclients",
+    "lua-time-limit",
+    "maxmemory",
+    "stream-node-max-entries",
+    "stream-node-max-bytes",
+    "proto-max-bulk-len",
+    "list-max-listpack-size",
+    "slowlog-log-slower-than",
+]
+
+
+@pytest.mark.parametrize("param", CONFIG_INTEGER_PARAMS)
+def test_config_set_integers_are_parsed_as_strictly_as_redis(
+    pair: tuple[Raw, Raw], param: str
+) -> None:
+    real, fake = pair
+    original = real.call("CONFIG", "GET", param).split(b"\r\n")[4].decode()
+    try:
+        for value in CONFIG_INTEGERS:
+            assert fake.call("CONFIG", "SET", param, value) == real.call(
+                "CONFIG", "SET", param, value
+            ), value
+            assert fake.call("CONFIG", "GET", param) == real.call("CONFIG", "GET", param), value
+    finally:
+        real.call("CONFIG", "SET", param, original)
+        fake.call("CONFIG", "SET", param, original)
+
+
+BUFFER_LIMITS = [
+    "normal 18446744073709551616 0 0",
+    "normal 18446744073709551615kb 0 0",
+    "normal 99999999999999999999999 1b 0",
+    "normal -0 0 0",
+    "normal 1_0 0 0",
+    "normal 0 0 1_0",
+    "normal 0 0 " + ARABIC_INDIC_ONE,
+    "normal 0 0 -0",
+    "normal 0 0 +1",
+    "normal 0 0 01",
+    "normal 0 0 2147483648",
+    "normal 0 0 4294967297",
+    "normal 0 0 -1",
+    "normal 1kb 1K 5 pubsub 1mb 1m 7",
+]
+
+
+def test_client_output_buffer_limit_values_are_read_as_redis(pair: tuple[Raw, Raw]) -> None:
+    real, fake = pair
+    param = "client-output-buffer-limit"
+    original = fake.call("CONFIG", "GET", param).split(b"\r\n")[4].decode()
+    # The engine bounds normal clients by default (Redis does not): start from the same.
+    real.call("CONFIG", "SET", param, original)
+    try:
+        for value in BUFFER_LIMITS:
+            reset = "normal 0 0 0 pubsub 33554432 8388608 60"
+            real.call("CONFIG", "SET", param, reset)
+            fake.call("CONFIG", "SET", param, reset)
+            assert fake.call("CONFIG", "SET", param, value) == real.call(
+                "CONFIG", "SET", param, value
+            ), value
+            assert fake.call("CONFIG", "GET", param) == real.call("CONFIG", "GET", param), value
+    finally:
+        real.call("CONFIG", "SET", param, "normal 0 0 0")
+        fake.call("CONFIG", "SET", param, original)
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmHWM for pid {pid}")
+
+
+def current_rss_mb(pid: int) -> float:
+    """The process's resident set now (VmRSS), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+@pytest.fixture
+def fresh_pair(tmp_path: Path) -> Iterator[tuple[RedisServer, EngineServerProcess]]:
+    """A redis-server and an engine server of the test's own (memory figures start clean)."""
+    real = RedisServer(tmp_path / "redis").start()
+    fake = EngineServerProcess().start()
+    yield real, fake
+    fake.stop()
+    real.stop()
+
+
+@pytest.mark.slow
+def test_setrange_at_half_a_gigabyte_costs_memory_near_redis(
+    fresh_pair: tuple[RedisServer, EngineServerProcess],
+) -> None:
+    real_srv, fake_srv = fresh_pair
+    assert real_srv.proc is not None
+    assert fake_srv.proc is not None
+    peaks = {}
+    for name, port, pid in (
+        ("redis", real_srv.port, real_srv.proc.pid),
+        ("engine", fake_srv.port, fake_srv.proc.pid),
+    ):
+        conn = Raw(port)
+        before = peak_rss_mb(pid)
+        assert conn.call("SETRANGE", "k", "536870911", "x") == b":536870912\r\n"
+        assert conn.call("STRLEN", "k") == b":536870912\r\n"
+        peaks[name] = peak_rss_mb(pid) - before
+        conn.close()
+    print(f"SETRANGE k 536870911 x peak RSS growth (MB): {peaks}")
+    assert peaks["redis"] > 500
+    assert peaks["engine"] < peaks["redis"] * 1.25
