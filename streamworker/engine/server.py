@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import time
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EngineServer",
+    "ListenError",
     "ProtectedModeError",
     "ServerOptions",
     "check_protected_mode",
@@ -69,6 +71,10 @@ class ProtectedModeError(ValueError):
     """Refusal to listen on a non-loopback address without a password."""
 
 
+class ListenError(Exception):
+    """The server cannot listen on an address (port in use, address not available...)."""
+
+
 @dataclass(frozen=True)
 class ServerOptions:
     """What ``streamworker engine serve`` is started with.
@@ -82,6 +88,9 @@ class ServerOptions:
     data_dir: Path | None = None
     appendfsync: str = "everysec"
     requirepass: str | None = None
+    aof_skip_damaged: bool = False
+    """Load past damaged append-only file records (each logged at error level) instead of
+    refusing to start."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -436,13 +445,20 @@ class EngineServer:
         hosts = self.bind.split() or ["127.0.0.1"]
         port = self.requested_port
         for host in hosts:
-            srv = await self._loop.create_server(
-                lambda: _Connection(self),
-                host=host,
-                port=port,
-                reuse_address=True,
-                backlog=511,
-            )
+            try:
+                srv = await self._loop.create_server(
+                    lambda: _Connection(self),
+                    host=host,
+                    port=port,
+                    reuse_address=True,
+                    backlog=511,
+                )
+            except OSError as exc:
+                for started in self._servers:
+                    started.close()
+                self._servers = []
+                reason = os.strerror(exc.errno) if exc.errno else str(exc)
+                raise ListenError(f"cannot listen on {host} port {port}: {reason}") from exc
             self._servers.append(srv)
             if port == 0:
                 port = srv.sockets[0].getsockname()[1]
@@ -588,7 +604,11 @@ def open_engine(options: ServerOptions) -> tuple[Engine, AppendOnlyFile | None]:
     aof = None
     if options.data_dir is not None:
         aof = open_persistent(
-            options.data_dir, engine, appendfsync=options.appendfsync, auto_flush=False
+            options.data_dir,
+            engine,
+            appendfsync=options.appendfsync,
+            auto_flush=False,
+            skip_damaged=options.aof_skip_damaged,
         )
     else:
         engine.config.set("appendfsync", options.appendfsync)
@@ -606,8 +626,8 @@ async def run_server(
 ) -> int:
     """Run ``streamworker engine serve`` until SIGTERM/SIGINT (or ``stop``); returns 0.
 
-    Raises :class:`ProtectedModeError`, :class:`~.aof.PersistenceError` or OSError (port in
-    use) before serving. ``ready``, if given, is called with the server once it listens.
+    Raises :class:`ProtectedModeError`, :class:`~.aof.PersistenceError` (the data directory
+    or its file cannot be used, or is damaged) or :class:`ListenError` before serving. ``ready``, if given, is called with the server once it listens.
     """
     check_protected_mode(options.bind, options.requirepass)
     engine, aof = open_engine(options)
