@@ -190,6 +190,38 @@ class Engine:
                 self._after_execute()
         return out
 
+    def execute_each(
+        self,
+        client: ClientState,
+        commands: Sequence[Sequence[bytes]],
+        sink: Callable[[Reply | Blocked], bool],
+    ) -> int:
+        """Run a pipeline under one lock acquisition, handing each reply to ``sink`` as soon
+        as its command has run (so no reply waits in memory for the others, as in Redis,
+        which writes each reply to the client's output buffer before it runs the next).
+
+        ``sink`` returns False to stop (the client went over its output limit, or quit).
+        Stops after a command that blocks too (the sink gets the :class:`Blocked`). Returns
+        how many commands ran; the caller keeps the rest.
+        """
+        done = 0
+        with self.lock:
+            dispatch = self._dispatch
+            try:
+                for argv in commands:
+                    reply = dispatch(client, argv)
+                    done += 1
+                    if self._ready:
+                        self._serve_ready()
+                    if not sink(reply) or type(reply) is Blocked:
+                        break
+            finally:
+                if time.monotonic() >= self._next_cron:
+                    self._cron()
+                if self.propagator is not None:
+                    self._after_execute()
+        return done
+
     def _after_execute(self) -> None:
         assert self.propagator is not None
         self.propagator.after_execute()

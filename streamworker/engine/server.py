@@ -5,11 +5,16 @@ Redis client: redis-cli, redis-py, redis-benchmark. Commands run on an :class:`E
 directly in the event loop (they are short; the engine lock is uncontended in a server
 process). What it does as Redis does:
 
-* **Pipelining**: every complete command in a read is executed in one ``execute_many`` and the
-  replies leave in one write.
+* **Pipelining**: the complete commands of a read run under one engine lock acquisition
+  (``execute_each``); each reply is encoded as soon as its command has run, and handed to the
+  socket whenever 64 KB have gathered, when the output buffer limit is checked too: a client
+  that does not read is disconnected before its next command runs, so a pipeline of huge
+  replies costs at most the limit plus one reply, as in Redis.
 * **Blocking commands** (XREAD/XREADGROUP BLOCK): the client waits without blocking the loop;
   it is served in FIFO order by the engine's waiter queues, or answered with the null reply at
-  its deadline. Commands it pipelined behind the blocking one wait for it.
+  its deadline. Commands it pipelined behind the blocking one wait for it; what it sends
+  meanwhile is kept as raw bytes (parsed once it is served, one read at a time), as Redis
+  keeps a blocked client's query buffer, and counts against ``client-query-buffer-limit``.
 * **Persistence** (``--dir``): the engine logs writes to its append-only file (:mod:`.aof`).
   The file is written before any reply leaves; with ``appendfsync always`` the replies of one
   event-loop turn wait for one fsync (group commit), so no client is told about a write that
@@ -49,6 +54,7 @@ from streamworker.engine.protocol import ProtocolError, RequestParser, encode_in
 
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState
+    from streamworker.engine.replies import Reply
 
 __all__ = [
     "EngineServer",
@@ -61,10 +67,9 @@ __all__ = [
 
 _log = logging.getLogger("streamworker.engine.server")
 
-# Commands after which the rest of a pipeline must see the new connection state: the reply
-# encoding (HELLO, RESET) or no more commands at all (QUIT).
-_SWITCHERS = frozenset({b"hello", b"reset", b"quit"})
 _CRON_INTERVAL_S = 0.1
+# Replies are handed to the socket once this many bytes wait (and the output limit checked).
+_WRITE_CHUNK = 64 * 1024
 
 
 class ProtectedModeError(ValueError):
@@ -124,6 +129,8 @@ class _Connection(asyncio.Protocol):
         "blocked",
         "client",
         "closing",
+        "held",
+        "held_bytes",
         "out",
         "parser",
         "proto_error",
@@ -141,9 +148,15 @@ class _Connection(asyncio.Protocol):
         self.parser = RequestParser()
         self.out = bytearray()
         self.blocked: Blocked | None = None
-        # Commands received behind a blocking one (run once it is served).
+        # Commands parsed in the same read as a blocking one, behind it (run once it is
+        # served): at most one read's worth.
         self.queued: deque[list[bytes]] = deque()
         self.queued_bytes = 0
+        # Reads that arrived while the client was blocked, kept as raw bytes and parsed only
+        # once it is served, as Redis leaves a blocked client's query buffer unparsed: a
+        # parsed command costs several times its wire size.
+        self.held: deque[bytes] = deque()
+        self.held_bytes = 0
         self.proto_error: ProtocolError | None = None
         self.closing = False
         self.soft_since = 0.0
@@ -152,7 +165,7 @@ class _Connection(asyncio.Protocol):
     # -- ClientIO (CLIENT LIST) -----------------------------------------------------------
 
     def query_buffer_bytes(self) -> int:
-        return self.parser.pending + self.queued_bytes
+        return self.parser.pending + self.queued_bytes + self.held_bytes
 
     def output_buffer_bytes(self) -> int:
         size = len(self.out)
@@ -202,9 +215,13 @@ class _Connection(asyncio.Protocol):
             self.client.io = None
         self.out = bytearray()
         self.queued.clear()
+        self.held.clear()
+        self.held_bytes = 0
 
     def data_received(self, data: bytes) -> None:
-        if self.closing:
+        if self.closing or self.proto_error is not None:
+            # After a protocol error nothing more is read (the connection closes once the
+            # commands before the error are answered).
             return
         client = self.client
         assert client is not None
@@ -212,28 +229,23 @@ class _Connection(asyncio.Protocol):
         server = self.server
         if server.engine.config.version != server.cfg_version:
             server.refresh_config()
-        try:
-            cmds = self.parser.feed(data)
-        except ProtocolError as exc:
-            cmds = exc.commands
-            self.proto_error = exc
-        if self.blocked is not None or self.queued:
-            for argv in cmds:
-                self.queued.append(argv)
-                self.queued_bytes += sum(map(len, argv)) + 16 * len(argv)
-        elif cmds:
-            self._run(cmds)
+        if self.blocked is not None or self.queued or self.held:
+            self.held.append(data)
+            self.held_bytes += len(data)
+        else:
+            self._consume(data)
         if self._gone():
             return
-        if self.blocked is None and not self.queued and self.proto_error is not None:
-            self._protocol_error(self.proto_error)
+        err = self._due_proto_error()
+        if err is not None:
+            self._protocol_error(err)
             return
-        if self.parser.pending + self.queued_bytes > server.query_buffer_limit:
+        if self.query_buffer_bytes() > server.query_buffer_limit:
             _log.warning(
                 "closing client that reached max query buffer length: id=%d addr=%s (qbuf=%d)",
                 client.id,
                 client.addr,
-                self.parser.pending + self.queued_bytes,
+                self.query_buffer_bytes(),
             )
             self._close_now()
             return
@@ -242,63 +254,80 @@ class _Connection(asyncio.Protocol):
 
     # -- running commands ---------------------------------------------------------------
 
+    def _consume(self, data: bytes) -> None:
+        # Parses one read and runs its commands (until one blocks).
+        try:
+            cmds = self.parser.feed(data)
+        except ProtocolError as exc:
+            cmds = exc.commands
+            self.proto_error = exc
+        if cmds:
+            self._run(cmds)
+
+    def _drain(self) -> None:
+        # Runs what waited behind a blocking command: the commands of its read, then the
+        # reads held meanwhile, one at a time (each one's replies are sent before the next
+        # is parsed), until the client blocks again, errs or goes.
+        while not self.closing and self.blocked is None:
+            if self.queued:
+                more = list(self.queued)
+                self.queued.clear()
+                self.queued_bytes = 0
+                self._run(more)
+            elif self.held and self.proto_error is None:
+                data = self.held.popleft()
+                self.held_bytes -= len(data)
+                self._consume(data)
+                if self.out and not self.closing:
+                    self.server.send(self)
+            else:
+                break
+
     def _run(self, cmds: list[list[bytes]]) -> None:
-        # Runs commands until one blocks or the client asks to quit; the rest are queued.
+        # Runs commands until one blocks, the client quits or goes over its output limit;
+        # the commands after a blocking one are queued.
         server = self.server
-        engine = server.engine
         client = self.client
         assert client is not None
-        out = self.out
-        switch = False
-        for argv in cmds:
-            if argv[0].lower() in _SWITCHERS:
-                switch = True
-                break
-        if not switch:
-            if len(cmds) == 1:
-                reply = engine.execute(client, cmds[0])
-                if type(reply) is Blocked:
-                    self._block(reply)
-                else:
-                    encode_into(out, reply, client.resp)
-            else:
-                results = engine.execute_many(client, cmds)
-                resp = client.resp
-                for reply in results:
-                    # Bulk strings and integers (XADD's ID, XACK's count) inline: the encoder's
-                    # dispatch would cost as much as the reply.
-                    if type(reply) is bytes:
-                        out += b"$%d\r\n%b\r\n" % (len(reply), reply)
-                    elif type(reply) is int:
-                        out += b":%d\r\n" % reply
-                    elif type(reply) is Blocked:
-                        self._block(reply)
-                        break
-                    else:
-                        encode_into(out, reply, resp)
-                if len(results) < len(cmds):
-                    self.queued.extend(cmds[len(results) :])
-        else:
-            for i, argv in enumerate(cmds):
-                reply = engine.execute(client, argv)
-                if type(reply) is Blocked:
-                    self._block(reply)
-                    self.queued.extend(cmds[i + 1 :])
-                    break
-                encode_into(out, reply, client.resp)
-                if client.closed:
-                    # QUIT: the reply goes out, nothing after it runs.
-                    self.closing = True
-                    server.send(self, force=True)
-                    if self.transport is not None:
-                        self.transport.close()
-                    return
+        done = server.engine.execute_each(client, cmds, self._sink)
         self.parser.authenticated = client.authenticated
-        if self.queued and self.blocked is None:
-            self.queued_bytes = 0
-            more = list(self.queued)
-            self.queued.clear()
-            self._run(more)
+        if client.closed and not self.closing:
+            # QUIT: the reply goes out, nothing after it runs.
+            self.closing = True
+            server.send(self, force=True)
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if done < len(cmds) and not self.closing:
+            rest = cmds[done:]
+            self.queued.extend(rest)
+            self.queued_bytes += sum(sum(map(len, argv)) + 16 * len(argv) for argv in rest)
+
+    def _sink(self, reply: Reply | Blocked) -> bool:
+        # Each reply goes to the output buffer as soon as its command has run; a buffer past
+        # _WRITE_CHUNK is handed to the socket at once (so a reading client gets its first
+        # byte early) and the output limit is checked (so a client that does not read is
+        # dropped before the next command runs, as Redis does). False stops the pipeline.
+        out = self.out
+        # Bulk strings and integers (XADD's ID, XACK's count) inline: the encoder's dispatch
+        # would cost as much as the reply.
+        if type(reply) is bytes:
+            out += b"$%d\r\n%b\r\n" % (len(reply), reply)
+        elif type(reply) is int:
+            out += b":%d\r\n" % reply
+        elif isinstance(reply, Blocked):
+            self._block(reply)
+            return False
+        else:
+            client = self.client
+            assert client is not None
+            encode_into(out, reply, client.resp)
+            if client.closed:
+                return False
+        if len(out) >= _WRITE_CHUNK:
+            self.server.push(self)
+            return not self.closing
+        return True
 
     def _block(self, blocked: Blocked) -> None:
         self.blocked = blocked
@@ -326,17 +355,20 @@ class _Connection(asyncio.Protocol):
         assert client is not None
         assert blocked.reply is not None
         encode_into(self.out, blocked.reply, client.resp)
-        if self.queued:
-            self.queued_bytes = 0
-            more = list(self.queued)
-            self.queued.clear()
-            self._run(more)
+        self._drain()
         if self._gone():
             return
-        if self.blocked is None and not self.queued and self.proto_error is not None:
-            self._protocol_error(self.proto_error)
+        err = self._due_proto_error()
+        if err is not None:
+            self._protocol_error(err)
             return
         self.server.send(self)
+
+    def _due_proto_error(self) -> ProtocolError | None:
+        # The protocol error to answer now: once every command before it has run.
+        if self.blocked is None and not self.queued:
+            return self.proto_error
+        return None
 
     # -- writing and closing --------------------------------------------------------------
 
@@ -517,6 +549,24 @@ class EngineServer:
             if aof.buf:
                 aof.flush()
         conn.write_out()
+
+    def push(self, conn: _Connection) -> None:
+        """Mid-pipeline (engine lock held): hand ``conn``'s replies to the socket if the
+        writes they depend on allow it, then enforce its output buffer limit on everything
+        unsent (what the socket has not taken and what still waits for an fsync)."""
+        aof = self.aof
+        transport = conn.transport
+        if transport is None or transport.is_closing():
+            return
+        if aof is None or not aof.needs_sync:
+            if aof is not None and aof.buf:
+                aof.flush()
+            data = conn.out
+            conn.out = bytearray()
+            transport.write(data)
+        pending = len(conn.out) + transport.get_write_buffer_size()
+        if pending:
+            self.check_output_limit(conn, pending)
 
     def _flush_all(self) -> None:
         self._flush_scheduled = False

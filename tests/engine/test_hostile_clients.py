@@ -306,3 +306,130 @@ def test_setrange_at_half_a_gigabyte_costs_memory_near_redis(
     print(f"SETRANGE k 536870911 x peak RSS growth (MB): {peaks}")
     assert peaks["redis"] > 500
     assert peaks["engine"] < peaks["redis"] * 1.25
+
+
+# --- 1. the output buffer limit under pipelining ------------------------------------------
+
+BIG_ENTRIES = 200_000
+FILL_BIGS = """
+for i = 1, tonumber(ARGV[1]) do
+  redis.call('XADD', KEYS[1], i .. '-1', 'field', 'value-of-twenty-byte')
+end
+return redis.call('XLEN', KEYS[1])
+"""
+XRANGE_BIGS = pack(("XRANGE", "bigs", "-", "+"))
+
+
+def _prepare_bigs(port: int) -> None:
+    conn = Raw(port, timeout_s=120)
+    limit = "normal 256mb 64mb 60"
+    assert conn.call("CONFIG", "SET", "client-output-buffer-limit", limit) == b"+OK\r\n"
+    assert conn.call("EVAL", FILL_BIGS, "1", "bigs", BIG_ENTRIES) == b":%d\r\n" % BIG_ENTRIES
+    conn.close()
+
+
+def _bigs_reply_size() -> int:
+    """The exact size of the XRANGE reply over the whole ``bigs`` stream."""
+    size = len(b"*%d\r\n" % BIG_ENTRIES)
+    for i in range(1, BIG_ENTRIES + 1):
+        sid = b"%d-1" % i
+        size += len(b"*2\r\n$%d\r\n%b\r\n" % (len(sid), sid))
+        size += len(b"*2\r\n$5\r\nfield\r\n$20\r\nvalue-of-twenty-byte\r\n")
+    return size
+
+
+def _connected(port: int, client: socket.socket) -> bool:
+    """Whether the server at ``port`` still lists ``client`` (by its address)."""
+    conn = Raw(port)
+    listing = conn.call("CLIENT", "LIST")
+    conn.close()
+    return b" addr=127.0.0.1:%d " % client.getsockname()[1] in listing
+
+
+@pytest.mark.slow
+def test_a_client_that_never_reads_a_pipeline_of_huge_replies_is_dropped_with_bounded_memory(
+    fresh_pair: tuple[RedisServer, EngineServerProcess],
+) -> None:
+    real_srv, fake_srv = fresh_pair
+    assert real_srv.proc is not None
+    assert fake_srv.proc is not None
+    growth = {}
+    for name, port, pid in (
+        ("redis", real_srv.port, real_srv.proc.pid),
+        ("engine", fake_srv.port, fake_srv.proc.pid),
+    ):
+        _prepare_bigs(port)
+        before = peak_rss_mb(pid)
+        hostile = socket.create_connection(("127.0.0.1", port))
+        hostile.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        hostile.sendall(XRANGE_BIGS * 200)
+        deadline = time.monotonic() + 120
+        while _connected(port, hostile) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        dropped = not _connected(port, hostile)
+        hostile.close()
+        growth[name] = peak_rss_mb(pid) - before
+        assert dropped, f"{name} did not drop the client that never reads"
+        # The server is still fine for everyone else.
+        assert Raw(port).call("XLEN", "bigs") == b":%d\r\n" % BIG_ENTRIES
+    print(f"200 pipelined XRANGE, never read: peak RSS growth (MB) {growth}")
+    assert growth["engine"] < 1000
+    assert growth["engine"] < 4 * growth["redis"]
+
+
+@pytest.mark.slow
+def test_a_reading_client_gets_the_first_reply_of_a_pipeline_at_once(
+    fresh_pair: tuple[RedisServer, EngineServerProcess],
+) -> None:
+    real_srv, fake_srv = fresh_pair
+    assert real_srv.proc is not None
+    assert fake_srv.proc is not None
+    first_byte = {}
+    growth = {}
+    for name, port, pid in (
+        ("redis", real_srv.port, real_srv.proc.pid),
+        ("engine", fake_srv.port, fake_srv.proc.pid),
+    ):
+        _prepare_bigs(port)
+        before = peak_rss_mb(pid)
+        conn = Raw(port, timeout_s=120)
+        started = time.monotonic()
+        conn.sock.sendall(XRANGE_BIGS * 20)
+        head = conn.sock.recv(1)
+        first_byte[name] = time.monotonic() - started
+        left = 20 * _bigs_reply_size() - len(head)
+        chunk = bytearray(1 << 20)
+        while left:
+            got = conn.sock.recv_into(chunk)
+            assert got, f"{name} closed the connection of a reading client"
+            left -= got
+        assert left == 0
+        conn.close()
+        growth[name] = peak_rss_mb(pid) - before
+    print(f"20 pipelined XRANGE: first byte after (s) {first_byte}, peak RSS growth {growth}")
+    assert first_byte["engine"] < 5
+    assert growth["engine"] < 4 * growth["redis"] + 100
+
+
+@pytest.mark.slow
+def test_commands_pipelined_behind_a_blocked_command_wait_as_raw_bytes(
+    fresh_pair: tuple[RedisServer, EngineServerProcess],
+) -> None:
+    real_srv, fake_srv = fresh_pair
+    assert real_srv.proc is not None
+    assert fake_srv.proc is not None
+    sets = b"".join(pack(("SET", "key:%07d" % i, "v")) for i in range(3_000_000))
+    growth = {}
+    for name, port, pid in (
+        ("redis", real_srv.port, real_srv.proc.pid),
+        ("engine", fake_srv.port, fake_srv.proc.pid),
+    ):
+        before = current_rss_mb(pid)
+        conn = Raw(port, timeout_s=120)
+        conn.sock.sendall(pack(("BLPOP", "never", "0")) + sets)
+        # Everything was read by the server (sendall returned); give it a moment to settle.
+        time.sleep(1)
+        growth[name] = current_rss_mb(pid) - before
+        conn.close()
+    print(f"3M SETs behind a blocked BLPOP: RSS growth (MB) {growth}")
+    assert growth["engine"] < 2 * growth["redis"] + 50
