@@ -418,7 +418,7 @@ def test_commands_pipelined_behind_a_blocked_command_wait_as_raw_bytes(
     real_srv, fake_srv = fresh_pair
     assert real_srv.proc is not None
     assert fake_srv.proc is not None
-    sets = b"".join(pack(("SET", "key:%07d" % i, "v")) for i in range(3_000_000))
+    sets = b"".join(pack(("SET", f"key:{i:07d}", "v")) for i in range(3_000_000))
     growth = {}
     for name, port, pid in (
         ("redis", real_srv.port, real_srv.proc.pid),
