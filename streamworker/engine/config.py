@@ -233,6 +233,8 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
 }
 
 
+_ALIASES = {"lua-time-limit": "busy-reply-threshold", "busy-reply-threshold": "lua-time-limit"}
+
 # Parameters that parse like Redis's but cannot change while the engine runs.
 _FIXED = {
     "appendonly": "persistence is chosen when the engine starts "
@@ -285,6 +287,9 @@ class EngineConfig:
         """Store an already validated value."""
         self.values[name] = value
         self.version += 1
+        if name in _ALIASES:
+            # Redis 7.0 renamed lua-time-limit busy-reply-threshold; both names are one value.
+            self.values[_ALIASES[name]] = value
         if name == "stream-node-max-entries":
             self.stream_node_max_entries = int(value)
         elif name == "stream-node-max-bytes":

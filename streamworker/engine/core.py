@@ -119,6 +119,10 @@ class Engine:
         self.persistence: AppendOnlyFile | None = None
         # Lua scripting (a scripting.ScriptRuntime), created by the first EVAL/SCRIPT command.
         self.scripting: Any = None
+        # Called from a running script's count hook (every 100,000 Lua instructions, engine
+        # lock held) with the seconds the script has run: the server answers other clients
+        # BUSY from there once lua-time-limit has passed. None: nothing to do.
+        self.script_tick: Callable[[float], None] | None = None
 
     def set_clock(self, clock: Callable[[], int]) -> None:
         """Replace the engine clock (commands and key expiry both use it)."""

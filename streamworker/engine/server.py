@@ -26,8 +26,18 @@ process). What it does as Redis does:
   ``client-query-buffer-limit`` is disconnected; ``maxclients``; idle ``timeout``.
 * **Protected mode**: binding a non-loopback address without ``requirepass`` is refused.
 
+* **Runaway scripts** (busy mode): a script that has run ``lua-time-limit`` ms (5000, CONFIG
+  SET-able) makes the server answer every other client from the script's count hook (see
+  :mod:`.scripting`): ``-BUSY`` to each command, SCRIPT KILL (OK before the script's first
+  write, ``-UNKILLABLE`` after it), SHUTDOWN NOSAVE (exit without the script's writes; the
+  file keeps every write before it). New connections are accepted and answered the same way.
+
 Shut down with SIGTERM or SIGINT: the server stops accepting, flushes and fsyncs the file,
-closes the connections and returns.
+closes the connections and returns. The signal is taken by a Python handler, which runs
+between any two bytecodes, not only when the event loop gets back control: during a script
+it ends the process at the script's next count hook (as SHUTDOWN NOSAVE), and if the server
+has not exited 10 s after it (a command that never returns), a watchdog thread fsyncs the
+file and ends the process.
 """
 
 from __future__ import annotations
@@ -37,8 +47,10 @@ import contextlib
 import ipaddress
 import logging
 import os
+import select
 import signal
 import socket
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -50,6 +62,7 @@ from streamworker.engine.aof import AppendOnlyFile, open_persistent
 from streamworker.engine.config import parse_client_output_buffer_limit
 from streamworker.engine.context import Blocked
 from streamworker.engine.core import Engine
+from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import ProtocolError, RequestParser, encode_into
 
 if TYPE_CHECKING:
@@ -70,6 +83,8 @@ _log = logging.getLogger("streamworker.engine.server")
 _CRON_INTERVAL_S = 0.1
 # Replies are handed to the socket once this many bytes wait (and the output limit checked).
 _WRITE_CHUNK = 64 * 1024
+# After SIGTERM/SIGINT, a process still running this much later is ended by a watchdog.
+_SHUTDOWN_WATCHDOG_S = 10.0
 
 
 class ProtectedModeError(ValueError):
@@ -289,7 +304,11 @@ class _Connection(asyncio.Protocol):
         server = self.server
         client = self.client
         assert client is not None
-        done = server.engine.execute_each(client, cmds, self._sink)
+        server.executing = self
+        try:
+            done = server.engine.execute_each(client, cmds, self._sink)
+        finally:
+            server.executing = None
         self.parser.authenticated = client.authenticated
         if client.closed and not self.closing:
             # QUIT: the reply goes out, nothing after it runs.
@@ -436,7 +455,7 @@ class EngineServer:
         self.requested_port = port
         self.port = port
         self.connections: set[_Connection] = set()
-        self._servers: list[asyncio.AbstractServer] = []
+        self._servers: list[asyncio.Server] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[_Connection] = []
         self._flush_scheduled = False
@@ -449,6 +468,17 @@ class EngineServer:
         self.obuf_soft = 0
         self.obuf_soft_s = 0
         self.idle_timeout_s = 0
+        self.busy_after_s = 5.0
+        # Busy mode (a script past lua-time-limit): the connection running it, the sockets
+        # accepted meanwhile (adopted by the event loop once it runs again), when the
+        # sockets were last polled.
+        self.executing: _Connection | None = None
+        self._busy_accepted: list[tuple[socket.socket, _Connection]] = []
+        self._busy_polled = 0.0
+        self._busy_logged = False
+        # Set by the SIGTERM/SIGINT handler (see run_server).
+        self.stop_requested = False
+        engine.script_tick = self._script_tick
         self.refresh_config()
 
     @property
@@ -468,6 +498,7 @@ class EngineServer:
         limits = parse_client_output_buffer_limit(cfg.get("client-output-buffer-limit") or "")
         self.obuf_hard, self.obuf_soft, self.obuf_soft_s = limits.get("normal", (0, 0, 0))
         self.idle_timeout_s = int(cfg.get("timeout") or 0)
+        self.busy_after_s = int(cfg.get("lua-time-limit") or 0) / 1000
         for conn in self.connections:
             conn.parser.max_bulk_len = self.max_bulk_len
 
@@ -603,6 +634,136 @@ class EngineServer:
             )
             conn._close_now()
 
+    # -- busy mode (a runaway script) -------------------------------------------------------
+
+    def _script_tick(self, running_s: float) -> None:
+        # The running script's count hook (event loop thread, engine lock held).
+        if self.stop_requested:
+            self.exit_now("a shutdown signal arrived")
+        if running_s < self.busy_after_s:
+            self._busy_logged = False
+            return
+        now = time.monotonic()
+        if now - self._busy_polled < 0.01:
+            return
+        self._busy_polled = now
+        if not self._busy_logged:
+            self._busy_logged = True
+            _log.warning(
+                "a script has run for %.1f s (lua-time-limit): answering other clients BUSY; "
+                "SCRIPT KILL or SHUTDOWN NOSAVE stop it",
+                running_s,
+            )
+        try:
+            self._serve_busy()
+        except OSError as exc:  # pragma: no cover - a socket error must not fail the script
+            _log.warning("busy mode: %s", exc)
+
+    def _serve_busy(self) -> None:
+        # One non-blocking pass over the sockets: accept, read, answer.
+        fds: dict[int, _Connection | socket.socket | None] = {}
+        for conn in self.connections:
+            transport = conn.transport
+            if (
+                conn is self.executing
+                or conn.closing
+                or transport is None
+                or conn.blocked is not None
+                or conn.held
+                or conn.queued
+            ):
+                continue  # their input is answered in order once the script ends
+            tsock = transport.get_extra_info("socket")
+            if tsock is not None:
+                fds[tsock.fileno()] = conn
+        for sock, _ in self._busy_accepted:
+            fds[sock.fileno()] = None
+        listeners: dict[int, socket.socket] = {}
+        for srv in self._servers:
+            for lsock in srv.sockets:
+                listeners[lsock.fileno()] = lsock
+        ready, _, _ = select.select([*fds, *listeners], [], [], 0)
+        for fd in ready:
+            if fd in listeners:
+                self._busy_accept(listeners[fd])
+                continue
+            try:
+                data = os.read(fd, 65536)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                data = b""
+            target = fds[fd]
+            if isinstance(target, _Connection):
+                if data:
+                    reply = self._busy_replies(target, data)
+                    if reply and target.transport is not None:
+                        target.transport.write(reply)
+            else:
+                for sock, conn in self._busy_accepted:
+                    if sock.fileno() == fd:
+                        reply = self._busy_replies(conn, data) if data else b""
+                        with contextlib.suppress(OSError):
+                            sock.sendall(reply)
+                        break
+
+    def _busy_accept(self, listener: socket.socket) -> None:
+        # A new client while the loop is stuck: answered here, adopted by the loop later.
+        lsock = socket.socket(fileno=os.dup(listener.fileno()))
+        try:
+            sock, _ = lsock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        finally:
+            lsock.close()
+        sock.setblocking(False)
+        conn = _Connection(self)
+        self._busy_accepted.append((sock, conn))
+        self.loop.create_task(self._adopt(sock, conn))
+
+    async def _adopt(self, sock: socket.socket, conn: _Connection) -> None:
+        # Runs once the event loop is back: the socket becomes an ordinary connection.
+        with contextlib.suppress(ValueError):
+            self._busy_accepted.remove((sock, conn))
+        try:
+            await self.loop.connect_accepted_socket(lambda: conn, sock)
+        except OSError:
+            sock.close()
+
+    def _busy_replies(self, conn: _Connection, data: bytes) -> bytes:
+        # Redis's answers while a script is busy: BUSY for everything but SCRIPT KILL and
+        # SHUTDOWN NOSAVE.
+        try:
+            cmds = conn.parser.feed(data)
+        except ProtocolError as exc:
+            cmds = exc.commands
+        out = bytearray()
+        resp = conn.client.resp if conn.client is not None else 2
+        runtime = self.engine.scripting
+        for argv in cmds:
+            name = argv[0].lower()
+            words = [a.lower() for a in argv[1:]]
+            if name == b"script" and words == [b"kill"] and runtime is not None:
+                reply = runtime.request_kill()
+            elif name == b"shutdown" and b"nosave" in words:
+                self.exit_now("SHUTDOWN NOSAVE during a busy script")
+            else:
+                reply = CommandError(msgs.BUSY_SCRIPT)
+            encode_into(out, reply, resp)
+        return bytes(out)
+
+    def exit_now(self, why: str, status: int = 0) -> None:
+        """End the process at once (SHUTDOWN NOSAVE, or a signal, during a script): the file
+        gets every write logged before the running command, not that command's."""
+        _log.warning("%s: exiting now, without the running command's writes", why)
+        aof = self.aof
+        if aof is not None:
+            with contextlib.suppress(OSError):
+                aof.flush()
+                aof.fsync()
+        logging.shutdown()
+        os._exit(status)
+
     # -- housekeeping --------------------------------------------------------------------
 
     async def _cron(self) -> None:
@@ -686,11 +847,25 @@ async def run_server(
         await server.start()
         loop = asyncio.get_running_loop()
         stop = stop or asyncio.Event()
-        installed: list[signal.Signals] = []
+        stop_event = stop
+        installed: list[tuple[signal.Signals, Any]] = []
+
+        def on_signal(signum: int, frame: Any) -> None:
+            # A Python handler runs between two bytecodes even while a command (a script)
+            # holds the loop: the script's count hook sees stop_requested, the loop the event,
+            # and the watchdog ends a process that is stuck anyway.
+            if server.stop_requested:
+                return
+            server.stop_requested = True
+            _log.warning("received signal %d: shutting down", signum)
+            loop.call_soon_threadsafe(stop_event.set)
+            watchdog = threading.Timer(_SHUTDOWN_WATCHDOG_S, server.exit_now, ("shutdown stuck", 1))
+            watchdog.daemon = True
+            watchdog.start()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, stop.set)
-                installed.append(sig)
+            with contextlib.suppress(ValueError):  # not the main thread: no signals
+                installed.append((sig, signal.signal(sig, on_signal)))
         where = f"data in {aof.dir}, appendfsync {aof.policy}" if aof else "in memory only"
         _log.info(
             "streamworker engine (Redis 7.0.15 compatible) ready to accept connections on "
@@ -704,8 +879,8 @@ async def run_server(
         try:
             await server.serve_until(stop)
         finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
+            for sig, previous in installed:
+                signal.signal(sig, previous)
         _log.warning(
             "streamworker engine: shut down (%d connections closed)", len(server.connections)
         )

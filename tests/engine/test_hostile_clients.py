@@ -433,3 +433,112 @@ def test_commands_pipelined_behind_a_blocked_command_wait_as_raw_bytes(
         conn.close()
     print(f"3M SETs behind a blocked BLPOP: RSS growth (MB) {growth}")
     assert growth["engine"] < 2 * growth["redis"] + 50
+
+
+# --- 3. runaway scripts --------------------------------------------------------------------
+
+RUNAWAY = "while true do end"
+RUNAWAY_WRITER = "redis.call('SET', 'w', '1') while true do end"
+
+
+def _start_script(port: int, body: str) -> Raw:
+    """A connection that has sent EVAL ``body`` (its reply is read later)."""
+    conn = Raw(port, timeout_s=30)
+    conn.sock.sendall(pack(("EVAL", body, "0")))
+    return conn
+
+
+def _busy_pair(
+    fresh_pair: tuple[RedisServer, EngineServerProcess],
+) -> list[tuple[str, int]]:
+    real_srv, fake_srv = fresh_pair
+    servers = [("redis", real_srv.port), ("engine", fake_srv.port)]
+    for _, port in servers:
+        assert Raw(port).call("CONFIG", "SET", "lua-time-limit", "500") == b"+OK\r\n"
+    return servers
+
+
+def test_lua_time_limit_defaults_to_five_seconds_as_in_redis(pair: tuple[Raw, Raw]) -> None:
+    real, fake = pair
+    for name in ("lua-time-limit", "busy-reply-threshold"):
+        assert fake.call("CONFIG", "GET", name) == real.call("CONFIG", "GET", name)
+    assert b"5000" in fake.call("CONFIG", "GET", "lua-time-limit")
+
+
+def test_other_clients_get_busy_from_a_runaway_script_and_script_kill_ends_it(
+    fresh_pair: tuple[RedisServer, EngineServerProcess],
+) -> None:
+    replies: dict[str, list[bytes]] = {}
+    for name, port in _busy_pair(fresh_pair):
+        connected = Raw(port)
+        runner = _start_script(port, RUNAWAY)
+        time.sleep(0.8)  # past lua-time-limit
+        got = []
+        busy, took_s = connected.timed("GET", "k")
+        assert took_s < 2
+        got.append(busy)
+        latecomer = Raw(port)  # connects while the script runs
+        got.append(latecomer.call("PING"))
+        got.append(connected.call("SCRIPT", "KILL"))
+        got.append(read_raw_reply(runner.sock, runner.buf))
+        got.append(latecomer.call("PING"))
+        got.append(connected.call("SCRIPT", "KILL"))
+        replies[name] = got
+        for conn in (connected, runner, latecomer):
+            conn.close()
+    assert replies["engine"] == replies["redis"]
+    assert replies["engine"][0].startswith(b"-BUSY Redis is busy running a script.")
+    assert replies["engine"][2] == b"+OK\r\n"
+
+
+def test_a_script_that_wrote_is_unkillable_and_shutdown_nosave_ends_the_server(
+    fresh_pair: tuple[RedisServer, EngineServerProcess],
+) -> None:
+    real_srv, fake_srv = fresh_pair
+    replies: dict[str, list[bytes]] = {}
+    for name, port in _busy_pair(fresh_pair):
+        connected = Raw(port)
+        runner = _start_script(port, RUNAWAY_WRITER)
+        time.sleep(0.8)
+        got = [connected.call("SCRIPT", "KILL"), connected.call("SHUTDOWN")]
+        connected.sock.sendall(pack(("SHUTDOWN", "NOSAVE")))
+        assert connected.sock.recv(100) == b""  # closed, no reply
+        replies[name] = got
+    assert replies["engine"] == replies["redis"]
+    assert replies["engine"][0].startswith(b"-UNKILLABLE Sorry the script already executed")
+    assert real_srv.proc is not None
+    assert fake_srv.proc is not None
+    assert real_srv.proc.wait(10) == 0
+    assert fake_srv.proc.wait(10) == 0
+
+
+def test_sigterm_ends_the_engine_within_seconds_during_a_runaway_script(
+    fresh_pair: tuple[RedisServer, EngineServerProcess],
+) -> None:
+    _, fake_srv = fresh_pair
+    assert fake_srv.proc is not None
+    runner = _start_script(fake_srv.port, RUNAWAY_WRITER)
+    time.sleep(0.3)  # well inside lua-time-limit: no busy mode yet
+    started = time.monotonic()
+    fake_srv.proc.terminate()
+    assert fake_srv.proc.wait(10) == 0
+    assert time.monotonic() - started < 5
+    runner.close()
+
+
+def test_shutdown_during_a_script_keeps_the_writes_before_it_and_drops_the_scripts(
+    tmp_path: Path,
+) -> None:
+    proc = EngineServerProcess(tmp_path / "data", appendfsync="always").start()
+    try:
+        conn = Raw(proc.port)
+        assert conn.call("SET", "before", "1") == b"+OK\r\n"
+        runner = _start_script(proc.port, RUNAWAY_WRITER)
+        time.sleep(0.3)
+        assert proc.stop() == 0
+        runner.close()
+        proc.start()
+        again = Raw(proc.port)
+        assert again.call("MGET", "before", "w") == b"*2\r\n$1\r\n1\r\n$-1\r\n"
+    finally:
+        proc.stop()
