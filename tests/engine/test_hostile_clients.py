@@ -503,6 +503,7 @@ def test_a_script_that_wrote_is_unkillable_and_shutdown_nosave_ends_the_server(
         got = [connected.call("SCRIPT", "KILL"), connected.call("SHUTDOWN")]
         connected.sock.sendall(pack(("SHUTDOWN", "NOSAVE")))
         assert connected.sock.recv(100) == b""  # closed, no reply
+        assert runner.sock.recv(100) == b""  # the script's client too
         replies[name] = got
     assert replies["engine"] == replies["redis"]
     assert replies["engine"][0].startswith(b"-UNKILLABLE Sorry the script already executed")
