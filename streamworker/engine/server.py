@@ -745,6 +745,9 @@ class EngineServer:
             words = [a.lower() for a in argv[1:]]
             if name == b"script" and words == [b"kill"] and runtime is not None:
                 reply = runtime.request_kill()
+            elif name == b"function" and words == [b"kill"] and runtime is not None:
+                # Redis's scriptKill: "has it written?" first, then "not a function".
+                reply = CommandError(msgs.UNKILLABLE if runtime.written else msgs.BUSY_SCRIPT)
             elif name == b"shutdown" and b"nosave" in words:
                 self.exit_now("SHUTDOWN NOSAVE during a busy script")
             else:

@@ -479,6 +479,7 @@ def test_other_clients_get_busy_from_a_runaway_script_and_script_kill_ends_it(
         got.append(busy)
         latecomer = Raw(port)  # connects while the script runs
         got.append(latecomer.call("PING"))
+        got.append(latecomer.call("FUNCTION", "KILL"))
         got.append(connected.call("SCRIPT", "KILL"))
         got.append(read_raw_reply(runner.sock, runner.buf))
         got.append(latecomer.call("PING"))
@@ -488,7 +489,7 @@ def test_other_clients_get_busy_from_a_runaway_script_and_script_kill_ends_it(
             conn.close()
     assert replies["engine"] == replies["redis"]
     assert replies["engine"][0].startswith(b"-BUSY Redis is busy running a script.")
-    assert replies["engine"][2] == b"+OK\r\n"
+    assert replies["engine"][3] == b"+OK\r\n"
 
 
 def test_a_script_that_wrote_is_unkillable_and_shutdown_nosave_ends_the_server(
@@ -500,7 +501,11 @@ def test_a_script_that_wrote_is_unkillable_and_shutdown_nosave_ends_the_server(
         connected = Raw(port)
         runner = _start_script(port, RUNAWAY_WRITER)
         time.sleep(0.8)
-        got = [connected.call("SCRIPT", "KILL"), connected.call("SHUTDOWN")]
+        got = [
+            connected.call("SCRIPT", "KILL"),
+            connected.call("FUNCTION", "KILL"),
+            connected.call("SHUTDOWN"),
+        ]
         connected.sock.sendall(pack(("SHUTDOWN", "NOSAVE")))
         assert connected.sock.recv(100) == b""  # closed, no reply
         assert runner.sock.recv(100) == b""  # the script's client too
