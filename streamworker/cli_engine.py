@@ -13,7 +13,7 @@ from streamworker.errors import ConfigError, StreamworkerError
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from streamworker.engine.aof import PersistenceError
-    from streamworker.engine.server import ProtectedModeError, ServerOptions, serve
+    from streamworker.engine.server import ListenError, ProtectedModeError, ServerOptions, serve
 
     logging.basicConfig(
         level=logging.INFO,
@@ -25,17 +25,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         data_dir=Path(args.dir) if args.dir else None,
         appendfsync=args.appendfsync,
         requirepass=args.requirepass or None,
+        aof_skip_damaged=args.aof_skip_damaged,
     )
     try:
         return serve(options)
     except ProtectedModeError as exc:
         raise ConfigError(str(exc)) from None
-    except PersistenceError as exc:
+    except (PersistenceError, ListenError) as exc:
         raise StreamworkerError(str(exc)) from None
     except OSError as exc:
-        raise StreamworkerError(
-            f"cannot listen on {options.bind} port {options.port}: {exc.strerror or exc}"
-        ) from None
+        # Say what failed (exc names the file, if any), not where the server would listen.
+        raise StreamworkerError(f"engine serve failed: {exc}") from None
 
 
 def add_engine_commands(sub: Any) -> None:
@@ -76,4 +76,10 @@ def add_engine_commands(sub: Any) -> None:
         "(default: everysec)",
     )
     serve.add_argument("--requirepass", metavar="PASS", help="password clients must AUTH with")
+    serve.add_argument(
+        "--aof-skip-damaged",
+        action="store_true",
+        help="load past damaged records of DIR/appendonly.aof, logging each with its offset, "
+        "instead of refusing to start (their writes are lost)",
+    )
     serve.set_defaults(func=_cmd_serve)

@@ -17,9 +17,19 @@ AOF, and annotation lines starting with ``#`` (Redis's loader skips those):
   are wrapped in ``MULTI`` / ``EXEC``: an incomplete transaction at the end of the file is
   reverted on load, like Redis's.
 
+* ``#C:<crc32, 8 hex digits>`` precedes every record the engine writes: the CRC-32 of the
+  record's bytes (from its ``*`` to its last CRLF). Redis cannot see damage inside a value (a
+  flipped byte in a field loads silently); the engine can. redis-server skips these lines, so
+  it still loads the file. Records without one (files from Redis, or older engine versions)
+  are loaded unchecked.
+
 A torn last record (the process died in the middle of a write) is dropped with a warning and
-the file is truncated there (Redis's ``aof-load-truncated yes``); any other malformation stops
-the load with :class:`AofCorruptError`, naming the byte offset.
+the file is truncated there (Redis's ``aof-load-truncated yes``). Any other damage stops the
+load with :class:`AofCorruptError`, naming the byte offset: malformed RESP, a record whose
+checksum does not match, and a record that fails when replayed (an unknown command, as
+redis-server refuses it, or any other error: the engine logs only writes that succeeded).
+``skip_damaged=True`` (``engine serve --aof-skip-damaged``) loads past damaged records
+instead, logging each one at error level with its offset; the file is left as it is.
 
 fsync policies (``appendfsync``) are Redis's: ``always`` syncs before the client whose write it
 was is answered (in-process: before ``Engine.execute`` returns; the server syncs once per event
@@ -52,6 +62,7 @@ import os
 import signal
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -87,8 +98,10 @@ _TEMP_SUFFIX = ".rewrite-tmp"
 
 _log = logging.getLogger("streamworker.engine.aof")
 
-_MULTI = b"*1\r\n$5\r\nMULTI\r\n"
-_EXEC = b"*1\r\n$4\r\nEXEC\r\n"
+_MULTI_RECORD = b"*1\r\n$5\r\nMULTI\r\n"
+_EXEC_RECORD = b"*1\r\n$4\r\nEXEC\r\n"
+_MULTI = b"#C:%08x\r\n%b" % (zlib.crc32(_MULTI_RECORD), _MULTI_RECORD)
+_EXEC = b"#C:%08x\r\n%b" % (zlib.crc32(_EXEC_RECORD), _EXEC_RECORD)
 # A history read past every possible ID: serves nothing, but refreshes (or creates) the
 # consumer's seen-time at the record's clock. Valid Redis 7.0, and the only way to log a
 # seen-time refresh that nothing else carries.
@@ -116,6 +129,15 @@ class AofCorruptError(PersistenceError):
 
 class DirectoryLockedError(PersistenceError):
     """Another process has the data directory open."""
+
+
+class DamagedRecord:
+    """What :func:`iter_records` yields for a record whose checksum does not match."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
 def _wall_ms() -> int:
@@ -148,15 +170,22 @@ class CommandClock:
 
 
 def encode_record(out: bytearray, argv: Sequence[bytes]) -> None:
-    """Append ``argv`` as a RESP array of bulk strings."""
-    out += b"*%d\r\n" % len(argv)
+    """Append ``argv`` as a RESP array of bulk strings, preceded by its ``#C`` checksum."""
+    rec = bytearray(b"*%d\r\n" % len(argv))
     for arg in argv:
-        out += b"$%d\r\n%b\r\n" % (len(arg), arg)
+        rec += b"$%d\r\n%b\r\n" % (len(arg), arg)
+    out += b"#C:%08x\r\n" % zlib.crc32(rec)
+    out += rec
+
+
+def checked(record: bytes) -> bytes:
+    """An encoded record preceded by its ``#C`` checksum line."""
+    return b"#C:%08x\r\n%b" % (zlib.crc32(record), record)
 
 
 def _select(db: int) -> bytes:
     n = b"%d" % db
-    return b"*2\r\n$6\r\nSELECT\r\n$%d\r\n%s\r\n" % (len(n), n)
+    return checked(b"*2\r\n$6\r\nSELECT\r\n$%d\r\n%s\r\n" % (len(n), n))
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -205,15 +234,31 @@ def _fast_records(data: bytes, pos: int) -> tuple[list[tuple[int, int, Any]], in
     # "$<len>" line matches the length of the part after it (a payload holding CRLF splits
     # short and fails that). Stops at the first record it cannot vouch for, which the strict
     # reader then parses (and reports, if it is malformed). Returns (records, end offset).
+    # A "#C" checksum line is consumed with the record after it, or not at all: if that record
+    # is not vouched for (or its checksum differs), the strict reader starts at the "#C" line.
     parts = data[pos : pos + _FAST_WINDOW].split(b"\r\n")
     last = len(parts) - 1
     out: list[tuple[int, int, Any]] = []
     append = out.append
     off = pos
     i = 0
+    crc = -1
+    crc_off = -1
+    view = memoryview(data)
     while i < last:
         head = parts[i]
+        if head[:3] == b"#C:":
+            value = head[3:]
+            if crc >= 0 or len(value) != 8 or value.strip(b"0123456789abcdef"):
+                break
+            crc = int(value, 16)
+            crc_off = off
+            off += len(head) + 2
+            i += 1
+            continue
         if head[:3] == b"#T:":
+            if crc >= 0:
+                break
             value = head[3:]
             if not value.isdigit():
                 break
@@ -236,26 +281,42 @@ def _fast_records(data: bytes, pos: int) -> tuple[list[tuple[int, int, Any]], in
         if heads != parts[i + 1 : j : 2]:
             break
         end = off + sum(map(len, parts[i:j])) + 2 * (j - i)
-        append((off, end, args))
+        rec_start = off
+        if crc >= 0:
+            if zlib.crc32(view[off:end]) != crc:
+                break
+            crc = -1
+            rec_start = crc_off
+        append((rec_start, end, args))
         off = end
         i = j
+    if crc >= 0:
+        off = crc_off
+    view.release()
     return out, off
 
 
-def iter_records(data: bytes, path: Path) -> Iterator[tuple[int, int, list[bytes] | int]]:
-    """Parse an append-only file: yields ``(offset, end, item)`` where item is an argv or,
-    for a ``#T:<ms>`` annotation, the int clock value (other annotations are skipped).
+def iter_records(
+    data: bytes, path: Path
+) -> Iterator[tuple[int, int, list[bytes] | int | DamagedRecord]]:
+    """Parse an append-only file: yields ``(offset, end, item)`` where item is an argv, for a
+    ``#T:<ms>`` annotation the int clock value, or a :class:`DamagedRecord` for a record
+    whose ``#C`` checksum does not match (its offset is the checksum line's). Other
+    annotations are skipped.
 
     Raises :class:`AofCorruptError` on malformed input; a record cut short by the end of the
     data stops the iteration with ``_Torn``."""
     pos = 0
     n = len(data)
+    crc = -1
+    crc_start = -1
     while pos < n:
-        batch, after = _fast_records(data, pos)
-        if batch:
-            yield from batch
-            pos = after
-            continue
+        if crc < 0:
+            batch, after = _fast_records(data, pos)
+            if batch:
+                yield from batch
+                pos = after
+                continue
         start = pos
         c = data[pos]
         if c == 0x23:  # '#'
@@ -264,6 +325,17 @@ def iter_records(data: bytes, path: Path) -> Iterator[tuple[int, int, list[bytes
                 raise _Torn(start)
             line = data[pos + 1 : nl].rstrip(b"\r")
             pos = nl + 1
+            if line.startswith(b"C:"):
+                value = line[2:]
+                if crc >= 0 or len(value) != 8 or value.strip(b"0123456789abcdef"):
+                    raise AofCorruptError(path, start, "invalid checksum annotation")
+                crc = int(value, 16)
+                crc_start = start
+                continue
+            if crc >= 0:
+                raise AofCorruptError(
+                    path, start, "an annotation between a checksum and its record"
+                )
             if line.startswith(b"T:"):
                 value = line[2:]
                 if not value.isdigit():
@@ -277,20 +349,38 @@ def iter_records(data: bytes, path: Path) -> Iterator[tuple[int, int, list[bytes
                 raise _Torn(start)
             got = chr(c) if 32 <= c < 127 else f"\\x{c:02x}"
             raise AofCorruptError(path, pos, f"expected '*' or '#', got {got!r}")
-        argc, pos = _read_count(data, pos, start, 0x2A, path)
+        # A torn record starts at its checksum line, if it has one.
+        torn_at = crc_start if crc >= 0 else start
+        argc, pos = _read_count(data, pos, torn_at, 0x2A, path)
         if argc == 0:
             raise AofCorruptError(path, start, "empty command")
         argv: list[bytes] = []
         for _ in range(argc):
-            size, pos = _read_count(data, pos, start, 0x24, path)
+            size, pos = _read_count(data, pos, torn_at, 0x24, path)
             end = pos + size
             if end + 2 > n:
-                raise _Torn(start)
+                raise _Torn(torn_at)
             if data[end : end + 2] != b"\r\n":
                 raise AofCorruptError(path, end, "bulk string not followed by CRLF")
             argv.append(data[pos:end])
             pos = end + 2
+        if crc >= 0:
+            expected, crc = crc, -1
+            actual = zlib.crc32(memoryview(data)[start:pos])
+            if actual != expected:
+                yield (
+                    crc_start,
+                    pos,
+                    DamagedRecord(
+                        f"record checksum mismatch (CRC-32 {actual:08x}, {expected:08x} written)"
+                    ),
+                )
+                continue
+            start = crc_start
         yield start, pos, argv
+    if crc >= 0:
+        # A checksum line and nothing after it: the write of its record was cut short.
+        raise _Torn(crc_start)
 
 
 # --- the file ----------------------------------------------------------------------------------
@@ -304,6 +394,7 @@ class _Stats:
         "load_errors",
         "loaded_records",
         "rewrites",
+        "skipped_records",
         "truncated_bytes",
     )
 
@@ -314,6 +405,7 @@ class _Stats:
         self.last_write_errno = 0
         self.loaded_records = 0
         self.load_errors = 0
+        self.skipped_records = 0
         self.truncated_bytes = 0
 
 
@@ -338,6 +430,8 @@ class AppendOnlyFile:
         self.path = directory / AOF_FILENAME
         self.engine = engine
         self.auto_flush = auto_flush
+        # Load past damaged records (logged loudly) instead of refusing to start.
+        self.skip_damaged = False
         self.clock = CommandClock()
         # Propagator interface (see core.Propagator).
         self.depth = 0
@@ -415,10 +509,7 @@ class AppendOnlyFile:
         now = self.clock.now
         if len(ops) == 1 and now == self._last_ts and ops[0][0] == self._db:
             # The common case: one record, same database, same millisecond.
-            argv = ops[0][1]
-            out += b"*%d\r\n" % len(argv)
-            for arg in argv:
-                out += b"$%d\r\n%b\r\n" % (len(arg), arg)
+            encode_record(out, ops[0][1])
             ops.clear()
             return
         if now != self._last_ts:
@@ -568,6 +659,12 @@ class AppendOnlyFile:
                         if multi_start < 0:
                             valid = end
                         continue
+                    if type(item) is DamagedRecord:
+                        errors += 1
+                        self._damaged(start, item.reason)
+                        if multi_start < 0:
+                            valid = end
+                        continue
                     argv: list[bytes] = item  # type: ignore[assignment]
                     name = argv[0].lower()
                     if name == b"multi":
@@ -575,14 +672,12 @@ class AppendOnlyFile:
                     reply = engine.execute(client, argv)
                     records += 1
                     if isinstance(reply, CommandError):
+                        # The engine logs only writes that succeeded: a record that fails
+                        # now was changed after it was written (redis-server refuses an
+                        # unknown command the same way).
                         errors += 1
-                        if errors <= 5:
-                            _log.warning(
-                                "AOF record at offset %d failed on replay: %s: %s",
-                                start,
-                                argv[0].decode("utf-8", "replace"),
-                                reply.text,
-                            )
+                        cmd = argv[0].decode("utf-8", "backslashreplace")[:64]
+                        self._damaged(start, f"the record ({cmd!r}) fails: {reply.text}")
                     if name == b"exec":
                         multi_start = -1
                     if multi_start < 0:
@@ -621,6 +716,19 @@ class AppendOnlyFile:
             time.monotonic() - started,
         )
         return valid
+
+    def _damaged(self, offset: int, reason: str) -> None:
+        # A damaged record stops the load, unless the owner opted in to skipping them.
+        if not self.skip_damaged:
+            raise AofCorruptError(self.path, offset, reason)
+        self.stats.skipped_records += 1
+        _log.error(
+            "!!! DAMAGED record in the append-only file %s at offset %d: %s; SKIPPED, its "
+            "write is lost (--aof-skip-damaged) !!!",
+            self.path,
+            offset,
+            reason,
+        )
 
     # -- rewriting -----------------------------------------------------------------------------
 
@@ -869,14 +977,18 @@ def open_persistent(
     *,
     appendfsync: str = "everysec",
     auto_flush: bool = True,
+    skip_damaged: bool = False,
 ) -> AppendOnlyFile:
     """Open the data directory ``directory`` (created if missing) for ``engine`` (a new
     Engine if None): lock it, replay its append-only file, and attach the file so that
     every write from now on is logged.
 
     Raises :class:`DirectoryLockedError` if another process has it open,
-    :class:`AofCorruptError` if the file is malformed (a torn last record is dropped with a
-    warning instead, unless ``aof-load-truncated`` is ``no``), ValueError for a bad policy.
+    :class:`AofCorruptError` if the file is damaged (a torn last record is dropped with a
+    warning instead, unless ``aof-load-truncated`` is ``no``; damaged records are skipped
+    with an error in the log if ``skip_damaged``), :class:`PersistenceError` naming the path
+    and the reason when the directory or the file cannot be used (an ``OSError``: not a
+    directory, permission denied, the file is a directory...), ValueError for a bad policy.
     The engine must not be in use by other threads yet.
     """
     from streamworker.engine.core import Engine
@@ -889,6 +1001,7 @@ def open_persistent(
         raise ValueError("the engine already has an append-only file")
     path = Path(directory).resolve()
     aof = AppendOnlyFile(path, engine, auto_flush=auto_flush)
+    aof.skip_damaged = skip_damaged
     with engine.lock:
         engine.set_clock(aof.clock)
         engine.propagator = aof
@@ -897,6 +1010,13 @@ def open_persistent(
         cfg.set("appendfsync", appendfsync)
         try:
             aof._open(cfg.get("aof-load-truncated") == "yes")
+        except OSError as exc:
+            engine.propagator = None
+            engine.persistence = None
+            where = exc.filename if exc.filename is not None else path
+            raise PersistenceError(
+                f"cannot use the data directory {path}: {where}: {exc.strerror or exc}"
+            ) from exc
         except BaseException:
             engine.propagator = None
             engine.persistence = None

@@ -10,47 +10,103 @@ from collections.abc import Callable
 
 from streamworker.engine import msgs
 from streamworker.engine.errors import CommandError
+from streamworker.engine.numbers import parse_int
 
-__all__ = ["EngineConfig"]
+__all__ = ["EngineConfig", "memtoull", "parse_client_output_buffer_limit"]
 
 _Validator = Callable[[str], str]
 
 
-def _int_range(lo: int, hi: int) -> _Validator:
+_ULLONG = 2**64
+
+
+def _int_range(lo: int, hi: int, *, unsigned: bool = False) -> _Validator:
+    """An integer parameter as Redis 7.0 parses it: ``string2ll`` (ASCII digits only, no
+    ``+``, no leading zeros, no ``-0``, int64), then the bounds; ``unsigned`` parameters
+    compare the int64 as C's unsigned cast would (``-1`` is out of range, not negative)."""
+
     def check(value: str) -> str:
-        try:
-            n = int(value, 10)
-        except ValueError:
-            raise ValueError("argument couldn't be parsed into an integer") from None
-        if value.strip() != value or (value.startswith("+")):
+        n = parse_int(value.encode("utf-8", "surrogateescape"))
+        if n is None:
             raise ValueError("argument couldn't be parsed into an integer")
-        if n < lo or n > hi:
-            raise ValueError(f"argument must be between {lo} and {hi} inclusive")
+        _bounds(n, lo, hi, unsigned)
         return str(n)
 
     return check
 
 
-_UNITS = {"k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2, "g": 1000**3, "gb": 1024**3}
+def _bounds(n: int, lo: int, hi: int, unsigned: bool) -> None:
+    if unsigned:
+        n %= _ULLONG
+    if n < lo or n > hi:
+        raise ValueError(f"argument must be between {lo} and {hi} inclusive")
 
 
-def _memory(lo: int, hi: int) -> _Validator:
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1024,
+    "m": 1000**2,
+    "mb": 1024**2,
+    "g": 1000**3,
+    "gb": 1024**3,
+}
+
+
+def memtoull(value: str) -> int | None:
+    """Redis 7.0's ``memtoull``: ASCII digits and an optional unit (b, k, kb, m, mb, g, gb,
+    any case), no sign; an empty number is 0, one past 2**64-1 saturates (strtoull), and the
+    unit multiplies modulo 2**64. None when malformed ("argument must be a memory value")."""
+    if value.startswith("-"):
+        return None
+    i = 0
+    while i < len(value) and "0" <= value[i] <= "9":
+        i += 1
+    mul = _UNITS.get(value[i:].lower())
+    if mul is None or i >= 128:
+        return None
+    digits = value[:i]
+    number = min(int(digits), _ULLONG - 1) if digits else 0
+    return (number * mul) % _ULLONG
+
+
+def _memory(lo: int, hi: int, *, unsigned: bool = True) -> _Validator:
+    """A memory parameter: :func:`memtoull`, then the bounds (a value of 2**63 or more reads
+    as negative for the signed ones, as C's cast does)."""
+
     def check(value: str) -> str:
-        text = value.lower()
-        mul = 1
-        for suffix in ("kb", "mb", "gb", "k", "m", "g"):
-            if text.endswith(suffix):
-                mul = _UNITS[suffix]
-                text = text[: -len(suffix)]
-                break
-        if not text or not (text.isdigit() or (text[0] == "-" and text[1:].isdigit())):
+        n = memtoull(value)
+        if n is None:
             raise ValueError("argument must be a memory value")
-        n = int(text) * mul
-        if n < lo or n > hi:
-            raise ValueError(f"argument must be between {lo} and {hi} inclusive")
-        return str(n)
+        if not unsigned and n > _LLONG_MAX:
+            n -= _ULLONG
+        _bounds(n, lo, hi, unsigned)
+        return str(n % _ULLONG if unsigned else n)
 
     return check
+
+
+def _hz(value: str) -> str:
+    # Redis clamps hz into 1..500 once accepted (updateHZ), and CONFIG GET shows the clamp.
+    return str(min(max(int(_int_range(0, 2**31 - 1)(value)), 1), 500))
+
+
+def _strtoll_to_int(text: str) -> int | None:
+    """``(int) strtoll(text, &end, 10)`` with ``*end == '\\0'`` required: leading blanks and a
+    sign allowed, int64 saturation, then C's truncation to 32 bits. None when text is left."""
+    body = text.lstrip(" \t\n\v\f\r")
+    sign = -1 if body[:1] == "-" else 1
+    if body[:1] in ("-", "+"):
+        body = body[1:]
+    if not body:
+        # strtoll consumed nothing: end points at the start, which is NUL only for "".
+        return 0 if not text else None
+    if not all("0" <= c <= "9" for c in body):
+        return None
+    n = max(min(sign * int(body.lstrip("0") or "0"), _LLONG_MAX), -_LLONG_MAX - 1)
+    n &= 0xFFFFFFFF
+    return n - 2**32 if n >= 2**31 else n
 
 
 def _bool(value: str) -> str:
@@ -86,20 +142,16 @@ def parse_client_output_buffer_limit(value: str) -> dict[str, tuple[int, int, in
     if not words or len(words) % 4:
         raise ValueError("Wrong number of arguments in buffer limit configuration.")
     out: dict[str, tuple[int, int, int]] = {}
-    mem = _memory(0, _LLONG_MAX)
     for i in range(0, len(words), 4):
         cls = _OBUF_CLASSES.get(words[i].lower())
         if cls is None:
             raise ValueError("Invalid client class specified in buffer limit configuration.")
-        try:
-            hard = int(mem(words[i + 1]))
-            soft = int(mem(words[i + 2]))
-            seconds = int(words[i + 3], 10)
-        except ValueError:
-            raise ValueError(
-                "Error in hard, soft or soft_seconds setting in buffer limit configuration."
-            ) from None
-        if seconds < 0:
+        # As Redis 7.0: memtoull for the sizes (2**64-1 and more saturate, unsigned), and
+        # strtoll truncated to a C int for the seconds, refused when that is negative.
+        hard = memtoull(words[i + 1])
+        soft = memtoull(words[i + 2])
+        seconds = _strtoll_to_int(words[i + 3])
+        if hard is None or soft is None or seconds is None or seconds < 0:
             raise ValueError(
                 "Error in hard, soft or soft_seconds setting in buffer limit configuration."
             )
@@ -118,7 +170,7 @@ def _client_output_buffer_limit(value: str) -> str:
 _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "stream-node-max-entries": ("100", _int_range(0, _LLONG_MAX)),
     "stream-node-max-bytes": ("4096", _memory(0, _LLONG_MAX)),
-    "maxmemory": ("0", _memory(0, _LLONG_MAX)),
+    "maxmemory": ("0", _memory(0, _ULLONG - 1)),
     "maxmemory-policy": (
         "noeviction",
         _enum(
@@ -136,7 +188,7 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "appendonly": ("no", _bool),
     "appendfsync": ("everysec", _enum("always", "everysec", "no")),
     "auto-aof-rewrite-percentage": ("100", _int_range(0, 2**31 - 1)),
-    "auto-aof-rewrite-min-size": ("67108864", _memory(0, _LLONG_MAX)),
+    "auto-aof-rewrite-min-size": ("67108864", _memory(0, _LLONG_MAX, unsigned=False)),
     "aof-load-truncated": ("yes", _bool),
     "aof-timestamp-enabled": ("no", None),
     # Unlike Redis (normal 0 0 0), normal clients are bounded by default: a client that
@@ -149,21 +201,21 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "save": ("", _any),
     "databases": ("16", None),
     "timeout": ("0", _int_range(0, 2**31 - 1)),
-    "hz": ("10", _int_range(0, 2**31 - 1)),
-    "maxclients": ("10000", _int_range(1, 2**32 - 1)),
+    "hz": ("10", _hz),
+    "maxclients": ("10000", _int_range(1, 2**32 - 1, unsigned=True)),
     "notify-keyspace-events": ("", _any),
     "lua-time-limit": ("5000", _int_range(0, _LLONG_MAX)),
     "busy-reply-threshold": ("5000", _int_range(0, _LLONG_MAX)),
-    "proto-max-bulk-len": ("536870912", _memory(1024 * 1024, _LLONG_MAX)),
+    "proto-max-bulk-len": ("536870912", _memory(1024 * 1024, _LLONG_MAX, unsigned=False)),
     "client-query-buffer-limit": ("1073741824", _memory(1024 * 1024, _LLONG_MAX)),
-    "hash-max-listpack-entries": ("128", _int_range(0, _LLONG_MAX)),
+    "hash-max-listpack-entries": ("128", _int_range(0, _LLONG_MAX, unsigned=True)),
     "hash-max-listpack-value": ("64", _memory(0, _LLONG_MAX)),
-    "zset-max-listpack-entries": ("128", _int_range(0, _LLONG_MAX)),
+    "zset-max-listpack-entries": ("128", _int_range(0, _LLONG_MAX, unsigned=True)),
     "zset-max-listpack-value": ("64", _memory(0, _LLONG_MAX)),
-    "set-max-intset-entries": ("512", _int_range(0, _LLONG_MAX)),
+    "set-max-intset-entries": ("512", _int_range(0, _LLONG_MAX, unsigned=True)),
     "list-max-listpack-size": ("-2", _int_range(-(2**31), 2**31 - 1)),
     "slowlog-log-slower-than": ("10000", _int_range(-1, _LLONG_MAX)),
-    "slowlog-max-len": ("128", _int_range(0, _LLONG_MAX)),
+    "slowlog-max-len": ("128", _int_range(0, _LLONG_MAX, unsigned=True)),
     "loglevel": ("notice", _enum("debug", "verbose", "notice", "warning")),
     "port": ("6379", None),
     "bind": ("* -::*", None),
@@ -180,6 +232,8 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "lazyfree-lazy-user-flush": ("no", _bool),
 }
 
+
+_ALIASES = {"lua-time-limit": "busy-reply-threshold", "busy-reply-threshold": "lua-time-limit"}
 
 # Parameters that parse like Redis's but cannot change while the engine runs.
 _FIXED = {
@@ -233,6 +287,9 @@ class EngineConfig:
         """Store an already validated value."""
         self.values[name] = value
         self.version += 1
+        if name in _ALIASES:
+            # Redis 7.0 renamed lua-time-limit busy-reply-threshold; both names are one value.
+            self.values[_ALIASES[name]] = value
         if name == "stream-node-max-entries":
             self.stream_node_max_entries = int(value)
         elif name == "stream-node-max-bytes":

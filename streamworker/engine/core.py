@@ -7,6 +7,7 @@ Redis is single-threaded: commands never interleave. :class:`Engine` reproduces 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from streamworker.engine.replies import Reply
 
 __all__ = ["Blocked", "ClientState", "Ctx", "Engine", "OnReady", "Propagator"]
+
+_log = logging.getLogger("streamworker.engine")
 
 
 def _wall_clock_ms() -> int:
@@ -116,6 +119,10 @@ class Engine:
         self.persistence: AppendOnlyFile | None = None
         # Lua scripting (a scripting.ScriptRuntime), created by the first EVAL/SCRIPT command.
         self.scripting: Any = None
+        # Called from a running script's count hook (every 100,000 Lua instructions, engine
+        # lock held) with the seconds the script has run: the server answers other clients
+        # BUSY from there once lua-time-limit has passed. None: nothing to do.
+        self.script_tick: Callable[[float], None] | None = None
 
     def set_clock(self, clock: Callable[[], int]) -> None:
         """Replace the engine clock (commands and key expiry both use it)."""
@@ -186,6 +193,38 @@ class Engine:
             if self.propagator is not None:
                 self._after_execute()
         return out
+
+    def execute_each(
+        self,
+        client: ClientState,
+        commands: Sequence[Sequence[bytes]],
+        sink: Callable[[Reply | Blocked], bool],
+    ) -> int:
+        """Run a pipeline under one lock acquisition, handing each reply to ``sink`` as soon
+        as its command has run (so no reply waits in memory for the others, as in Redis,
+        which writes each reply to the client's output buffer before it runs the next).
+
+        ``sink`` returns False to stop (the client went over its output limit, or quit).
+        Stops after a command that blocks too (the sink gets the :class:`Blocked`). Returns
+        how many commands ran; the caller keeps the rest.
+        """
+        done = 0
+        with self.lock:
+            dispatch = self._dispatch
+            try:
+                for argv in commands:
+                    reply = dispatch(client, argv)
+                    done += 1
+                    if self._ready:
+                        self._serve_ready()
+                    if not sink(reply) or type(reply) is Blocked:
+                        break
+            finally:
+                if time.monotonic() >= self._next_cron:
+                    self._cron()
+                if self.propagator is not None:
+                    self._after_execute()
+        return done
 
     def _after_execute(self) -> None:
         assert self.propagator is not None
@@ -370,11 +409,11 @@ class Engine:
 
     def _internal_error(self, spec: CommandSpec, exc: Exception) -> CommandError:
         # An engine bug must not take the caller (or the client that served a waiter) down with
-        # it: it becomes an error reply naming the exception.
+        # it: it becomes an error reply naming the command. The exception and its traceback go
+        # to the log, never to the client (its text is not a Redis reply and may leak data).
         self.stats_errors += 1
-        return CommandError(
-            f"ERR engine internal error in '{spec.name}': {type(exc).__name__}: {exc}"
-        )
+        _log.error("command %r failed with an engine bug", spec.name, exc_info=exc)
+        return CommandError(msgs.internal_error(spec.name))
 
     def _exec_abort(self, client: ClientState, text: str) -> CommandError:
         # A rejected EXEC discards the transaction and says why (Redis's execCommandAbort).
@@ -443,10 +482,8 @@ class Engine:
                     except CommandError as exc:
                         reply = exc
                     except Exception as exc:
-                        reply = CommandError(
-                            f"ERR engine internal error while unblocking: "
-                            f"{type(exc).__name__}: {exc}"
-                        )
+                        _log.error("serving a blocked client failed", exc_info=exc)
+                        reply = CommandError(msgs.internal_error("unblock"))
                     if prop is not None:
                         # A served client is a call of its own (Redis re-runs its command):
                         # its writes are logged as one unit.

@@ -14,6 +14,9 @@ WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 NOT_INTEGER = "ERR value is not an integer or out of range"
 NOT_FLOAT = "ERR value is not a valid float"
 NOT_POSITIVE = "ERR value is out of range, must be positive"
+COUNT_OUT_OF_RANGE_LONG = (
+    "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807"
+)
 INT_OUT_OF_RANGE = "ERR value is out of range, value must between -2147483648 and 2147483647"
 NO_SUCH_KEY = "ERR no such key"
 OVERFLOW = "ERR increment or decrement would overflow"
@@ -26,6 +29,11 @@ XREAD_UNBALANCED = (
 )
 TIMEOUT_NEGATIVE = "ERR timeout is negative"
 TIMEOUT_OUT_OF_RANGE = "ERR timeout is out of range"
+
+
+def internal_error(cmd: str) -> str:
+    """The reply to a command that hit an engine bug (the details are in the server log)."""
+    return f"ERR engine internal error in '{cmd}' (details in the server log)"
 
 
 def wrong_arity(cmd: str) -> str:

@@ -6,6 +6,13 @@
 * :func:`strtod_prefix` is bare ``strtod`` + "must consume everything" (range bounds).
 * :func:`ld_parse` / :func:`ld_format_human` emulate x86-64 ``long double`` (64-bit
   significand) for INCRBYFLOAT/HINCRBYFLOAT, with :class:`fractions.Fraction` as exact carrier.
+
+**Bounded work.** Every function here does work bounded by a constant plus the length of its
+input, whatever the input says: an exponent like ``1e999999999`` is judged by its order of
+magnitude (overflow or underflow) before any power of ten is built, a mantissa longer than
+:data:`_LD_SIG_DIGITS` significant digits is cut to that many plus a sticky digit (which
+rounds exactly as the whole would), and no integer is converted to or from text through
+Python's 4300-digit-limited ``int``/``str`` (it raises ValueError past that limit).
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from typing import Final
 __all__ = [
     "LLONG_MAX",
     "LLONG_MIN",
+    "digits_to_int",
+    "int_to_text",
     "ld_add",
     "ld_format_human",
     "ld_parse",
@@ -165,25 +174,129 @@ def _round_ld(x: Fraction) -> LongDouble:
     return LongDouble(sign * result)
 
 
+# Significant decimal digits kept when parsing a long double. The exact decimal expansion of
+# a point halfway between two long doubles has at most ~11,500 significant digits (the
+# smallest denormal is 2**-16445), so cutting after 12,000 plus a sticky nonzero digit rounds
+# every input exactly as its full text would.
+_LD_SIG_DIGITS: Final = 12_000
+# Decimal orders of magnitude outside which a long double overflows (max ~1.19e4932) or
+# underflows to zero (half the smallest denormal ~1.8e-4951), with a margin of one.
+_LD_MAX_DEC_ORDER: Final = 4934
+_LD_MIN_DEC_ORDER: Final = -4952
+# Significant hex digits kept (a 64-bit significand needs 17; the rest is a sticky digit).
+_LD_SIG_HEX_DIGITS: Final = 40
+_DEC_PARTS_RE: Final = re.compile(rb"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?\Z")
+_HEX_PARTS_RE: Final = re.compile(
+    rb"([+-]?)0[xX]([0-9a-fA-F]*)(?:\.([0-9a-fA-F]*))?(?:[pP]([+-]?[0-9]+))?\Z"
+)
+# Exponents are clamped to this many digits before int(): anything longer is far outside
+# every range checked here, and int() of a long text is not free.
+_EXP_DIGITS_MAX: Final = 12
+
+
+def _exponent(text: bytes | None) -> int:
+    if not text:
+        return 0
+    neg = text[:1] == b"-"
+    digits = text.lstrip(b"+-").lstrip(b"0")
+    value = 10**_EXP_DIGITS_MAX if len(digits) > _EXP_DIGITS_MAX else int(digits or b"0")
+    return -value if neg else value
+
+
+def digits_to_int(digits: bytes, base: int = 10) -> int:
+    """``int(digits, base)`` for any length: chunked below CPython's 4300-digit limit."""
+    chunk = 4000
+    if len(digits) <= chunk:
+        return int(digits, base) if digits else 0
+    value = 0
+    step = base**chunk
+    for i in range(0, len(digits), chunk):
+        part = digits[i : i + chunk]
+        value = value * (step if len(part) == chunk else base ** len(part)) + int(part, base)
+    return value
+
+
+def int_to_text(value: int) -> str:
+    """``str(value)`` for any size: split below CPython's 4300-digit limit."""
+    if -(10**4000) < value < 10**4000:
+        return str(value)
+    if value < 0:
+        return "-" + int_to_text(-value)
+    high, low = divmod(value, 10**4000)
+    return int_to_text(high) + str(low).rjust(4000, "0")
+
+
+def _ld_from_decimal(sign: bytes, ip: bytes, fp: bytes, ex: bytes | None) -> LongDouble:
+    # Exact value: int(ip + fp) * 10**(exponent - len(fp)), sign apart.
+    neg = sign == b"-"
+    digits = (ip + fp).lstrip(b"0")
+    if not digits:
+        return LongDouble(Fraction(0))
+    scale = _exponent(ex) - len(fp)
+    stripped = digits.rstrip(b"0")
+    scale += len(digits) - len(stripped)
+    digits = stripped
+    order = len(digits) + scale  # 10**(order-1) <= |value| < 10**order
+    if order > _LD_MAX_DEC_ORDER:
+        return LongDouble(Fraction(0), -1 if neg else 1)
+    if order < _LD_MIN_DEC_ORDER:
+        return LongDouble(Fraction(0))
+    if len(digits) > _LD_SIG_DIGITS:
+        scale += len(digits) - _LD_SIG_DIGITS - 1
+        digits = digits[:_LD_SIG_DIGITS] + b"1"  # sticky: the cut part was nonzero
+    mantissa = digits_to_int(digits)
+    exact = Fraction(mantissa * 10**scale) if scale >= 0 else Fraction(mantissa, 10**-scale)
+    return _round_ld(-exact if neg else exact)
+
+
+def _ld_from_hex(sign: bytes, ip: bytes, fp: bytes, ex: bytes | None) -> LongDouble:
+    neg = sign == b"-"
+    digits = (ip + fp).lstrip(b"0")
+    if not digits:
+        return LongDouble(Fraction(0))
+    scale = _exponent(ex) - 4 * len(fp)
+    stripped = digits.rstrip(b"0")
+    scale += 4 * (len(digits) - len(stripped))
+    digits = stripped
+    order = 4 * len(digits) + scale  # |value| < 2**order
+    if order > _LD_MAX_EXP + 4:
+        return LongDouble(Fraction(0), -1 if neg else 1)
+    if order < _LD_MIN_EXP - 8:
+        return LongDouble(Fraction(0))
+    if len(digits) > _LD_SIG_HEX_DIGITS:
+        scale += 4 * (len(digits) - _LD_SIG_HEX_DIGITS - 1)
+        digits = digits[:_LD_SIG_HEX_DIGITS] + b"1"
+    mantissa = int(digits, 16)
+    exact = Fraction(mantissa << scale) if scale >= 0 else Fraction(mantissa, 1 << -scale)
+    return _round_ld(-exact if neg else exact)
+
+
 def ld_parse(buf: bytes) -> LongDouble | None:
-    """Redis's ``getLongDoubleFromObject`` (strtold with the same checks as doubles)."""
+    """Redis's ``getLongDoubleFromObject`` (strtold with the same checks as doubles): the
+    value, or None for text strtold does not consume whole, overflow, underflow to zero, NaN.
+    Work is bounded whatever the exponent (see the module docstring)."""
     if not buf or buf[0] in _WS:
         return None
-    if _DEC_RE.match(buf):
-        exact = Fraction(buf.decode())
-        ld = _round_ld(exact)
+    m = _DEC_PARTS_RE.match(buf)
+    if m is not None and _DEC_RE.match(buf):
+        sign, ip, fp, ex = m.groups()
+        ld = _ld_from_decimal(sign, ip, fp or b"", ex)
         if not ld.is_finite():
             return None  # ERANGE overflow
-        if ld.value == 0 and exact != 0:
+        if ld.value == 0 and (ip + (fp or b"")).strip(b"0"):
             return None  # ERANGE underflow to zero
         return ld
     if _INF_RE.match(buf):
         return LongDouble(Fraction(0), -1 if buf[:1] == b"-" else 1)
-    if _HEX_RE.match(buf):
-        res = _strtod_full(buf)
-        if res is None or res[1]:
+    m = _HEX_PARTS_RE.match(buf)
+    if m is not None and _HEX_RE.match(buf):
+        sign, ip, fp, ex = m.groups()
+        ld = _ld_from_hex(sign, ip, fp or b"", ex)
+        if not ld.is_finite():
             return None
-        return _round_ld(Fraction(res[0]))
+        if ld.value == 0 and (ip + (fp or b"")).strip(b"0"):
+            return None
+        return ld
     return None
 
 
@@ -212,7 +325,7 @@ def ld_format_human(x: LongDouble) -> bytes:
     if 2 * r > scaled.denominator or (2 * r == scaled.denominator and q & 1):
         q += 1
     int_part, frac = divmod(q, 10**17)
-    text = f"{int_part}.{frac:017d}".rstrip("0").rstrip(".")
+    text = f"{int_to_text(int_part)}.{frac:017d}".rstrip("0").rstrip(".")
     if neg:
         text = "-" + text
     if text == "-0":

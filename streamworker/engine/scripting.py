@@ -5,6 +5,18 @@ by :func:`runtime_for`) owns a Lua 5.1 state (``lupa.lua51``), the script cache 
 compiled chunk) and the client the scripts' commands run as. A script runs entirely under the
 engine lock: nothing interleaves with it, as in Redis.
 
+**Runaway scripts.** A count hook runs every 100,000 Lua instructions (a few ms). It calls the
+engine's ``script_tick`` (the RESP server's busy mode, :mod:`.server`) and fails the script
+once SCRIPT KILL was accepted. The script runs on the thread that received EVAL (the server's
+event loop): the hook, not a second thread, is what answers other clients while it runs, so
+no command ever runs beside a script and no lock is shared with another thread. Once the
+script has run ``lua-time-limit`` ms the server's hook reads every other client's input and
+answers ``-BUSY`` to each command, except SCRIPT KILL (:meth:`ScriptRuntime.request_kill`:
+accepted before the script's first write, ``-UNKILLABLE`` after it, decided under one lock
+with that first write) and SHUTDOWN NOSAVE, which ends the process without the script's
+writes. A script stuck inside one command (not in Lua code) does not tick until the command
+returns.
+
 What a script sees is what Redis 7.0.15 sets up, checked against redis-server by the
 differential tests:
 
@@ -44,6 +56,7 @@ import hashlib
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
@@ -146,10 +159,11 @@ class Script:
 class _RunState:
     """The script being run (mutable: ``redis.setresp`` / ``redis.set_repl`` change it)."""
 
-    __slots__ = ("propagate", "read_only", "running", "sha", "wrote")
+    __slots__ = ("propagate", "read_only", "running", "sha", "started", "wrote")
 
     def __init__(self) -> None:
         self.sha = ""
+        self.started = 0.0  # time.monotonic() when the script started
         self.read_only = False
         self.propagate = True
         self.running = False
@@ -961,6 +975,7 @@ class ScriptRuntime:
         sctx.in_multi = caller.in_multi or caller.client.in_multi
         new_array = self._new_array
         self._kill = False
+        st.started = time.monotonic()
         st.running = True
         try:
             res = self._run(script.fn, new_array(keys), new_array(args), 100_000)
@@ -979,7 +994,18 @@ class ScriptRuntime:
         return self.lua.table_from(items)
 
     def _tick(self) -> bool:
+        # The count hook, every 100,000 instructions: the transport's busy work, then "was
+        # SCRIPT KILL accepted?" (it may have been, by the busy work).
+        tick = self.engine.script_tick
+        if tick is not None and not self._kill:
+            tick(time.monotonic() - self._st.started)
         return self._kill
+
+    @property
+    def running_for_s(self) -> float:
+        """How long the running script has run (0.0 when none runs)."""
+        st = self._st
+        return time.monotonic() - st.started if st.running else 0.0
 
     def _reply(self, res: Any, sha: str, resp3: bool) -> Reply:
         tags: bytes = res[0]

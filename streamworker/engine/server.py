@@ -5,11 +5,16 @@ Redis client: redis-cli, redis-py, redis-benchmark. Commands run on an :class:`E
 directly in the event loop (they are short; the engine lock is uncontended in a server
 process). What it does as Redis does:
 
-* **Pipelining**: every complete command in a read is executed in one ``execute_many`` and the
-  replies leave in one write.
+* **Pipelining**: the complete commands of a read run under one engine lock acquisition
+  (``execute_each``); each reply is encoded as soon as its command has run, and handed to the
+  socket whenever 64 KB have gathered, when the output buffer limit is checked too: a client
+  that does not read is disconnected before its next command runs, so a pipeline of huge
+  replies costs at most the limit plus one reply, as in Redis.
 * **Blocking commands** (XREAD/XREADGROUP BLOCK): the client waits without blocking the loop;
   it is served in FIFO order by the engine's waiter queues, or answered with the null reply at
-  its deadline. Commands it pipelined behind the blocking one wait for it.
+  its deadline. Commands it pipelined behind the blocking one wait for it; what it sends
+  meanwhile is kept as raw bytes (parsed once it is served, one read at a time), as Redis
+  keeps a blocked client's query buffer, and counts against ``client-query-buffer-limit``.
 * **Persistence** (``--dir``): the engine logs writes to its append-only file (:mod:`.aof`).
   The file is written before any reply leaves; with ``appendfsync always`` the replies of one
   event-loop turn wait for one fsync (group commit), so no client is told about a write that
@@ -21,8 +26,18 @@ process). What it does as Redis does:
   ``client-query-buffer-limit`` is disconnected; ``maxclients``; idle ``timeout``.
 * **Protected mode**: binding a non-loopback address without ``requirepass`` is refused.
 
+* **Runaway scripts** (busy mode): a script that has run ``lua-time-limit`` ms (5000, CONFIG
+  SET-able) makes the server answer every other client from the script's count hook (see
+  :mod:`.scripting`): ``-BUSY`` to each command, SCRIPT KILL (OK before the script's first
+  write, ``-UNKILLABLE`` after it), SHUTDOWN NOSAVE (exit without the script's writes; the
+  file keeps every write before it). New connections are accepted and answered the same way.
+
 Shut down with SIGTERM or SIGINT: the server stops accepting, flushes and fsyncs the file,
-closes the connections and returns.
+closes the connections and returns. The signal is taken by a Python handler, which runs
+between any two bytecodes, not only when the event loop gets back control: during a script
+it ends the process at the script's next count hook (as SHUTDOWN NOSAVE), and if the server
+has not exited 10 s after it (a command that never returns), a watchdog thread fsyncs the
+file and ends the process.
 """
 
 from __future__ import annotations
@@ -31,8 +46,11 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
+import select
 import signal
 import socket
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -44,13 +62,16 @@ from streamworker.engine.aof import AppendOnlyFile, open_persistent
 from streamworker.engine.config import parse_client_output_buffer_limit
 from streamworker.engine.context import Blocked
 from streamworker.engine.core import Engine
+from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import ProtocolError, RequestParser, encode_into
 
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState
+    from streamworker.engine.replies import Reply
 
 __all__ = [
     "EngineServer",
+    "ListenError",
     "ProtectedModeError",
     "ServerOptions",
     "check_protected_mode",
@@ -59,14 +80,19 @@ __all__ = [
 
 _log = logging.getLogger("streamworker.engine.server")
 
-# Commands after which the rest of a pipeline must see the new connection state: the reply
-# encoding (HELLO, RESET) or no more commands at all (QUIT).
-_SWITCHERS = frozenset({b"hello", b"reset", b"quit"})
 _CRON_INTERVAL_S = 0.1
+# Replies are handed to the socket once this many bytes wait (and the output limit checked).
+_WRITE_CHUNK = 64 * 1024
+# After SIGTERM/SIGINT, a process still running this much later is ended by a watchdog.
+_SHUTDOWN_WATCHDOG_S = 10.0
 
 
 class ProtectedModeError(ValueError):
     """Refusal to listen on a non-loopback address without a password."""
+
+
+class ListenError(Exception):
+    """The server cannot listen on an address (port in use, address not available...)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +108,9 @@ class ServerOptions:
     data_dir: Path | None = None
     appendfsync: str = "everysec"
     requirepass: str | None = None
+    aof_skip_damaged: bool = False
+    """Load past damaged append-only file records (each logged at error level) instead of
+    refusing to start."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -115,6 +144,8 @@ class _Connection(asyncio.Protocol):
         "blocked",
         "client",
         "closing",
+        "held",
+        "held_bytes",
         "out",
         "parser",
         "proto_error",
@@ -132,9 +163,15 @@ class _Connection(asyncio.Protocol):
         self.parser = RequestParser()
         self.out = bytearray()
         self.blocked: Blocked | None = None
-        # Commands received behind a blocking one (run once it is served).
+        # Commands parsed in the same read as a blocking one, behind it (run once it is
+        # served): at most one read's worth.
         self.queued: deque[list[bytes]] = deque()
         self.queued_bytes = 0
+        # Reads that arrived while the client was blocked, kept as raw bytes and parsed only
+        # once it is served, as Redis leaves a blocked client's query buffer unparsed: a
+        # parsed command costs several times its wire size.
+        self.held: deque[bytes] = deque()
+        self.held_bytes = 0
         self.proto_error: ProtocolError | None = None
         self.closing = False
         self.soft_since = 0.0
@@ -143,7 +180,7 @@ class _Connection(asyncio.Protocol):
     # -- ClientIO (CLIENT LIST) -----------------------------------------------------------
 
     def query_buffer_bytes(self) -> int:
-        return self.parser.pending + self.queued_bytes
+        return self.parser.pending + self.queued_bytes + self.held_bytes
 
     def output_buffer_bytes(self) -> int:
         size = len(self.out)
@@ -193,9 +230,13 @@ class _Connection(asyncio.Protocol):
             self.client.io = None
         self.out = bytearray()
         self.queued.clear()
+        self.held.clear()
+        self.held_bytes = 0
 
     def data_received(self, data: bytes) -> None:
-        if self.closing:
+        if self.closing or self.proto_error is not None:
+            # After a protocol error nothing more is read (the connection closes once the
+            # commands before the error are answered).
             return
         client = self.client
         assert client is not None
@@ -203,28 +244,23 @@ class _Connection(asyncio.Protocol):
         server = self.server
         if server.engine.config.version != server.cfg_version:
             server.refresh_config()
-        try:
-            cmds = self.parser.feed(data)
-        except ProtocolError as exc:
-            cmds = exc.commands
-            self.proto_error = exc
-        if self.blocked is not None or self.queued:
-            for argv in cmds:
-                self.queued.append(argv)
-                self.queued_bytes += sum(map(len, argv)) + 16 * len(argv)
-        elif cmds:
-            self._run(cmds)
+        if self.blocked is not None or self.queued or self.held:
+            self.held.append(data)
+            self.held_bytes += len(data)
+        else:
+            self._consume(data)
         if self._gone():
             return
-        if self.blocked is None and not self.queued and self.proto_error is not None:
-            self._protocol_error(self.proto_error)
+        err = self._due_proto_error()
+        if err is not None:
+            self._protocol_error(err)
             return
-        if self.parser.pending + self.queued_bytes > server.query_buffer_limit:
+        if self.query_buffer_bytes() > server.query_buffer_limit:
             _log.warning(
                 "closing client that reached max query buffer length: id=%d addr=%s (qbuf=%d)",
                 client.id,
                 client.addr,
-                self.parser.pending + self.queued_bytes,
+                self.query_buffer_bytes(),
             )
             self._close_now()
             return
@@ -233,63 +269,84 @@ class _Connection(asyncio.Protocol):
 
     # -- running commands ---------------------------------------------------------------
 
+    def _consume(self, data: bytes) -> None:
+        # Parses one read and runs its commands (until one blocks).
+        try:
+            cmds = self.parser.feed(data)
+        except ProtocolError as exc:
+            cmds = exc.commands
+            self.proto_error = exc
+        if cmds:
+            self._run(cmds)
+
+    def _drain(self) -> None:
+        # Runs what waited behind a blocking command: the commands of its read, then the
+        # reads held meanwhile, one at a time (each one's replies are sent before the next
+        # is parsed), until the client blocks again, errs or goes.
+        while not self.closing and self.blocked is None:
+            if self.queued:
+                more = list(self.queued)
+                self.queued.clear()
+                self.queued_bytes = 0
+                self._run(more)
+            elif self.held and self.proto_error is None:
+                data = self.held.popleft()
+                self.held_bytes -= len(data)
+                self._consume(data)
+                if self.out and not self.closing:
+                    self.server.send(self)
+            else:
+                break
+
     def _run(self, cmds: list[list[bytes]]) -> None:
-        # Runs commands until one blocks or the client asks to quit; the rest are queued.
+        # Runs commands until one blocks, the client quits or goes over its output limit;
+        # the commands after a blocking one are queued.
         server = self.server
-        engine = server.engine
         client = self.client
         assert client is not None
-        out = self.out
-        switch = False
-        for argv in cmds:
-            if argv[0].lower() in _SWITCHERS:
-                switch = True
-                break
-        if not switch:
-            if len(cmds) == 1:
-                reply = engine.execute(client, cmds[0])
-                if type(reply) is Blocked:
-                    self._block(reply)
-                else:
-                    encode_into(out, reply, client.resp)
-            else:
-                results = engine.execute_many(client, cmds)
-                resp = client.resp
-                for reply in results:
-                    # Bulk strings and integers (XADD's ID, XACK's count) inline: the encoder's
-                    # dispatch would cost as much as the reply.
-                    if type(reply) is bytes:
-                        out += b"$%d\r\n%b\r\n" % (len(reply), reply)
-                    elif type(reply) is int:
-                        out += b":%d\r\n" % reply
-                    elif type(reply) is Blocked:
-                        self._block(reply)
-                        break
-                    else:
-                        encode_into(out, reply, resp)
-                if len(results) < len(cmds):
-                    self.queued.extend(cmds[len(results) :])
-        else:
-            for i, argv in enumerate(cmds):
-                reply = engine.execute(client, argv)
-                if type(reply) is Blocked:
-                    self._block(reply)
-                    self.queued.extend(cmds[i + 1 :])
-                    break
-                encode_into(out, reply, client.resp)
-                if client.closed:
-                    # QUIT: the reply goes out, nothing after it runs.
-                    self.closing = True
-                    server.send(self, force=True)
-                    if self.transport is not None:
-                        self.transport.close()
-                    return
+        server.executing = self
+        try:
+            done = server.engine.execute_each(client, cmds, self._sink)
+        finally:
+            server.executing = None
         self.parser.authenticated = client.authenticated
-        if self.queued and self.blocked is None:
-            self.queued_bytes = 0
-            more = list(self.queued)
-            self.queued.clear()
-            self._run(more)
+        if client.closed and not self.closing:
+            # QUIT: the reply goes out, nothing after it runs.
+            self.closing = True
+            server.send(self, force=True)
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if done < len(cmds) and not self.closing:
+            rest = cmds[done:]
+            self.queued.extend(rest)
+            self.queued_bytes += sum(sum(map(len, argv)) + 16 * len(argv) for argv in rest)
+
+    def _sink(self, reply: Reply | Blocked) -> bool:
+        # Each reply goes to the output buffer as soon as its command has run; a buffer past
+        # _WRITE_CHUNK is handed to the socket at once (so a reading client gets its first
+        # byte early) and the output limit is checked (so a client that does not read is
+        # dropped before the next command runs, as Redis does). False stops the pipeline.
+        out = self.out
+        # Bulk strings and integers (XADD's ID, XACK's count) inline: the encoder's dispatch
+        # would cost as much as the reply.
+        if type(reply) is bytes:
+            out += b"$%d\r\n%b\r\n" % (len(reply), reply)
+        elif type(reply) is int:
+            out += b":%d\r\n" % reply
+        elif isinstance(reply, Blocked):
+            self._block(reply)
+            return False
+        else:
+            client = self.client
+            assert client is not None
+            encode_into(out, reply, client.resp)
+            if client.closed:
+                return False
+        if len(out) >= _WRITE_CHUNK:
+            self.server.push(self)
+            return not self.closing
+        return True
 
     def _block(self, blocked: Blocked) -> None:
         self.blocked = blocked
@@ -317,17 +374,20 @@ class _Connection(asyncio.Protocol):
         assert client is not None
         assert blocked.reply is not None
         encode_into(self.out, blocked.reply, client.resp)
-        if self.queued:
-            self.queued_bytes = 0
-            more = list(self.queued)
-            self.queued.clear()
-            self._run(more)
+        self._drain()
         if self._gone():
             return
-        if self.blocked is None and not self.queued and self.proto_error is not None:
-            self._protocol_error(self.proto_error)
+        err = self._due_proto_error()
+        if err is not None:
+            self._protocol_error(err)
             return
         self.server.send(self)
+
+    def _due_proto_error(self) -> ProtocolError | None:
+        # The protocol error to answer now: once every command before it has run.
+        if self.blocked is None and not self.queued:
+            return self.proto_error
+        return None
 
     # -- writing and closing --------------------------------------------------------------
 
@@ -395,7 +455,7 @@ class EngineServer:
         self.requested_port = port
         self.port = port
         self.connections: set[_Connection] = set()
-        self._servers: list[asyncio.AbstractServer] = []
+        self._servers: list[asyncio.Server] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[_Connection] = []
         self._flush_scheduled = False
@@ -408,6 +468,17 @@ class EngineServer:
         self.obuf_soft = 0
         self.obuf_soft_s = 0
         self.idle_timeout_s = 0
+        self.busy_after_s = 5.0
+        # Busy mode (a script past lua-time-limit): the connection running it, the sockets
+        # accepted meanwhile (adopted by the event loop once it runs again), when the
+        # sockets were last polled.
+        self.executing: _Connection | None = None
+        self._busy_accepted: list[tuple[socket.socket, _Connection]] = []
+        self._busy_polled = 0.0
+        self._busy_logged = False
+        # Set by the SIGTERM/SIGINT handler (see run_server).
+        self.stop_requested = False
+        engine.script_tick = self._script_tick
         self.refresh_config()
 
     @property
@@ -427,6 +498,7 @@ class EngineServer:
         limits = parse_client_output_buffer_limit(cfg.get("client-output-buffer-limit") or "")
         self.obuf_hard, self.obuf_soft, self.obuf_soft_s = limits.get("normal", (0, 0, 0))
         self.idle_timeout_s = int(cfg.get("timeout") or 0)
+        self.busy_after_s = int(cfg.get("lua-time-limit") or 0) / 1000
         for conn in self.connections:
             conn.parser.max_bulk_len = self.max_bulk_len
 
@@ -436,13 +508,20 @@ class EngineServer:
         hosts = self.bind.split() or ["127.0.0.1"]
         port = self.requested_port
         for host in hosts:
-            srv = await self._loop.create_server(
-                lambda: _Connection(self),
-                host=host,
-                port=port,
-                reuse_address=True,
-                backlog=511,
-            )
+            try:
+                srv = await self._loop.create_server(
+                    lambda: _Connection(self),
+                    host=host,
+                    port=port,
+                    reuse_address=True,
+                    backlog=511,
+                )
+            except OSError as exc:
+                for started in self._servers:
+                    started.close()
+                self._servers = []
+                reason = os.strerror(exc.errno) if exc.errno else str(exc)
+                raise ListenError(f"cannot listen on {host} port {port}: {reason}") from exc
             self._servers.append(srv)
             if port == 0:
                 port = srv.sockets[0].getsockname()[1]
@@ -502,6 +581,24 @@ class EngineServer:
                 aof.flush()
         conn.write_out()
 
+    def push(self, conn: _Connection) -> None:
+        """Mid-pipeline (engine lock held): hand ``conn``'s replies to the socket if the
+        writes they depend on allow it, then enforce its output buffer limit on everything
+        unsent (what the socket has not taken and what still waits for an fsync)."""
+        aof = self.aof
+        transport = conn.transport
+        if transport is None or transport.is_closing():
+            return
+        if aof is None or not aof.needs_sync:
+            if aof is not None and aof.buf:
+                aof.flush()
+            data = conn.out
+            conn.out = bytearray()
+            transport.write(data)
+        pending = len(conn.out) + transport.get_write_buffer_size()
+        if pending:
+            self.check_output_limit(conn, pending)
+
     def _flush_all(self) -> None:
         self._flush_scheduled = False
         aof = self.aof
@@ -536,6 +633,139 @@ class EngineServer:
                 pending,
             )
             conn._close_now()
+
+    # -- busy mode (a runaway script) -------------------------------------------------------
+
+    def _script_tick(self, running_s: float) -> None:
+        # The running script's count hook (event loop thread, engine lock held).
+        if self.stop_requested:
+            self.exit_now("a shutdown signal arrived")
+        if running_s < self.busy_after_s:
+            self._busy_logged = False
+            return
+        now = time.monotonic()
+        if now - self._busy_polled < 0.01:
+            return
+        self._busy_polled = now
+        if not self._busy_logged:
+            self._busy_logged = True
+            _log.warning(
+                "a script has run for %.1f s (lua-time-limit): answering other clients BUSY; "
+                "SCRIPT KILL or SHUTDOWN NOSAVE stop it",
+                running_s,
+            )
+        try:
+            self._serve_busy()
+        except OSError as exc:  # pragma: no cover - a socket error must not fail the script
+            _log.warning("busy mode: %s", exc)
+
+    def _serve_busy(self) -> None:
+        # One non-blocking pass over the sockets: accept, read, answer.
+        fds: dict[int, _Connection | socket.socket | None] = {}
+        for conn in self.connections:
+            transport = conn.transport
+            if (
+                conn is self.executing
+                or conn.closing
+                or transport is None
+                or conn.blocked is not None
+                or conn.held
+                or conn.queued
+            ):
+                continue  # their input is answered in order once the script ends
+            tsock = transport.get_extra_info("socket")
+            if tsock is not None:
+                fds[tsock.fileno()] = conn
+        for sock, _ in self._busy_accepted:
+            fds[sock.fileno()] = None
+        listeners: dict[int, socket.socket] = {}
+        for srv in self._servers:
+            for lsock in srv.sockets:
+                listeners[lsock.fileno()] = lsock
+        ready, _, _ = select.select([*fds, *listeners], [], [], 0)
+        for fd in ready:
+            if fd in listeners:
+                self._busy_accept(listeners[fd])
+                continue
+            try:
+                data = os.read(fd, 65536)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                data = b""
+            target = fds[fd]
+            if isinstance(target, _Connection):
+                if data:
+                    reply = self._busy_replies(target, data)
+                    if reply and target.transport is not None:
+                        target.transport.write(reply)
+            else:
+                for sock, conn in self._busy_accepted:
+                    if sock.fileno() == fd:
+                        reply = self._busy_replies(conn, data) if data else b""
+                        with contextlib.suppress(OSError):
+                            sock.sendall(reply)
+                        break
+
+    def _busy_accept(self, listener: socket.socket) -> None:
+        # A new client while the loop is stuck: answered here, adopted by the loop later.
+        lsock = socket.socket(fileno=os.dup(listener.fileno()))
+        try:
+            sock, _ = lsock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        finally:
+            lsock.close()
+        sock.setblocking(False)
+        conn = _Connection(self)
+        self._busy_accepted.append((sock, conn))
+        self.loop.create_task(self._adopt(sock, conn))
+
+    async def _adopt(self, sock: socket.socket, conn: _Connection) -> None:
+        # Runs once the event loop is back: the socket becomes an ordinary connection.
+        with contextlib.suppress(ValueError):
+            self._busy_accepted.remove((sock, conn))
+        try:
+            await self.loop.connect_accepted_socket(lambda: conn, sock)
+        except OSError:
+            sock.close()
+
+    def _busy_replies(self, conn: _Connection, data: bytes) -> bytes:
+        # Redis's answers while a script is busy: BUSY for everything but SCRIPT KILL and
+        # SHUTDOWN NOSAVE.
+        try:
+            cmds = conn.parser.feed(data)
+        except ProtocolError as exc:
+            cmds = exc.commands
+        out = bytearray()
+        resp = conn.client.resp if conn.client is not None else 2
+        runtime = self.engine.scripting
+        for argv in cmds:
+            name = argv[0].lower()
+            words = [a.lower() for a in argv[1:]]
+            if name == b"script" and words == [b"kill"] and runtime is not None:
+                reply = runtime.request_kill()
+            elif name == b"function" and words == [b"kill"] and runtime is not None:
+                # Redis's scriptKill: "has it written?" first, then "not a function".
+                reply = CommandError(msgs.UNKILLABLE if runtime.written else msgs.BUSY_SCRIPT)
+            elif name == b"shutdown" and b"nosave" in words:
+                self.exit_now("SHUTDOWN NOSAVE during a busy script")
+            else:
+                reply = CommandError(msgs.BUSY_SCRIPT)
+            encode_into(out, reply, resp)
+        return bytes(out)
+
+    def exit_now(self, why: str, status: int = 0) -> None:
+        """End the process at once (SHUTDOWN NOSAVE, or a signal, during a script): the file
+        gets every write logged before the running command, not that command's."""
+        _log.warning("%s: exiting now, without the running command's writes", why)
+        aof = self.aof
+        if aof is not None:
+            with contextlib.suppress(OSError):
+                aof.flush()
+                aof.fsync()
+        logging.shutdown()
+        os._exit(status)
 
     # -- housekeeping --------------------------------------------------------------------
 
@@ -588,7 +818,11 @@ def open_engine(options: ServerOptions) -> tuple[Engine, AppendOnlyFile | None]:
     aof = None
     if options.data_dir is not None:
         aof = open_persistent(
-            options.data_dir, engine, appendfsync=options.appendfsync, auto_flush=False
+            options.data_dir,
+            engine,
+            appendfsync=options.appendfsync,
+            auto_flush=False,
+            skip_damaged=options.aof_skip_damaged,
         )
     else:
         engine.config.set("appendfsync", options.appendfsync)
@@ -606,8 +840,8 @@ async def run_server(
 ) -> int:
     """Run ``streamworker engine serve`` until SIGTERM/SIGINT (or ``stop``); returns 0.
 
-    Raises :class:`ProtectedModeError`, :class:`~.aof.PersistenceError` or OSError (port in
-    use) before serving. ``ready``, if given, is called with the server once it listens.
+    Raises :class:`ProtectedModeError`, :class:`~.aof.PersistenceError` (the data directory
+    or its file cannot be used, or is damaged) or :class:`ListenError` before serving. ``ready``, if given, is called with the server once it listens.
     """
     check_protected_mode(options.bind, options.requirepass)
     engine, aof = open_engine(options)
@@ -616,11 +850,25 @@ async def run_server(
         await server.start()
         loop = asyncio.get_running_loop()
         stop = stop or asyncio.Event()
-        installed: list[signal.Signals] = []
+        stop_event = stop
+        installed: list[tuple[signal.Signals, Any]] = []
+
+        def on_signal(signum: int, frame: Any) -> None:
+            # A Python handler runs between two bytecodes even while a command (a script)
+            # holds the loop: the script's count hook sees stop_requested, the loop the event,
+            # and the watchdog ends a process that is stuck anyway.
+            if server.stop_requested:
+                return
+            server.stop_requested = True
+            _log.warning("received signal %d: shutting down", signum)
+            loop.call_soon_threadsafe(stop_event.set)
+            watchdog = threading.Timer(_SHUTDOWN_WATCHDOG_S, server.exit_now, ("shutdown stuck", 1))
+            watchdog.daemon = True
+            watchdog.start()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, stop.set)
-                installed.append(sig)
+            with contextlib.suppress(ValueError):  # not the main thread: no signals
+                installed.append((sig, signal.signal(sig, on_signal)))
         where = f"data in {aof.dir}, appendfsync {aof.policy}" if aof else "in memory only"
         _log.info(
             "streamworker engine (Redis 7.0.15 compatible) ready to accept connections on "
@@ -634,8 +882,8 @@ async def run_server(
         try:
             await server.serve_until(stop)
         finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
+            for sig, previous in installed:
+                signal.signal(sig, previous)
         _log.warning(
             "streamworker engine: shut down (%d connections closed)", len(server.connections)
         )

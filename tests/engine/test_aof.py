@@ -285,7 +285,9 @@ def test_a_torn_last_record_is_dropped_with_a_warning_at_every_cut(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     data = _write_two_records(tmp_path / "full")
-    last = data.rindex(b"*3\r\n$3\r\nSET")
+    # The last record starts with its checksum line.
+    last = data.rindex(b"#C:")
+    assert data[last:].index(b"*3\r\n$3\r\nSET") == len(b"#C:01234567\r\n")
     for cut in range(last + 1, len(data)):
         directory = tmp_path / f"cut{cut}"
         directory.mkdir()
@@ -332,12 +334,13 @@ def test_an_incomplete_transaction_at_the_end_is_reverted(tmp_path: Path) -> Non
     aof.close()
     path = tmp_path / "d" / AOF_FILENAME
     data = path.read_bytes()
-    path.write_bytes(data[: data.rindex(b"*1\r\n$4\r\nEXEC")])
+    crc_line = len(b"#C:01234567\r\n")
+    path.write_bytes(data[: data.rindex(b"*1\r\n$4\r\nEXEC") - crc_line])
     again = open_persistent(tmp_path / "d")
     try:
         assert Session(again.engine)("MGET", "before", "x", "y")[0] == b"1"
         assert Session(again.engine)("EXISTS", "x", "y") == 0
-        assert path.read_bytes() == data[: data.rindex(b"*1\r\n$5\r\nMULTI")]
+        assert path.read_bytes() == data[: data.rindex(b"*1\r\n$5\r\nMULTI") - crc_line]
     finally:
         again.close()
 

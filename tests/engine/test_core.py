@@ -251,15 +251,15 @@ def test_blocking_in_another_db_uses_that_db(beng: Engine) -> None:
     assert blocked.reply == b"db2"
 
 
-def test_a_crashing_command_becomes_an_error_reply(engine: Engine) -> None:
+def test_a_crashing_command_becomes_an_error_reply_without_the_exception_text(
+    engine: Engine,
+) -> None:
     def boom(ctx: Ctx, args: list[bytes]) -> Reply:
-        raise ZeroDivisionError("division by zero")
+        raise ZeroDivisionError("secret 42")
 
     engine.table[b"boom"] = CommandSpec("boom", boom, 1)
     reply = engine.execute(engine.connect(), [b"BOOM"])
-    assert reply == CommandError(
-        "ERR engine internal error in 'boom': ZeroDivisionError: division by zero"
-    )
+    assert reply == CommandError("ERR engine internal error in 'boom' (details in the server log)")
 
 
 def test_a_crashing_waiter_does_not_fail_the_command_that_served_it(beng: Engine) -> None:

@@ -1,15 +1,23 @@
 """Seeded random command programs over the non-stream families, run on redis-server 7.0 and
-on the engine; every reply must be byte-identical (RESP2 and RESP3). ``FUZZ_PROGRAMS`` scales
-the number of programs for a longer local hunt.
+on the engine; every reply must be byte-identical (RESP2 and RESP3), sent directly and through
+``EVAL`` (``redis.pcall``). ``FUZZ_PROGRAMS`` scales the number of programs for a longer local
+hunt.
 
-Arguments are drawn from a pool that mixes keys, numbers in every awkward spelling, and option
-words, so most commands hit argument-parsing and error paths as well as the happy path.
+Arguments are drawn from a pool that mixes keys, numbers in every awkward spelling (float and
+exponent extremes included: ``1e999999999``, ``1e4900``, hex floats, denormals), and option
+words, so most commands hit argument-parsing and error paths as well as the happy path. Every
+engine command must answer within :data:`COMMAND_TIME_LIMIT_S` (issue #24: some numbers took
+a minute to parse).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -49,6 +57,31 @@ NUMBERS = [
     "(b",
     "-",
     "+",
+    # Float and exponent extremes (long double and double ranges, bounded parsing).
+    "1e999999999",
+    "-1e999999999",
+    "1e-999999999",
+    "-1e-999999999",
+    "1e4900",
+    "-1e4932",
+    "1.2e4932",
+    "1e-4950",
+    "1e-4960",
+    "0x1p16383",
+    "0x1p-1074",
+    "0x1.8p1",
+    "1.7976931348623157e308",
+    "4.9e-324",
+    "2e-324",
+    "1e-400",
+    "-0",
+    "+0.0",
+    "1e",
+    ".5e1",
+    "5.",
+    "1E+5",
+    "1" + "0" * 400,
+    "0." + "0" * 400 + "1",
 ]
 WORDS = [
     "NX",
@@ -203,11 +236,38 @@ def _norm(name: str, raw: bytes) -> bytes:
     return raw
 
 
+COMMAND_TIME_LIMIT_S = 2.0
+# Run through EVAL: the command and its arguments as ARGV, errors returned as error replies.
+VIA_EVAL = "return redis.pcall(unpack(ARGV))"
+
+
+@contextmanager
+def time_limit(what: list[str]) -> Iterator[None]:
+    """Fail (instead of hanging) when the engine takes longer than the limit for ``what``."""
+
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError(f"{what} took longer than {COMMAND_TIME_LIMIT_S} s on the engine")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, COMMAND_TIME_LIMIT_S)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("via", ["direct", "eval"])
 @pytest.mark.parametrize("resp", [2, 3])
 @pytest.mark.parametrize("seed", range(int(os.environ.get("FUZZ_PROGRAMS", "60"))))
-def test_random_program_matches_redis(differ: Differ, seed: int, resp: int) -> None:
+def test_random_program_matches_redis(differ: Differ, seed: int, resp: int, via: str) -> None:
     if resp == 3:
         differ.both("HELLO", 3)
     for cmd in _program(seed * 7 + resp):
-        real, fake = differ.both(*cmd)
+        sent = cmd if via == "direct" else ["EVAL", VIA_EVAL, "0", *cmd]
+        real = differ.real.call(*sent)
+        started = time.monotonic()
+        with time_limit(cmd):
+            fake = differ.fake.call(*sent)
+        assert time.monotonic() - started < COMMAND_TIME_LIMIT_S, cmd
         assert _norm(cmd[0], fake) == _norm(cmd[0], real), f"{cmd}: redis={real!r} engine={fake!r}"

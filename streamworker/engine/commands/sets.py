@@ -9,7 +9,7 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
 from streamworker.engine.errors import CommandError
-from streamworker.engine.numbers import parse_int
+from streamworker.engine.numbers import LLONG_MIN, parse_int
 from streamworker.engine.replies import NULL_BULK, SetReply
 
 if TYPE_CHECKING:
@@ -141,6 +141,9 @@ def srandmember(ctx: Ctx, args: list[bytes]) -> Reply:
     if len(args) > 2:
         raise CommandError(msgs.SYNTAX)
     count = to_int(args[1]) if len(args) == 2 else None
+    if count == LLONG_MIN:
+        # Redis 7.0 reads the count in [-LONG_MAX, LONG_MAX]: -2**63 has no positive twin.
+        raise CommandError(msgs.COUNT_OUT_OF_RANGE_LONG)
     s = _set(ctx, args[0])
     if count is None:
         return random.choice(list(s)) if s else NULL_BULK

@@ -371,8 +371,16 @@ def setrange(ctx: Ctx, args: list[bytes]) -> Reply:
         return len(base)
     if offset + len(patch) > _MAX_STRING:
         raise CommandError(msgs.STRING_TOO_LONG)
+    # One allocation of the final size, as Redis's in-place sdsgrowzero costs: the pieces are
+    # views of the old value, and the zero gap is ``bytes(n)`` (calloc: untouched pages are
+    # the kernel's shared zero page, so copying from it costs no memory).
+    view = memoryview(base)
+    pieces: tuple[memoryview | bytes, ...]
     if len(base) < offset:
-        base = base + b"\0" * (offset - len(base))
-    new = base[:offset] + patch + base[offset + len(patch) :]
+        pieces = (view, bytes(offset - len(base)), patch)
+    else:
+        pieces = (view[:offset], patch, view[offset + len(patch) :])
+    new = b"".join(pieces)
+    view.release()
     db.set(key, new, keep_ttl=True)
     return len(new)
