@@ -496,6 +496,69 @@ SCENARIOS: dict[str, list[Scenario]] = {
             _BACKFILL_DLQ,
         ),
     ],
+    "claim_consumer_name": [
+        Scenario("free", [], ["n"], ["tok", "60000", "", "host", "h", "pid", "1"], ["n"]),
+        Scenario(
+            "renewed by its owner",
+            [("HSET", "n", "token", "tok", "host", "h", "pid", "1")],
+            ["n"],
+            ["tok", "60000", "", "host", "h", "pid", "1", "in_flight", "3"],
+            ["n"],
+        ),
+        Scenario(
+            "held by another process",
+            [("HSET", "n", "token", "other", "host", "h2", "pid", "7")],
+            ["n"],
+            ["tok", "60000", "", "host", "h", "pid", "1"],
+            ["n"],
+        ),
+        Scenario(
+            "a dead owner's token taken over",
+            [("HSET", "n", "token", "old", "host", "h", "pid", "9", "stale", "x")],
+            ["n"],
+            ["tok", "60000", "old", "host", "h", "pid", "1"],
+            ["n"],
+        ),
+    ],
+    "release_consumer_name": [
+        Scenario("its own", [("HSET", "n", "token", "tok")], ["n"], ["tok"], ["n"]),
+        Scenario("another's", [("HSET", "n", "token", "other")], ["n"], ["tok"], ["n"]),
+    ],
+    "touch_owned": [
+        Scenario(
+            "own, acked, deleted, other's",
+            [*_stream_setup(), ("XACK", "s", "g", "2-1"), ("XDEL", "s", "3-1")],
+            ["s"],
+            ["g", "c1", "1-1", "4-1", "1-1", "2-1", "3-1", "4-1"],
+            ["s"],
+        ),
+    ],
+    "publish_once": [
+        Scenario("first time", [], ["s", "m"], ["60000", "5-1", "", "=", "", "f", "v"], ["s", "m"]),
+        Scenario(
+            "a retried publish adds nothing",
+            [("SET", "m", "5-1"), ("XADD", "s", "5-1", "f", "v")],
+            ["s", "m"],
+            ["60000", "6-1", "", "=", "", "f", "v"],
+            ["s", "m"],
+        ),
+        Scenario(
+            "trimmed",
+            [("XADD", "s", "1-1", "f", "a"), ("XADD", "s", "2-1", "f", "b")],
+            ["s", "m"],
+            ["60000", "3-1", "MAXLEN", "=", "2", "f", "c"],
+            ["s", "m"],
+        ),
+    ],
+    "relay_outbox": [
+        Scenario(
+            "two rows, the first recorded already",
+            [("SET", "m1", "1-1"), ("XADD", "s", "1-1", "f", "v")],
+            ["s", "m1", "m2"],
+            ["60000", "", "=", "", "1", "f", "v", "", "=", "", "1", "g", "w"],
+            ["s", "m1", "m2"],
+        ),
+    ],
 }
 
 

@@ -26,7 +26,8 @@ LABELS = {"stream": "jobs", "group": "g", "handler": f"{__name__}.job"}
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RedisServer]:
-    srv = RedisServer(tmp_path / "redis").start()
+    # With its append-only file: a restart keeps the group (one lost would stop the handler).
+    srv = RedisServer(tmp_path / "redis", appendonly=True).start()
     yield srv
     srv.stop()
 
