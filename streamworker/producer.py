@@ -319,6 +319,8 @@ class Producer:
                 if found:
                     return Receipt(xadd.stream, xadd.id, duplicate=True)
             raise PublishError(f"XADD to {xadd.stream!r} refused: {exc}") from None
+        except ConnectionLost as exc:
+            raise ConnectionLost(outcome_unknown(xadd, exc)) from exc
 
     async def publish_many(self, xadds: Sequence[Xadd]) -> list[Receipt]:
         """Send planned adds in one pipeline (one round trip; not a transaction: on
@@ -349,6 +351,18 @@ class Producer:
                 await self.send(x) if isinstance(reply, rex.NoScriptError) else _receipt(x, reply)
             )
         return out
+
+
+def outcome_unknown(xadd: Xadd, error: object) -> str:
+    """The message of a ConnectionLost raised while ``xadd`` was sent: whether the entry was
+    added is unknown, and whether sending it again is safe depends on how it was planned."""
+    if xadd.marker is not None:
+        retry = "publishing again with the same idempotency_key is safe (it adds nothing twice)"
+    elif xadd.id != "*":
+        retry = "publishing again with the same id is safe (it adds nothing twice)"
+    else:
+        retry = "without idempotency_key= or id=, publishing again may add it twice"
+    return f"publish to {xadd.stream!r}: outcome unknown ({error}); {retry}"
 
 
 def _receipt(x: Xadd, reply: Any) -> Receipt:
@@ -433,7 +447,7 @@ class SyncProducer:
                 return Receipt(xadd.stream, xadd.id, duplicate=True)
             raise PublishError(f"XADD to {xadd.stream!r} refused: {exc}") from None
         except CONNECTION_ERRORS as exc:
-            raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
+            raise ConnectionLost(outcome_unknown(xadd, f"{type(exc).__name__}: {exc}")) from exc
 
     def publish_many(self, xadds: Sequence[Xadd]) -> list[Receipt]:
         """See :meth:`Producer.publish_many`."""
