@@ -220,6 +220,7 @@ class Dashboard:
             config.login_per_client, config.login_overall, config.login_window_s
         )
         self._streams: list[str] | None = None
+        self._stopping = asyncio.Event()
         self.log = structlog.get_logger("streamworker.dashboard")
         env = jinja2.Environment(
             loader=jinja2.PackageLoader("streamworker.dashboard", "templates"),
@@ -262,22 +263,25 @@ class Dashboard:
 
     async def sample_forever(self) -> None:
         """Sample every stream once per ``sample_interval_s`` (the history's resolution);
-        re-list the streams every 30 ticks and read the workers' records every 5."""
+        re-list the streams every 30 ticks and read the workers' records every 5. Returns once
+        :meth:`stop_sampling` is called (between samples)."""
         tick = 0
-        while True:
-            await asyncio.sleep(self.config.sample_interval_s)
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.config.sample_interval_s)
+            if self._stopping.is_set():
+                return
             try:
                 await self.sample_all(
                     rescan=tick % _RESCAN_TICKS == 0, read_workers=tick % _WORKER_TICKS == 0
                 )
             except _REDIS_ERRORS as exc:
-                # redis-py may turn a cancellation inside a command into a connection error:
-                # the sampler must still stop when the app shuts down.
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise asyncio.CancelledError from exc
                 self.log.debug("dashboard_sample_failed", error=str(exc))
             tick += 1
+
+    def stop_sampling(self) -> None:
+        """Make :meth:`sample_forever` return after the sample it is taking."""
+        self._stopping.set()
 
     async def stream_names(self, rescan: bool = False) -> list[str]:
         """The streams to sample (not the dead-letter streams), from the last SCAN."""
@@ -443,9 +447,12 @@ def create_app(config: DashboardConfig) -> Starlette:
         try:
             yield
         finally:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
+            # A stop flag, not a cancellation: redis-py can turn a cancellation inside a command
+            # into a connection error, which the sampler would take for a failed sample.
+            dash.stop_sampling()
+            _, late = await asyncio.wait({sampler}, timeout=15)
+            for task in late:
+                task.cancel()
             await dash.close()
 
     middleware = [Middleware(_SecurityHeaders)]
