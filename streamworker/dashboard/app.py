@@ -102,6 +102,7 @@ class DashboardConfig:
     login_per_client: int = 10
     login_overall: int = 60
     login_window_s: float = 60.0
+    bulk_page_pause_s: float = 0.0
 
 
 class _SecurityHeaders:
@@ -215,7 +216,7 @@ class Dashboard:
         self.notices: dict[str, list[str]] = {}
         self.history = History(config.history_series)
         self.workers = workers.WorkerMemory()
-        self.jobs = bulk.BulkJobs(self.conn)
+        self.jobs = bulk.BulkJobs(self.conn, config.bulk_page_pause_s)
         self.throttle = LoginThrottle(
             config.login_per_client, config.login_overall, config.login_window_s
         )

@@ -237,10 +237,13 @@ class BulkJob:
 
 class BulkJobs:
     """The dashboard's jobs, newest last, at most MAX_JOBS kept (finished ones dropped first).
-    One active job per dead-letter stream. Use from one event loop."""
+    One active job per dead-letter stream; ``page_pause_s`` between pages of work. Use from
+    one event loop."""
 
-    def __init__(self, client: Callable[[], aioredis.Redis]) -> None:
+    def __init__(self, client: Callable[[], aioredis.Redis], page_pause_s: float = 0.0) -> None:
         self._client = client
+        # A pause between pages spreads a large job's load on Redis out over time.
+        self.page_pause_s = page_pause_s
         self._jobs: OrderedDict[int, BulkJob] = OrderedDict()
         self._ids = itertools.count(1)
         self.log = structlog.get_logger("streamworker.dashboard")
@@ -367,7 +370,7 @@ class BulkJobs:
             job.cursor = looked
             if len(rows) < JOB_PAGE:
                 return
-            await asyncio.sleep(0)  # let pages be served between pages of work
+            await asyncio.sleep(self.page_pause_s)  # let pages be served between pages of work
 
     async def _replay(
         self,
