@@ -93,11 +93,13 @@ def time_chart(
     height: int = 190,
 ) -> Chart:
     """Scale ``lines`` ((name, css class, [(unix time, value or None)])) into a chart spanning
-    ``t0``..``t1`` (at least a second), values from 0 to a round maximum."""
-    left, right, top, bottom = 52, 12, 10, 24
+    ``t0``..``t1`` (at least a second), values from 0 to four round steps."""
+    left, right, top, bottom = 52, 30, 10, 24
     span = max(t1 - t0, 1.0)
     values = [v for _, _, pts in lines for _, v in pts if v is not None]
-    vmax = nice_ceiling(max(values, default=0.0))
+    # Four ticks of a round step: the labels are round numbers too.
+    step_v = nice_ceiling(max(values, default=0.0) / 4)
+    vmax = 4 * step_v
     plot_w, plot_h = width - left - right, height - top - bottom
 
     def xy(t: float, v: float) -> tuple[float, float]:
@@ -128,7 +130,7 @@ def time_chart(
     while t <= t1 + 1e-6:
         x_ticks.append((xy(t, 0)[0], fmt_clock(t, step)))
         t += step
-    y_ticks = [(xy(t0, vmax * i / 4)[1], fmt_number(vmax * i / 4)) for i in range(5)]
+    y_ticks = [(xy(t0, step_v * i)[1], fmt_number(step_v * i)) for i in range(5)]
     return Chart(
         title=title,
         unit=unit,

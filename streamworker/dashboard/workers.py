@@ -50,6 +50,17 @@ class Heartbeat:
     processed: int
     failed: int
     ttl_ms: int | None
+    read_at_ms: int = 0
+
+    @property
+    def late(self) -> bool:
+        """Whether the heartbeat is overdue: a worker renews its record every third of its time
+        to live, so a record older than half of it (``beat_at`` to expiry) has missed a renewal;
+        the process is probably gone, and the record will expire."""
+        if self.ttl_ms is None or not self.beat_at_ms or not self.read_at_ms:
+            return False
+        age = self.read_at_ms - self.beat_at_ms
+        return age > (age + self.ttl_ms) / 2
 
 
 def _int(raw: dict[str, str], name: str) -> int:
@@ -80,6 +91,7 @@ def parse_heartbeat(
         processed=_int(f, "processed"),
         failed=_int(f, "failed"),
         ttl_ms=ttl_ms if ttl_ms is not None and ttl_ms >= 0 else None,
+        read_at_ms=now_ms(),
     )
 
 
@@ -258,6 +270,7 @@ class WorkerProcess:
     in_flight: int
     processed: int
     failed: int
+    late: bool
     consumers: list[ConsumerState]
 
     @property
@@ -291,6 +304,7 @@ def processes(states: Sequence[ConsumerState]) -> list[WorkerProcess]:
                 in_flight=beat.in_flight,
                 processed=beat.processed,
                 failed=beat.failed,
+                late=beat.late,
                 consumers=sorted(cs, key=lambda c: (c.stream, c.group, c.consumer)),
             )
         )

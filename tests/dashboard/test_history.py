@@ -3,6 +3,8 @@ throttle and the dead-letter filter."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from streamworker.dashboard.bulk import DeadLetterFilter
@@ -79,7 +81,7 @@ def test_a_chart_of_one_sample_draws_a_point_with_axes() -> None:
     (line,) = c.lines
     assert line.last is not None  # drawn from the first sample
     assert c.samples == 1
-    assert [label for _, label in c.y_ticks] == ["0", "1.2", "2.5", "3.8", "5"]
+    assert [label for _, label in c.y_ticks] == ["0", "2", "4", "6", "8"]
     assert c.x_ticks  # a time axis even over one second
 
 
@@ -200,3 +202,11 @@ def test_the_dead_letter_filter_turns_ages_into_an_id_range() -> None:
 def test_a_bad_age_in_the_filter_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="older_than_s must be a whole number"):
         DeadLetterFilter.from_params({"older_than_s": "soon"})
+
+
+def test_a_heartbeat_older_than_half_its_time_to_live_is_late() -> None:
+    from streamworker.dashboard.workers import parse_heartbeat
+
+    fresh = parse_heartbeat("s", "g", "c", {b"beat_at_ms": b"1000"}, 14_000)
+    assert not dataclasses.replace(fresh, read_at_ms=2000).late  # 1 s old, 14 s to live
+    assert dataclasses.replace(fresh, read_at_ms=10_000, ttl_ms=6000).late  # 9 s old, 6 s left
