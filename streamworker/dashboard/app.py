@@ -571,6 +571,9 @@ async def _throughput_page(dash: Dashboard, request: Request) -> Response:
             "stream_only": stream_only,
             "minutes": minutes,
             "windows": _WINDOWS_MIN,
+            # The live view follows the history's resolution: the browser fetches fresh charts
+            # once a second whatever --refresh-ms says for the other pages.
+            "refresh_ms": min(dash.config.refresh_ms, 1000),
         },
     )
 

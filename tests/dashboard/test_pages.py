@@ -197,6 +197,14 @@ def test_the_throughput_page_draws_rates_with_a_time_axis_and_units(
     assert dash.get("/throughput?stream=orders&minutes=7").status_code == 404
 
 
+def test_the_throughput_page_refreshes_once_a_second_for_a_live_view(
+    dash: TestClient, scene: Scene
+) -> None:
+    html = dash.get("/throughput?stream=orders").text
+    assert 'data-refresh-ms="1000"' in html
+    assert 'data-refresh-ms="3000"' in dash.get("/").text  # the other pages: --refresh-ms
+
+
 def test_the_stream_chart_draws_from_the_first_sample(dash: TestClient, scene: Scene) -> None:
     html = dash.get("/stream?stream=orders").text
     assert 'data-samples="1"' in html or 'data-samples="2"' in html
