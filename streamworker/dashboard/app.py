@@ -167,8 +167,9 @@ def pending_chart(history: History, stream: str, group: str, minutes: int = 10) 
     """Pending and lag of one group over the last ``minutes``, from the first sample on."""
     now = time.time()
     points = history.samples(stream, group, int(now) - minutes * 60, int(now))
+    # The axis ends at the newest sample: the line reaches the right edge.
     t0 = points[0].second if points else now - 1
-    t1 = max(now, t0 + 1)
+    t1 = max(points[-1].second if points else now, t0 + 1)
     return time_chart(
         f"pending and lag of {group}",
         "entries",
@@ -191,6 +192,7 @@ def rate_chart(history: History, stream: str, group: str | None, minutes: int) -
     now = int(time.time())
     rates = history.rates(stream, group, now - minutes * 60, now, buckets=300)
     t0 = rates[0].start if rates else now - 1
+    t1 = max(rates[-1].end if rates else now, t0 + 1)
     return time_chart(
         f"throughput of {group or stream}",
         "entries/s",
@@ -200,7 +202,7 @@ def rate_chart(history: History, stream: str, group: str | None, minutes: int) -
             ("dead-lettered", "dead", [(r.end, r.dead) for r in rates]),
         ],
         t0,
-        max(now, t0 + 1),
+        t1,
     )
 
 

@@ -94,7 +94,7 @@ def time_chart(
 ) -> Chart:
     """Scale ``lines`` ((name, css class, [(unix time, value or None)])) into a chart spanning
     ``t0``..``t1`` (at least a second), values from 0 to four round steps."""
-    left, right, top, bottom = 52, 30, 10, 24
+    left, right, top, bottom = 52, 30, 22, 24
     span = max(t1 - t0, 1.0)
     values = [v for _, _, pts in lines for _, v in pts if v is not None]
     # Four ticks of a round step: the labels are round numbers too.
