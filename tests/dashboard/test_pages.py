@@ -456,3 +456,33 @@ def test_every_page_works_on_redis_cluster(cluster_store: Store) -> None:
         )
         _wait_job(dash, r.headers["location"], "finished")
     assert c.xlen(scene.dlq) == 1
+
+
+def test_a_filtered_dead_letter_list_reads_a_bounded_amount_per_page(
+    store: Store, scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamworker.dashboard import bulk
+
+    monkeypatch.setattr(bulk, "JOB_PAGE", 10)
+    monkeypatch.setattr(bulk, "MAX_SCAN_PER_PAGE", 100)
+    c = store.client
+    for i in range(250):  # newer than the scene's three, none matching
+        entry = c.xadd("orders", {"n": f"q{i}"})
+        c.xreadgroup("billing", "c9", {"orders": ">"}, count=1)
+        dead_letter(c, "orders", "billing", "c9", entry, "TimeoutError: slow")
+    with client_for(store) as dash:
+        login(dash)
+        found: list[str] = []
+        url: str | None = "/dlq?key=%7Borders%7D%3Adlq&error=ValueError"
+        pages = 0
+        while url:
+            html = dash.get(url).text
+            pages += 1
+            found += re.findall(r'<tr data-id="([^"]+)"', html)
+            scanned = re.search(r"looked at (\d+) on this page", html)
+            assert scanned
+            assert int(scanned.group(1)) <= 100
+            nxt = re.search(r'data-testid="next" href="([^"]+)"', html)
+            url = nxt.group(1).replace("&amp;", "&") if nxt else None
+    assert pages >= 3  # 253 dead letters, at most 100 read per page
+    assert sorted(found) == sorted(d.decode() for d in scene.dead[:2])
