@@ -46,7 +46,8 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     import uvicorn
 
     from streamworker.dashboard import DashboardConfig, create_app
-    from streamworker.dashboard.app import redact_url
+    from streamworker.dashboard.overview import Thresholds
+    from streamworker.redisio import redact_url
 
     settings = load_settings(
         redis_url=args.redis_url, log_format=args.log_format, log_level=args.log_level
@@ -61,11 +62,15 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
         refresh_ms=args.refresh_ms,
         sample_interval_s=args.sample_interval_s,
         allowed_hosts=_allowed_hosts(args.bind),
+        thresholds=Thresholds.parse(args.thresholds or ""),
+        history_series=args.history_series,
     )
     if config.refresh_ms < 500:
         raise ConfigError("--refresh-ms must be at least 500")
     if not 0.5 <= config.sample_interval_s <= 60:
         raise ConfigError("--sample-interval-s must be between 0.5 and 60")
+    if not 1 <= config.history_series <= 10_000:
+        raise ConfigError("--history-series must be between 1 and 10000")
     app = create_app(config)  # raises ConfigError for an unsafe bind/token combination
     family = socket.AF_INET6 if ":" in args.bind else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -143,8 +148,23 @@ def add_dashboard_commands(sub: Any) -> None:
         "--sample-interval-s",
         metavar="S",
         type=float,
-        default=5.0,
-        help="how often the pending/lag chart samples the groups of viewed streams (default 5)",
+        default=1.0,
+        help="how often every stream's counters are sampled: the resolution of the one-hour "
+        "history behind the rates and charts (default 1)",
+    )
+    p.add_argument(
+        "--history-series",
+        metavar="N",
+        type=int,
+        default=100,
+        help="at most N (stream, group) series kept for an hour (172.8 KB each at 1 s; default "
+        "100 = 17.3 MB)",
+    )
+    p.add_argument(
+        "--thresholds",
+        metavar="SPEC",
+        help="the overview's warn/critical levels, e.g. "
+        "work_left=1000/10000,oldest_pending_s=60/600,dead_letters=1/100 (the defaults)",
     )
     p.add_argument(
         "--log-format",

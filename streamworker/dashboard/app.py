@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -29,40 +29,80 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from streamworker import admin
-from streamworker.dashboard import actions, data
+from streamworker.dashboard import actions, bulk, data, workers
+from streamworker.dashboard.charts import Chart, time_chart
+from streamworker.dashboard.history import DEFAULT_MAX_SERIES, UNKNOWN, History
+from streamworker.dashboard.overview import Thresholds, overview
 from streamworker.dashboard.security import (
     SESSION_COOKIE,
+    LoginThrottle,
     Session,
     Sessions,
     check_bind,
     same_origin,
     token_matches,
 )
-from streamworker.errors import StreamworkerError
-from streamworker.redisio import CONNECTION_ERRORS, open_redis, open_sync_redis
+from streamworker.errors import ConfigError, StreamworkerError
+from streamworker.redisio import CONNECTION_ERRORS, open_redis, open_sync_redis, redact_url
 
 PARTIAL_HEADER = "x-dashboard-partial"
 _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
-_ACTIONS = ("replay", "purge", "claim", "delete-consumer")
-_FORM_FIELDS = ("key", "id", "stream", "group", "consumer", "target", "min_idle_ms")
+_ACTIONS = (
+    "replay",
+    "purge",
+    "claim",
+    "delete-consumer",
+    "bulk-replay",
+    "bulk-purge",
+    "job-stop",
+    "job-resume",
+)
+_FORM_FIELDS = (
+    "key",
+    "id",
+    "stream",
+    "group",
+    "consumer",
+    "target",
+    "min_idle_ms",
+    "error",
+    "handler",
+    "older_than_s",
+    "newer_than_s",
+    "expected",
+    "job",
+)
+# How often the sampler re-lists the streams (SCAN) and reads the workers' records, in ticks.
+_RESCAN_TICKS = 30
+_WORKER_TICKS = 5
+
+_REDIS_ERRORS: tuple[type[BaseException], ...] = (rex.RedisError, *CONNECTION_ERRORS)
 
 
 @dataclass(frozen=True, slots=True)
 class DashboardConfig:
     """How the dashboard runs. ``token`` guards every page when set; actions need
     ``allow_actions`` and a token. ``allowed_hosts`` is the Host header allow-list (DNS
-    rebinding), None for any."""
+    rebinding), None for any. ``sample_interval_s`` is the history's resolution (it keeps an
+    hour of ``history_series`` (stream, group) series); ``login_*`` bound login attempts per
+    client address and overall within ``login_window_s``."""
 
     redis_url: str
     bind: str = "127.0.0.1"
     token: str | None = None
     allow_actions: bool = False
     refresh_ms: int = 3000
-    sample_interval_s: float = 5.0
+    sample_interval_s: float = 1.0
     allowed_hosts: tuple[str, ...] | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    history_series: int = DEFAULT_MAX_SERIES
+    login_per_client: int = 10
+    login_overall: int = 60
+    login_window_s: float = 60.0
+    bulk_page_pause_s: float = 0.0
 
 
 class _SecurityHeaders:
@@ -123,47 +163,47 @@ def link(path: str, **params: Any) -> str:
     return f"{path}?{urlencode(query)}" if query else path
 
 
-def chart(
-    series: list[tuple[float, int, int | None]], width: int = 560, height: int = 140
-) -> dict[str, Any]:
-    """Polyline points for pending and lag over time, scaled into a ``width`` x ``height`` box
-    (the left margin holds the scale's labels)."""
-    left, pad = 34, 6
-    empty = {"width": width, "height": height, "left": left, "pad": pad, "top_y": pad}
-    if not series:
-        return {
-            **empty,
-            "pending": "",
-            "lag": "",
-            "last": None,
-            "max": 0,
-            "span_s": 0,
-            "samples": 0,
-        }
-    t0, t1 = series[0][0], series[-1][0]
-    span = max(t1 - t0, 1.0)
-    top = max([max(p, lag or 0) for _, p, lag in series] + [1])
-    scale = 10 ** math.floor(math.log10(top))
-    top = math.ceil(top / scale) * scale
+def pending_chart(history: History, stream: str, group: str, minutes: int = 10) -> Chart:
+    """Pending and lag of one group over the last ``minutes``, from the first sample on."""
+    now = time.time()
+    points = history.samples(stream, group, int(now) - minutes * 60, int(now))
+    # The axis ends at the newest sample: the line reaches the right edge.
+    t0 = points[0].second if points else now - 1
+    t1 = max(points[-1].second if points else now, t0 + 1)
+    return time_chart(
+        f"pending and lag of {group}",
+        "entries",
+        [
+            ("pending", "pending", [(p.second, float(p.pending)) for p in points]),
+            (
+                "lag",
+                "lag",
+                [(p.second, None if p.lag == UNKNOWN else float(p.lag)) for p in points],
+            ),
+        ],
+        t0,
+        t1,
+    )
 
-    def xy(t: float, v: int) -> tuple[float, float]:
-        x = left + (t - t0) / span * (width - left - pad)
-        y = height - pad - v / top * (height - 2 * pad)
-        return round(x, 1), round(y, 1)
 
-    def points(values: list[tuple[float, int]]) -> str:
-        return " ".join("{},{}".format(*xy(t, v)) for t, v in values)
-
-    last_t, last_pending, _ = series[-1]
-    return {
-        **empty,
-        "pending": points([(t, p) for t, p, _ in series]),
-        "lag": points([(t, lag) for t, _, lag in series if lag is not None]),
-        "last": xy(last_t, last_pending),
-        "max": top,
-        "span_s": round(t1 - t0),
-        "samples": len(series),
-    }
+def rate_chart(history: History, stream: str, group: str | None, minutes: int) -> Chart:
+    """Entries added to the stream, done by the group (acked, dead-lettered included) and
+    dead-lettered, per second, over the last ``minutes`` (at most 300 points)."""
+    now = int(time.time())
+    rates = history.rates(stream, group, now - minutes * 60, now, buckets=300)
+    t0 = rates[0].start if rates else now - 1
+    t1 = max(rates[-1].end if rates else now, t0 + 1)
+    return time_chart(
+        f"throughput of {group or stream}",
+        "entries/s",
+        [
+            ("added", "added", [(r.end, r.added) for r in rates]),
+            ("done", "done", [(r.end, r.done) for r in rates]),
+            ("dead-lettered", "dead", [(r.end, r.dead) for r in rates]),
+        ],
+        t0,
+        t1,
+    )
 
 
 class Dashboard:
@@ -176,7 +216,14 @@ class Dashboard:
         self.sync_client: redis.Redis | None = None
         self.sessions = Sessions()
         self.notices: dict[str, list[str]] = {}
-        self.history = data.History()
+        self.history = History(config.history_series)
+        self.workers = workers.WorkerMemory()
+        self.jobs = bulk.BulkJobs(self.conn, config.bulk_page_pause_s)
+        self.throttle = LoginThrottle(
+            config.login_per_client, config.login_overall, config.login_window_s
+        )
+        self._streams: list[str] | None = None
+        self._stopping = asyncio.Event()
         self.log = structlog.get_logger("streamworker.dashboard")
         env = jinja2.Environment(
             loader=jinja2.PackageLoader("streamworker.dashboard", "templates"),
@@ -185,6 +232,8 @@ class Dashboard:
         )
         env.filters["age"] = fmt_age
         env.filters["bytes"] = fmt_bytes
+        env.filters["rate"] = fmt_rate
+        env.filters["since"] = fmt_since
         env.globals["link"] = link
         self.templates = Jinja2Templates(env=env)
 
@@ -206,7 +255,8 @@ class Dashboard:
         return self.sync_client
 
     async def close(self) -> None:
-        """Close the clients."""
+        """Stop the bulk jobs (resumable by running them again) and close the clients."""
+        await self.jobs.close()
         if self.client is not None:
             await self.client.aclose()
             self.client = None
@@ -215,16 +265,69 @@ class Dashboard:
             self.sync_client = None
 
     async def sample_forever(self) -> None:
-        """Record the groups of recently viewed streams every ``sample_interval_s``."""
-        while True:
-            await asyncio.sleep(self.config.sample_interval_s)
-            for stream in self.history.watched_streams():
-                try:
-                    self.history.record(await data.list_groups(self.conn(), stream))
-                except (data.NotFound, rex.ResponseError):
-                    continue
-                except CONNECTION_ERRORS:
-                    continue
+        """Sample every stream once per ``sample_interval_s`` (the history's resolution);
+        re-list the streams every 30 ticks and read the workers' records every 5. Returns once
+        :meth:`stop_sampling` is called (between samples)."""
+        tick = 0
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.config.sample_interval_s)
+            if self._stopping.is_set():
+                return
+            try:
+                await self.sample_all(
+                    rescan=tick % _RESCAN_TICKS == 0, read_workers=tick % _WORKER_TICKS == 0
+                )
+            except _REDIS_ERRORS as exc:
+                self.log.debug("dashboard_sample_failed", error=str(exc))
+            tick += 1
+
+    def stop_sampling(self) -> None:
+        """Make :meth:`sample_forever` return after the sample it is taking."""
+        self._stopping.set()
+
+    async def stream_names(self, rescan: bool = False) -> list[str]:
+        """The streams to sample (not the dead-letter streams), from the last SCAN."""
+        if rescan or self._streams is None:
+            names, _ = await data.list_stream_names(self.conn())
+            self._streams = [n for n in names if not n.endswith(":dlq")]
+        return self._streams
+
+    async def sample_all(self, *, rescan: bool = True, read_workers: bool = True) -> None:
+        """One sample of every stream, as many as the history keeps series for."""
+        budget = self.history.max_series
+        for stream in await self.stream_names(rescan):
+            if budget <= 0:
+                break
+            try:
+                budget -= await self.sample_stream(stream, read_workers=read_workers)
+            except (data.NotFound, rex.ResponseError):
+                continue
+
+    async def sample_stream(self, stream: str, *, read_workers: bool = False) -> int:
+        """Record one sample of ``stream``'s groups (or of the stream, without groups); returns
+        how many series that is."""
+        client = self.conn()
+        try:
+            info = await client.xinfo_stream(stream)
+        except rex.ResponseError as exc:
+            raise data.NotFound(f"no stream {stream!r}: {exc}") from None
+        added = _counter(info, "entries-added")
+        try:
+            dead = _counter(await client.xinfo_stream(data.dlq_of(stream)), "entries-added")
+        except rex.ResponseError:  # no dead letters yet
+            dead = 0
+        groups = await data.list_groups(client, stream)
+        at = time.time()
+        if not groups:
+            self.history.record(stream, None, (added, UNKNOWN, dead, 0, UNKNOWN), at)
+        for g in groups:
+            done = UNKNOWN if g.entries_read is None else g.entries_read - g.pending
+            lag = UNKNOWN if g.lag is None else g.lag
+            self.history.record(stream, g.name, (added, done, dead, g.pending, lag), at)
+            if read_workers:
+                await workers.group_consumers(client, stream, g.name, self.workers)
+        return max(1, len(groups))
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -257,14 +360,25 @@ class Dashboard:
         self.notices.setdefault(session.id, []).append(text)
 
 
-def redact_url(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***`` (for pages and logs)."""
-    if "@" not in url or "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+def _counter(info: Any, name: str) -> int:
+    value = info.get(name) if isinstance(info, dict) else None
+    return UNKNOWN if value is None else int(value)
+
+
+def fmt_rate(value: float | None) -> str:
+    """A per-second rate: a dash when unknown, one decimal below 10/s."""
+    if value is None:
+        return "\u2013"
+    if value < 10:
+        return f"{value:.1f}/s"
+    return f"{value:,.0f}/s"
+
+
+def fmt_since(ms: int | None) -> str:
+    """How long ago the unix time ``ms`` (milliseconds) was: ``12.5s ago``; ``never`` for 0."""
+    if not ms:
+        return "never"
+    return fmt_age(max(0, data.now_ms() - ms)) + " ago"
 
 
 def _int(value: str | None, default: int | None = None) -> int | None:
@@ -306,6 +420,8 @@ def create_app(config: DashboardConfig) -> Starlette:
                 return await handler(dash, request)
             except data.NotFound as exc:
                 return dash.render(request, "error.html", {"message": str(exc)}, 404)
+            except (ConfigError, ValueError) as exc:  # a bad threshold or filter in the query
+                return dash.render(request, "error.html", {"message": str(exc)}, 400)
             except rex.ResponseError as exc:  # e.g. WRONGTYPE: a key that is not a stream
                 return dash.render(request, "error.html", {"message": f"Redis said: {exc}"}, 400)
             except CONNECTION_ERRORS as exc:
@@ -324,9 +440,12 @@ def create_app(config: DashboardConfig) -> Starlette:
         try:
             yield
         finally:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
+            # A stop flag, not a cancellation: redis-py can turn a cancellation inside a command
+            # into a connection error, which the sampler would take for a failed sample.
+            dash.stop_sampling()
+            _, late = await asyncio.wait({sampler}, timeout=15)
+            for task in late:
+                task.cancel()
             await dash.close()
 
     middleware = [Middleware(_SecurityHeaders)]
@@ -335,7 +454,12 @@ def create_app(config: DashboardConfig) -> Starlette:
             Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts))
         )
     routes = [
-        Route("/", page(_streams_page)),
+        Route("/", page(_overview_page)),
+        Route("/streams", page(_streams_page)),
+        Route("/workers", page(_workers_page)),
+        Route("/throughput", page(_throughput_page)),
+        Route("/jobs", page(_jobs_page)),
+        Route("/job", page(_job_page)),
         Route("/stream", page(_stream_page)),
         Route("/entries", page(_entries_page)),
         Route("/entry", page(_entry_page)),
@@ -360,19 +484,99 @@ def _query(request: Request) -> str:
 # --- pages -------------------------------------------------------------------------------------
 
 
+async def _overview_page(dash: Dashboard, request: Request) -> Response:
+    thresholds = dash.config.thresholds.with_query(request.query_params)
+    rows, cut = await overview(dash.conn(), dash.history, thresholds)
+    return dash.render(
+        request,
+        "overview.html",
+        {
+            "rows": rows,
+            "cut": cut,
+            "t": thresholds,
+            "custom": thresholds != dash.config.thresholds,
+            "history_bytes": dash.history.memory_bytes,
+        },
+    )
+
+
 async def _streams_page(dash: Dashboard, request: Request) -> Response:
     streams, cut = await data.list_streams(dash.conn())
     return dash.render(request, "streams.html", {"streams": streams, "cut": cut})
+
+
+async def _workers_page(dash: Dashboard, request: Request) -> Response:
+    client = dash.conn()
+    states: list[workers.ConsumerState] = []
+    live_by_group: dict[tuple[str, str], str] = {}
+    for stream in await dash.stream_names(rescan=True):
+        try:
+            groups = await data.list_groups(client, stream)
+        except data.NotFound:
+            continue
+        for g in groups:
+            try:
+                found = await workers.group_consumers(client, stream, g.name, dash.workers)
+            except data.NotFound:
+                continue
+            states += found
+            for c in found:
+                if c.state == workers.LIVE:
+                    live_by_group.setdefault((stream, g.name), c.consumer)
+    return dash.render(
+        request,
+        "workers.html",
+        {
+            "procs": workers.processes(states),
+            "others": workers.dead_or_unknown(states),
+            "live_by_group": live_by_group,
+        },
+    )
+
+
+_WINDOWS_MIN = (5, 15, 60)
+
+
+async def _throughput_page(dash: Dashboard, request: Request) -> Response:
+    name = _param(request, "stream")
+    minutes = _int(request.query_params.get("minutes"), 15) or 15
+    if minutes not in _WINDOWS_MIN:
+        raise data.NotFound(f"minutes must be one of {', '.join(map(str, _WINDOWS_MIN))}")
+    await dash.sample_stream(name)
+    groups = await data.list_groups(dash.conn(), name)
+    charts = [
+        (
+            g.name,
+            rate_chart(dash.history, name, g.name, minutes),
+            pending_chart(dash.history, name, g.name, minutes),
+            dash.history.recent_rates(name, g.name),
+        )
+        for g in groups
+    ]
+    stream_only = None if groups else rate_chart(dash.history, name, None, minutes)
+    return dash.render(
+        request,
+        "throughput.html",
+        {
+            "stream": name,
+            "charts": charts,
+            "stream_only": stream_only,
+            "minutes": minutes,
+            "windows": _WINDOWS_MIN,
+            # The live view follows the history's resolution: the browser fetches fresh charts
+            # once a second whatever --refresh-ms says for the other pages.
+            "refresh_ms": min(dash.config.refresh_ms, 1000),
+        },
+    )
 
 
 async def _stream_page(dash: Dashboard, request: Request) -> Response:
     name = _param(request, "stream")
     client = dash.conn()
     summary = await data.stream_summary(client, name)
+    await dash.sample_stream(name)
     groups = await data.list_groups(client, name)
-    dash.history.watch(name)
-    dash.history.record(groups)
-    charts = {g.name: chart(dash.history.series(name, g.name)) for g in groups}
+    charts = {g.name: pending_chart(dash.history, name, g.name) for g in groups}
     dlq = data.dlq_of(name)
     dlq_length = int(await client.xlen(dlq)) if await client.exists(dlq) else None
     return dash.render(
@@ -380,6 +584,17 @@ async def _stream_page(dash: Dashboard, request: Request) -> Response:
         "stream.html",
         {"s": summary, "groups": groups, "charts": charts, "dlq": dlq, "dlq_length": dlq_length},
     )
+
+
+async def _jobs_page(dash: Dashboard, request: Request) -> Response:
+    return dash.render(request, "jobs.html", {"jobs": dash.jobs.all()})
+
+
+async def _job_page(dash: Dashboard, request: Request) -> Response:
+    found = dash.jobs.get(_int(_param(request, "id")) or 0)
+    if found is None:
+        raise data.NotFound("no such job (jobs live in the dashboard's memory until it restarts)")
+    return dash.render(request, "job.html", {"job": found})
 
 
 async def _entries_page(dash: Dashboard, request: Request) -> Response:
@@ -417,8 +632,7 @@ async def _group_page(dash: Dashboard, request: Request) -> Response:
         count=_int(request.query_params.get("count")),
         consumer=consumer,
     )
-    dash.history.watch(stream)
-    dash.history.record([summary])
+    await dash.sample_stream(stream)
     return dash.render(
         request,
         "group.html",
@@ -427,21 +641,36 @@ async def _group_page(dash: Dashboard, request: Request) -> Response:
             "consumers": data.consumers_from_report(report),
             "pel": pel,
             "consumer": consumer,
-            "chart": chart(dash.history.series(stream, group)),
+            "chart": pending_chart(dash.history, stream, group),
         },
     )
 
 
 async def _dlq_page(dash: Dashboard, request: Request) -> Response:
     key = _param(request, "key")
-    page = await data.dead_letter_page(
-        dash.conn(),
-        key,
-        before=request.query_params.get("before"),
-        count=_int(request.query_params.get("count")),
-    )
+    flt = bulk.DeadLetterFilter.from_params(request.query_params)
+    before = request.query_params.get("before")
+    count = _int(request.query_params.get("count"))
+    scanned = None
+    if flt.active:
+        page, scanned = await bulk.filtered_page(dash.conn(), key, flt, before=before, count=count)
+    else:
+        page = await data.dead_letter_page(dash.conn(), key, before=before, count=count)
     length = int(await dash.conn().xlen(key))
-    return dash.render(request, "dlq.html", {"key": key, "page": page, "length": length})
+    active = [j for j in dash.jobs.all() if j.dlq == key and j.active]
+    return dash.render(
+        request,
+        "dlq.html",
+        {
+            "key": key,
+            "page": page,
+            "length": length,
+            "flt": flt,
+            "fp": flt.params(),
+            "scanned": scanned,
+            "running": active[0] if active else None,
+        },
+    )
 
 
 async def _dead_letter_page(dash: Dashboard, request: Request) -> Response:
@@ -467,6 +696,14 @@ async def _confirm_page(dash: Dashboard, request: Request) -> Response:
         key, entry_id = _param(request, "key"), _param(request, "id")
         context["d"] = await data.get_dead_letter(dash.conn(), key, entry_id)
         context["fields"] = {"key": key, "id": entry_id}
+    elif action in ("bulk-replay", "bulk-purge"):
+        key = _param(request, "key")
+        flt = bulk.DeadLetterFilter.from_params(q)
+        matched, partial = await bulk.count_matching(dash.conn(), key, flt)
+        context.update(matched=matched, partial=partial, flt=flt)
+        context["fields"] = {"key": key, **flt.params(), "expected": str(matched)}
+    elif action in ("job-stop", "job-resume"):
+        raise data.NotFound("stop and resume a job from its page")
     else:
         stream, group, consumer = (
             _param(request, "stream"),
@@ -523,7 +760,7 @@ def _action_endpoint(dash: Dashboard) -> Callable[[Request], Awaitable[Response]
         if form.get("confirm") != "yes":
             return refuse(400, "not confirmed")
         try:
-            outcome, back = await _perform(dash, action, fields)
+            outcome, back = await _perform(dash, action, fields, client_host)
         except CONNECTION_ERRORS as exc:
             dash.log.warning(
                 "dashboard_action_failed",
@@ -533,7 +770,7 @@ def _action_endpoint(dash: Dashboard) -> Callable[[Request], Awaitable[Response]
                 **fields,
             )
             return PlainTextResponse(f"cannot reach Redis: {exc}\n", status_code=503)
-        except (actions.ActionFailed, data.NotFound) as exc:
+        except (actions.ActionFailed, data.NotFound, StreamworkerError, ValueError) as exc:
             dash.log.warning(
                 "dashboard_action_failed",
                 action=action,
@@ -562,13 +799,41 @@ def _need(fields: dict[str, str], *names: str) -> list[str]:
 def _back(action: str, fields: dict[str, str]) -> str:
     if action in ("replay", "purge"):
         return link("/dlq", key=fields.get("key"))
+    if action in ("bulk-replay", "bulk-purge"):
+        flt = {k: fields.get(k) for k in ("error", "handler", "older_than_s", "newer_than_s")}
+        return link("/dlq", key=fields.get("key"), **flt)
+    if action in ("job-stop", "job-resume"):
+        return link("/job", id=fields.get("job"))
     if fields.get("stream") and fields.get("group"):
         return link("/group", stream=fields["stream"], group=fields["group"])
     return "/"
 
 
-async def _perform(dash: Dashboard, action: str, fields: dict[str, str]) -> tuple[str, str]:
+async def _perform(
+    dash: Dashboard, action: str, fields: dict[str, str], client_host: str | None
+) -> tuple[str, str]:
     back = _back(action, fields)
+    if action in ("bulk-replay", "bulk-purge"):
+        (key,) = _need(fields, "key")
+        flt = bulk.DeadLetterFilter.from_params(fields)
+        expected = _int(fields.get("expected"), 0) or 0
+        kind = action.removeprefix("bulk-")
+        started = dash.jobs.start(kind, key, flt, expected, client_host)
+        return (
+            f"started job {started.id}: {kind} of the {expected} dead letters of {key} "
+            f"matching {flt.describe()}",
+            link("/job", id=started.id),
+        )
+    if action in ("job-stop", "job-resume"):
+        (job_id,) = _need(fields, "job")
+        job = dash.jobs.get(_int(job_id) or 0)
+        if job is None:
+            raise data.NotFound(f"no job {job_id}")
+        if action == "job-stop":
+            dash.jobs.stop(job)
+            return f"job {job.id} stops after the dead letter it is on", back
+        dash.jobs.resume(job)
+        return f"job {job.id} resumed after {job.cursor or 'the start'}", back
     if action == "replay":
         key, entry_id = _need(fields, "key", "id")
         return await actions.replay_dead_letter(dash.sync_conn(), key, entry_id), back
@@ -606,6 +871,21 @@ def _login_endpoint(dash: Dashboard) -> Callable[[Request], Awaitable[Response]]
         ):
             dash.log.warning("dashboard_login_refused", reason="cross-site", client=client_host)
             return PlainTextResponse("refused: cross-site login\n", status_code=403)
+        refused = dash.throttle.admit(client_host)
+        if refused is not None:
+            limit, retry_s = refused
+            retry = max(1, int(retry_s + 0.999))
+            dash.log.warning(
+                "dashboard_login_throttled", limit=limit, retry_after_s=retry, client=client_host
+            )
+            response = dash.render(
+                request,
+                "login.html",
+                {"next": next_url, "error": f"too many login attempts: try again in {retry} s"},
+                429,
+            )
+            response.headers["retry-after"] = str(retry)
+            return response
         given = form.get("token")
         if not isinstance(given, str) or not token_matches(given, token):
             dash.log.warning("dashboard_login_refused", reason="wrong token", client=client_host)
@@ -614,6 +894,7 @@ def _login_endpoint(dash: Dashboard) -> Callable[[Request], Awaitable[Response]]
             return dash.render(
                 request, "login.html", {"next": next_url, "error": "wrong token"}, 403
             )
+        dash.throttle.succeeded(client_host)
         session = dash.sessions.open()
         dash.log.info("dashboard_login_succeeded", client=client_host)
         response = RedirectResponse(next_url, status_code=303)

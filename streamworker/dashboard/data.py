@@ -10,8 +10,8 @@ entries whatever the size of the stream.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import redis.asyncio as aioredis
@@ -160,16 +160,16 @@ def _entry_id(entry: Any) -> str | None:
 async def list_stream_names(
     client: aioredis.Redis, limit: int = MAX_STREAMS
 ) -> tuple[list[str], bool]:
-    """Names of the stream keys (SCAN TYPE stream), sorted; and whether ``limit`` cut the list."""
+    """Names of the stream keys (SCAN TYPE stream), sorted; and whether ``limit`` cut the list.
+
+    On Redis Cluster each master has its own keyspace and SCAN cursor: redis-py's cluster
+    ``scan_iter`` walks every master to the end of its own cursor, a plain server's walks one."""
     names: set[str] = set()
-    cursor: Any = 0
-    while True:
-        cursor, keys = await client.scan(cursor=cursor, count=500, _type="stream")
-        names.update(text(k) for k in keys)
+    async for key in client.scan_iter(count=500, _type="stream"):
+        names.add(text(key))
         if len(names) > limit:
             return sorted(names)[:limit], True
-        if int(cursor) == 0:
-            return sorted(names), False
+    return sorted(names), False
 
 
 async def stream_summary(client: aioredis.Redis, name: str) -> StreamSummary:
@@ -462,50 +462,3 @@ async def get_dead_letter(client: aioredis.Redis, dlq: str, entry_id: str) -> De
 def dlq_of(stream: str) -> str:
     """The dead-letter stream of ``stream`` (see :func:`streamworker.keys.dead_letter_stream`)."""
     return dead_letter_stream(stream)
-
-
-# --- history for the chart -----------------------------------------------------------------------
-
-
-@dataclass
-class History:
-    """Recent (time, pending, lag) samples per (stream, group), for the chart; in memory only.
-
-    Not thread-safe: use from the event loop that serves the app.
-    """
-
-    window_s: float = 600.0
-    samples: dict[tuple[str, str], list[tuple[float, int, int | None]]] = field(
-        default_factory=dict
-    )
-    watched: dict[str, float] = field(default_factory=dict)  # stream -> last viewed (monotonic)
-
-    def record(self, groups: Sequence[GroupSummary], at: float | None = None) -> None:
-        """Add a sample per group; drop samples older than the window."""
-        t = time.time() if at is None else at
-        for g in groups:
-            series = self.samples.setdefault((g.stream, g.name), [])
-            # Two samples within a second add nothing to a chart spanning minutes: the newer
-            # values replace the last sample's, which keeps its time (moving it would let
-            # samples that come more often than once a second hold the series at one point).
-            if series and t - series[-1][0] < 1.0:
-                series[-1] = (series[-1][0], g.pending, g.lag)
-            else:
-                series.append((t, g.pending, g.lag))
-            while series and t - series[0][0] > self.window_s:
-                series.pop(0)
-
-    def series(self, stream: str, group: str) -> list[tuple[float, int, int | None]]:
-        """The samples of one group, oldest first."""
-        return list(self.samples.get((stream, group), []))
-
-    def watch(self, stream: str) -> None:
-        """Keep sampling ``stream``'s groups in the background for a while."""
-        self.watched[stream] = time.monotonic()
-
-    def watched_streams(self) -> list[str]:
-        """Streams viewed within the window."""
-        cutoff = time.monotonic() - self.window_s
-        for name in [n for n, t in self.watched.items() if t < cutoff]:
-            del self.watched[name]
-        return sorted(self.watched)

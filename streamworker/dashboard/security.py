@@ -12,7 +12,8 @@ import hmac
 import ipaddress
 import secrets
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -108,3 +109,66 @@ def same_origin(origin: str | None, referer: str | None, scheme: str, host: str 
         parts = urlsplit(referer)
         return f"{parts.scheme}://{parts.netloc}".lower() == expected
     return False
+
+
+class LoginThrottle:
+    """Login attempts per client address and in total, over a sliding ``window_s``.
+
+    A wrong token already costs a second, but parallel attempts each wait their own second, so
+    the delay alone does not bound the guessing rate. Attempts are counted when they arrive
+    (before the token is compared), so a burst of parallel ones is counted whole: beyond
+    ``per_client`` attempts from one address, or ``overall`` from everyone, within the window,
+    further attempts are refused at once without looking at the token, until the oldest counted
+    attempt leaves the window. A successful login clears its address's count. The overall limit
+    means a flood from many addresses can lock everyone out for up to ``window_s``: a guessable
+    token is the worse outcome. Memory is bounded: ``max_clients`` addresses (least recently
+    seen forgotten first), each with at most ``per_client`` times. Use from one event loop.
+    """
+
+    def __init__(
+        self,
+        per_client: int = 10,
+        overall: int = 60,
+        window_s: float = 60.0,
+        max_clients: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if per_client < 1 or overall < 1 or window_s <= 0:
+            raise ConfigError("login throttle limits and window must be positive")
+        self.per_client = per_client
+        self.overall = overall
+        self.window_s = window_s
+        self.max_clients = max_clients
+        self._clock = clock
+        self._clients: OrderedDict[str, deque[float]] = OrderedDict()
+        self._all: deque[float] = deque()
+
+    def _trim(self, times: deque[float], now: float) -> None:
+        while times and now - times[0] >= self.window_s:
+            times.popleft()
+
+    def admit(self, client: str | None) -> tuple[str, float] | None:
+        """Count an attempt from ``client``; None when it may go on, else (which limit, seconds
+        until an attempt is admitted again). A refused attempt is not counted."""
+        now = self._clock()
+        key = client or "?"
+        self._trim(self._all, now)
+        mine = self._clients.get(key)
+        if mine is not None:
+            self._trim(mine, now)
+            if len(mine) >= self.per_client:
+                return "client", self.window_s - (now - mine[0])
+        if len(self._all) >= self.overall:
+            return "overall", self.window_s - (now - self._all[0])
+        if mine is None:
+            mine = self._clients[key] = deque()
+            while len(self._clients) > self.max_clients:
+                self._clients.popitem(last=False)
+        self._clients.move_to_end(key)
+        mine.append(now)
+        self._all.append(now)
+        return None
+
+    def succeeded(self, client: str | None) -> None:
+        """Forget ``client``'s attempts (it knows the token)."""
+        self._clients.pop(client or "?", None)

@@ -5,11 +5,15 @@ docs/screenshots/ (the README's pictures) with ``STREAMWORKER_UPDATE_SCREENSHOTS
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import shutil
 import signal
 import subprocess
+import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +23,8 @@ import pytest
 import redis
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from streamworker.redisio import open_redis
+from streamworker.runtime.names import ConsumerNames
 from tests.dashboard.conftest import BINARY, HOSTILE, HUGE
 from tests.support.proc import ROOT, streamworker, wait_for
 from tests.support.servers import RedisServer, free_port, missing_service
@@ -143,6 +149,7 @@ def live(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) ->
                 return False
 
         wait_for(up, WAIT_S, "the dashboard answering")
+        _hostile_worker(url)
         ready = True
         yield Live(base, client, dlq, tmp / "out.txt", tmp / "healed")
     finally:
@@ -150,6 +157,41 @@ def live(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) ->
         client.close()
         if not ready:  # pytest shows this output with the failed set-up
             print("\n".join(tails))
+
+
+HOSTILE_STREAM = '<img src=x onerror="window.__pwned = 1">'
+HOSTILE_GROUP = "<script>window.__pwned = 1</script>"
+HOSTILE_CONSUMER = '"><svg onload="window.__pwned = 1">'
+
+
+def _hostile_worker(url: str) -> None:
+    """A stream, group and consumer with hostile names, and a live heartbeat record for the
+    consumer written by the runtime's own ConsumerNames (hostile handler name too)."""
+    client = redis.Redis.from_url(url)
+    client.xadd(HOSTILE_STREAM, {"n": "1"})
+    client.xgroup_create(HOSTILE_STREAM, HOSTILE_GROUP, id="0")
+    client.xreadgroup(HOSTILE_GROUP, HOSTILE_CONSUMER, {HOSTILE_STREAM: ">"})
+    client.close()
+
+    async def beat() -> None:
+        aclient = open_redis(url)
+        names = ConsumerNames(
+            aclient,
+            HOSTILE_CONSUMER,
+            [(HOSTILE_STREAM, HOSTILE_GROUP)],
+            ttl_ms=3_600_000,
+            handlers=[HOSTILE],
+            version=HOSTILE,
+            host="hostile-host",
+            pid=31337,
+        )
+        await names.acquire()
+        await aclient.aclose()
+
+    # In a thread of its own: Playwright's sync API keeps an event loop in this one.
+    worker = threading.Thread(target=asyncio.run, args=(beat(),))
+    worker.start()
+    worker.join(WAIT_S)
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +215,9 @@ def page(browser: Browser, live: Live) -> Iterator[Page]:
     expect(pg).to_have_url(f"{live.base}/login?next=%2F")
     pg.fill("input[name=token]", TOKEN)
     pg.click("button[type=submit]")
-    expect(pg.get_by_role("heading", name="Streams")).to_be_visible()
+    expect(
+        pg.get_by_role("heading", name="Overview: work left per group, worst first")
+    ).to_be_visible()
     yield pg
     context.close()
 
@@ -199,6 +243,7 @@ def no_script_ran(page: Page) -> None:
 
 
 def test_streams_page_shows_the_lengths(page: Page, live: Live, shots_dir: Path) -> None:
+    page.goto(live.base + "/streams")
     row = page.locator('tr[data-stream="orders"]')
     expect(row.get_by_test_id("length")).to_have_text(str(live.client.xlen("orders")))
     dlq_row = page.locator(f'tr[data-stream="{live.dlq}"]')
@@ -207,6 +252,7 @@ def test_streams_page_shows_the_lengths(page: Page, live: Live, shots_dir: Path)
 
 
 def test_stream_page_numbers_equal_xinfo_groups(page: Page, live: Live) -> None:
+    page.goto(live.base + "/streams")
     page.click('a:text-is("orders")')
     expect(page.get_by_role("heading", name="Stream orders")).to_be_visible()
     for g in live.client.xinfo_groups("orders"):
@@ -260,6 +306,7 @@ def test_replay_a_dead_letter_with_a_click_and_see_it_processed(
 
 
 def test_live_refresh_shows_new_entries_without_reloading(page: Page, live: Live) -> None:
+    page.goto(live.base + "/streams")
     page.click('a:text-is("orders")')
     length = page.locator("#live").get_by_test_id("length")
     expect(length).to_have_text(str(live.client.xlen("orders")))
@@ -297,7 +344,7 @@ def test_the_chart_fills_with_samples(page: Page, live: Live, shots_dir: Path) -
         WAIT_S,
         "three samples in the chart",
     )
-    expect(page.locator("[data-testid=chart] polyline.pending").first).to_be_attached()
+    expect(page.locator("[data-testid=chart] path.pending").first).to_be_attached()
     shot(page, "stream", shots_dir)
 
 
@@ -315,3 +362,101 @@ def test_claim_a_dead_consumers_entries_with_a_click(page: Page, live: Live) -> 
     assert owners == {"auditor-2": held}
     row = page.locator('tr[data-consumer="auditor-2"]')
     expect(row.get_by_test_id("pending")).to_have_text(str(held))
+
+
+LEVELS = {"ok": 0, "warn": 1, "crit": 2}
+
+
+def test_the_overview_puts_the_worst_group_first_and_matches_xinfo(
+    page: Page, live: Live, shots_dir: Path
+) -> None:
+    page.goto(live.base + "/")
+    rows = page.locator("[data-testid=overview] tbody tr")
+    expect(rows.first).to_be_visible()
+    levels = [LEVELS[rows.nth(i).get_attribute("data-level") or "ok"] for i in range(rows.count())]
+    assert levels == sorted(levels, reverse=True)
+    for g in live.client.xinfo_groups("orders"):
+        name = g["name"].decode()
+        row = page.locator(f'tr[data-stream="orders"][data-group="{name}"]')
+        expect(row.get_by_test_id("work-left")).to_have_text(str(g["lag"] + g["pending"]))
+    hostile = page.locator("tr", has_text=HOSTILE_STREAM)
+    expect(hostile.first).to_be_visible()  # the name shows as text
+    expect(hostile.first).to_contain_text(HOSTILE_GROUP)
+    no_script_ran(page)
+    shot(page, "overview", shots_dir)
+
+
+def test_the_workers_page_shows_the_live_worker_and_the_dead_consumer(
+    page: Page, live: Live, shots_dir: Path
+) -> None:
+    page.goto(live.base + "/workers")
+    billing = page.locator("[data-testid=workers] tr", has_text="billing-1")
+    expect(billing).to_be_visible()
+    expect(billing).to_contain_text("tests.dashboard.worker_app")
+    hostile = page.locator("[data-testid=workers] tr", has_text="hostile-host")
+    expect(hostile).to_contain_text(HOSTILE_CONSUMER)
+    expect(hostile).to_contain_text(HOSTILE)
+    no_script_ran(page)
+    # The audit consumers hold entries and have no live process: offered for a claim.
+    held = {
+        c["name"].decode(): int(c["pending"])
+        for c in live.client.xpending("orders", "audit")["consumers"]
+    }
+    source = max(held, key=lambda n: held[n])
+    dead = page.locator(f'[data-testid=dead-workers] tr[data-consumer="{source}"]')
+    expect(dead.get_by_test_id("pending")).to_have_text(str(held[source]))
+    shot(page, "workers", shots_dir)
+    dead.get_by_test_id("claim").click()
+    page.fill("input[name=target]", "auditor-9")
+    page.get_by_test_id("confirm-button").click()
+    expect(page.get_by_test_id("notice")).to_contain_text(f"claimed {held[source]} entries")
+    owners = {
+        c["name"].decode(): int(c["pending"])
+        for c in live.client.xpending("orders", "audit")["consumers"]
+    }
+    assert owners.get("auditor-9") == held[source]
+
+
+def test_the_throughput_page_charts_rates_with_time_axes(
+    page: Page, live: Live, shots_dir: Path
+) -> None:
+    for i in range(20):
+        live.client.xadd("orders", {"n": f"t{i}", "action": "ok"})
+    page.goto(live.base + "/throughput?stream=orders&minutes=5")
+    chart = page.locator("section[data-group=billing] [data-testid=chart]").first
+    wait_for(
+        lambda: int(chart.get_attribute("data-samples") or 0) >= 3,
+        WAIT_S,
+        "three rate points in the chart",
+    )
+    expect(chart.locator("path.added")).to_be_attached()
+    expect(chart.get_by_test_id("x-tick").first).to_have_text(re.compile(r"\d\d:\d\d"))
+    expect(chart).to_contain_text("entries/s")
+    page.goto(live.base + "/throughput?stream=" + urllib.parse.quote(HOSTILE_STREAM))
+    expect(page.locator("h2", has_text=HOSTILE_GROUP)).to_be_visible()
+    no_script_ran(page)
+    page.goto(live.base + "/throughput?stream=orders&minutes=5")
+    shot(page, "throughput", shots_dir)
+
+
+def test_bulk_replay_of_the_filtered_dead_letters_with_progress(
+    page: Page, live: Live, shots_dir: Path
+) -> None:
+    live.healed.touch()  # the bug is fixed: replayed poison orders go through
+    page.goto(f"{live.base}/dlq?key=%7Borders%7D%3Adlq")
+    page.fill("input[name=error]", "card declined")
+    page.get_by_test_id("apply-filter").click()
+    expect(page.get_by_test_id("filter-summary")).to_contain_text("card declined")
+    matching = page.locator("[data-testid=dead-letters] tbody tr").count()
+    assert matching >= 1
+    page.get_by_test_id("bulk-replay").click()
+    expect(page.get_by_test_id("match-count")).to_have_text(str(matching))
+    shot(page, "bulk-confirm", shots_dir)
+    before = live.client.xlen(live.dlq)
+    page.get_by_test_id("confirm-button").click()
+    expect(page.get_by_test_id("notice")).to_contain_text("started job")
+    expect(page.get_by_test_id("state")).to_have_text("finished")  # the live refresh shows it
+    expect(page.get_by_test_id("done")).to_have_text(str(matching))
+    assert live.client.xlen(live.dlq) == before - matching
+    wait_for(lambda: "6" in _lines(live.out), WAIT_S, "the replayed order 6 billed")
+    shot(page, "bulk-job", shots_dir)

@@ -21,8 +21,17 @@ from tests.support.servers import free_port
         (["--allow-actions"], "--allow-actions needs a token"),
         (["--token", "short"], "at least 8 characters"),
         (["--refresh-ms", "10"], "--refresh-ms must be at least 500"),
+        (["--thresholds", "work_left=9/1"], "bad threshold 'work_left=9/1'"),
+        (["--history-series", "0"], "--history-series must be between 1 and 10000"),
     ],
-    ids=["public-bind-without-token", "actions-without-token", "short-token", "refresh-too-fast"],
+    ids=[
+        "public-bind-without-token",
+        "actions-without-token",
+        "short-token",
+        "refresh-too-fast",
+        "bad-thresholds",
+        "no-history",
+    ],
 )
 def test_an_unsafe_command_line_is_refused(args: list[str], message: str) -> None:
     result = run_cli("dashboard", "--redis-url", "engine://memory", "--port", "0", *args)

@@ -154,23 +154,3 @@ def test_long_values_are_cut_and_the_size_kept() -> None:
     hexed = data.show_value(b"\xff" * 1000, limit=200)
     assert hexed.truncated
     assert hexed.shown.count("ff") == 100
-
-
-def test_history_grows_once_a_second_when_sampled_more_often() -> None:
-    """The page, its live refresh and the background sampler all record: twice a second here.
-    Samples within a second of the last kept one update its values; the series still grows."""
-    h = data.History()
-    for i in range(7):
-        h.record([data.GroupSummary("s", "g", 1, i, "0-0", 0, 2)], at=1000.0 + i * 0.5)
-    series = h.series("s", "g")
-    assert [t for t, _, _ in series] == [1000.0, 1001.0, 1002.0, 1003.0]
-    assert [p for _, p, _ in series] == [1, 3, 5, 6]  # the latest values of each second
-
-
-def test_history_keeps_only_the_window() -> None:
-    h = data.History(window_s=60)
-    g = data.GroupSummary("s", "g", 1, 5, "0-0", 0, 2)
-    h.record([g], at=1000.0)
-    h.record([g], at=1030.0)
-    h.record([g], at=1070.0)
-    assert [t for t, _, _ in h.series("s", "g")] == [1030.0, 1070.0]

@@ -99,7 +99,7 @@ def test_stream_page_numbers_equal_xinfo(dash: TestClient, store: Store, scene: 
         assert cell(html, row, "lag") == str(raw["lag"])
         assert cell(html, row, "consumers") == str(raw["consumers"])
         assert cell(html, row, "last-delivered") == raw["last-delivered-id"].decode()
-    listing = dash.get("/").text
+    listing = dash.get("/streams").text
     assert cell(listing, 'data-stream="orders"', "length") == str(store.client.xlen("orders"))
     assert cell(listing, f'data-stream="{scene.dlq}"', "length") == "3"
 
