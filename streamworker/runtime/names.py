@@ -193,6 +193,7 @@ class ConsumerNames:
         )
         seen = holder
         seen_at = time.monotonic()
+        first_ttl_ms = max(holder.ttl_ms, 0)
         poll_s = min(0.25, self.ttl_ms / 6000)
         while not stopping():
             await asyncio.sleep(poll_s)
@@ -201,9 +202,12 @@ class ConsumerNames:
                 self._log.info("consumer_name_taken", stream=stream, group=group)
                 return
             # A dead holder's record only counts down; one renewed (or taken by yet another
-            # process) belongs to a live process. 100 ms absorbs the round trips' latency.
+            # process) belongs to a live process. A renewal shows as a jump of about a third of
+            # the holder's TTL (its own setting, at least what was first seen of it); a sixth
+            # absorbs slow round trips without missing the jump.
             expected_ms = seen.ttl_ms - (time.monotonic() - seen_at) * 1000
-            if now_holder.token != seen.token or now_holder.ttl_ms > expected_ms + 100:
+            slack_ms = max(100.0, min(self.ttl_ms, first_ttl_ms) / 6)
+            if now_holder.token != seen.token or now_holder.ttl_ms > expected_ms + slack_ms:
                 raise self._taken(stream, group, now_holder)
             seen, seen_at = now_holder, time.monotonic()
 
