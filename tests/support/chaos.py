@@ -29,8 +29,12 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# The one line ``streamworker run`` prints when Redis does not answer at start-up (exit code 1).
-FAIL_FAST = "streamworker: error: cannot reach Redis at "
+# The one line ``streamworker run`` prints when Redis, or the database of its SQL handlers, does
+# not answer at start-up (exit code 1).
+FAIL_FAST = (
+    "streamworker: error: cannot reach Redis at ",
+    "streamworker: error: cannot reach the database ",
+)
 
 # What a client may see while a server restarts: refused or dropped connections, replies that
 # never come, and Redis answering LOADING while it replays its append-only file.
@@ -185,8 +189,9 @@ class Workers:
 
     def check(self) -> None:
         """Restart workers that exited without the plan killing them, as a supervisor would;
-        record the exit unless it is the documented fail-fast of a start-up that found Redis
-        down (``streamworker run`` checks Redis once before it starts, then reconnects forever)."""
+        record the exit unless it is the documented fail-fast of a start-up that found Redis or
+        the database down (``streamworker run`` checks both once before it starts, then
+        reconnects forever)."""
         for i, proc in enumerate(self.procs):
             if proc is None or i in self.expected_dead or proc.poll() is None:
                 continue
