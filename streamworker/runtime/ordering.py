@@ -38,16 +38,17 @@ import asyncio
 import contextlib
 import time
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 import structlog
 
+from streamworker.app import HandlerSpec
 from streamworker.keys import lease_key
 from streamworker.redisio import Entry, LuaScript, connection_errors
-
-if TYPE_CHECKING:
-    from streamworker.runtime.consumer import Consumer
+from streamworker.runtime.batch_processor import BatchProcessor
+from streamworker.runtime.holdings import Holdings
+from streamworker.runtime.loop import LoopState, StopSignal
+from streamworker.runtime.reads import as_bytes, delivery_counts, entry_from_reply
 
 _ACQUIRE = LuaScript("acquire_lease")
 _RELEASE = LuaScript("release_lease")
@@ -133,32 +134,37 @@ async def read_owned(
         lease.invalidate()
         return None
     raw_entries, last = reply[0], reply[1]
-    entries = []
-    for item in raw_entries:
-        fields = item[1]
-        if fields:
-            it = iter(fields)
-            fields = dict(zip(it, it, strict=True))
-        entries.append(Entry(id=_as_bytes(item[0]), fields=fields or None))
-    return entries, _as_bytes(last or b"")
-
-
-def _as_bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode()
+    return [entry_from_reply(item) for item in raw_entries], as_bytes(last or b"")
 
 
 class OrderedLoop:
-    """The consume loop of an ``ordered=True`` subscription (replaces the plain one)."""
+    """The consume loop of an ``ordered=True`` subscription (replaces the plain one): the
+    consumer ``name``'s source of batches, one entry each, for ``batches``."""
 
-    def __init__(self, consumer: Consumer, client: aioredis.Redis) -> None:
-        self.consumer = consumer
-        self.spec = consumer.spec
+    def __init__(
+        self,
+        spec: HandlerSpec,
+        *,
+        name: str,
+        client: aioredis.Redis,
+        read_client: aioredis.Redis,
+        batches: BatchProcessor,
+        holdings: Holdings,
+        signal: StopSignal,
+        state: LoopState,
+    ) -> None:
+        self.spec = spec
+        self.name = name
         self._client = client
-        self.lease = Lease(
-            client, self.spec.stream, self.spec.group, consumer.consumer, self.spec.lease_ttl_ms
-        )
+        # For blocking reads: its socket timeout exceeds block_ms.
+        self._read_client = read_client
+        self._batches = batches
+        self._holdings = holdings
+        self._signal = signal
+        self._state = state
+        self.lease = Lease(client, spec.stream, spec.group, name, spec.lease_ttl_ms)
         self._log = structlog.get_logger("streamworker.ordering").bind(
-            stream=self.spec.stream, group=self.spec.group, consumer=consumer.consumer
+            stream=spec.stream, group=spec.group, consumer=name
         )
 
     async def run(self) -> None:
@@ -171,7 +177,7 @@ class OrderedLoop:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await renewer
-            if self.consumer.stopping():
+            if self._signal.stopping():
                 with contextlib.suppress(Exception):
                     await self.lease.release()
 
@@ -192,39 +198,35 @@ class OrderedLoop:
 
     async def _await_lease(self) -> bool:
         """Wait until this consumer holds the lease; False if stopping first."""
-        consumer = self.consumer
-        while not consumer.stopping():
-            state, number = await self.lease.acquire()
-            if state is LeaseState.TAKEN:
+        signal, state = self._signal, self._state
+        while not signal.stopping():
+            lease_state, number = await self.lease.acquire()
+            if lease_state is LeaseState.TAKEN:
                 self._log.info("lease_taken", claimed=number, ttl_ms=self.lease.ttl_ms)
                 return True
-            if state is LeaseState.RENEWED:
+            if lease_state is LeaseState.RENEWED:
                 return True
             # Someone else works this stream: nothing of ours to drain meanwhile.
-            consumer.backlog_drained.set()
-            consumer.last_turn = time.monotonic()
-            await self._sleep(min(self.lease.renew_interval_s, max(number, 10) / 1000))
+            state.backlog_drained.set()
+            state.turned()
+            await signal.sleep(min(self.lease.renew_interval_s, max(number, 10) / 1000))
         return False
 
-    async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.consumer.stopped(), seconds)
-
     async def _consume(self) -> None:
-        consumer = self.consumer
+        signal, state = self._signal, self._state
         # Every (re)start replays this consumer's own PEL first, as the plain loop does.
         cursor: bytes | None = b"0"
         in_hand: list[Entry] = []
         counts: dict[bytes, int] = {}
-        consumer.in_backlog = True
-        while not consumer.stopping():
-            consumer.last_turn = time.monotonic()
+        state.in_backlog = True
+        while not signal.stopping():
+            state.turned()
             if not self.lease.valid():
                 in_hand, counts = [], {}
                 if not await self._await_lease():
                     return
                 cursor = b"0"  # after a takeover the claimed entries are in our PEL
-                consumer.in_backlog = True
+                state.in_backlog = True
             if not in_hand:
                 got = await self._read(cursor)
                 if got is None:
@@ -233,11 +235,12 @@ class OrderedLoop:
                 if cursor is not None:
                     if not entries:
                         cursor = None
-                        consumer.in_backlog = False
-                        consumer.backlog_drained.set()
+                        state.backlog_done()
                         continue
                     cursor = entries[-1].id
-                    counts = await consumer._delivery_counts(entries)
+                    counts = await delivery_counts(
+                        self._client, self.spec.stream, self.spec.group, self.name, entries
+                    )
                 elif not entries:
                     await self._wait_for_new(last)
                     continue
@@ -255,11 +258,9 @@ class OrderedLoop:
         group's last-delivered id, ``block_ms`` passes, or the consumer stops."""
         block_ms = min(self.spec.block_ms, max(10, int(self.lease.renew_interval_s * 1000)))
         # The consumer's client for blocking reads: its socket timeout exceeds block_ms.
-        call = self.consumer.read_client.xread(
-            {self.spec.stream: last or b"$"}, count=1, block=block_ms
-        )
+        call = self._read_client.xread({self.spec.stream: last or b"$"}, count=1, block=block_ms)
         read = asyncio.ensure_future(call)
-        stopped = asyncio.ensure_future(self.consumer.stopped())
+        stopped = asyncio.ensure_future(self._signal.wait())
         try:
             async with connection_errors():
                 await asyncio.wait({read, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -275,13 +276,12 @@ class OrderedLoop:
     async def _handle_in_order(self, entries: list[Entry], counts: dict[bytes, int]) -> list[Entry]:
         """Handle ``entries`` one at a time in order; return those not finished (the first of
         them failed or could not be handled), to be handled first next round."""
-        consumer = self.consumer
         for i, entry in enumerate(entries):
-            if consumer.stopping() or not self.lease.valid():
+            if self._signal.stopping() or not self.lease.valid():
                 return []  # left pending: the next holder (or our restart) replays them
             if entry.id not in counts:
                 continue  # no longer ours (acked, or claimed while we had no lease)
-            await consumer.process([entry], counts)
+            await self._batches.process([entry], counts)
             if not await self._finished(entry.id):
                 rest = entries[i:]
                 await self._retry_head(rest, counts)
@@ -296,35 +296,35 @@ class OrderedLoop:
                 min=entry_id,
                 max=entry_id,
                 count=1,
-                consumername=self.consumer.consumer,
+                consumername=self.name,
             )
         return not rows
 
     async def _retry_head(self, rest: list[Entry], counts: dict[bytes, int]) -> None:
         """Wait for the first unfinished entry's retry time, then deliver it again (its delivery
         counter goes up by one, which ``max_deliveries`` counts)."""
-        consumer = self.consumer
+        signal = self._signal
         head = rest[0].id
-        due = consumer.retries.pop(head, None)
+        due = self._holdings.take_retry(head)
         if due is None:
-            await self._sleep(_STALL_S)
+            await signal.sleep(_STALL_S)
             return
-        while not consumer.stopping() and self.lease.valid():
+        while not signal.stopping() and self.lease.valid():
             left = due - time.monotonic()
             if left <= 0:
                 break
-            consumer.last_turn = time.monotonic()
-            await self._sleep(min(left, 1.0))
-        if consumer.stopping() or not self.lease.valid():
+            self._state.turned()
+            await signal.sleep(min(left, 1.0))
+        if signal.stopping() or not self.lease.valid():
             return
         claimed, deleted = await _CLAIM_OWN(
-            self._client, [self.spec.stream], [self.spec.group, self.consumer.consumer, head]
+            self._client, [self.spec.stream], [self.spec.group, self.name, head]
         )
         if deleted:
-            consumer.count_deleted([_as_bytes(i) for i in deleted])
+            self._batches.count_deleted([as_bytes(i) for i in deleted])
             counts.pop(head, None)
         for row in claimed:
-            counts[_as_bytes(row[0])] = int(row[2])
+            counts[as_bytes(row[0])] = int(row[2])
             fields = row[1]
             if fields:
                 it = iter(fields)

@@ -36,7 +36,7 @@ from streamworker.redisio import open_redis, open_sync_redis, redact_url
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.names import ConsumerNames
-from streamworker.runtime.reaper import Reclaimer
+from streamworker.runtime.reclaimer import Reclaimer
 from streamworker.runtime.threads import HandlerThreads
 
 if TYPE_CHECKING:
@@ -331,7 +331,7 @@ class Worker:
                 Consumer(
                     spec,
                     client=client,
-                    consumer=self.options.consumer,
+                    name=self.options.consumer,
                     strategy=self._strategy(spec, client, threads),
                     read_client=read_client,
                     resolver=resolver,
@@ -410,10 +410,12 @@ class Worker:
         """What the consumer-name record reports besides who owns it (see runtime.names)."""
         consumers = self.consumers
         return {
-            "last_batch_at_ms": int(max((c.last_batch_at for c in consumers), default=0) * 1000),
-            "in_flight": sum(len(c.in_flight) for c in consumers),
-            "processed": sum(c.processed for c in consumers),
-            "failed": sum(c.failed for c in consumers),
+            "last_batch_at_ms": int(
+                max((c.batches.last_batch_at for c in consumers), default=0) * 1000
+            ),
+            "in_flight": sum(len(c.holdings.in_flight) for c in consumers),
+            "processed": sum(c.batches.processed for c in consumers),
+            "failed": sum(c.batches.failed for c in consumers),
         }
 
     async def _acquire_names(self, names: ConsumerNames) -> None:

@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from streamworker.redisio import open_redis
-from streamworker.runtime.reaper import autoclaim_pages
+from streamworker.runtime.reclaimer import autoclaim_pages
 
 
 def _fill_pel(client: redis.Redis, n: int) -> list[bytes]:

@@ -51,7 +51,7 @@ def _consumer(client: aioredis.Redis, strategy: Recording, claim_idle_ms: int) -
     return Consumer(
         spec,
         client=client,
-        consumer="c1",
+        name="c1",
         strategy=strategy,
         resolver=Resolver(),
         metrics=Metrics(),
@@ -93,8 +93,10 @@ async def test_a_read_older_than_half_of_claim_idle_ms_is_not_fresh(
     consumer = _consumer(client, strategy, claim_idle_ms=1000)
     try:
         now = time.monotonic()
-        await consumer.process([Entry(ids[0], {b"n": b"0"})], {ids[0]: 1}, fresh_at=now - 0.6)
-        await consumer.process([Entry(ids[1], {b"n": b"1"})], {ids[1]: 1}, fresh_at=now)
+        await consumer.batches.process(
+            [Entry(ids[0], {b"n": b"0"})], {ids[0]: 1}, fresh_at=now - 0.6
+        )
+        await consumer.batches.process([Entry(ids[1], {b"n": b"1"})], {ids[1]: 1}, fresh_at=now)
     finally:
         await client.aclose()
     assert [fresh for _, fresh in strategy.calls] == [False, True]

@@ -214,7 +214,7 @@ async def test_the_name_record_is_the_workers_heartbeat(
     async with running_worker(
         app, redis_url, consumer="pod-hb", consumer_name_ttl_ms=1500
     ) as worker:
-        await eventually(lambda: worker.consumers and worker.consumers[0].failed == 1)
+        await eventually(lambda: worker.consumers and worker.consumers[0].batches.failed == 1)
         await asyncio.sleep(1.0)  # the next renewals (every 0.5 s) write the counters
         record = {k.decode(): v.decode() for k, v in redis_client.hgetall(key).items()}
     assert record["consumer"] == "pod-hb"

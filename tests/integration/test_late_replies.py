@@ -122,7 +122,7 @@ async def test_a_batch_that_waited_past_claim_idle_for_the_one_in_hand_skips_ent
     consumer = Consumer(
         app.handlers[0],
         client=client,
-        consumer="a",
+        name="a",
         strategy=AtLeastOnce(client, STREAM, GROUP, 1),
         resolver=Resolver(),
         metrics=Metrics(),
@@ -132,10 +132,14 @@ async def test_a_batch_that_waited_past_claim_idle_for_the_one_in_hand_skips_ent
     try:
         now = time.monotonic()
         in_hand = asyncio.ensure_future(
-            consumer.process([Entry(first, {b"n": b"0"})], {first: 1}, fresh_at=now, sent_at=now)
+            consumer.batches.process(
+                [Entry(first, {b"n": b"0"})], {first: 1}, fresh_at=now, sent_at=now
+            )
         )
         waiting = asyncio.ensure_future(
-            consumer.process([Entry(second, {b"n": b"1"})], {second: 1}, fresh_at=now, sent_at=now)
+            consumer.batches.process(
+                [Entry(second, {b"n": b"1"})], {second: 1}, fresh_at=now, sent_at=now
+            )
         )
         await eventually(lambda: runs == [("a", first.decode())])
         await asyncio.sleep(1.1)  # past claim_idle_ms: "b" takes the waiting entry

@@ -37,6 +37,7 @@ from streamworker.errors import ConnectionLost
 from streamworker.redisio import Entry, LuaScript, connection_errors
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
+from streamworker.runtime.reads import as_bytes, entry_from_reply
 
 _RENEW = LuaScript("renew_leases")
 _CLAIM_OWN = LuaScript("claim_own")
@@ -56,18 +57,6 @@ class ClaimPage:
     deleted: list[bytes]
     sent_at: float = 0.0
     """When the claiming command was sent (monotonic): the entries' lease started then."""
-
-
-def _as_bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode()
-
-
-def _entry(raw: Any) -> Entry:
-    entry_id, fields = raw[0], raw[1]
-    if fields is not None and not isinstance(fields, dict):
-        it = iter(fields)
-        fields = dict(zip(it, it, strict=True))
-    return Entry(id=_as_bytes(entry_id), fields=fields or None)
 
 
 async def autoclaim_pages(
@@ -94,9 +83,9 @@ async def autoclaim_pages(
                 reply = await client.xautoclaim(
                     stream, group, consumer, min_idle_ms, start_id=cursor, count=count
                 )
-            cursor = _as_bytes(reply[0])
-            entries = [_entry(e) for e in reply[1] if e is not None and e[0] is not None]
-            deleted = [_as_bytes(i) for i in (reply[2] if len(reply) > 2 else [])]
+            cursor = as_bytes(reply[0])
+            entries = [entry_from_reply(e) for e in reply[1] if e is not None and e[0] is not None]
+            deleted = [as_bytes(i) for i in (reply[2] if len(reply) > 2 else [])]
             counts = await _counts(client, stream, group, consumer, entries)
             yield ClaimPage(entries, counts, deleted, sent)
             if cursor == b"0-0":
@@ -109,7 +98,7 @@ async def autoclaim_pages(
             if not rows:
                 return
             idle_ids = [
-                _as_bytes(r["message_id"])
+                as_bytes(r["message_id"])
                 for r in rows
                 if int(r["time_since_delivered"]) >= min_idle_ms
             ]
@@ -120,7 +109,9 @@ async def autoclaim_pages(
                     claimed = await client.xclaim(
                         stream, group, consumer, min_idle_ms, list[Any](idle_ids)
                     )
-                entries = [_entry(e) for e in claimed if e is not None and e[0] is not None]
+                entries = [
+                    entry_from_reply(e) for e in claimed if e is not None and e[0] is not None
+                ]
             got = {e.id for e in entries}
             # XCLAIM silently drops entries deleted from the stream from the PEL; an id that was
             # idle enough, is not returned and is no longer pending was such an entry.
@@ -128,7 +119,7 @@ async def autoclaim_pages(
             deleted = await _not_pending(client, stream, group, missing)
             counts = await _counts(client, stream, group, consumer, entries)
             yield ClaimPage(entries, counts, deleted, sent)
-            start = b"(" + _as_bytes(rows[-1]["message_id"])
+            start = b"(" + as_bytes(rows[-1]["message_id"])
             if len(rows) < count:
                 return
 
@@ -150,9 +141,9 @@ async def _counts(
         )
     wanted = {e.id for e in entries}
     return {
-        _as_bytes(r["message_id"]): int(r["times_delivered"])
+        as_bytes(r["message_id"]): int(r["times_delivered"])
         for r in rows
-        if _as_bytes(r["message_id"]) in wanted
+        if as_bytes(r["message_id"]) in wanted
     }
 
 
@@ -179,15 +170,19 @@ class Reclaimer:
         *,
         use_xautoclaim: bool | None = None,
     ) -> None:
-        self.consumer = consumer
         self.spec = consumer.spec
+        self.name = consumer.name
+        self._holdings = consumer.holdings
+        self._batches = consumer.batches
+        self._signal = consumer.signal
+        self._backlog_drained = consumer.state.backlog_drained
         self._client = client
         self._backoff = backoff
         self._use_xautoclaim = use_xautoclaim
         self._next_claim = 0.0
         self._next_gc = 0.0
         self._log = structlog.get_logger("streamworker.reaper").bind(
-            stream=self.spec.stream, group=self.spec.group, consumer=consumer.consumer
+            stream=self.spec.stream, group=self.spec.group, consumer=consumer.name
         )
         self.claimed_total = 0
 
@@ -216,9 +211,9 @@ class Reclaimer:
         no retry. A failed renewal (Redis away) is retried at the next interval; the entries stay
         leased as long as a renewal gets through within ``claim_idle_ms``.
         """
-        consumer = self.consumer
+        signal, holdings = self._signal, self._holdings
         interval_s = self.spec.lease_interval_ms / 1000
-        while not (consumer.stopping() and not consumer.in_flight):
+        while not (signal.stopping() and not holdings.in_flight):
             try:
                 await self.renew_leases()
             except (ConnectionLost, rex.ResponseError) as exc:
@@ -229,26 +224,26 @@ class Reclaimer:
         # Until the next renewal is due; sooner once stopped with nothing left in flight.
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
-            if not self.consumer.stopping():
-                await self._sleep(left)  # returns early on stop
-            elif not self.consumer.in_flight:
+            if not self._signal.stopping():
+                await self._signal.sleep(left)  # returns early on stop
+            elif not self._holdings.in_flight:
                 return
             else:
                 await asyncio.sleep(min(left, 0.05))
 
     async def _reclaim_loop(self) -> None:
-        consumer = self.consumer
+        signal = self._signal
         # This consumer's own backlog is replayed by the consume loop first; claiming it here at
         # the same time would deliver those entries twice.
-        backlog = asyncio.ensure_future(consumer.backlog_drained.wait())
-        stop = asyncio.ensure_future(consumer.stopped())
+        backlog = asyncio.ensure_future(self._backlog_drained.wait())
+        stop = asyncio.ensure_future(signal.wait())
         await asyncio.wait({backlog, stop}, return_when=asyncio.FIRST_COMPLETED)
         backlog.cancel()
         stop.cancel()
-        while not consumer.stopping():
+        while not signal.stopping():
             try:
                 # Cleared before the round: a retry scheduled from now on wakes the wait below.
-                consumer.retry_scheduled.clear()
+                self._holdings.retry_scheduled.clear()
                 await self.tick()
                 self._backoff.reset()
                 await self._wait_for_work(self._until_next())
@@ -257,32 +252,29 @@ class Reclaimer:
                 self._log.debug(
                     "reclaimer_connection_lost", error=str(exc), retry_in_s=round(delay, 3)
                 )
-                await self._sleep(delay)
+                await signal.sleep(delay)
             except rex.ResponseError as exc:
                 # The stream or its group was deleted (XINFO CONSUMERS says "no such key"): the
                 # consume loop decides (it stops the handler, or re-creates the group if told to).
                 if str(exc).startswith("NOGROUP") or "no such key" in str(exc):
-                    await self._sleep(self.spec.claim_interval_ms / 1000)
+                    await signal.sleep(self.spec.claim_interval_ms / 1000)
                     continue
                 raise
 
     def _until_next(self) -> float:
         now = time.monotonic()
         due = [self._next_claim]
-        if self.consumer.retries:
-            due.append(min(self.consumer.retries.values()))
+        retry_at = self._holdings.next_retry_at()
+        if retry_at is not None:
+            due.append(retry_at)
         return max(0.005, min(due) - now)
-
-    async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.consumer.stopped(), seconds)
 
     async def _wait_for_work(self, seconds: float) -> None:
         """Until the next job is due, the consumer stops, or it schedules a retry (which may be
         due before anything this round knew of: ``Retry(delay_ms=0)``)."""
         waits = [
-            asyncio.ensure_future(self.consumer.stopped()),
-            asyncio.ensure_future(self.consumer.retry_scheduled.wait()),
+            asyncio.ensure_future(self._signal.wait()),
+            asyncio.ensure_future(self._holdings.retry_scheduled.wait()),
         ]
         try:
             await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
@@ -311,42 +303,34 @@ class Reclaimer:
 
     async def renew_leases(self) -> None:
         """Reset the idle time of every entry this consumer holds."""
-        held = self.consumer.held_ids()
+        held = self._holdings.held_ids()
         if not held:
             return
-        lost = await _RENEW(
-            self._client, [self.spec.stream], [self.spec.group, self.consumer.consumer, *held]
-        )
+        lost = await _RENEW(self._client, [self.spec.stream], [self.spec.group, self.name, *held])
         for entry_id in lost or ():
-            eid = _as_bytes(entry_id)
             # Acked meanwhile by this worker (the common case), claimed away, or deleted: either
             # way this consumer no longer owes it a retry.
-            self.consumer.retries.pop(eid, None)
+            self._holdings.settled(as_bytes(entry_id))
 
     async def retry_due(self) -> None:
         """Deliver again the failed entries whose backoff has passed."""
-        now = time.monotonic()
-        due = [
-            i
-            for i, at in self.consumer.retries.items()
-            if at <= now and i not in self.consumer.in_flight
-        ]
-        if not due or self.consumer.stopping():
+        if self._signal.stopping():
             return
-        for entry_id in due:
-            self.consumer.retries.pop(entry_id, None)
+        due = self._holdings.take_due()
+        if not due:
+            return
         sent = time.monotonic()
         claimed, deleted = await _CLAIM_OWN(
-            self._client, [self.spec.stream], [self.spec.group, self.consumer.consumer, *due]
+            self._client, [self.spec.stream], [self.spec.group, self.name, *due]
         )
-        entries = [_entry(row) for row in claimed]
-        counts = {_as_bytes(row[0]): int(row[2]) for row in claimed}
+        entries = [entry_from_reply(row) for row in claimed]
+        counts = {as_bytes(row[0]): int(row[2]) for row in claimed}
         if deleted:
-            self.consumer.count_deleted([_as_bytes(i) for i in deleted])
+            self._batches.count_deleted([as_bytes(i) for i in deleted])
         if entries:
-            self.consumer.count_claimed(len(entries), "self")
+            self._batches.count_claimed(len(entries), "self")
             self._log.debug("retries_claimed", count=len(entries))
-            await self.consumer.process(entries, counts, sent_at=sent)
+            await self._batches.process(entries, counts, sent_at=sent)
 
     async def reclaim(self) -> None:
         """Claim and process entries idle past ``claim_idle_ms`` from any consumer of the group."""
@@ -356,22 +340,22 @@ class Reclaimer:
             self._client,
             self.spec.stream,
             self.spec.group,
-            self.consumer.consumer,
+            self.name,
             self.spec.claim_idle_ms,
             count=self.spec.batch_size,
             use_xautoclaim=self._use_xautoclaim,
         )
         async for page in pages:
             if page.deleted:
-                self.consumer.count_deleted(page.deleted)
+                self._batches.count_deleted(page.deleted)
             if not page.entries:
                 continue
             self.claimed_total += len(page.entries)
             # Entries of this consumer stay leased and never idle, so these are normally others'.
-            self.consumer.count_claimed(len(page.entries), "others")
+            self._batches.count_claimed(len(page.entries), "others")
             self._log.info("entries_reclaimed", count=len(page.entries))
-            await self.consumer.process(page.entries, page.counts, sent_at=page.sent_at)
-            if self.consumer.stopping():
+            await self._batches.process(page.entries, page.counts, sent_at=page.sent_at)
+            if self._signal.stopping():
                 return
 
     async def _has_xautoclaim(self) -> bool:
@@ -398,15 +382,11 @@ class Reclaimer:
         async with connection_errors():
             rows = await self._client.xinfo_consumers(self.spec.stream, self.spec.group)
         for row in rows:
-            info = {_as_bytes(k): v for k, v in dict(row).items()}
-            name_b = _as_bytes(info[b"name"])
+            info = {as_bytes(k): v for k, v in dict(row).items()}
+            name_b = as_bytes(info[b"name"])
             pending = int(info.get(b"pending", 0))
             idle = int(info.get(b"idle", 0))
-            if (
-                name_b == self.consumer.consumer.encode()
-                or pending
-                or idle < self.spec.consumer_gc_idle_ms
-            ):
+            if name_b == self.name.encode() or pending or idle < self.spec.consumer_gc_idle_ms:
                 continue
             deleted = await _DELETE_CONSUMER(
                 self._client,

@@ -1,0 +1,349 @@
+"""The batch processor: what happens to a batch of entries a consumer owns, whatever its source.
+
+The sources are the consume loop (its backlog and ``>`` reads), the reclaimer (retries due and
+entries claimed from other consumers) and the ordered loop (one entry at a time). Each hands its
+entries here with their delivery counters; the processor decodes them, decides over-delivered
+ones (the strategy still sees them first, see below), runs the idempotency strategy (which runs
+the handlers and acks the successes), schedules retries, dead-letters, and counts.
+
+Batches are processed one at a time, so a subscription's ``concurrency`` bounds its handlers
+whichever source a batch came from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+import redis.exceptions as rex
+import structlog
+
+from streamworker.app import HandlerSpec
+from streamworker.codec import decode_message
+from streamworker.deps import Resolver
+from streamworker.errors import DatabaseUnavailable, PermanentFailure
+from streamworker.idempotency.base import Strategy
+from streamworker.message import Message
+from streamworker.observability.metrics import OUTCOMES, Metrics
+from streamworker.outcomes import (
+    NOT_STARTED,
+    SKIPPED,
+    Action,
+    Outcome,
+    describe,
+    over_delivered,
+    over_delivered_verdict,
+    retry_delay_ms,
+)
+from streamworker.redisio import Entry, LuaScript, connection_errors
+from streamworker.runtime.backoff import Backoff
+from streamworker.runtime.holdings import Holdings
+from streamworker.runtime.invoker import HandlerInvoker
+from streamworker.runtime.late import CLAIMED, DELETED, OWNED, late_after_s, touch_owned
+from streamworker.runtime.loop import StopSignal
+from streamworker.runtime.threads import HandlerThreads
+
+_DEAD_LETTER = LuaScript("dead_letter")
+
+
+class BatchProcessor:
+    """Processes the batches of one subscription's consumer. Use from one event loop.
+
+    ``backoff`` paces the retries of a batch while the database is unavailable (shared with the
+    consume loop: a success anywhere resets it).
+    """
+
+    def __init__(
+        self,
+        spec: HandlerSpec,
+        *,
+        client: aioredis.Redis,
+        consumer: str,
+        strategy: Strategy,
+        resolver: Resolver,
+        metrics: Metrics,
+        threads: HandlerThreads,
+        backoff: Backoff,
+        holdings: Holdings,
+        signal: StopSignal,
+    ) -> None:
+        self.spec = spec
+        self.consumer = consumer
+        self.holdings = holdings
+        self._client = client
+        self._strategy = strategy
+        self._metrics = metrics
+        self._backoff = backoff
+        self._signal = signal
+        self._labels = {"stream": spec.stream, "group": spec.group, "handler": spec.name}
+        # The series every batch updates, looked up once.
+        self._batch_size = metrics.batch_size.labels(**self._labels)
+        self._ack_latency = metrics.ack_latency.labels(**self._labels)
+        self._late_batches = metrics.late_batches.labels(**self._labels)
+        self._outcomes = {o: metrics.messages.labels(outcome=o, **self._labels) for o in OUTCOMES}
+        self._log = structlog.get_logger("streamworker.consumer").bind(
+            stream=spec.stream, group=spec.group, consumer=consumer, handler=spec.name
+        )
+        self._invoke = HandlerInvoker(
+            spec,
+            resolver=resolver,
+            threads=threads,
+            metrics=metrics,
+            stopping=signal.stopping,
+            log=self._log,
+        )
+        # What the worker's heartbeat reports (runtime.names): wall-clock time of the last
+        # batch, and messages acked (incl. duplicates) / failed or dead-lettered so far.
+        self.last_batch_at = 0.0
+        self.processed = 0
+        self.failed = 0
+        self._lock = asyncio.Lock()
+        # A read or claim reply later than this (seconds after it was sent) is checked before
+        # its handlers run: see runtime.late.
+        self._late_after_s = late_after_s(spec.claim_idle_ms)
+
+    async def process(
+        self,
+        entries: list[Entry],
+        counts: Mapping[bytes, int],
+        fresh_at: float | None = None,
+        sent_at: float | None = None,
+    ) -> None:
+        """Process entries this consumer owns, one batch at a time. ``counts`` maps each id to
+        its delivery counter; ids missing from it are skipped (no longer this consumer's).
+        ``fresh_at``: when the ``>`` read that returned them was sent (monotonic), None for other
+        sources. ``sent_at``: when the read or claim that returned them was sent; a batch whose
+        handlers would start later than a quarter of ``claim_idle_ms`` after it (a late reply, or
+        a long wait for the batch in hand) is checked first (:meth:`_recheck_late`)."""
+        started = time.monotonic()
+        ids = [e.id for e in entries]
+        self.holdings.start(ids)
+        try:
+            async with self._lock:
+                # After the lock: the lease clock ran from the send through the reply's delay
+                # and the wait for the batch in hand.
+                delay_s = time.monotonic() - sent_at if sent_at is not None else 0.0
+                if delay_s > self._late_after_s:
+                    entries, fresh_at = await self._recheck_late(entries, delay_s, fresh_at)
+                await self._process(entries, counts, started, fresh_at)
+        finally:
+            self.holdings.finish(ids)
+
+    async def _recheck_late(
+        self, entries: list[Entry], delay_s: float, fresh_at: float | None
+    ) -> tuple[list[Entry], float | None]:
+        """The entries of a late batch that are still this consumer's, their idle time reset
+        (one script: runtime.late); the rest are dropped with ``message_claimed_away`` and never
+        handled. A check whose own reply comes late is repeated for the entries it kept. Returns
+        them with the new ``fresh_at`` (the check's send time restarts the lease of a ``>``
+        batch)."""
+        self._late_batches.inc()
+        self._log.debug("late_batch_checked", delay_s=round(delay_s, 3), entries=len(entries))
+        while entries:
+            sent = time.monotonic()
+            statuses = await touch_owned(
+                self._client,
+                self.spec.stream,
+                self.spec.group,
+                self.consumer,
+                [e.id for e in entries],
+            )
+            kept = [e for e, s in zip(entries, statuses, strict=True) if s == OWNED]
+            gone = [e.id for e, s in zip(entries, statuses, strict=True) if s == DELETED]
+            for entry, status in zip(entries, statuses, strict=True):
+                if status not in (OWNED, DELETED):
+                    self.holdings.dropped(entry.id)
+                    self._log.warning(
+                        "message_claimed_away",
+                        message_id=entry.id.decode(),
+                        acked=status != CLAIMED,
+                        reply_delay_s=round(delay_s, 3),
+                    )
+            if gone:
+                self.holdings.finish(gone)
+                self.count_deleted(gone)
+            entries = kept
+            if fresh_at is not None:
+                fresh_at = sent
+            if time.monotonic() - sent <= self._late_after_s or self._signal.stopping():
+                break
+        return entries, fresh_at
+
+    async def _process(
+        self,
+        entries: list[Entry],
+        counts: Mapping[bytes, int],
+        started: float,
+        fresh_at: float | None,
+    ) -> None:
+        spec = self.spec
+        messages: list[Message[Any]] = []
+        deleted: list[bytes] = []
+        dead: list[tuple[bytes, int, str]] = []
+        verdicts: dict[str, Outcome] = {}
+        for entry in entries:
+            count = counts.get(entry.id)
+            if count is None:
+                # No longer in this consumer's PEL: claimed by another consumer since the read.
+                continue
+            if entry.fields is None:
+                deleted.append(entry.id)
+                continue
+            try:
+                msg = decode_message(
+                    entry.id,
+                    entry.fields,
+                    stream=spec.stream,
+                    group=spec.group,
+                    consumer=self.consumer,
+                    delivery_count=count,
+                    model=spec.model,
+                    body_field=spec.body_field,
+                )
+            except PermanentFailure as exc:
+                # Its handler can never have run (decoding comes first), so nothing of it was
+                # applied: dead-letter it now.
+                dead.append((entry.id, count, describe(exc)))
+                continue
+            if over_delivered(count, spec.max_deliveries):
+                # Decided, but the strategy sees it first: if its effects are recorded as applied
+                # (committed, then a crash before the XACK), it is acked as a duplicate instead.
+                verdicts[msg.id] = over_delivered_verdict(count, spec.max_deliveries)
+            messages.append(msg)
+
+        if deleted:
+            await self.ack_deleted(deleted)
+        # Fresh: read by '>' so recently that no other consumer may claim the entries yet (their
+        # idle time is below half of claim_idle_ms, and the reclaimer keeps in-flight ones fresh).
+        fresh = fresh_at is not None and time.monotonic() - fresh_at < spec.claim_idle_ms / 2000
+        try:
+            if verdicts:
+                with self._invoke.decided(verdicts):
+                    outcomes = await self._run_strategy(messages, fresh)
+            else:
+                outcomes = await self._run_strategy(messages, fresh)
+        finally:
+            self._invoke.flush_timings()
+        self._batch_size.observe(len(entries))
+        tally: dict[str, int] = {}
+        now = time.monotonic()
+        holdings = self.holdings
+        # An acked message owes no retry; most batches have none scheduled to clear.
+        clear_retries = holdings.has_retries()
+        for msg, outcome in zip(messages, outcomes, strict=True):
+            action = outcome.action
+            if action is Action.ACK:  # the common case first
+                label = "duplicate" if outcome.duplicate else "acked"
+                tally[label] = tally.get(label, 0) + 1
+                if clear_retries:
+                    holdings.settled(msg.id.encode())
+                continue
+            if action is Action.LEAVE_PENDING and outcome in SKIPPED:
+                continue
+            mid = msg.id.encode()
+            if action is Action.DEAD_LETTER:
+                # counted once the script has moved it
+                dead.append((mid, msg.delivery_count, outcome.error))
+                holdings.settled(mid)
+            else:
+                tally[outcome.metric] = tally.get(outcome.metric, 0) + 1
+                delay_ms = retry_delay_ms(
+                    outcome, msg.delivery_count, spec.retry_backoff_ms, spec.retry_backoff_max_ms
+                )
+                holdings.schedule_retry(mid, now + delay_ms / 1000)
+        for label, n in tally.items():
+            self._outcomes[label].inc(n)
+        # For the worker's heartbeat record (runtime.names): plain counters, no lookups.
+        self.last_batch_at = time.time()
+        self.processed += tally.get("acked", 0) + tally.get("duplicate", 0)
+        self.failed += tally.get("failed", 0) + tally.get("retried", 0) + len(dead)
+        if tally.get("duplicate"):
+            self._metrics.dedup_hits.labels(strategy=self._strategy.name, **self._labels).inc(
+                tally["duplicate"]
+            )
+        if tally.get("acked") or tally.get("duplicate"):
+            self._ack_latency.observe(time.monotonic() - started)
+        for entry_id, count, reason in dead:
+            holdings.settled(entry_id)
+            await self._dead_letter(entry_id, count, reason)
+
+    async def _run_strategy(self, messages: list[Message[Any]], fresh: bool) -> list[Outcome]:
+        """The strategy's outcomes for ``messages``; while the database is unavailable, the same
+        batch again after a capped backoff.
+
+        The batch stays in hand instead of being re-read: a re-read would count a delivery per
+        attempt and dead-letter messages because of an outage. Nothing of it was acked. On stop
+        the batch is left pending as it is.
+        """
+        while True:
+            try:
+                return await self._strategy.process(messages, self._invoke, fresh=fresh)
+            except DatabaseUnavailable as exc:
+                fresh = False  # the retry comes later: check again
+                if self._signal.stopping():
+                    return [NOT_STARTED] * len(messages)
+                delay = self._backoff.next_delay()
+                self._metrics.idempotency_errors.labels(
+                    strategy=self._strategy.name, **self._labels
+                ).inc()
+                self._log.warning(
+                    "database_unavailable", error=str(exc), retry_in_s=round(delay, 3)
+                )
+                await self._signal.sleep(delay)
+
+    async def ack_deleted(self, ids: list[bytes]) -> None:
+        """Ack entries deleted or trimmed from the stream while pending: nothing is left to
+        process, and leaving them would make every backlog read return them again."""
+        async with connection_errors():
+            await self._client.xack(self.spec.stream, self.spec.group, *ids)
+        self.count_deleted(ids)
+
+    def count_claimed(self, n: int, source: str) -> None:
+        """Record entries claimed by the reclaimer: ``source`` is ``"self"`` or ``"others"``."""
+        self._metrics.claimed.labels(source=source, **self._labels).inc(n)
+
+    def count_deleted(self, ids: list[bytes]) -> None:
+        """Record entries that were deleted from the stream while pending (already out of the
+        PEL): they are owed no retry."""
+        self._metrics.messages.labels(outcome="deleted", **self._labels).inc(len(ids))
+        for entry_id in ids:
+            self.holdings.settled(entry_id)
+            self._log.warning("deleted_entry_acked", message_id=entry_id.decode())
+
+    async def _dead_letter(self, entry_id: bytes, count: int, reason: str) -> None:
+        log = self._log.bind(message_id=entry_id.decode(), delivery_count=count)
+        try:
+            result = await _DEAD_LETTER(
+                self._client,
+                [self.spec.stream, self.spec.dead_letter_stream],
+                [
+                    self.spec.group,
+                    entry_id,
+                    self.consumer,
+                    count,
+                    reason,
+                    self.spec.name,
+                    int(time.time() * 1000),
+                ],
+            )
+        except rex.ResponseError as exc:
+            # The entry stays pending (never acked without its dead letter); retried later.
+            log.error("dead_letter_failed", error=str(exc), reason=reason)
+            return
+        if result == -1:
+            log.info("dead_letter_skipped_claimed", reason=reason)
+            return
+        if result == 0:
+            log.info("dead_letter_skipped_not_pending", reason=reason)
+            return
+        dlq_id = result.decode() if isinstance(result, bytes) else str(result)
+        self._metrics.messages.labels(outcome="dead_lettered", **self._labels).inc()
+        log.warning(
+            "message_dead_lettered",
+            reason=reason,
+            dead_letter_stream=self.spec.dead_letter_stream,
+            dead_letter_id=dlq_id,
+        )
