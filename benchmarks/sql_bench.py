@@ -37,7 +37,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from streamworker import App, Message
 from streamworker.deps import Resolver
-from streamworker.idempotency.base import Invoke, Strategy, inline_of
+from streamworker.idempotency.base import Invoke, Strategy
 from streamworker.idempotency.none import AtLeastOnce
 from streamworker.idempotency.sql import SqlDatabase, SqlStrategy, processed_messages, sortable_id
 from streamworker.idempotency.sql_migrate import upgrade
@@ -129,7 +129,7 @@ class PlainBatch:
             conn.commit()
             conn.close()
 
-        inline = inline_of(invoke)
+        inline = invoke.inline
         if inline is not None:
             # As the batched strategy does for def handlers: the batch's calls in one hop.
             def _all() -> list[Outcome]:

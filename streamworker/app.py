@@ -7,20 +7,20 @@ import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from streamworker.codec import BodyModel, body_model_for
-from streamworker.deps import CallPlan, DependencyParam, ProvidedParam, build_plan
+from streamworker.deps import CallPlan
 from streamworker.effects import Effects
 from streamworker.errors import ConfigError
+from streamworker.idempotency import registry
 from streamworker.keys import dead_letter_stream, partition_stream
 from streamworker.partitions import check_partitioned_name
 from streamworker.producer import AppProducers, Receipt, StreamOptions
 
-Idempotency = Literal["none", "sql", "lua"]
-IDEMPOTENCY_MODES: tuple[str, ...] = ("none", "sql", "lua")
-# Strategies whose implementation ships in this version.
-AVAILABLE_IDEMPOTENCY: tuple[str, ...] = ("none", "sql", "lua")
+Idempotency = str
+"""The name of an idempotency strategy: ``"none"``, ``"sql"``, ``"lua"`` or a registered plug-in's
+(:mod:`streamworker.idempotency.registry`)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,51 +86,6 @@ class HandlerSpec:
     def is_async(self) -> bool:
         """True for ``async def`` handlers (run on the event loop), False for ``def`` (run in threads)."""
         return inspect.iscoroutinefunction(self.func)
-
-
-def _sql_session_types() -> tuple[type, type]:
-    """``(Session, AsyncSession)``; SQLAlchemy is imported only by apps that use ``idempotency="sql"``."""
-    try:
-        from sqlalchemy.ext.asyncio import AsyncSession
-        from sqlalchemy.orm import Session
-    except ImportError as exc:
-        raise ConfigError(
-            "idempotency='sql' needs SQLAlchemy 2 and a driver: pip install 'streamworker[sql]'"
-        ) from exc
-    return Session, AsyncSession
-
-
-def _provided_types(plan: CallPlan) -> set[type]:
-    """Every type the plan (and the dependencies it reaches) asks the strategy to provide."""
-    found: set[type] = set()
-    for _, param in plan.params:
-        if isinstance(param, ProvidedParam):
-            found.add(param.type_)
-        elif isinstance(param, DependencyParam):
-            found |= _provided_types(param.plan)
-    return found
-
-
-def _sql_plan(func: Callable[..., Any]) -> CallPlan:
-    """The call plan of an ``idempotency="sql"`` handler: ``def`` handlers get a ``Session``,
-    ``async def`` handlers an ``AsyncSession`` (a blocking Session would stall the event loop, and
-    an AsyncSession cannot be driven from a worker thread)."""
-    session, async_session = _sql_session_types()
-    plan = build_plan(func, provided=frozenset({session, async_session}))
-    wanted = _provided_types(plan)
-    fname = getattr(func, "__qualname__", repr(func))
-    if inspect.iscoroutinefunction(func):
-        if any(issubclass(t, session) for t in wanted):
-            raise ConfigError(
-                f"{fname}: an async def handler gets an AsyncSession "
-                f"(sqlalchemy.ext.asyncio.AsyncSession), not a Session"
-            )
-    elif any(issubclass(t, async_session) for t in wanted):
-        raise ConfigError(
-            f"{fname}: a def handler gets a Session (sqlalchemy.orm.Session); AsyncSession is "
-            f"for async def handlers"
-        )
-    return plan
 
 
 def _returns_effects(func: Callable[..., Any]) -> bool:
@@ -276,14 +231,10 @@ class App:
                 f"@app.handler needs the stream and the group: write "
                 f'@app.handler("orders", group="billing") above {fname}'
             )
-        if idempotency not in IDEMPOTENCY_MODES:
+        strategy = registry.get(idempotency) if isinstance(idempotency, str) else None
+        if strategy is None:
             raise ConfigError(
-                f"idempotency must be one of {', '.join(IDEMPOTENCY_MODES)}, not {idempotency!r}"
-            )
-        if idempotency not in AVAILABLE_IDEMPOTENCY:
-            raise ConfigError(
-                f"idempotency={idempotency!r} is not available in this version of streamworker; "
-                f"use one of {', '.join(AVAILABLE_IDEMPOTENCY)}"
+                f"idempotency must be one of {', '.join(registry.names())}, not {idempotency!r}"
             )
         if not stream:
             raise ConfigError("stream must not be empty")
@@ -315,7 +266,7 @@ class App:
             else body_model_for(model, f"stream {stream!r} group {group!r}: model")
         )
         if dedup_field is not None:
-            if idempotency != "lua":
+            if not strategy.supports_dedup_field:
                 raise ConfigError(
                     f"dedup_field works with idempotency='lua' only, not {idempotency!r} (with "
                     f"'sql', put a unique constraint on the business key in your table)"
@@ -338,20 +289,15 @@ class App:
                     "with partitions, each partition has its own dead-letter stream "
                     "('{stream:pN}:dlq', in the partition's cluster slot); do not pass dead_letter"
                 )
-        if idempotency == "sql" and concurrency != 1:
-            # One transaction per batch, on one connection: its handlers run one after another.
-            raise ConfigError(
-                "idempotency='sql' runs a batch's handlers one at a time in one transaction; "
-                "concurrency must be 1 (run more worker processes for more throughput)"
-            )
+        strategy.check_options(concurrency=concurrency)
 
         def register(func: F) -> F:
             if not callable(func):
                 raise ConfigError(f"@app.handler decorates functions, not {func!r}")
             if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
                 raise ConfigError(f"{func.__qualname__}: a handler must not be a generator")
-            plan = _sql_plan(func) if idempotency == "sql" else build_plan(func)
-            if idempotency != "lua" and _returns_effects(func):
+            plan = strategy.plan(func)
+            if not strategy.applies_effects and _returns_effects(func):
                 raise ConfigError(
                     f"{func.__qualname__} returns Effects, which only idempotency='lua' applies; "
                     f"with idempotency={idempotency!r} they would be dropped (write through "

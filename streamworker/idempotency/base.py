@@ -1,31 +1,57 @@
-"""The contract between the consume loop and an idempotency strategy."""
+"""The contract between the runtime and an idempotency strategy, and the plug-in interface.
+
+A strategy is a plug-in (:class:`StrategyPlugin`): it says what it gives handlers (the parameter
+types it provides, e.g. a SQL session), checks a handler when it is registered, may open a
+backing shared by a worker's handlers (a database), and builds one :class:`Strategy` per
+subscription. The plug-ins are found by name in :mod:`streamworker.idempotency.registry`;
+neither the App nor the runtime knows any strategy by name.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+import redis.asyncio as aioredis
+
+from streamworker.deps import CallPlan
 from streamworker.message import Message
 from streamworker.outcomes import Outcome
 
-Invoke = Callable[[Message[Any], Mapping[type, Any]], Awaitable[Outcome]]
-"""Runs the handler for one message with the given provided resources (e.g. a SQL session) and
-returns the runtime's decision. It never raises for handler errors; it does raise CancelledError."""
-
 InlineInvoke = Callable[[Message[Any], Mapping[type, Any]], Outcome]
-"""The blocking form of an :data:`Invoke`, to be called from a pool thread (see
-:func:`inline_of`)."""
+"""The blocking form of an :class:`Invoke`, to be called from a pool thread."""
 
 
-def inline_of(invoke: Invoke) -> InlineInvoke | None:
-    """``invoke``'s blocking form, when it has one (the runtime's invoker of a ``def`` handler
-    without message-scoped dependencies: :class:`~streamworker.runtime.invoker.HandlerInvoker`).
+class Invoke(Protocol):
+    """Runs the handler for one message with the given provided resources (e.g. a SQL session)
+    and returns the runtime's decision. It never raises for handler errors; it does raise
+    CancelledError."""
 
-    A strategy that already runs blocking database work in a pool thread may call it there for a
-    whole batch, one thread hop instead of one per message; the result is the same as awaiting
-    ``invoke``."""
-    inline: InlineInvoke | None = getattr(invoke, "inline", None)
-    return inline
+    inline: InlineInvoke | None
+    """The blocking form of the same call, when it has one (a ``def`` handler without
+    message-scoped dependencies). A strategy that already runs blocking database work in a pool
+    thread may call it there for a whole batch, one thread hop instead of one per message; the
+    result is the same as awaiting the invoke."""
+
+    def __call__(self, msg: Message[Any], provided: Mapping[type, Any], /) -> Awaitable[Outcome]:
+        """Run the handler for ``msg``."""
+        ...
+
+
+class CoroutineInvoke:
+    """An :class:`Invoke` made of a coroutine function, without a blocking form (for tools and
+    tests that drive a strategy with their own handler runner)."""
+
+    inline: InlineInvoke | None = None
+
+    def __init__(
+        self, func: Callable[[Message[Any], Mapping[type, Any]], Awaitable[Outcome]]
+    ) -> None:
+        self._func = func
+
+    def __call__(self, msg: Message[Any], provided: Mapping[type, Any], /) -> Awaitable[Outcome]:
+        return self._func(msg, provided)
 
 
 class Strategy(Protocol):
@@ -49,3 +75,112 @@ class Strategy(Protocol):
         strategy may skip its ownership check before the handlers (never the one with the ack).
         """
         ...
+
+
+class HandlerConfig(Protocol):
+    """What a strategy may read of a registered handler (a
+    :class:`~streamworker.app.HandlerSpec` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def stream(self) -> str: ...
+    @property
+    def group(self) -> str: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def max_deliveries(self) -> int: ...
+    @property
+    def dedup_field(self) -> str | None: ...
+    @property
+    def dedup_window_ms(self) -> int: ...
+    @property
+    def is_async(self) -> bool: ...
+
+
+class WorkerConfig(Protocol):
+    """The worker options a strategy's backing may read (a
+    :class:`~streamworker.runtime.worker.WorkerOptions` is one)."""
+
+    @property
+    def db_url(self) -> str | None: ...
+    @property
+    def db_deadline_s(self) -> float: ...
+    @property
+    def prune_interval_s(self) -> float: ...
+
+
+class Backing(Protocol):
+    """What a strategy's subscriptions in one worker share (the SQL strategy's database), with
+    its life cycle. The worker starts it before the consume loops, asks it in ``/readyz``, runs
+    its background work beside them and closes it at the end."""
+
+    readiness_name: str
+    """The key under which ``/readyz`` reports :meth:`ping`."""
+
+    async def start(self) -> None:
+        """Check it is usable; raise a StreamworkerError that says why not (the worker exits)."""
+        ...
+
+    def ping(self) -> None:
+        """Raise if it does not answer now. Called from the probe server's thread."""
+        ...
+
+    async def run(self, client: aioredis.Redis, stopped: Callable[[], Awaitable[object]]) -> None:
+        """Background work until ``stopped()`` returns (retention, say); may return at once."""
+        ...
+
+    async def close(self) -> None:
+        """Release what it holds."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BuildContext:
+    """What a plug-in gets to build one subscription's :class:`Strategy`."""
+
+    client: aioredis.Redis
+    consumer: str
+    """The worker's consumer name in the group."""
+    run_sync: Callable[[Callable[[], Any]], Awaitable[Any]]
+    """Runs a blocking callable in the worker's handler threads."""
+    backing: Backing | None = None
+    """What :meth:`StrategyPlugin.open` returned."""
+    on_timeout: Callable[[], None] | None = None
+    """Count a database deadline that passed (``streamworker_database_timeouts_total``)."""
+
+
+class StrategyPlugin(Protocol):
+    """An idempotency strategy, as the App and the worker see it. Stateless; one per name."""
+
+    name: str
+    """The ``idempotency=`` value that selects it."""
+    applies_effects: bool
+    """True if it applies the :class:`~streamworker.effects.Effects` a handler returns (the
+    others refuse handlers annotated to return them, and dead-letter what is returned)."""
+    supports_dedup_field: bool
+    """True if it implements ``dedup_field`` (producer-side business-key dedup)."""
+
+    def check_options(self, *, concurrency: int) -> None:
+        """Raise ConfigError for handler options this strategy cannot honour."""
+        ...
+
+    def plan(self, func: Callable[..., Any]) -> CallPlan:
+        """The handler's call plan, with the parameter types this strategy provides; raise
+        ConfigError for a handler it cannot run."""
+        ...
+
+    def open(self, specs: Sequence[HandlerConfig], config: WorkerConfig) -> Backing | None:
+        """The backing the worker's ``specs`` of this strategy share, or None. Raise ConfigError
+        when a setting is missing or wrong (nothing is connected yet)."""
+        ...
+
+    def build(self, spec: HandlerConfig, context: BuildContext) -> Strategy:
+        """The strategy of one subscription."""
+        ...
+
+
+def inline_of(invoke: Invoke) -> InlineInvoke | None:
+    """``invoke``'s blocking form, when it has one (:attr:`Invoke.inline`)."""
+    return invoke.inline

@@ -18,6 +18,7 @@ from streamworker.app import HandlerSpec
 from streamworker.deps import MessageParam, Resolver
 from streamworker.effects import Effects
 from streamworker.errors import Retry
+from streamworker.idempotency import registry
 from streamworker.message import Message
 from streamworker.observability.metrics import Metrics, observe_many
 from streamworker.outcomes import ACKED, NOT_STARTED, Action, Outcome, decide
@@ -73,7 +74,7 @@ class HandlerInvoker:
             if self._is_async and len(params) == 1 and isinstance(params[0][1], MessageParam)
             else None
         )
-        self._drops_effects = spec.idempotency != "lua"
+        self._drops_effects = not registry.get(spec.idempotency).applies_effects
         # Outcomes decided before the handler (over-delivered messages): see :meth:`decided`.
         self._verdicts: Mapping[str, Outcome] = {}
         # Whether debug logs are kept: the per-message "message_handled" is skipped otherwise.

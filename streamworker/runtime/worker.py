@@ -25,11 +25,11 @@ import structlog
 
 from streamworker.app import App, HandlerSpec
 from streamworker.deps import Resolver
-from streamworker.errors import ConfigError, ConnectionLost, ConsumerNameTaken, StreamworkerError
+from streamworker.errors import ConfigError, ConnectionLost, ConsumerNameTaken
 from streamworker.extras import require_extra
-from streamworker.idempotency.base import Strategy
+from streamworker.idempotency import registry
+from streamworker.idempotency.base import Backing, BuildContext, Strategy
 from streamworker.idempotency.deadline import DEFAULT_DB_DEADLINE_S
-from streamworker.idempotency.none import AtLeastOnce
 from streamworker.observability.metrics import GroupStateCollector, Metrics
 from streamworker.observability.state import missing_groups, read_group_states
 from streamworker.redisio import open_redis, open_sync_redis, redact_url
@@ -40,7 +40,6 @@ from streamworker.runtime.reclaimer import Reclaimer
 from streamworker.runtime.threads import HandlerThreads
 
 if TYPE_CHECKING:
-    from streamworker.idempotency.sql import SqlDatabase
     from streamworker.tracing import Tracing
 
 
@@ -94,72 +93,18 @@ class WorkerResult:
     abandoned_threads: int = 0
 
 
-def _make_strategy(
-    spec: HandlerSpec,
-    client: aioredis.Redis,
-    *,
-    consumer: str,
-    db: SqlDatabase | None,
-    threads: HandlerThreads,
-    metrics: Metrics | None = None,
-) -> Strategy:
-    if spec.idempotency == "none":
-        return AtLeastOnce(client, spec.stream, spec.group, spec.concurrency)
-    if spec.idempotency == "sql":
-        from streamworker.idempotency.sql import SqlStrategy
-
-        assert db is not None  # Worker.__init__ checked the URL
-
-        async def run_sync(func: Any) -> Any:
-            return await threads.run(func)
-
-        return SqlStrategy(
-            db,
-            client,
-            stream=spec.stream,
-            group=spec.group,
-            consumer=consumer,
-            max_deliveries=spec.max_deliveries,
-            is_async=spec.is_async,
-            run_sync=run_sync,
-            on_timeout=(
-                metrics.database_timeouts.labels(
-                    stream=spec.stream, group=spec.group, handler=spec.name
-                ).inc
-                if metrics is not None
-                else None
-            ),
-        )
-    if spec.idempotency == "lua":
-        from streamworker.idempotency.lua import LuaStrategy
-
-        return LuaStrategy(
-            client,
-            stream=spec.stream,
-            group=spec.group,
-            consumer=consumer,
-            concurrency=spec.concurrency,
-            max_deliveries=spec.max_deliveries,
-            dedup_field=spec.dedup_field,
-            dedup_window_ms=spec.dedup_window_ms,
-        )
-    raise ConfigError(f"{spec.name}: idempotency={spec.idempotency!r} is not available")
-
-
-def _open_database(app: App, options: WorkerOptions) -> SqlDatabase | None:
-    sql_specs = [s for s in app.handlers if s.idempotency == "sql"]
-    if not sql_specs:
-        return None
-    if not options.db_url:
-        names = ", ".join(dict.fromkeys(s.name for s in sql_specs))  # partitions share a name
-        raise ConfigError(
-            f"handler(s) {names} use idempotency='sql' but no database URL is set; pass "
-            f"--db-url, set STREAMWORKER_DB_URL or App(db_url=...)"
-        )
-    require_extra("sql", "idempotency='sql'")
-    from streamworker.idempotency.sql import SqlDatabase
-
-    return SqlDatabase(options.db_url, deadline_s=options.db_deadline_s)
+def _open_backings(app: App, options: WorkerOptions) -> dict[str, Backing]:
+    """The backings of the strategies the app's handlers use (the SQL database, say), by strategy
+    name: not connected yet; a missing or wrong setting raises ConfigError now."""
+    by_strategy: dict[str, list[HandlerSpec]] = {}
+    for spec in app.handlers:
+        by_strategy.setdefault(spec.idempotency, []).append(spec)
+    backings: dict[str, Backing] = {}
+    for name, specs in by_strategy.items():
+        backing = registry.get(name).open(specs, options)
+        if backing is not None:
+            backings[name] = backing
+    return backings
 
 
 def _open_tracing(options: WorkerOptions, metrics: Metrics) -> Tracing | None:
@@ -184,7 +129,7 @@ class Worker:
         self.metrics = metrics or Metrics()
         self.consumers: list[Consumer] = []
         self.reclaimers: list[Reclaimer] = []
-        self.db = _open_database(app, options)
+        self.backings = _open_backings(app, options)
         self._tracing = _open_tracing(options, self.metrics)
         self._stopping = asyncio.Event()
         self._signals = 0
@@ -248,13 +193,13 @@ class Worker:
         if lost:
             ok = False
             details["stopped_handlers"] = lost
-        if self.db is not None:
+        for backing in self.backings.values():
             try:
-                self.db.ping()
-                details["database"] = "ok"
+                backing.ping()
+                details[backing.readiness_name] = "ok"
             except Exception as exc:
                 ok = False
-                details["database"] = f"{type(exc).__name__}: {exc}"
+                details[backing.readiness_name] = f"{type(exc).__name__}: {exc}"
         return ok, details
 
     async def _beat(self) -> None:
@@ -306,10 +251,10 @@ class Worker:
         abandoned = 0
         names: ConsumerNames | None = None
         try:
-            if self.db is not None:
-                # Unreachable (exit 1), a mistyped SQLite path or an unmigrated schema (exit 2):
-                # said now, in one line, not as warnings at the first message.
-                await asyncio.to_thread(self.db.check_ready)
+            for backing in self.backings.values():
+                # A database that is unreachable or not set up is said now, in one line, not
+                # as warnings at the first message.
+                await backing.start()
             scripting = await _has_scripting(client)
             if scripting:
                 names = ConsumerNames(
@@ -370,16 +315,17 @@ class Worker:
                 handlers=[s.name for s in specs],
                 redis_url=redact_url(self.options.redis_url),
             )
-            pruner = (
-                asyncio.ensure_future(self._prune_loop(client)) if self.db is not None else None
-            )
+            background = [
+                asyncio.ensure_future(backing.run(client, self._stopping.wait))
+                for backing in self.backings.values()
+            ]
             try:
                 await self._supervise(names)
             finally:
-                if pruner is not None:
-                    pruner.cancel()
+                for task in background:
+                    task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await pruner
+                        await task
             abandoned = threads.busy
         finally:
             threads.shutdown()
@@ -387,9 +333,9 @@ class Worker:
                 # The next start (a rolling restart) takes the name at once.
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(names.release(), 2.0)
-            if self.db is not None:
+            for backing in self.backings.values():
                 with contextlib.suppress(Exception):
-                    await self.db.dispose()
+                    await backing.close()
             with contextlib.suppress(Exception):
                 await resolver.close()
             with contextlib.suppress(Exception):
@@ -455,46 +401,28 @@ class Worker:
     def _strategy(
         self, spec: HandlerSpec, client: aioredis.Redis, threads: HandlerThreads
     ) -> Strategy:
+        plugin = registry.get(spec.idempotency)
+
+        async def run_sync(func: Any) -> Any:
+            return await threads.run(func)
+
         def make(strategy_client: aioredis.Redis) -> Strategy:
-            return _make_strategy(
+            return plugin.build(
                 spec,
-                strategy_client,
-                consumer=self.options.consumer,
-                db=self.db,
-                threads=threads,
-                metrics=self.metrics,
+                BuildContext(
+                    client=strategy_client,
+                    consumer=self.options.consumer,
+                    run_sync=run_sync,
+                    backing=self.backings.get(spec.idempotency),
+                    on_timeout=self.metrics.database_timeouts.labels(
+                        stream=spec.stream, group=spec.group, handler=spec.name
+                    ).inc,
+                ),
             )
 
         if self._tracing is None:
             return make(client)
         return self._tracing.wrap(spec, client, make, self.options.consumer)
-
-    async def _prune_loop(self, client: aioredis.Redis) -> None:
-        """Every ``prune_interval_s``, delete the processed rows no message can need any more."""
-        from streamworker.idempotency.sql import prune
-
-        assert self.db is not None
-        log = structlog.get_logger("streamworker.sql")
-        subscriptions = {(s.stream, s.group) for s in self.app.handlers if s.idempotency == "sql"}
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.options.prune_interval_s)
-                return
-            for stream, group in sorted(subscriptions):
-                try:
-                    result = await prune(self.db, client, stream, group)
-                except StreamworkerError as exc:
-                    # Redis or the database is away: the consume loops deal with it; try later.
-                    log.warning("prune_failed", stream=stream, group=group, error=str(exc))
-                    continue
-                if result.deleted:
-                    log.info(
-                        "processed_rows_pruned",
-                        stream=stream,
-                        group=group,
-                        rule=str(result.cut),
-                        deleted=result.deleted,
-                    )
 
     async def _supervise(self, names: ConsumerNames | None) -> None:
         loops = [c.run() for c in self.consumers] + [r.run() for r in self.reclaimers]

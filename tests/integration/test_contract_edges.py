@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from streamworker import App, ConfigError, Effects, Message
+from streamworker.idempotency.base import CoroutineInvoke
 from streamworker.idempotency.sql import (
     TABLE_NAME,
     SqlDatabase,
@@ -263,6 +264,7 @@ async def test_ownership_check_finds_a_batch_spread_over_other_pending_entries(
         for i in (ids[0], ids[-1])
     ]
 
+    @CoroutineInvoke
     async def invoke(msg: Message, provided) -> Outcome:  # type: ignore[no-untyped-def]
         provided[Session].add(Charge(message_id=msg.id, order_id="x", amount_cents=1))
         from streamworker.outcomes import ACKED

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from streamworker import App, ConfigError, DeadLetter, Depends, Message
+from streamworker.idempotency.base import CoroutineInvoke
 from streamworker.idempotency.sql import (
     TABLE_NAME,
     SqlDatabase,
@@ -365,6 +366,7 @@ async def test_concurrent_holders_of_one_message_serialise_on_its_row(
             id=mid, stream="orders", group="g", consumer=consumer, fields={"n": "0"}, body=None
         )
 
+    @CoroutineInvoke
     async def invoke(msg: Message, provided) -> Outcome:  # type: ignore[no-untyped-def]
         runs.append(msg.consumer)
         session = provided[AsyncSession]
@@ -443,6 +445,7 @@ async def test_stale_holder_of_an_acked_and_pruned_message_does_not_apply_it_aga
     client = open_redis(redis_url)
     runs: list[str] = []
 
+    @CoroutineInvoke
     async def invoke(msg: Message, provided) -> Outcome:  # type: ignore[no-untyped-def]
         runs.append(msg.consumer)
         provided[AsyncSession].add(Charge(message_id=msg.id, order_id="0", amount_cents=1))

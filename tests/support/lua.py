@@ -4,12 +4,13 @@ over who holds which entry when the scripts run."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from streamworker.codec import decode_message
+from streamworker.idempotency.base import CoroutineInvoke
 from streamworker.idempotency.lua import LuaStrategy
 from streamworker.message import Message
 from streamworker.outcomes import ACKED, Outcome, decide
@@ -18,12 +19,11 @@ from streamworker.redisio import parse_read_reply
 Handler = Callable[[Message[Any]], Any]
 
 
-def make_invoke(
-    handler: Handler, max_deliveries: int = 5
-) -> Callable[[Message[Any], Any], Awaitable[Outcome]]:
+def make_invoke(handler: Handler, max_deliveries: int = 5) -> CoroutineInvoke:
     """An ``invoke`` as the consume loop's: the handler's return value rides on the ACK outcome;
     an exception becomes the outcome ``decide`` gives."""
 
+    @CoroutineInvoke
     async def invoke(msg: Message[Any], provided: Any) -> Outcome:
         try:
             result = handler(msg)

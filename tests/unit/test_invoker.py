@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session
 
 from streamworker import App, DeadLetter, Depends, Message
 from streamworker.deps import Resolver
-from streamworker.idempotency.base import inline_of
 from streamworker.observability.metrics import Metrics
 from streamworker.outcomes import NOT_STARTED, Action, Outcome
 from streamworker.runtime.invoker import HandlerInvoker
@@ -61,7 +60,7 @@ def _sync_app(calls: list[tuple[str, str, bool]]) -> App:
 async def test_inline_call_gives_the_outcome_of_the_awaited_call(n: str) -> None:
     calls: list[tuple[str, str, bool]] = []
     invoker = await _invoker(_sync_app(calls))
-    inline = inline_of(invoker)
+    inline = invoker.inline
     assert inline is not None
     awaited = await invoker(_message(n), {})
     direct: Outcome = inline(_message(n), {})
@@ -84,7 +83,7 @@ async def test_inline_call_gets_what_the_strategy_provides() -> None:
     def handle(msg: Message, session: Session) -> None:
         seen.append(session)
 
-    inline = inline_of(await _invoker(app))
+    inline = (await _invoker(app)).inline
     assert inline is not None
     session = Session()
     assert inline(_message("x"), {Session: session}).acked
@@ -97,7 +96,7 @@ async def test_no_inline_form_for_async_handlers_or_per_message_dependencies() -
     @app.handler("s", group="g")
     async def handle(msg: Message) -> None: ...
 
-    assert inline_of(await _invoker(app)) is None
+    assert (await _invoker(app)).inline is None
 
     def per_message(msg: Message) -> Iterator[str]:
         yield msg.id
@@ -107,14 +106,14 @@ async def test_no_inline_form_for_async_handlers_or_per_message_dependencies() -
     @app.handler("s", group="g")
     def handle2(msg: Message, value: str = Depends(per_message)) -> None: ...
 
-    assert inline_of(await _invoker(app)) is None
+    assert (await _invoker(app)).inline is None
 
 
 async def test_inline_call_does_not_start_a_handler_once_stopping() -> None:
     calls: list[tuple[str, str, bool]] = []
     stop = threading.Event()
     invoker = await _invoker(_sync_app(calls), stop)
-    inline = inline_of(invoker)
+    inline = invoker.inline
     assert inline is not None
     stop.set()
     assert inline(_message("ok"), {}) is NOT_STARTED

@@ -8,9 +8,9 @@ import redis.asyncio as aioredis
 
 from streamworker import App, Effects, Message
 from streamworker.errors import ConfigError
+from streamworker.idempotency import registry
+from streamworker.idempotency.base import BuildContext
 from streamworker.idempotency.lua import LuaStrategy
-from streamworker.runtime.threads import HandlerThreads
-from streamworker.runtime.worker import _make_strategy
 
 
 def test_a_lua_handler_registers_with_its_dedup_options() -> None:
@@ -64,13 +64,13 @@ def test_the_worker_builds_a_lua_strategy_with_the_handlers_options() -> None:
     async def charge(msg: Message) -> None: ...
 
     client = aioredis.Redis()
-    threads = HandlerThreads(1)
-    try:
-        strategy = _make_strategy(
-            app.handlers[0], client, consumer="pod-0", db=None, threads=threads
-        )
-    finally:
-        threads.shutdown()
+
+    async def run_sync(func):  # type: ignore[no-untyped-def]
+        return func()
+
+    strategy = registry.get("lua").build(
+        app.handlers[0], BuildContext(client=client, consumer="pod-0", run_sync=run_sync)
+    )
     assert isinstance(strategy, LuaStrategy)
     assert strategy.name == "lua"
     assert (strategy.stream, strategy.group, strategy.consumer) == (

@@ -1,0 +1,174 @@
+"""``idempotency="sql"`` as a plug-in: the session types it gives handlers, its checks, the
+database a worker's SQL handlers share (with its retention loop), and the strategy.
+
+SQLAlchemy is imported only when a handler asks for this strategy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+
+from streamworker.deps import CallPlan, DependencyParam, ProvidedParam, build_plan
+from streamworker.errors import ConfigError, StreamworkerError
+from streamworker.extras import require_extra
+from streamworker.idempotency.base import (
+    Backing,
+    BuildContext,
+    HandlerConfig,
+    Strategy,
+    WorkerConfig,
+)
+
+
+def _session_types() -> tuple[type, type]:
+    """``(Session, AsyncSession)``; SQLAlchemy is imported only by apps that use ``idempotency="sql"``."""
+    try:
+        from sqlalchemy.ext.asyncio import AsyncSession
+        from sqlalchemy.orm import Session
+    except ImportError as exc:
+        raise ConfigError(
+            "idempotency='sql' needs SQLAlchemy 2 and a driver: pip install 'streamworker[sql]'"
+        ) from exc
+    return Session, AsyncSession
+
+
+def _provided_types(plan: CallPlan) -> set[type]:
+    """Every type the plan (and the dependencies it reaches) asks the strategy to provide."""
+    found: set[type] = set()
+    for _, param in plan.params:
+        if isinstance(param, ProvidedParam):
+            found.add(param.type_)
+        elif isinstance(param, DependencyParam):
+            found |= _provided_types(param.plan)
+    return found
+
+
+class SqlDatabaseBacking:
+    """The database a worker's SQL handlers share: checked at start-up, pinged by ``/readyz``,
+    pruned every ``prune_interval_s``, disposed at the end."""
+
+    readiness_name = "database"
+
+    def __init__(self, db: Any, subscriptions: set[tuple[str, str]], prune_interval_s: float):
+        self.db = db
+        self._subscriptions = subscriptions
+        self._prune_interval_s = prune_interval_s
+
+    async def start(self) -> None:
+        """Unreachable (exit 1), a mistyped SQLite path or an unmigrated schema (exit 2): said
+        now, in one line, not as warnings at the first message."""
+        await asyncio.to_thread(self.db.check_ready)
+
+    def ping(self) -> None:
+        """One round trip to the database."""
+        self.db.ping()
+
+    async def run(self, client: aioredis.Redis, stopped: Callable[[], Awaitable[object]]) -> None:
+        """Every ``prune_interval_s``, delete the processed rows no message can need any more."""
+        from streamworker.idempotency.sql import prune
+
+        log = structlog.get_logger("streamworker.sql")
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopped(), self._prune_interval_s)
+                return
+            for stream, group in sorted(self._subscriptions):
+                try:
+                    result = await prune(self.db, client, stream, group)
+                except StreamworkerError as exc:
+                    # Redis or the database is away: the consume loops deal with it; try later.
+                    log.warning("prune_failed", stream=stream, group=group, error=str(exc))
+                    continue
+                if result.deleted:
+                    log.info(
+                        "processed_rows_pruned",
+                        stream=stream,
+                        group=group,
+                        rule=str(result.cut),
+                        deleted=result.deleted,
+                    )
+
+    async def close(self) -> None:
+        """Dispose of the connection pools."""
+        await self.db.dispose()
+
+
+class SqlPlugin:
+    """``idempotency="sql"``: a ``Session`` (``def`` handlers) or ``AsyncSession`` (``async
+    def``) whose transaction records the message as processed; one handler at a time."""
+
+    name = "sql"
+    applies_effects = False
+    supports_dedup_field = False
+
+    def check_options(self, *, concurrency: int) -> None:
+        """One transaction per batch, on one connection: its handlers run one after another."""
+        if concurrency != 1:
+            raise ConfigError(
+                "idempotency='sql' runs a batch's handlers one at a time in one transaction; "
+                "concurrency must be 1 (run more worker processes for more throughput)"
+            )
+
+    def plan(self, func: Callable[..., Any]) -> CallPlan:
+        """``def`` handlers get a ``Session``, ``async def`` handlers an ``AsyncSession`` (a
+        blocking Session would stall the event loop, and an AsyncSession cannot be driven from
+        a worker thread)."""
+        session, async_session = _session_types()
+        plan = build_plan(func, provided=frozenset({session, async_session}))
+        wanted = _provided_types(plan)
+        fname = getattr(func, "__qualname__", repr(func))
+        if inspect.iscoroutinefunction(func):
+            if any(issubclass(t, session) for t in wanted):
+                raise ConfigError(
+                    f"{fname}: an async def handler gets an AsyncSession "
+                    f"(sqlalchemy.ext.asyncio.AsyncSession), not a Session"
+                )
+        elif any(issubclass(t, async_session) for t in wanted):
+            raise ConfigError(
+                f"{fname}: a def handler gets a Session (sqlalchemy.orm.Session); AsyncSession is "
+                f"for async def handlers"
+            )
+        return plan
+
+    def open(self, specs: Sequence[HandlerConfig], config: WorkerConfig) -> Backing | None:
+        """The database at ``config.db_url`` (not connected yet)."""
+        if not config.db_url:
+            names = ", ".join(dict.fromkeys(s.name for s in specs))  # partitions share a name
+            raise ConfigError(
+                f"handler(s) {names} use idempotency='sql' but no database URL is set; pass "
+                f"--db-url, set STREAMWORKER_DB_URL or App(db_url=...)"
+            )
+        require_extra("sql", "idempotency='sql'")
+        from streamworker.idempotency.sql import SqlDatabase
+
+        db = SqlDatabase(config.db_url, deadline_s=config.db_deadline_s)
+        return SqlDatabaseBacking(db, {(s.stream, s.group) for s in specs}, config.prune_interval_s)
+
+    def build(self, spec: HandlerConfig, context: BuildContext) -> Strategy:
+        """A :class:`~streamworker.idempotency.sql.SqlStrategy` on the shared database."""
+        from streamworker.idempotency.sql import SqlStrategy
+
+        backing = context.backing
+        assert isinstance(backing, SqlDatabaseBacking)  # the worker opened it for this plug-in
+        return SqlStrategy(
+            backing.db,
+            context.client,
+            stream=spec.stream,
+            group=spec.group,
+            consumer=context.consumer,
+            max_deliveries=spec.max_deliveries,
+            is_async=spec.is_async,
+            run_sync=context.run_sync,
+            on_timeout=context.on_timeout,
+        )
+
+
+PLUGIN = SqlPlugin()
+"""Found by :mod:`streamworker.idempotency.registry` as ``"sql"``."""
