@@ -140,6 +140,19 @@ class App:
         """The registered handlers, in registration order."""
         return list(self._handlers.values())
 
+    def add_spec(self, spec: HandlerSpec) -> None:
+        """Register ``spec`` as it is: one the decorator built and checked, on this or another
+        App (a test harness registers changed copies). ConfigError if its (stream, group) has a
+        handler already."""
+        key = f"{spec.stream}\x00{spec.group}"
+        other = self._handlers.get(key)
+        if other is not None:
+            raise ConfigError(
+                f"stream {spec.stream!r} group {spec.group!r} already has handler {other.name}; "
+                f"one handler per (stream, group)"
+            )
+        self._handlers[key] = spec
+
     def handler(
         self,
         stream: str,

@@ -31,7 +31,7 @@ import asyncio
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import redis
 import redis.asyncio as aioredis
@@ -52,9 +52,6 @@ from streamworker.redisio import (
 
 DEFAULT_IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000
 """How long an idempotency key is remembered by default (a day)."""
-
-if TYPE_CHECKING:
-    from streamworker.app import App
 
 _EXPLICIT_ID = re.compile(r"^\d+-\d+$")
 _TOO_SMALL = "equal or smaller than the target stream top item"
@@ -474,10 +471,31 @@ class SyncProducer:
         ]
 
 
+class _Subscription(Protocol):
+    """What the producers read of a registered handler (a HandlerSpec)."""
+
+    @property
+    def stream(self) -> str: ...
+    @property
+    def partition_of(self) -> str | None: ...
+    @property
+    def body_field(self) -> str | None: ...
+
+
+class _PublishingApp(Protocol):
+    """What the producers read of their App."""
+
+    name: str
+    redis_url: str | None
+
+    @property
+    def handlers(self) -> Sequence[_Subscription]: ...
+
+
 class AppProducers:
     """An App's stream declarations and the producers behind ``app.publish`` (internal)."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: _PublishingApp) -> None:
         self._app = app
         self._declared: dict[str, StreamOptions] = {}
         self._sync: SyncProducer | None = None

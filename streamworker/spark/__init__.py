@@ -8,73 +8,27 @@ package needs neither PySpark nor a JVM: PySpark is imported when a function her
 
 from __future__ import annotations
 
-import importlib.util
 from typing import TYPE_CHECKING, Any
 
-from streamworker.errors import ConfigError
 from streamworker.spark.errors import clear_errors
 from streamworker.spark.options import FORMAT, parse_read_options
+from streamworker.spark.registration import PUSHDOWN_CONF, register, require_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "FORMAT",
+    "PUSHDOWN_CONF",
     "archive",
     "clear_errors",
     "read",
     "read_stream",
     "register",
+    "require_spark",
     "run_handler",
     "safe_trim",
 ]
-
-
-def require_spark(what: str) -> None:
-    """ConfigError naming ``pip install 'streamworker[spark]'`` when PySpark or pyarrow is
-    missing."""
-    missing = [m for m in ("pyspark", "pyarrow") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ConfigError(
-            f"{what} needs the 'spark' extra ({', '.join(missing)} not installed): "
-            f"pip install 'streamworker[spark]'"
-        )
-
-
-PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-
-
-def _parallelism(spark: SparkSession) -> int | None:
-    """``spark.default.parallelism`` (total executor cores on a cluster, N for ``local[N]``),
-    None when the session cannot tell (Spark Connect hides the SparkContext)."""
-    try:
-        return int(spark.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect: no SparkContext; fall back to the conf
-        try:
-            value = spark.conf.get("spark.default.parallelism", None)
-        except Exception:
-            return None
-        return int(value) if value else None
-
-
-def register(spark: SparkSession, *, pushdown: bool = False) -> None:
-    """Register the ``streamworker_redis`` format on ``spark`` for ``spark.read``,
-    ``spark.readStream``, ``df.write`` and ``df.writeStream``. Idempotent (the last call's
-    settings win).
-
-    The registered source carries the session's default parallelism (the default task budget
-    of a read: see docs/spark.md). With ``pushdown`` it also turns on
-    ``spark.sql.python.filterPushdown.enabled`` for the session, and filters on ``timestamp``,
-    ``ms`` and ``id`` narrow what a batch read reads. It is off by default because Spark then
-    refuses the source in every query planned where that setting reads false: a thread of the
-    caller's own, without the session active, plans with the defaults (false).
-    """
-    require_spark("streamworker.spark")
-    from streamworker.spark.source import session_source
-
-    if pushdown:
-        spark.conf.set(PUSHDOWN_CONF, "true")
-    spark.dataSource.register(session_source(_parallelism(spark), pushdown))
 
 
 def read(spark: SparkSession, **options: Any) -> DataFrame:

@@ -86,7 +86,7 @@ def archive(
     archived: the source's data-loss check). Safe to re-run, and to kill and re-run."""
     from pyspark.sql import functions as F
 
-    from streamworker.spark import register
+    from streamworker.spark.registration import register
 
     register(spark)
     ckpt = checkpoint or str(Path(path) / "_checkpoint")

@@ -204,16 +204,14 @@ class TestWorker:
         self._migrate = migrate
         self._tracer_provider = tracer_provider
         copy = App(app.name, redis_url=self.redis_url, db_url=self.db_url)
-        specs: dict[str, HandlerSpec] = {}
         for spec in app.handlers:
             changes: dict[str, Any] = {"func": self._recorder.wrap(spec)}
             if retry_backoff_ms is not None:
                 changes["retry_backoff_ms"] = retry_backoff_ms
                 changes["retry_backoff_max_ms"] = retry_backoff_ms
-            specs[f"{spec.stream}\x00{spec.group}"] = dataclasses.replace(spec, **changes)
-        # The copy's registry is filled directly: the specs were validated when app registered them.
-        copy._handlers = specs
-        self.specs = list(specs.values())
+            # The specs were checked when ``app`` registered them: the copies go in as they are.
+            copy.add_spec(dataclasses.replace(spec, **changes))
+        self.specs = copy.handlers
         self.metrics = Metrics()
         self._worker: Worker | None = None
         self._task: asyncio.Future[Any] | None = None
