@@ -75,6 +75,7 @@ from streamworker.engine.aof_rewrite import (
     select_record,
 )
 from streamworker.engine.errors import CommandError
+from streamworker.engine.resp import FAST_WINDOW, read_arrays
 
 if TYPE_CHECKING:
     from streamworker.engine.core import Engine
@@ -198,22 +199,17 @@ def _read_count(data: bytes, pos: int, start: int, kind: int, path: Path) -> tup
     return int(digits), cr + 2
 
 
-_FAST_WINDOW = 4 * 1024 * 1024
-_FMT_BULK = b"$%d".__mod__
-_BULK_HEAD = [b"$%d" % n for n in range(4096)].__getitem__
-
-
 def _fast_records(data: bytes, pos: int) -> tuple[list[tuple[int, int, Any]], int]:
-    # The records of the next few MB, split on CRLF in C: a record is accepted only if every
-    # "$<len>" line matches the length of the part after it (a payload holding CRLF splits
-    # short and fails that). Stops at the first record it cannot vouch for, which the strict
-    # reader then parses (and reports, if it is malformed). Returns (records, end offset).
+    # The records of the next few MB, read on the shared fast path (.resp). Stops at the first
+    # record it cannot vouch for, which the strict reader then parses (and reports, if it is
+    # malformed). Returns (records, end offset).
     # A "#C" checksum line is consumed with the record after it, or not at all: if that record
     # is not vouched for (or its checksum differs), the strict reader starts at the "#C" line.
-    parts = data[pos : pos + _FAST_WINDOW].split(b"\r\n")
+    parts = data[pos : pos + FAST_WINDOW].split(b"\r\n")
     last = len(parts) - 1
     out: list[tuple[int, int, Any]] = []
     append = out.append
+    one: list[list[bytes]] = []  # read_arrays' output, one record at a time
     off = pos
     i = 0
     crc = -1
@@ -241,19 +237,10 @@ def _fast_records(data: bytes, pos: int) -> tuple[list[tuple[int, int, Any]], in
             off = end
             i += 1
             continue
-        digits = head[1:]
-        if head[:1] != b"*" or not digits.isdigit() or digits[0] == 0x30:
+        j = read_arrays(parts, i, last, one, 1, last)
+        if j == i:
             break
-        j = i + 1 + 2 * int(digits)
-        if j > last:
-            break
-        args = parts[i + 2 : j : 2]
-        try:
-            heads = list(map(_BULK_HEAD, map(len, args)))
-        except IndexError:  # an argument of 4 KB or more
-            heads = list(map(_FMT_BULK, map(len, args)))
-        if heads != parts[i + 1 : j : 2]:
-            break
+        args = one.pop()
         end = off + sum(map(len, parts[i:j])) + 2 * (j - i)
         rec_start = off
         if crc >= 0:
