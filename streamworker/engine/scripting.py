@@ -418,7 +418,7 @@ class ScriptRuntime:
             res = self._run(script.fn, new_array(keys), new_array(args), 100_000)
         except Exception as exc:  # a lupa-level failure (out of memory, an engine bug)
             self._clear_hook()
-            return CommandError(f"ERR Error running script {script.sha}: {exc}")
+            return CommandError(msgs.script_run_failed(script.sha, exc))
         finally:
             st.running = False
             self._kill = False
@@ -454,7 +454,7 @@ class ScriptRuntime:
                 text += b" script: " + sha.encode() + b", on " + src + b":" + line + b"."
             return CommandError(_text(text))
         if tags == b"X":
-            return CommandError(f"ERR Error running script {sha}, {_text(res[2])[:100]} ")
+            return CommandError(msgs.script_bad_reply(sha, _text(res[2])[:100]))
         if tags == b"s":
             return res[2]  # type: ignore[no-any-return]
         if tags == b"n":
