@@ -266,7 +266,7 @@ class Engine:
                 client.multi_queue.append((spec, argv))
                 return QUEUED
         elif ctx.in_script and spec.noscript:
-            return CommandError("ERR This Redis command is not allowed from script")
+            return CommandError(msgs.SCRIPT_COMMAND_NOT_ALLOWED)
         self.stats_commands += 1
         client.last_cmd = spec.name
         func = spec.func
@@ -303,7 +303,7 @@ class Engine:
         assert spec.func is not None
         if prop.write_error is not None and "write" in spec.flags:
             self.stats_rejected += 1
-            return CommandError(f"MISCONF Errors writing to the AOF file: {prop.write_error}")
+            return CommandError(msgs.misconf_aof(prop.write_error))
         top = prop.depth == 0
         if top:
             prop.begin_call()
@@ -422,7 +422,7 @@ class Engine:
         discard_transaction(client)
         self.stats_rejected += 1
         reason = text[4:] if text.startswith("ERR ") else text
-        return CommandError(f"EXECABORT Transaction discarded because of: {reason}")
+        return CommandError(msgs.execabort_because(reason))
 
     def _reject(self, client: ClientState, text: str) -> CommandError:
         # Rejections inside MULTI abort the transaction at EXEC (Redis's flagTransaction).

@@ -382,6 +382,27 @@ class _EngineSession:
         if cmds:
             self.run(cmds)
 
+    def convert(
+        self,
+        item: Any,
+        encoder: Any,
+        parse_error: Callable[[str], Exception],
+        disable_decoding: bool,
+    ) -> Any:
+        """A reply taken from :attr:`replies` (not a Blocked one) as redis-py's parser returns
+        it, for the protocol it was produced in; an error reply comes back as the exception
+        to raise. Shared by the sync and asyncio connections' ``read_response``."""
+        t = type(item)
+        if t is _WithResp or disable_decoding:
+            resp = item.resp if t is _WithResp else self.client.resp
+            if t is _WithResp:
+                item = item.reply
+            return self.converter_for(resp, encoder, parse_error, disable_decoding)(item)
+        conv = self.conv
+        if conv is None or self.conv_resp != self.client.resp:
+            conv = self.converter(encoder, parse_error)
+        return conv(item)
+
     def converter(self, encoder: Any, parse_error: Callable[[str], Exception]) -> Any:
         """The converter for the client's current protocol (rebuilt when it changes)."""
         resp = self.client.resp
@@ -554,19 +575,9 @@ class EngineConnection(_SyncAbstractConnection):
             if t is Blocked:
                 item = self._await_blocked(item, timeout, disconnect_on_error)
                 session.after_blocked()
-                t = type(item)
-            if t is _WithResp or disable_decoding:
-                resp = item.resp if t is _WithResp else session.client.resp
-                if t is _WithResp:
-                    item = item.reply
-                response = session.converter_for(
-                    resp, self.encoder, self._parser.parse_error, disable_decoding
-                )(item)
-            else:
-                conv = session.conv
-                if conv is None or session.conv_resp != session.client.resp:
-                    conv = session.converter(self.encoder, self._parser.parse_error)
-                response = conv(item)
+            response = session.convert(
+                item, self.encoder, self._parser.parse_error, disable_decoding
+            )
             if isinstance(response, Exception):
                 raise response
         if self.health_check_interval:
@@ -720,19 +731,9 @@ class AsyncEngineConnection(_AsyncAbstractConnection):
             if t is Blocked:
                 item = await self._await_blocked(session, item, timeout, disconnect_on_error)
                 session.after_blocked()
-                t = type(item)
-            if t is _WithResp or disable_decoding:
-                resp = item.resp if t is _WithResp else session.client.resp
-                if t is _WithResp:
-                    item = item.reply
-                response = session.converter_for(
-                    resp, self.encoder, self._parser.parse_error, disable_decoding
-                )(item)
-            else:
-                conv = session.conv
-                if conv is None or session.conv_resp != session.client.resp:
-                    conv = session.converter(self.encoder, self._parser.parse_error)
-                response = conv(item)
+            response = session.convert(
+                item, self.encoder, self._parser.parse_error, disable_decoding
+            )
             if isinstance(response, Exception):
                 raise response from None
         if self.health_check_interval:

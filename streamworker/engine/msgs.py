@@ -328,3 +328,81 @@ def script_unknown_shebang_option(option: str) -> str:
 def script_unexpected_flag(flag: str) -> str:
     """A ``flags=`` entry Redis 7.0 does not know."""
     return f"ERR Unexpected flag in script shebang: {flag}"
+
+
+# --- moved here from the engine modules (engine-cut): the texts that were inline -------------
+# One block so that a merge with additions above stays easy; sorted by the module that sends them.
+
+
+# core.py
+def misconf_aof(write_error: object) -> str:
+    """A write refused because the last write to the append-only file failed."""
+    return f"MISCONF Errors writing to the AOF file: {write_error}"
+
+
+def execabort_because(reason: str) -> str:
+    """EXEC of a transaction that a queued command's error (``reason``, without ``ERR ``)
+    discarded."""
+    return f"EXECABORT Transaction discarded because of: {reason}"
+
+
+# scripting.py
+def script_run_failed(sha: str, error: object) -> str:
+    """A script that failed in the Lua runtime itself (out of memory, an engine bug)."""
+    return f"ERR Error running script {sha}: {error}"
+
+
+def script_bad_reply(sha: str, detail: str) -> str:
+    """A script whose reply could not be converted (``detail``: at most 100 characters; the
+    trailing space is Redis's)."""
+    return f"ERR Error running script {sha}, {detail} "
+
+
+# commands/connection.py
+def hello_syntax(option: str) -> str:
+    """HELLO with an option it does not know (or without its arguments)."""
+    return f"ERR Syntax error in HELLO option '{option}'"
+
+
+def unknown_client_type(kind: str) -> str:
+    """CLIENT LIST / KILL TYPE with an unknown type."""
+    return f"ERR Unknown client type '{kind}'"
+
+
+INVALID_CLIENT_ID = "ERR Invalid client ID"
+CLIENT_UNBLOCK_REASON = "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"
+UNBLOCKED_BY_CLIENT = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
+
+
+# commands/_args.py
+def not_positive(what: str) -> str:
+    """A negative where a non-negative count is needed (``what``: ``value``, ``count``...)."""
+    return f"ERR {what} is out of range, must be positive"
+
+
+# commands/server.py
+INVALID_FIRST_DB = "ERR invalid first DB index"
+INVALID_SECOND_DB = "ERR invalid second DB index"
+NO_CONFIG_FILE = "ERR The server is running without a config file"
+GETKEYS_INVALID_COMMAND = "ERR Invalid command specified"
+GETKEYS_NO_KEYS = "ERR The command has no key arguments"
+GETKEYS_WRONG_ARITY = "ERR Invalid number of arguments specified for command"
+DEBUG_NOT_ALLOWED = (
+    'ERR DEBUG command not allowed. If the enable-debug-command option is set to "local", '
+    "you can run it from a local connection, otherwise you need to set this option in the "
+    "configuration file, and then restart the server."
+)
+# The engine's own text (Redis always has an AOF to rewrite).
+BGREWRITEAOF_IN_MEMORY = (
+    "ERR the engine runs in memory: there is no append-only file to rewrite "
+    "(start it with a data directory: streamworker engine serve --dir DIR)"
+)
+BGREWRITEAOF_IN_PROGRESS = "ERR Background append only file rewriting already in progress"
+
+
+def bgrewriteaof_failed(error: object) -> str:
+    """BGREWRITEAOF that could not start the rewrite (``error``: the OS error)."""
+    return f"ERR Background append only file rewriting failed: {error}"
+
+
+# --- end of the engine-cut block -------------------------------------------------------------

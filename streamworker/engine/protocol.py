@@ -23,6 +23,7 @@ from streamworker.engine.replies import (
     Verbatim,
     format_double,
 )
+from streamworker.engine.resp import FAST_WINDOW, read_arrays
 
 __all__ = [
     "INLINE_MAX_SIZE",
@@ -141,7 +142,7 @@ class RequestParser:
         authenticated = self.authenticated
         find = data.find
         self._need = 0
-        if args is None and n <= _FAST_MAX and n and data[0] == 0x2A:
+        if args is None and n <= FAST_WINDOW and n and data[0] == 0x2A:
             pos = _parse_split(data, out, authenticated, maxlen)
         # Where the bytes of the multibulk in progress start in data (its earlier bytes, in
         # _mb_bytes, came in earlier reads).
@@ -232,43 +233,17 @@ class RequestParser:
         return pos
 
 
-_FAST_MAX: Final = 4 * 1024 * 1024
-_FMT_BULK: Final = b"$%d".__mod__
-# "$<n>" for the usual argument lengths, looked up rather than formatted.
-_BULK_HEAD: Final = [b"$%d" % n for n in range(4096)].__getitem__
-
-
 def _parse_split(data: bytes, out: list[list[bytes]], authenticated: bool, maxlen: int) -> int:
-    # The fast path for a read of ordinary commands: split on CRLF (in C) and accept a
-    # command only if every "$<len>" line matches the length of the part after it. A payload
-    # holding CRLF splits short and fails that check, as does anything malformed: parsing
-    # then continues byte by byte from that command (which also produces the errors).
+    # The fast path for a read of ordinary commands (.resp): anything it does not accept is
+    # parsed byte by byte from that command on (which also produces the errors).
     # Returns the bytes consumed.
     parts = data.split(b"\r\n")
     last = len(parts) - 1  # parts[last] follows the last CRLF: incomplete
     small = authenticated or len(data) <= 16384
     if len(data) > maxlen or not small:
         return 0
-    i = 0
-    append = out.append
-    while i < last:
-        head = parts[i]
-        digits = head[1:]
-        if head[:1] != b"*" or not digits.isdigit() or digits[0] == 0x30:
-            break
-        count = int(digits)
-        j = i + 1 + 2 * count
-        if j > last or (count > 10 and not authenticated):
-            break
-        args = parts[i + 2 : j : 2]
-        try:
-            heads = list(map(_BULK_HEAD, map(len, args)))
-        except IndexError:  # an argument of 4 KB or more
-            heads = list(map(_FMT_BULK, map(len, args)))
-        if heads != parts[i + 1 : j : 2]:
-            break
-        append(args)
-        i = j
+    # Redis bounds what a client that has not authenticated yet may send (10 arguments).
+    i = read_arrays(parts, 0, last, out, last, _INT_MAX if authenticated else 10)
     return sum(map(len, parts[:i])) + 2 * i if i else 0
 
 

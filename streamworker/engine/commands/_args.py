@@ -24,7 +24,7 @@ def to_long_nonneg(arg: bytes, what: str = "value") -> int:
     positive`` for negatives."""
     value = to_int(arg)
     if value < 0:
-        raise CommandError(f"ERR {what} is out of range, must be positive")
+        raise CommandError(msgs.not_positive(what))
     return value
 
 

@@ -98,7 +98,7 @@ def hello(ctx: Ctx, args: list[bytes]) -> Reply:
                 raise CommandError(msgs.CLIENT_NAME_SPACES)
             j += 1
         else:
-            raise CommandError(f"ERR Syntax error in HELLO option '{to_str(args[j])}'")
+            raise CommandError(msgs.hello_syntax(to_str(args[j])))
         j += 1
     client = ctx.client
     if user is not None and password is not None:
@@ -227,7 +227,7 @@ def client_list(ctx: Ctx, args: list[bytes]) -> Reply:
         if opt == b"type" and i + 1 < len(args):
             kind = args[i + 1].lower()
             if kind not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
-                raise CommandError(f"ERR Unknown client type '{to_str(args[i + 1])}'")
+                raise CommandError(msgs.unknown_client_type(to_str(args[i + 1])))
             if kind != b"normal":
                 clients = []
             i += 2
@@ -236,7 +236,7 @@ def client_list(ctx: Ctx, args: list[bytes]) -> Reply:
             for a in args[i + 1 :]:
                 n = parse_int(a)
                 if n is None:
-                    raise CommandError("ERR Invalid client ID")
+                    raise CommandError(msgs.INVALID_CLIENT_ID)
                 ids.add(n)
             clients = [c for c in clients if c.id in ids]
             break
@@ -256,7 +256,7 @@ def client_unblock(ctx: Ctx, args: list[bytes]) -> Reply:
         if mode == b"error":
             error = True
         elif mode != b"timeout":
-            raise CommandError("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+            raise CommandError(msgs.CLIENT_UNBLOCK_REASON)
     elif len(args) > 2:
         raise CommandError(msgs.SYNTAX)
     target = ctx.engine.clients.get(target_id)
@@ -265,9 +265,7 @@ def client_unblock(ctx: Ctx, args: list[bytes]) -> Reply:
     blocked = target.blocked
     ctx.engine.unblock(
         blocked,
-        CommandError("UNBLOCKED client unblocked via CLIENT UNBLOCK")
-        if error
-        else blocked.on_timeout_reply,
+        CommandError(msgs.UNBLOCKED_BY_CLIENT) if error else blocked.on_timeout_reply,
     )
     return 1
 

@@ -61,10 +61,10 @@ def swapdb(ctx: Ctx, args: list[bytes]) -> Reply:
 
     a = parse_int(args[0])
     if a is None or not -(2**31) <= a < 2**31:
-        raise CommandError("ERR invalid first DB index")
+        raise CommandError(msgs.INVALID_FIRST_DB)
     b = parse_int(args[1])
     if b is None or not -(2**31) <= b < 2**31:
-        raise CommandError("ERR invalid second DB index")
+        raise CommandError(msgs.INVALID_SECOND_DB)
     dbs = ctx.keyspace.dbs
     if not (0 <= a < len(dbs) and 0 <= b < len(dbs)):
         raise CommandError(msgs.DB_INDEX_OUT_OF_RANGE)
@@ -412,7 +412,7 @@ def config_resetstat(ctx: Ctx, args: list[bytes]) -> Reply:
 @command("config|rewrite", arity=2, flags=("admin", "noscript", "loading", "stale"))
 def config_rewrite(ctx: Ctx, args: list[bytes]) -> Reply:
     """CONFIG REWRITE -> error: there is no config file."""
-    raise CommandError("ERR The server is running without a config file")
+    raise CommandError(msgs.NO_CONFIG_FILE)
 
 
 _CONFIG_HELP = [
@@ -520,14 +520,14 @@ def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
     """COMMAND GETKEYS command [arg ...] -> the key arguments (legacy key specs)."""
     spec = ctx.engine.table.get(args[0].lower())
     if spec is None:
-        raise CommandError("ERR Invalid command specified")
+        raise CommandError(msgs.GETKEYS_INVALID_COMMAND)
     if spec.subcommands and len(args) >= 2:
         spec = spec.subcommands.get(args[1].lower(), spec)
     if spec.first_key <= 0 and "movablekeys" not in spec.flags:
-        raise CommandError("ERR The command has no key arguments")
+        raise CommandError(msgs.GETKEYS_NO_KEYS)
     n = len(args)
     if (spec.arity > 0 and spec.arity != n) or n < -spec.arity:
-        raise CommandError("ERR Invalid number of arguments specified for command")
+        raise CommandError(msgs.GETKEYS_WRONG_ARITY)
     return [args[p] for p in spec.key_positions(n)]
 
 
@@ -538,11 +538,7 @@ def debug(ctx: Ctx, args: list[bytes]) -> Reply:
     if args[0].lower() == b"log" and len(args) == 2:
         _log.warning("DEBUG LOG: %s", args[1].decode("utf-8", "replace"))
         return OK
-    raise CommandError(
-        'ERR DEBUG command not allowed. If the enable-debug-command option is set to "local", '
-        "you can run it from a local connection, otherwise you need to set this option in the "
-        "configuration file, and then restart the server."
-    )
+    raise CommandError(msgs.DEBUG_NOT_ALLOWED)
 
 
 # --- persistence ------------------------------------------------------------------------------
@@ -554,16 +550,13 @@ def bgrewriteaof(ctx: Ctx, args: list[bytes]) -> Reply:
     background (INFO ``aof_rewrite_in_progress`` is 1 until it is done)."""
     aof = ctx.engine.persistence
     if aof is None:
-        raise CommandError(
-            "ERR the engine runs in memory: there is no append-only file to rewrite "
-            "(start it with a data directory: streamworker engine serve --dir DIR)"
-        )
+        raise CommandError(msgs.BGREWRITEAOF_IN_MEMORY)
     try:
         started = aof.start_rewrite()
     except OSError as exc:
-        raise CommandError(f"ERR Background append only file rewriting failed: {exc}") from None
+        raise CommandError(msgs.bgrewriteaof_failed(exc)) from None
     if not started:
-        raise CommandError("ERR Background append only file rewriting already in progress")
+        raise CommandError(msgs.BGREWRITEAOF_IN_PROGRESS)
     return Status("Background append only file rewriting started")
 
 
