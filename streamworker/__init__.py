@@ -23,8 +23,7 @@ from streamworker.errors import (
 )
 from streamworker.message import Message
 from streamworker.settings import Settings
-
-__version__ = "0.1.0"
+from streamworker.version import __version__
 
 __all__ = [
     "App",

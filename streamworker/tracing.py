@@ -61,7 +61,7 @@ _W3C = TraceContextTextMapPropagator()
 
 
 def _tracer(provider: TracerProvider | None) -> trace.Tracer:
-    from streamworker import __version__
+    from streamworker.version import __version__
 
     return trace.get_tracer("streamworker", __version__, tracer_provider=provider)
 

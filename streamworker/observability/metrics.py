@@ -155,7 +155,7 @@ class Metrics:
             # Not prometheus_client's process-global instances: each registry gets its own.
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
-        from streamworker import __version__
+        from streamworker.version import __version__
 
         self.build_info = Gauge(
             "streamworker_build_info",

@@ -481,6 +481,6 @@ async def _has_scripting(client: aioredis.Redis) -> bool:
 
 
 def _version() -> str:
-    from streamworker import __version__
+    from streamworker.version import __version__
 
     return __version__
