@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from streamworker.errors import ConfigError
-from streamworker.settings import load_settings, validate_redis_url
+from streamworker.redisio import validate_redis_url
+from streamworker.settings import load_settings
 
 
 @pytest.fixture(autouse=True)
