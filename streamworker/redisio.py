@@ -1,5 +1,5 @@
 """Redis I/O shared by the runtime and the strategies: Redis URLs (validation, cluster nodes,
-redaction), clients by URL, stream replies, Lua scripts.
+redaction), clients by URL, stream replies and their values as text or bytes, Lua scripts.
 
 redis-py's connection errors are converted into :class:`~streamworker.errors.ConnectionLost` here,
 so the loops above handle one exception type. On Redis Cluster (``redis+cluster://`` URLs) the
@@ -155,7 +155,7 @@ def redact_url(url: str) -> str:
 def _stream_keys(args: Sequence[Any]) -> list[Any] | None:
     """The keys of an XREAD/XREADGROUP argument list (after the command name), or None."""
     for i, arg in enumerate(args):
-        token = arg.decode() if isinstance(arg, bytes) else str(arg)
+        token = as_text(arg)
         if token.upper() == "STREAMS":
             rest = list(args[i + 1 :])
             if not rest or len(rest) % 2:
@@ -325,6 +325,29 @@ async def connection_errors() -> AsyncIterator[None]:
         if "'NoneType' object has no attribute" not in str(exc):
             raise
         raise ConnectionLost(f"connection closed under a command: {exc}") from exc
+
+
+# --------------------------------------------------------------------------------------------
+# Replies
+
+
+def as_text(value: Any, *, errors: str = "strict") -> str:
+    """A value from a Redis reply as text: bytes are decoded as UTF-8 (``errors`` as for
+    :meth:`bytes.decode`: ``"replace"`` where a stray byte must not fail a listing), anything
+    else (str with ``decode_responses``, ints) goes through :class:`str`."""
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", errors)
+    return str(value)
+
+
+def as_bytes(value: Any) -> bytes:
+    """A value from (or for) Redis as bytes: bytes as they are, anything else as the UTF-8 of its
+    :class:`str`. The inverse of :func:`as_text` for the text and bytes redis-py returns."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    return str(value).encode("utf-8")
 
 
 class Entry(NamedTuple):

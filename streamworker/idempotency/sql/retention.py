@@ -45,7 +45,7 @@ from streamworker.idempotency.deadline import DEFAULT_DB_DEADLINE_S, bounded
 from streamworker.idempotency.sql.database import SqlDatabase
 from streamworker.idempotency.sql.errors import _unavailable
 from streamworker.idempotency.sql.schema import processed_messages, sortable_id, stream_id
-from streamworker.redisio import connection_errors
+from streamworker.redisio import as_text, connection_errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +96,9 @@ async def read_retention_cut(
         last: str | None = None
         for info in groups:
             name = info.get("name")
-            if (name.decode() if isinstance(name, bytes) else name) == group:
+            if as_text(name) == group:
                 raw = info.get("last-delivered-id")
-                last = raw.decode() if isinstance(raw, bytes) else str(raw)
+                last = as_text(raw)
         if last is None:
             return None
         summary = await client.xpending(stream, group)

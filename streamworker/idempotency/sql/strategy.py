@@ -95,7 +95,7 @@ from streamworker.outcomes import (
     decide,
     describe,
 )
-from streamworker.redisio import connection_errors
+from streamworker.redisio import as_text, connection_errors
 
 T = TypeVar("T")
 
@@ -198,7 +198,7 @@ class SqlStrategy:
             last = ""
             for row in rows:
                 mid = row["message_id"]
-                last = mid.decode() if isinstance(mid, bytes) else str(mid)
+                last = as_text(mid)
                 owned.add(sortable_id(last))
             if len(rows) < count or ids <= owned:
                 return owned & ids
