@@ -33,7 +33,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     from streamworker.idempotency.sql_migrate import upgrade
 
     db = SqlDatabase(_db_url(args))
-    shown = db.url.render_as_string(hide_password=True)
+    shown = db.redacted_url
     try:
         before, after = upgrade(db)
     except Exception as exc:

@@ -399,7 +399,7 @@ def run_handler(
     try:
         if not db.has_schema():
             raise ConfigError(
-                f"table {TABLE_NAME!r} is missing in {db.url.render_as_string()}; "
+                f"table {TABLE_NAME!r} is missing in {db.redacted_url}; "
                 f"run `streamworker migrate --db-url URL` first"
             )
     finally:

@@ -17,7 +17,6 @@ Every name is importable from here, as it was when this package was one module.
 from __future__ import annotations
 
 from streamworker.idempotency.sql.database import SqlDatabase, parse_db_url
-from streamworker.idempotency.sql.database import _redact as _redact
 from streamworker.idempotency.sql.errors import _unavailable as _unavailable
 from streamworker.idempotency.sql.retention import (
     PruneResult,

@@ -53,12 +53,25 @@ def parse_db_url(db_url: str) -> URL:
     """Check that ``db_url`` names a database the SQL strategy supports; ConfigError otherwise."""
     try:
         url = make_url(db_url)
-    except (sa_exc.ArgumentError, ValueError) as exc:
-        raise ConfigError(f"invalid database URL {_redact(db_url)!r}: {exc}") from None
+    except sa_exc.ArgumentError as exc:
+        raise ConfigError(f"invalid database URL {redact_url(db_url)!r}: {exc}") from None
+    except ValueError:
+        # SQLAlchemy's own text quotes what it took for the port, which can be the middle of a
+        # password holding an unencoded "@" (its password ends at the first "@").
+        raise ConfigError(
+            f"invalid database URL {redact_url(db_url)!r}: the port is not a number (in a "
+            f"password, write @ as %40, : as %3A and / as %2F)"
+        ) from None
+    if url.host is not None and "@" in url.host:
+        # Part of the password became the host: the driver would quote it when the lookup fails.
+        raise ConfigError(
+            f"invalid database URL {redact_url(db_url)!r}: an unencoded @ in the password (write "
+            f"it as %40)"
+        )
     backend = url.get_backend_name()
     if backend not in ("postgresql", "sqlite"):
         raise ConfigError(
-            f"database URL {_redact(db_url)!r}: idempotency='sql' supports postgresql:// and "
+            f"database URL {redact_url(db_url)!r}: idempotency='sql' supports postgresql:// and "
             f"sqlite:/// databases, not {backend!r}"
         )
     driver = url.get_driver_name() if "+" in url.drivername else None
@@ -67,13 +80,13 @@ def parse_db_url(db_url: str) -> URL:
         # transaction needs the driver's transaction status: psycopg's, which the other drivers
         # do not expose. Without it, such a COMMIT is a silent ROLLBACK we would ack.
         raise ConfigError(
-            f"database URL {_redact(db_url)!r}: the {driver} driver is not supported by "
+            f"database URL {redact_url(db_url)!r}: the {driver} driver is not supported by "
             f"idempotency='sql'; use postgresql:// or postgresql+psycopg:// (psycopg 3, for def "
             f"and async def handlers alike)"
         )
     if backend == "sqlite" and driver not in (None, "pysqlite", "aiosqlite"):
         raise ConfigError(
-            f"database URL {_redact(db_url)!r}: the {driver} driver is not supported; use "
+            f"database URL {redact_url(db_url)!r}: the {driver} driver is not supported; use "
             f"sqlite:///path"
         )
     if backend == "sqlite" and url.database in (None, "", ":memory:"):
@@ -81,13 +94,6 @@ def parse_db_url(db_url: str) -> URL:
             "an in-memory SQLite database is private to one connection; use a file: sqlite:///path"
         )
     return url
-
-
-def _redact(url: str) -> str:
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not even a URL SQLAlchemy can parse: never print it as it is
-        return redact_url(url)
 
 
 def _sqlite_setup(engine: Engine, busy_timeout_ms: int) -> None:
@@ -123,6 +129,9 @@ class SqlDatabase:
     :mod:`streamworker.idempotency.deadline`): connections get a connect timeout and keepalives,
     a batch of :class:`SqlStrategy` must finish within it, and :meth:`ping` fails while batches
     pass it. SQLite's busy timeout is kept below it.
+
+    ``redacted_url`` is the URL for messages and logs, its password hidden by
+    :func:`streamworker.redisio.redact_url`, the one redaction for every URL.
     """
 
     def __init__(
@@ -135,6 +144,9 @@ class SqlDatabase:
         if deadline_s <= 0:
             raise ConfigError(f"db_deadline_s must be positive, not {deadline_s!r}")
         self.url = parse_db_url(db_url)
+        # Redacted from the URL as given, not from self.url: SQLAlchemy ends the password at
+        # the first unencoded "@" and would show the rest of it as part of the host.
+        self.redacted_url = redact_url(db_url)
         self.dialect = self.url.get_backend_name()
         self._busy_timeout_ms = min(sqlite_busy_timeout_ms, int(deadline_s * 1000))
         self.deadline = DeadlineState(deadline_s)
@@ -143,7 +155,7 @@ class SqlDatabase:
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"SqlDatabase({self.url.render_as_string(hide_password=True)!r})"
+        return f"SqlDatabase({self.redacted_url!r})"
 
     @property
     def sync_engine(self) -> Engine:
@@ -190,7 +202,7 @@ class SqlDatabase:
         be created empty) or a database without the processed-messages table (``streamworker
         migrate`` was not run), DatabaseUnavailable when the database cannot be reached.
         """
-        shown = self.url.render_as_string(hide_password=True)
+        shown = self.redacted_url
         try:
             schema = self._sqlite_has_schema() if self.dialect == "sqlite" else self.has_schema()
         except DatabaseUnavailable as exc:
@@ -209,7 +221,7 @@ class SqlDatabase:
     def _sqlite_has_schema(self) -> bool:
         # Read-only and outside the engine: the engine's connections begin with BEGIN IMMEDIATE,
         # and a start-up check must not wait for (or fail on) another worker's write lock.
-        shown = self.url.render_as_string(hide_password=True)
+        shown = self.redacted_url
         path = Path(self.url.database or "")
         if not path.is_file():
             raise ConfigError(

@@ -161,7 +161,7 @@ class SqlStrategy:
         if not self._schema_ok:
             if not await self._run_sync(self.db.has_schema):
                 raise ConfigError(
-                    f"table {TABLE_NAME!r} is missing in {self.db.url.render_as_string()}; "
+                    f"table {TABLE_NAME!r} is missing in {self.db.redacted_url}; "
                     f"run `streamworker migrate --db-url URL` first"
                 )
             self._schema_ok = True
