@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamworker.errors import ConfigError
@@ -64,6 +71,11 @@ class Settings(BaseSettings):
         default=5.0,
         gt=0,
         description="socket timeout of Redis commands; blocking reads get block_ms plus this",
+    )
+    dashboard_token: SecretStr | None = Field(
+        default=None,
+        description="the dashboard's login secret (`streamworker dashboard --token`); an empty "
+        "value means none",
     )
 
     @field_validator("redis_url")
