@@ -14,6 +14,7 @@ from typing import Any
 import redis
 
 from streamworker.errors import StreamworkerError
+from streamworker.redisio import as_text
 
 PROVENANCE_FIELDS = (
     "dlq_stream",
@@ -26,10 +27,6 @@ PROVENANCE_FIELDS = (
     "dlq_at_ms",
     "dlq_body_missing",
 )
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _id_ms(entry_id: str) -> int:
@@ -80,20 +77,21 @@ def pending_report(client: redis.Redis, stream: str, group: str) -> PendingRepor
         summary = client.xpending(stream, group)
         groups = client.xinfo_groups(stream)
         idle_by_name = {
-            _text(c["name"]): int(c["idle"]) for c in client.xinfo_consumers(stream, group)
+            as_text(c["name"], errors="replace"): int(c["idle"])
+            for c in client.xinfo_consumers(stream, group)
         }
     except redis.ResponseError as exc:
         raise StreamworkerError(f"stream {stream!r} group {group!r}: {exc}") from None
-    info = next((g for g in groups if _text(g["name"]) == group), {})
+    info = next((g for g in groups if as_text(g["name"], errors="replace") == group), {})
     consumers = []
     for row in summary.get("consumers") or []:
-        name = _text(row["name"])
+        name = as_text(row["name"], errors="replace")
         oldest = client.xpending_range(stream, group, "-", "+", 1, consumername=name)
         consumers.append(
             ConsumerPending(
                 name=name,
                 pending=int(row["pending"]),
-                oldest_id=_text(oldest[0]["message_id"]) if oldest else None,
+                oldest_id=as_text(oldest[0]["message_id"], errors="replace") if oldest else None,
                 oldest_idle_ms=int(oldest[0]["time_since_delivered"]) if oldest else None,
                 idle_ms=idle_by_name.get(name),
             )
@@ -107,11 +105,11 @@ def pending_report(client: redis.Redis, stream: str, group: str) -> PendingRepor
         stream=stream,
         group=group,
         pending=int(summary["pending"]),
-        min_id=_text(summary["min"]) if summary.get("min") else None,
-        max_id=_text(summary["max"]) if summary.get("max") else None,
+        min_id=as_text(summary["min"], errors="replace") if summary.get("min") else None,
+        max_id=as_text(summary["max"], errors="replace") if summary.get("max") else None,
         consumers=sorted(consumers, key=lambda c: c.name),
         lag=None if lag is None else int(lag),
-        last_delivered_id=None if last is None else _text(last),
+        last_delivered_id=None if last is None else as_text(last, errors="replace"),
     )
 
 
@@ -147,11 +145,13 @@ def split_dead_letter(entry_id: Any, raw: Any) -> DeadLetterEntry:
     pairs = (
         list(raw.items()) if isinstance(raw, dict) else list(zip(raw[::2], raw[1::2], strict=True))
     )
-    names = [_text(k) for k, _ in pairs]
+    names = [as_text(k, errors="replace") for k, _ in pairs]
     cut = max((i for i, n in enumerate(names) if n == "dlq_stream"), default=len(names))
-    fields = {names[i]: _text(pairs[i][1]) for i in range(cut)}
-    provenance = {names[i]: _text(pairs[i][1]) for i in range(cut, len(names))}
-    return DeadLetterEntry(id=_text(entry_id), fields=fields, provenance=provenance)
+    fields = {names[i]: as_text(pairs[i][1], errors="replace") for i in range(cut)}
+    provenance = {names[i]: as_text(pairs[i][1], errors="replace") for i in range(cut, len(names))}
+    return DeadLetterEntry(
+        id=as_text(entry_id, errors="replace"), fields=fields, provenance=provenance
+    )
 
 
 def iter_dead_letters(
@@ -169,7 +169,7 @@ def iter_dead_letters(
             yield split_dead_letter(entry_id, raw)
         if left is not None:
             left -= len(rows)
-        cursor = "(" + _text(rows[-1][0])
+        cursor = "(" + as_text(rows[-1][0], errors="replace")
         if len(rows) < size:
             return
 
@@ -248,7 +248,7 @@ def replay_dead_letters(
             if new_id == 0:
                 result.skipped.append((entry.id, "already gone"))
             else:
-                result.replayed.append((entry.id, target, _text(new_id)))
+                result.replayed.append((entry.id, target, as_text(new_id, errors="replace")))
         if progress is not None:
             progress(done, len(entries))
     return result

@@ -27,7 +27,7 @@ import redis.exceptions as rex
 
 from streamworker.errors import ConfigError
 from streamworker.keys import partition_stream
-from streamworker.redisio import connection_errors, is_cluster_client
+from streamworker.redisio import as_text, connection_errors, is_cluster_client
 
 MAX_PARTITIONS = 1024
 """The largest partition count accepted (each partition is a consume loop in every worker)."""
@@ -134,7 +134,7 @@ class PartitionedProducer:
         if wait_replicas == 0:
             async with connection_errors():
                 entry_id = await self._client.xadd(stream, dict[Any, Any](fields), maxlen=maxlen)
-            return Published(stream, _text(entry_id))
+            return Published(stream, as_text(entry_id))
         if not self._cluster:
             return await self._add_and_wait(
                 self._client, stream, fields, wait_replicas, wait_timeout_ms, maxlen
@@ -183,14 +183,10 @@ class PartitionedProducer:
         pipe.execute_command("WAIT", replicas, timeout_ms)
         async with connection_errors():
             entry_id, acked = await pipe.execute()
-        return Published(stream, _text(entry_id), int(acked))
+        return Published(stream, as_text(entry_id), int(acked))
 
     async def aclose(self) -> None:
         """Close the per-node connections opened for WAIT."""
         for node in self._nodes.values():
             await node.aclose()
         self._nodes.clear()
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -45,6 +45,7 @@ from streamworker.partitions import check_partitioned_name, partition_of
 from streamworker.redisio import (
     CONNECTION_ERRORS,
     LuaScript,
+    as_text,
     connection_errors,
     open_redis,
     open_sync_redis,
@@ -214,10 +215,6 @@ def plan_publish(
     )
 
 
-def _text(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
 _NO_OPTIONS = StreamOptions()
 
 
@@ -301,14 +298,14 @@ class Producer:
                 added, entry_id = await _PUBLISH_ONCE(
                     self.client, [xadd.stream, xadd.marker], xadd.script_args()
                 )
-                return Receipt(xadd.stream, _text(entry_id), duplicate=not int(added))
+                return Receipt(xadd.stream, as_text(entry_id), duplicate=not int(added))
             async with connection_errors():
                 entry_id = await self.client.xadd(
                     xadd.stream,
                     dict[Any, Any](xadd.fields),
                     **xadd.xadd_kwargs(),
                 )
-            return Receipt(xadd.stream, _text(entry_id))
+            return Receipt(xadd.stream, as_text(entry_id))
         except rex.ResponseError as exc:
             if xadd.id != "*" and _TOO_SMALL in str(exc):
                 async with connection_errors():
@@ -367,8 +364,8 @@ def _receipt(x: Xadd, reply: Any) -> Receipt:
         raise PublishError(f"XADD to {x.stream!r} refused: {reply}")
     if x.marker is not None:
         added, entry_id = reply
-        return Receipt(x.stream, _text(entry_id), duplicate=not int(added))
-    return Receipt(x.stream, _text(reply))
+        return Receipt(x.stream, as_text(entry_id), duplicate=not int(added))
+    return Receipt(x.stream, as_text(reply))
 
 
 class SyncProducer:
@@ -430,11 +427,11 @@ class SyncProducer:
                     self.client.script_load(_PUBLISH_ONCE.source)
                     reply = self.client.evalsha(_PUBLISH_ONCE.sha, 2, *keys, *args)
                 added, entry_id = reply
-                return Receipt(xadd.stream, _text(entry_id), duplicate=not int(added))
+                return Receipt(xadd.stream, as_text(entry_id), duplicate=not int(added))
             entry_id = self.client.xadd(
                 xadd.stream, dict[Any, Any](xadd.fields), **xadd.xadd_kwargs()
             )
-            return Receipt(xadd.stream, _text(entry_id))
+            return Receipt(xadd.stream, as_text(entry_id))
         except rex.ResponseError as exc:
             if (
                 xadd.id != "*"

@@ -1,4 +1,5 @@
-"""Redis I/O shared by the runtime and the strategies: clients by URL, stream replies, Lua scripts.
+"""Redis I/O shared by the runtime and the strategies: Redis URLs (validation, cluster nodes,
+redaction), clients by URL, stream replies and their values as text or bytes, Lua scripts.
 
 redis-py's connection errors are converted into :class:`~streamworker.errors.ConnectionLost` here,
 so the loops above handle one exception type. On Redis Cluster (``redis+cluster://`` URLs) the
@@ -26,7 +27,6 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry as SyncRetry
 
 from streamworker.errors import ConfigError, ConnectionLost
-from streamworker.settings import cluster_nodes, is_cluster_url, validate_redis_url
 
 # redis-py raises these (or subclasses) when the server goes away or does not answer in time.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -59,10 +59,103 @@ _CLUSTER_BACKOFF_BASE_S = 0.05
 _CLUSTER_BACKOFF_CAP_S = 1.0
 
 
+# --------------------------------------------------------------------------------------------
+# URLs
+
+REDIS_SCHEMES = ("redis", "rediss", "unix", "engine", "redis+cluster", "rediss+cluster")
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+"""The URL schemes streamworker opens; the last two are Redis Cluster."""
+
+
+def is_cluster_url(url: str) -> bool:
+    """True for ``redis+cluster://`` and ``rediss+cluster://`` URLs (Redis Cluster)."""
+    return url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
+
+
+def cluster_nodes(url: str) -> list[tuple[str, int]]:
+    """The startup nodes of a cluster URL, ``redis+cluster://[user:pass@]h1:p1,h2:p2/``.
+
+    Raises ConfigError naming what is wrong (no node, a bad port, a database other than 0).
+    """
+    rest = url.split("://", 1)[1] if "://" in url else ""
+    netloc, _, tail = rest.partition("/")
+    path, _, _query = tail.partition("?")
+    hosts = netloc.rpartition("@")[2]
+    if path not in ("", "0"):
+        raise ConfigError(f"invalid Redis URL {url!r}: Redis Cluster has database 0 only")
+    nodes: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        if not item:
+            raise ConfigError(f"invalid Redis URL {url!r}: empty node in the node list")
+        host, sep, port_text = item.rpartition(":")
+        if not sep:
+            host, port_text = item, "6379"
+        host = host.strip("[]")
+        if not host:
+            raise ConfigError(f"invalid Redis URL {url!r}: node {item!r} has no host")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ConfigError(f"invalid Redis URL {url!r}: node {item!r} has a bad port")
+        nodes.append((host, int(port_text)))
+    return nodes
+
+
+def validate_redis_url(url: str) -> str:
+    """Check that ``url`` names a backend streamworker can open; return it unchanged.
+
+    Raises ConfigError with the reason (unknown scheme, no host, bad port, bad db number).
+    """
+    if is_cluster_url(url):
+        cluster_nodes(url)
+        return url
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"invalid Redis URL {url!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in REDIS_SCHEMES:
+        shown = f"scheme {scheme!r}" if scheme else "no scheme"
+        raise ConfigError(
+            f"invalid Redis URL {url!r}: {shown}; use redis://, rediss://, unix://, engine:// "
+            f"or redis+cluster://"
+        )
+    if scheme in ("redis", "rediss"):
+        if not parts.hostname:
+            raise ConfigError(f"invalid Redis URL {url!r}: no host")
+        if port == 0:
+            raise ConfigError(f"invalid Redis URL {url!r}: port 0")
+        db = parts.path.lstrip("/")
+        if db and not db.isdigit():
+            raise ConfigError(f"invalid Redis URL {url!r}: database {db!r} is not a number")
+    if scheme == "unix" and not parts.path:
+        raise ConfigError(f"invalid Redis URL {url!r}: no socket path")
+    return url
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for messages, logs and pages); the user
+    name stays.
+
+    The credentials end at the *last* ``@``: a password with an unencoded ``@`` (or ``:``, ``/``)
+    must not leak its tail. A URL whose query holds an ``@`` is over-redacted, which is safe.
+    Credentials without a ``:`` are redacted whole (some write a bare password there).
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    creds, _, host = rest.rpartition("@")
+    user, colon, _ = creds.partition(":")
+    return f"{scheme}://{user}:***@{host}" if colon else f"{scheme}://***@{host}"
+
+
+# --------------------------------------------------------------------------------------------
+# Clients
+
+
 def _stream_keys(args: Sequence[Any]) -> list[Any] | None:
     """The keys of an XREAD/XREADGROUP argument list (after the command name), or None."""
     for i, arg in enumerate(args):
-        token = arg.decode() if isinstance(arg, bytes) else str(arg)
+        token = as_text(arg)
         if token.upper() == "STREAMS":
             rest = list(args[i + 1 :])
             if not rest or len(rest) % 2:
@@ -160,22 +253,6 @@ def open_sync_cluster(url: str, *, socket_timeout_s: float | None = 10.0) -> red
     return cast("redis.Redis", client)
 
 
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages, logs and pages); the user
-    name stays.
-
-    The credentials end at the *last* ``@``: a password with an unencoded ``@`` (or ``:``, ``/``)
-    must not leak its tail. A URL whose query holds an ``@`` is over-redacted, which is safe.
-    Credentials without a ``:`` are redacted whole (some write a bare password there).
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    creds, _, host = rest.rpartition("@")
-    user, colon, _ = creds.partition(":")
-    return f"{scheme}://{user}:***@{host}" if colon else f"{scheme}://***@{host}"
-
-
 def is_cluster_client(client: object) -> bool:
     """True when ``client`` is a Redis Cluster client (sync or asyncio)."""
     return isinstance(client, aiocluster.RedisCluster | synccluster.RedisCluster)
@@ -248,6 +325,29 @@ async def connection_errors() -> AsyncIterator[None]:
         if "'NoneType' object has no attribute" not in str(exc):
             raise
         raise ConnectionLost(f"connection closed under a command: {exc}") from exc
+
+
+# --------------------------------------------------------------------------------------------
+# Replies
+
+
+def as_text(value: Any, *, errors: str = "strict") -> str:
+    """A value from a Redis reply as text: bytes are decoded as UTF-8 (``errors`` as for
+    :meth:`bytes.decode`: ``"replace"`` where a stray byte must not fail a listing), anything
+    else (str with ``decode_responses``, ints) goes through :class:`str`."""
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", errors)
+    return str(value)
+
+
+def as_bytes(value: Any) -> bytes:
+    """A value from (or for) Redis as bytes: bytes as they are, anything else as the UTF-8 of its
+    :class:`str`. The inverse of :func:`as_text` for the text and bytes redis-py returns."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    return str(value).encode("utf-8")
 
 
 class Entry(NamedTuple):

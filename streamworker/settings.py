@@ -7,81 +7,21 @@ constructor arguments and never reads the environment itself.
 from __future__ import annotations
 
 from typing import Literal
-from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamworker.errors import ConfigError
+from streamworker.redisio import validate_redis_url
 
-REDIS_SCHEMES = ("redis", "rediss", "unix", "engine", "redis+cluster", "rediss+cluster")
-CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-def is_cluster_url(url: str) -> bool:
-    """True for ``redis+cluster://`` and ``rediss+cluster://`` URLs (Redis Cluster)."""
-    return url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
-
-
-def cluster_nodes(url: str) -> list[tuple[str, int]]:
-    """The startup nodes of a cluster URL, ``redis+cluster://[user:pass@]h1:p1,h2:p2/``.
-
-    Raises ConfigError naming what is wrong (no node, a bad port, a database other than 0).
-    """
-    rest = url.split("://", 1)[1] if "://" in url else ""
-    netloc, _, tail = rest.partition("/")
-    path, _, _query = tail.partition("?")
-    hosts = netloc.rpartition("@")[2]
-    if path not in ("", "0"):
-        raise ConfigError(f"invalid Redis URL {url!r}: Redis Cluster has database 0 only")
-    nodes: list[tuple[str, int]] = []
-    for item in hosts.split(","):
-        if not item:
-            raise ConfigError(f"invalid Redis URL {url!r}: empty node in the node list")
-        host, sep, port_text = item.rpartition(":")
-        if not sep:
-            host, port_text = item, "6379"
-        host = host.strip("[]")
-        if not host:
-            raise ConfigError(f"invalid Redis URL {url!r}: node {item!r} has no host")
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ConfigError(f"invalid Redis URL {url!r}: node {item!r} has a bad port")
-        nodes.append((host, int(port_text)))
-    return nodes
-
-
-def validate_redis_url(url: str) -> str:
-    """Check that ``url`` names a backend streamworker can open; return it unchanged.
-
-    Raises ConfigError with the reason (unknown scheme, no host, bad port, bad db number).
-    """
-    if is_cluster_url(url):
-        cluster_nodes(url)
-        return url
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise ConfigError(f"invalid Redis URL {url!r}: {exc}") from None
-    scheme = parts.scheme.lower()
-    if scheme not in REDIS_SCHEMES:
-        shown = f"scheme {scheme!r}" if scheme else "no scheme"
-        raise ConfigError(
-            f"invalid Redis URL {url!r}: {shown}; use redis://, rediss://, unix://, engine:// "
-            f"or redis+cluster://"
-        )
-    if scheme in ("redis", "rediss"):
-        if not parts.hostname:
-            raise ConfigError(f"invalid Redis URL {url!r}: no host")
-        if port == 0:
-            raise ConfigError(f"invalid Redis URL {url!r}: port 0")
-        db = parts.path.lstrip("/")
-        if db and not db.isdigit():
-            raise ConfigError(f"invalid Redis URL {url!r}: database {db!r} is not a number")
-    if scheme == "unix" and not parts.path:
-        raise ConfigError(f"invalid Redis URL {url!r}: no socket path")
-    return url
 
 
 class Settings(BaseSettings):
@@ -131,6 +71,11 @@ class Settings(BaseSettings):
         default=5.0,
         gt=0,
         description="socket timeout of Redis commands; blocking reads get block_ms plus this",
+    )
+    dashboard_token: SecretStr | None = Field(
+        default=None,
+        description="the dashboard's login secret (`streamworker dashboard --token`); an empty "
+        "value means none",
     )
 
     @field_validator("redis_url")

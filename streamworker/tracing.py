@@ -44,6 +44,7 @@ from streamworker.idempotency.base import Invoke, Strategy
 from streamworker.message import Message
 from streamworker.observability.metrics import Metrics
 from streamworker.outcomes import Action, Outcome
+from streamworker.redisio import as_text
 
 __all__ = [
     "TRACEPARENT_FIELD",
@@ -108,7 +109,7 @@ async def xadd_traced(
         entry: dict[Any, Any] = dict(fields)
         inject_traceparent(entry, field=field)
         entry_id = await client.xadd(stream, entry, **xadd_options)
-        text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+        text = as_text(entry_id)
         span.set_attribute("messaging.message.id", text)
         return text
 

@@ -17,7 +17,7 @@ import redis.exceptions as rex
 
 from streamworker import admin
 from streamworker.errors import StreamworkerError
-from streamworker.redisio import LuaScript
+from streamworker.redisio import LuaScript, as_text
 
 _DELETE_CONSUMER = LuaScript("delete_consumer")
 _CLAIM_PAGE = 500
@@ -78,7 +78,7 @@ async def claim_entries(
             if len(rows) < _CLAIM_PAGE:
                 break
             last = ids[-1]
-            cursor = "(" + (last.decode() if isinstance(last, bytes) else str(last))
+            cursor = "(" + as_text(last)
     except rex.ResponseError as exc:
         raise ActionFailed(f"cannot claim from {source}: {exc}") from None
     return f"claimed {claimed} entries of {source} to {target}"

@@ -400,7 +400,7 @@ def check_outbox(db: SqlDatabase) -> None:
     with _unavailable("checking the schema"), db.sync_engine.connect() as conn:
         present = sa.inspect(conn).has_table(OUTBOX_TABLE)
     if not present:
-        shown = db.url.render_as_string(hide_password=True)
+        shown = db.redacted_url
         raise ConfigError(
             f"table {OUTBOX_TABLE!r} is missing in {shown}; run `streamworker migrate --db-url "
             f"URL` (revision sw0002 adds it)"

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import redis
 
 from streamworker.app import HandlerSpec
 from streamworker.observability.metrics import GroupState
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+from streamworker.redisio import as_text
 
 
 def read_group_states(client: redis.Redis, specs: Sequence[HandlerSpec]) -> list[GroupState]:
@@ -31,7 +27,7 @@ def read_group_states(client: redis.Redis, specs: Sequence[HandlerSpec]) -> list
         groups, pending, dlq_len = replies[3 * i : 3 * i + 3]
         if isinstance(groups, Exception) or isinstance(pending, Exception):
             continue
-        info = next((g for g in groups if _text(g["name"]) == spec.group), None)
+        info = next((g for g in groups if as_text(g["name"]) == spec.group), None)
         if info is None:
             continue
         lag = info.get("lag")
@@ -43,7 +39,7 @@ def read_group_states(client: redis.Redis, specs: Sequence[HandlerSpec]) -> list
                 dead_letter_stream=spec.dead_letter_stream,
                 lag=None if lag is None else int(lag),
                 pending=int(pending["pending"]),
-                oldest_pending_ms=None if not min_id else int(_text(min_id).split("-", 1)[0]),
+                oldest_pending_ms=None if not min_id else int(as_text(min_id).split("-", 1)[0]),
                 consumers=int(info["consumers"]),
                 dead_letters=0 if isinstance(dlq_len, Exception) else int(dlq_len),
             )

@@ -57,6 +57,7 @@ from streamworker.idempotency.sql import (
     sortable_id,
 )
 from streamworker.outcomes import describe
+from streamworker.redisio import as_text
 from streamworker.spark import redisops
 from streamworker.spark.ranges import StreamId
 
@@ -143,7 +144,7 @@ def _group_acked(client: Any, stream: str, group: str, ids: list[str]) -> set[st
     last: StreamId | None = None
     for info in groups:
         name = info.get("name")
-        if (name.decode() if isinstance(name, bytes) else name) == group:
+        if as_text(name) == group:
             last = StreamId.parse(info["last-delivered-id"])
     if last is None:
         return set()
@@ -154,11 +155,11 @@ def _group_acked(client: Any, stream: str, group: str, ids: list[str]) -> set[st
         rows: Any = client.xpending_range(stream, group, min=low, max=ids[-1], count=1000)
         for row in rows:
             mid = row["message_id"]
-            pending.add(mid.decode() if isinstance(mid, bytes) else str(mid))
+            pending.add(as_text(mid))
         if len(rows) < 1000:
             break
         top = rows[-1]["message_id"]
-        low = f"({top.decode() if isinstance(top, bytes) else top}"
+        low = "(" + as_text(top)
     return {i for i in ids if StreamId.parse(i) <= last and i not in pending}
 
 
@@ -304,7 +305,7 @@ class _Runner:
         for name, value in entry.fields.items():
             args.extend((name, value))
         result = _DEAD_LETTER(self.redis, [spec.dead_letter_stream, record], args)
-        return result.decode() if isinstance(result, bytes) else str(result)
+        return as_text(result)
 
 
 def _entries(rows: Iterable[Any]) -> Iterator[_Entry]:
@@ -398,7 +399,7 @@ def run_handler(
     try:
         if not db.has_schema():
             raise ConfigError(
-                f"table {TABLE_NAME!r} is missing in {db.url.render_as_string()}; "
+                f"table {TABLE_NAME!r} is missing in {db.redacted_url}; "
                 f"run `streamworker migrate --db-url URL` first"
             )
     finally:

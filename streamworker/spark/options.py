@@ -16,7 +16,7 @@ from typing import Any
 
 from streamworker.errors import ConfigError
 from streamworker.partitions import MAX_PARTITIONS, check_partitioned_name
-from streamworker.settings import validate_redis_url
+from streamworker.redisio import validate_redis_url
 from streamworker.spark.ranges import MAX_PART, StreamId, parse_id_option
 
 FORMAT = "streamworker_redis"

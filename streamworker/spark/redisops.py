@@ -20,7 +20,7 @@ import redis.exceptions as rex
 from streamworker.errors import StreamworkerError
 from streamworker.keys import hash_tag, partition_stream
 from streamworker.partitions import MAX_PARTITIONS
-from streamworker.redisio import LuaScript, is_cluster_client, open_sync_redis
+from streamworker.redisio import LuaScript, as_text, is_cluster_client, open_sync_redis
 from streamworker.spark.options import is_glob
 from streamworker.spark.ranges import (
     MAX_PART,
@@ -115,7 +115,7 @@ def resolve_streams(client: redis.Redis, names: Sequence[str]) -> list[str]:
     patterns = [n for n in names if is_glob(n)]
     if patterns:
         keys = sorted(
-            {_text(k) for k in client.scan_iter(match="*", count=1_000, _type="stream")},
+            {as_text(k) for k in client.scan_iter(match="*", count=1_000, _type="stream")},
             key=lambda k: (_logical(k), _partition_index(k), k),
         )
         for pattern in patterns:
@@ -153,10 +153,6 @@ def sink_marker_key(target: str) -> str:
 def staging_key(target: str, query: str, token: str, partition: int) -> str:
     """One Spark task's staging list of rows for ``target`` (a retry overwrites it)."""
     return f"{_tagged(target)}:spark:stg:{query}:{token}:{partition}"
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 Page = list[tuple[bytes, dict[bytes, bytes]]]
@@ -259,7 +255,7 @@ def stream_state(client: redis.Redis, stream: str) -> StreamState | None:
         if "no such key" in str(exc).lower():
             return None
         raise
-    fields = {_text(k): v for k, v in info.items()}
+    fields = {as_text(k): v for k, v in info.items()}
     first = fields.get("first-entry")
     return StreamState(
         length=int(fields["length"]),
@@ -294,7 +290,7 @@ def publish_cursor(client: redis.Redis, name: str, offsets: Mapping[str, str]) -
 def read_cursors(client: redis.Redis, stream: str) -> dict[str, str]:
     """The published cursors of ``stream``: name -> last committed id."""
     raw = client.hgetall(cursor_key(stream))
-    return {_text(k): _text(v) for k, v in raw.items()}
+    return {as_text(k): as_text(v) for k, v in raw.items()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,4 +414,4 @@ def safe_trim(client: redis.Redis, stream: str, *, require: Sequence[str] = ()) 
         trimmed, floor, groups, cursors = _TRIM(client, [stream, cursor_key(stream)], list(require))
     except rex.ResponseError as exc:
         raise StreamworkerError(str(exc).removeprefix("ERR ")) from exc
-    return TrimResult(stream, int(trimmed), _text(floor), int(groups), int(cursors))
+    return TrimResult(stream, int(trimmed), as_text(floor), int(groups), int(cursors))

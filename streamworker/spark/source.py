@@ -47,6 +47,7 @@ from pyspark.sql.types import MapType, StructType
 
 from streamworker.errors import ConfigError
 from streamworker.partitions import PartitionedStream
+from streamworker.redisio import as_bytes
 from streamworker.spark import redisops
 from streamworker.spark.fastread import BatchBuilder, RawPage, raw_pages
 from streamworker.spark.model import ModelColumns, base_columns, model_columns
@@ -642,14 +643,14 @@ class Staged(WriterCommitMessage):
     staged: list[tuple[str, str, int]]
 
 
-def _as_bytes(value: Any) -> bytes | None:
+def _cell_bytes(value: Any) -> bytes | None:
+    """A DataFrame cell as a field value: None for a null (the field is left out), ``1``/``0`` for
+    a boolean, else :func:`~streamworker.redisio.as_bytes`."""
     if value is None:
         return None
-    if isinstance(value, bytes | bytearray):
-        return bytes(value)
     if isinstance(value, bool):
         return b"1" if value else b"0"
-    return str(value).encode("utf-8")
+    return as_bytes(value)
 
 
 class _RowLayout:
@@ -707,12 +708,12 @@ class _RowLayout:
         if self.fields_col is not None:
             mapping = row[self.fields_col] or {}
             for name, value in mapping.items():
-                raw = _as_bytes(value)
+                raw = _cell_bytes(value)
                 if raw is not None:
                     pairs.append((str(name).encode("utf-8"), raw))
         else:
             for index, name in self.field_cols:
-                raw = _as_bytes(row[index])
+                raw = _cell_bytes(row[index])
                 if raw is not None:
                     pairs.append((name, raw))
         explicit = entry_id if opts.id_mode == "explicit" else ""

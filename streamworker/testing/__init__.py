@@ -44,7 +44,7 @@ from streamworker.deps import MessageParam
 from streamworker.message import Message
 from streamworker.observability.metrics import Metrics
 from streamworker.outcomes import describe
-from streamworker.redisio import open_redis, open_sync_redis
+from streamworker.redisio import as_text, open_redis, open_sync_redis
 from streamworker.runtime.worker import Worker, WorkerOptions
 
 __all__ = [
@@ -154,10 +154,6 @@ class _Recorder:
             return result
 
         return recorded
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:
@@ -305,7 +301,7 @@ class TestWorker:
         if not entry:
             raise ValueError("publish needs a body or fields (a stream entry has at least one)")
         entry_id = await self.client.xadd(stream, entry)
-        return Sent(stream, _text(entry_id))
+        return Sent(stream, as_text(entry_id, errors="replace"))
 
     # --- waiting ---------------------------------------------------------------------------------
 
@@ -320,15 +316,19 @@ class TestWorker:
             except redis.ResponseError:
                 left[key] = "the stream does not exist yet"
                 continue
-            info = next((g for g in groups if _text(g["name"]) == spec.group), None)
+            info = next(
+                (g for g in groups if as_text(g["name"], errors="replace") == spec.group), None
+            )
             if info is None:
                 left[key] = "the group does not exist yet"
                 continue
             pending = int(info["pending"])
             lag = info.get("lag")
             if lag is None:  # Redis cannot tell: compare the last ids
-                last = _text(client.xinfo_stream(spec.stream)["last-generated-id"])
-                delivered = _text(info["last-delivered-id"])
+                last = as_text(
+                    client.xinfo_stream(spec.stream)["last-generated-id"], errors="replace"
+                )
+                delivered = as_text(info["last-delivered-id"], errors="replace")
                 lag = 0 if _id_key(delivered) >= _id_key(last) else 1
             if pending or int(lag):
                 left[key] = f"lag {int(lag)}, pending {pending}"
@@ -363,7 +363,7 @@ class TestWorker:
             lines.append(f"  {key}: {what}")
             with contextlib.suppress(redis.ResponseError):
                 for row in self.sync_client.xpending_range(stream, group, "-", "+", 5):
-                    mid = _text(row["message_id"])
+                    mid = as_text(row["message_id"], errors="replace")
                     tries = self._recorder.calls.get((stream, group, mid), [])
                     last = tries[-1].error if tries else "handler not called"
                     lines.append(
@@ -393,7 +393,10 @@ class TestWorker:
         attempts = tuple(self._recorder.calls.get((sent.stream, spec.group, sent.id), []))
         client = self.sync_client
         for _dlq_id, raw in client.xrange(spec.dead_letter_stream) or []:
-            fields = {_text(k): _text(v) for k, v in (raw or {}).items()}
+            fields = {
+                as_text(k, errors="replace"): as_text(v, errors="replace")
+                for k, v in (raw or {}).items()
+            }
             if (
                 fields.get("dlq_id") == sent.id
                 and fields.get("dlq_stream") == sent.stream
@@ -409,8 +412,10 @@ class TestWorker:
             return MessageOutcome(sent, spec.group, "undelivered", attempts)
         if rows:
             return MessageOutcome(sent, spec.group, "pending", attempts)
-        info = next((g for g in groups if _text(g["name"]) == spec.group), None)
-        if info is None or _id_key(_text(info["last-delivered-id"])) < _id_key(sent.id):
+        info = next((g for g in groups if as_text(g["name"], errors="replace") == spec.group), None)
+        if info is None or _id_key(as_text(info["last-delivered-id"], errors="replace")) < _id_key(
+            sent.id
+        ):
             return MessageOutcome(sent, spec.group, "undelivered", attempts)
         return MessageOutcome(sent, spec.group, "acked", attempts)
 

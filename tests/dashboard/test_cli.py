@@ -40,6 +40,34 @@ def test_an_unsafe_command_line_is_refused(args: list[str], message: str) -> Non
     assert "Traceback" not in result.stderr
 
 
+def test_the_token_can_come_from_the_environment() -> None:
+    result = run_cli(
+        "dashboard",
+        "--redis-url",
+        "engine://memory",
+        "--port",
+        "0",
+        "--allow-actions",
+        env={"STREAMWORKER_DASHBOARD_TOKEN": "short"},
+    )
+    assert result.returncode == 2
+    assert "at least 8 characters" in result.stderr  # the environment's token was checked
+
+
+def test_an_empty_token_in_the_environment_is_no_token() -> None:
+    result = run_cli(
+        "dashboard",
+        "--redis-url",
+        "engine://memory",
+        "--port",
+        "0",
+        "--allow-actions",
+        env={"STREAMWORKER_DASHBOARD_TOKEN": ""},
+    )
+    assert result.returncode == 2
+    assert "--allow-actions needs a token" in result.stderr
+
+
 def test_a_port_in_use_is_a_clear_error() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from streamworker.errors import ConfigError
-from streamworker.settings import load_settings, validate_redis_url
+from streamworker.redisio import validate_redis_url
+from streamworker.settings import load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -16,6 +17,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: igno
         "STREAMWORKER_CONSUMER",
         "POD_NAME",
         "STREAMWORKER_DB_URL",
+        "STREAMWORKER_DASHBOARD_TOKEN",
     ):
         monkeypatch.delenv(name, raising=False)
 
@@ -109,3 +111,26 @@ def test_a_deadline_that_is_not_positive_is_refused_with_its_name(
     monkeypatch.setenv("STREAMWORKER_DB_DEADLINE_S", "0")
     with pytest.raises(ConfigError, match="db_deadline_s"):
         load_settings()
+
+
+def test_the_dashboard_token_comes_from_the_environment_and_stays_out_of_reprs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("STREAMWORKER_DASHBOARD_TOKEN", "s3cret-token")
+    settings = load_settings()
+    assert settings.dashboard_token is not None
+    assert settings.dashboard_token.get_secret_value() == "s3cret-token"
+    assert "s3cret-token" not in repr(settings)
+
+
+def test_the_dashboard_token_flag_wins_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("STREAMWORKER_DASHBOARD_TOKEN", "from-the-environment")
+    token = load_settings(dashboard_token="from-the-flag").dashboard_token
+    assert token is not None
+    assert token.get_secret_value() == "from-the-flag"
+
+
+def test_no_dashboard_token_by_default() -> None:
+    assert load_settings().dashboard_token is None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import signal
 import socket
 from typing import Any
@@ -50,10 +49,14 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     from streamworker.redisio import redact_url
 
     settings = load_settings(
-        redis_url=args.redis_url, log_format=args.log_format, log_level=args.log_level
+        redis_url=args.redis_url,
+        dashboard_token=args.token or None,
+        log_format=args.log_format,
+        log_level=args.log_level,
     )
     configure_logging(settings.log_format, settings.log_level)
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+    secret = settings.dashboard_token
+    token = (secret.get_secret_value() if secret is not None else None) or None
     config = DashboardConfig(
         redis_url=settings.redis_url or DEFAULT_REDIS_URL,
         bind=args.bind,
