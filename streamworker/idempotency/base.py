@@ -179,8 +179,3 @@ class StrategyPlugin(Protocol):
     def build(self, spec: HandlerConfig, context: BuildContext) -> Strategy:
         """The strategy of one subscription."""
         ...
-
-
-def inline_of(invoke: Invoke) -> InlineInvoke | None:
-    """``invoke``'s blocking form, when it has one (:attr:`Invoke.inline`)."""
-    return invoke.inline

@@ -54,7 +54,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, registry
 
 from streamworker.errors import ConfigError, ConnectionLost, DatabaseUnavailable
-from streamworker.idempotency.sql import SqlDatabase, _unavailable, metadata
+from streamworker.idempotency.sql import SqlDatabase, database_errors, metadata
 from streamworker.keys import published_marker_key
 from streamworker.producer import (
     DEFAULT_IDEMPOTENCY_WINDOW_MS,
@@ -341,7 +341,7 @@ class Relay:
         PublishError (a row Redis refuses, e.g. its stream key holds another type: it blocks
         the relay until fixed); the rows then stay, and markers make the retry add nothing twice.
         """
-        with _unavailable("relaying the outbox"), self.db.sync_engine.connect() as conn:
+        with database_errors("relaying the outbox"), self.db.sync_engine.connect() as conn:
             conn.begin()
             if conn.dialect.name == "postgresql":
                 # Every wait bounded: another relay's lock, and a relay of ours that stalls
@@ -397,7 +397,7 @@ def check_outbox(db: SqlDatabase) -> None:
     """What the relay checks before it starts: the database is reachable and migrated, outbox
     table included. ConfigError (run ``streamworker migrate``) or DatabaseUnavailable. Blocking."""
     db.check_ready()
-    with _unavailable("checking the schema"), db.sync_engine.connect() as conn:
+    with database_errors("checking the schema"), db.sync_engine.connect() as conn:
         present = sa.inspect(conn).has_table(OUTBOX_TABLE)
     if not present:
         shown = db.redacted_url
@@ -409,5 +409,5 @@ def check_outbox(db: SqlDatabase) -> None:
 
 def pending_rows(db: SqlDatabase) -> int:
     """How many rows wait in the outbox. Blocking."""
-    with _unavailable("counting the outbox"), db.sync_engine.connect() as conn:
+    with database_errors("counting the outbox"), db.sync_engine.connect() as conn:
         return int(conn.execute(sa.select(sa.func.count()).select_from(outbox)).scalar_one())

@@ -12,13 +12,17 @@ import importlib
 from importlib.metadata import entry_points
 
 from streamworker.errors import ConfigError
+from streamworker.extras import require_extra
 from streamworker.idempotency.base import StrategyPlugin
 
 _BUILTIN: dict[str, str] = {
     "none": "streamworker.idempotency.none:PLUGIN",
-    "sql": "streamworker.idempotency.sql_plugin:PLUGIN",
+    "sql": "streamworker.idempotency.sql.plugin:PLUGIN",
     "lua": "streamworker.idempotency.lua:PLUGIN",
 }
+# The optional extra a built-in strategy needs: checked before its module is imported, so a
+# missing one is a ConfigError naming ``pip install 'streamworker[extra]'``, not an ImportError.
+_EXTRA: dict[str, str] = {"sql": "sql"}
 _ENTRY_POINT_GROUP = "streamworker.strategies"
 
 _registered: dict[str, StrategyPlugin] = {}
@@ -51,6 +55,8 @@ def get(name: str) -> StrategyPlugin:
     location = _BUILTIN.get(name) or _locations().get(name)
     if location is None:
         raise ConfigError(f"idempotency must be one of {', '.join(names())}, not {name!r}")
+    if name in _EXTRA and location == _BUILTIN[name]:
+        require_extra(_EXTRA[name], f"idempotency={name!r}")
     module_name, _, attr = location.partition(":")
     loaded: StrategyPlugin = getattr(importlib.import_module(module_name), attr or "PLUGIN")
     _loaded[name] = loaded

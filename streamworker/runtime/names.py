@@ -29,14 +29,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
 
 from streamworker.errors import ConsumerNameTaken
 from streamworker.keys import consumer_name_key
-from streamworker.redisio import LuaScript
+from streamworker.redisio import LuaScript, as_text
 
 _CLAIM = LuaScript("claim_consumer_name")
 _RELEASE = LuaScript("release_consumer_name")
@@ -150,7 +149,7 @@ class ConsumerNames:
         state = int(reply[0])
         if state != _OTHER:
             return state, None
-        token, host, pid = (_text(v) for v in reply[2:5])
+        token, host, pid = (as_text(v) for v in reply[2:5])
         return state, Holder(token, host, int(pid) if pid.isdigit() else 0, int(reply[1]))
 
     async def _previous_run_of_this_process(self, key: str, holder: Holder) -> bool:
@@ -160,7 +159,7 @@ class ConsumerNames:
             return False
         if not _pid_alive(holder.pid) and holder.pid != self.pid:
             return True
-        recorded = _text(await self._client.hget(key, "pid_start") or b"")
+        recorded = as_text(await self._client.hget(key, "pid_start") or b"")
         current = self._start if holder.pid == self.pid else process_start(holder.pid)
         return bool(recorded) and bool(current) and recorded != current
 
@@ -232,7 +231,3 @@ class ConsumerNames:
         """Delete the records this process owns (a graceful stop)."""
         for stream, group in self._subs:
             await _RELEASE(self._client, [self.key(stream, group)], [self.token])
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

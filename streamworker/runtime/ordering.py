@@ -44,11 +44,11 @@ import structlog
 
 from streamworker.app import HandlerSpec
 from streamworker.keys import lease_key
-from streamworker.redisio import Entry, LuaScript, connection_errors
+from streamworker.redisio import Entry, LuaScript, as_bytes, connection_errors
 from streamworker.runtime.batch_processor import BatchProcessor
 from streamworker.runtime.holdings import Holdings
 from streamworker.runtime.loop import LoopState, StopSignal
-from streamworker.runtime.reads import as_bytes, delivery_counts, entry_from_reply
+from streamworker.runtime.reads import delivery_counts, entry_from_reply
 
 _ACQUIRE = LuaScript("acquire_lease")
 _RELEASE = LuaScript("release_lease")

@@ -11,12 +11,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from streamworker.redisio import Entry, connection_errors
-
-
-def as_bytes(value: Any) -> bytes:
-    """An id or field from a reply as bytes (replies decoded by a client give str)."""
-    return value if isinstance(value, bytes) else str(value).encode()
+from streamworker.redisio import Entry, as_bytes, connection_errors
 
 
 def entry_from_reply(raw: Any) -> Entry:

@@ -34,10 +34,10 @@ import redis.exceptions as rex
 import structlog
 
 from streamworker.errors import ConnectionLost
-from streamworker.redisio import Entry, LuaScript, connection_errors
+from streamworker.redisio import Entry, LuaScript, as_bytes, connection_errors
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
-from streamworker.runtime.reads import as_bytes, entry_from_reply
+from streamworker.runtime.reads import entry_from_reply
 
 _RENEW = LuaScript("renew_leases")
 _CLAIM_OWN = LuaScript("claim_own")

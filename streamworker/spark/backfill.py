@@ -48,13 +48,13 @@ from streamworker.deps import Resolver
 from streamworker.errors import ConfigError, DatabaseUnavailable, PermanentFailure
 from streamworker.idempotency.sql import (
     TABLE_NAME,
+    BatchSession,
     SqlDatabase,
-    _BatchSession,
-    _claim_call,
-    _unavailable,
-    _unclaim_statement,
+    claim_call,
+    database_errors,
     processed_messages,
     sortable_id,
+    unclaim_statement,
 )
 from streamworker.outcomes import describe
 from streamworker.redisio import as_text
@@ -184,16 +184,16 @@ class _Runner:
             return [(stream, e.id, FAILED, why, None) for e in entries]
         engine = self.db.sync_engine
         sids = [sortable_id(e.id) for e in entries]
-        with _unavailable("connecting"):
+        with database_errors("connecting"):
             conn = engine.connect()
         try:
-            with _unavailable("beginning"):
+            with database_errors("beginning"):
                 trans = conn.begin()
-            session = _BatchSession(
+            session = BatchSession(
                 bind=conn, join_transaction_mode="rollback_only", expire_on_commit=False
             )
-            stmt, params = _claim_call(engine.dialect.name, spec.group, stream, consumer, sids)
-            with _unavailable("claiming"):
+            stmt, params = claim_call(engine.dialect.name, spec.group, stream, consumer, sids)
+            with database_errors("claiming"):
                 claimed = set(session.connection().execute(stmt, params).scalars())
             # Rows an earlier attempt of this run committed (a retried task) count as its own.
             ours = self._ours(session, stream, [sid for sid in sids if sid not in claimed])
@@ -226,12 +226,12 @@ class _Runner:
                     failures.append((entry, error))
                     results.append((stream, entry.id, FAILED, error, None))
             if release:
-                with _unavailable("releasing claims"):
-                    session.execute(_unclaim_statement(spec.group, stream, release))
-            with _unavailable("flushing"):
+                with database_errors("releasing claims"):
+                    session.execute(unclaim_statement(spec.group, stream, release))
+            with database_errors("flushing"):
                 session.flush()
             session.close()
-            with _unavailable("committing"):
+            with database_errors("committing"):
                 trans.commit()
         finally:
             conn.close()
@@ -250,7 +250,7 @@ class _Runner:
             c.message_id.in_(sids),
             c.consumer == self.config.consumer,
         )
-        with _unavailable("reading processed rows"):
+        with database_errors("reading processed rows"):
             return set(session.execute(query).scalars())
 
     async def _handle(
@@ -270,12 +270,12 @@ class _Runner:
             )
         except PermanentFailure as exc:
             return describe(exc)
-        with _unavailable("taking a savepoint"):
+        with database_errors("taking a savepoint"):
             savepoint = session.begin_nested()
         try:
             async with self.resolver.arguments(spec.plan, msg, {Session: session}) as kwargs:
                 spec.func(**kwargs)
-            with _unavailable("flushing a message's writes"):
+            with database_errors("flushing a message's writes"):
                 session.flush()
                 savepoint.commit()
         except DatabaseUnavailable:
@@ -283,7 +283,7 @@ class _Runner:
         except Exception as exc:
             if conn.invalidated or conn.closed:
                 raise DatabaseUnavailable(f"connection lost handling {entry.id}: {exc}") from exc
-            with _unavailable("rolling back to a savepoint"):
+            with database_errors("rolling back to a savepoint"):
                 if savepoint.is_active:
                     savepoint.rollback()
             return describe(exc)

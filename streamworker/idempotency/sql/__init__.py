@@ -9,7 +9,8 @@ The package, by concern:
 * :mod:`.errors`: which database errors mean "unavailable" (the batch is retried);
 * :mod:`.transactions`: one batch's transaction, sync or async, and the sessions handlers get;
 * :mod:`.strategy`: :class:`SqlStrategy`, the algorithm and its guarantee, precisely;
-* :mod:`.retention`: pruning the processed rows no message can need again, and why it is safe.
+* :mod:`.retention`: pruning the processed rows no message can need again, and why it is safe;
+* :mod:`.plugin`: the strategy as the App and the worker see it (registry name ``"sql"``).
 
 Every name is importable from here, as it was when this package was one module.
 """
@@ -17,7 +18,7 @@ Every name is importable from here, as it was when this package was one module.
 from __future__ import annotations
 
 from streamworker.idempotency.sql.database import SqlDatabase, parse_db_url
-from streamworker.idempotency.sql.errors import _unavailable as _unavailable
+from streamworker.idempotency.sql.errors import database_errors
 from streamworker.idempotency.sql.retention import (
     PruneResult,
     RetentionCut,
@@ -36,21 +37,28 @@ from streamworker.idempotency.sql.schema import (
     stream_id,
 )
 from streamworker.idempotency.sql.strategy import LOST_OWNERSHIP, SqlStrategy
-from streamworker.idempotency.sql.transactions import TransactionOwned
-from streamworker.idempotency.sql.transactions import _BatchSession as _BatchSession
-from streamworker.idempotency.sql.transactions import _claim_call as _claim_call
-from streamworker.idempotency.sql.transactions import _unclaim_statement as _unclaim_statement
+from streamworker.idempotency.sql.transactions import (
+    AsyncBatchSession,
+    BatchSession,
+    TransactionOwned,
+    claim_call,
+    unclaim_statement,
+)
 
 __all__ = [
     "LOST_OWNERSHIP",
     "TABLE_NAME",
     "TABLE_NAMES",
     "VERSION_TABLE",
+    "AsyncBatchSession",
+    "BatchSession",
     "PruneResult",
     "RetentionCut",
     "SqlDatabase",
     "SqlStrategy",
     "TransactionOwned",
+    "claim_call",
+    "database_errors",
     "delete_processed",
     "metadata",
     "parse_db_url",
@@ -60,4 +68,5 @@ __all__ = [
     "retention_cut",
     "sortable_id",
     "stream_id",
+    "unclaim_statement",
 ]

@@ -25,7 +25,7 @@ from streamworker.idempotency.deadline import (
     bounded,
     connect_args,
 )
-from streamworker.idempotency.sql.errors import _unavailable
+from streamworker.idempotency.sql.errors import database_errors
 from streamworker.idempotency.sql.schema import TABLE_NAME
 from streamworker.redisio import redact_url
 
@@ -189,7 +189,7 @@ class SqlDatabase:
 
         Raises DatabaseUnavailable when the database cannot be reached."""
         with (
-            _unavailable("checking the schema"),
+            database_errors("checking the schema"),
             self.sync_engine.connect() as conn,
             bounded(conn.connection.driver_connection, self.deadline.deadline_s),
         ):
@@ -250,7 +250,7 @@ class SqlDatabase:
         Raises DatabaseUnavailable when the database cannot be reached, does not answer within
         the deadline, or while batches pass their deadline (:class:`DeadlineState`)."""
         with (
-            _unavailable("pinging"),
+            database_errors("pinging"),
             self.sync_engine.connect() as conn,
             bounded(conn.connection.driver_connection, self.deadline.deadline_s),
         ):

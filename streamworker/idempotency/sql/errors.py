@@ -1,5 +1,5 @@
 """Which SQLAlchemy and driver errors mean "the database is (or was) not usable", and their
-conversion to :class:`~streamworker.errors.DatabaseUnavailable` (:func:`_unavailable`), which the
+conversion to :class:`~streamworker.errors.DatabaseUnavailable` (:func:`database_errors`), which the
 consume loop answers by retrying the batch.
 """
 
@@ -26,7 +26,10 @@ def _is_unavailable(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def _unavailable(doing: str) -> Iterator[None]:
+def database_errors(doing: str) -> Iterator[None]:
+    """Turn the failures that mean "the database is away" into
+    :class:`~streamworker.errors.DatabaseUnavailable` (the consume loop retries the batch);
+    anything else propagates as it is."""
     try:
         yield
     except DatabaseUnavailable:

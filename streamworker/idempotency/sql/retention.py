@@ -43,7 +43,7 @@ from sqlalchemy.engine import Engine
 
 from streamworker.idempotency.deadline import DEFAULT_DB_DEADLINE_S, bounded
 from streamworker.idempotency.sql.database import SqlDatabase
-from streamworker.idempotency.sql.errors import _unavailable
+from streamworker.idempotency.sql.errors import database_errors
 from streamworker.idempotency.sql.schema import processed_messages, sortable_id, stream_id
 from streamworker.redisio import as_text, connection_errors
 
@@ -123,7 +123,7 @@ def delete_processed(
     below = c.message_id <= cut.bound if cut.inclusive else c.message_id < cut.bound
     stmt = sa.delete(processed_messages).where(c.group_name == group, c.stream == stream, below)
     with (
-        _unavailable("pruning"),
+        database_errors("pruning"),
         engine.begin() as conn,
         bounded(conn.connection.driver_connection, deadline_s),
     ):

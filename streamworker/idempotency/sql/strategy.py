@@ -20,7 +20,7 @@ How one batch goes (:class:`SqlStrategy`)
    ``COMMIT`` and one ``XACK`` for the successes and the duplicates. ``def`` handlers whose
    arguments need nothing awaited per message (no message-scoped ``Depends``) run in one worker
    thread hop for the whole batch, not one hop each
-   (:func:`~streamworker.idempotency.base.inline_of`).
+   (:attr:`~streamworker.idempotency.base.Invoke.inline`).
 
 That is three database round trips per batch (claim, flush, commit) plus one fsync, whatever the
 batch size, when handlers write through the ORM (``session.add``: the flush sends the batch's
@@ -80,7 +80,7 @@ import redis.asyncio as aioredis
 import structlog
 
 from streamworker.errors import ConfigError, DatabaseTimeout, DatabaseUnavailable
-from streamworker.idempotency.base import Invoke, inline_of
+from streamworker.idempotency.base import Invoke
 from streamworker.idempotency.deadline import abort_driver_connection
 from streamworker.idempotency.sql.database import SqlDatabase
 from streamworker.idempotency.sql.schema import TABLE_NAME, sortable_id, stream_id
@@ -280,7 +280,7 @@ class SqlStrategy:
             # def handlers without per-message dependencies: the fast path runs them all in one
             # thread hop (the loop below then reads their outcomes instead of invoking).
             ran: dict[int, Outcome] | None = None
-            inline = inline_of(invoke)
+            inline = invoke.inline
             if inline is not None and not savepoints and isinstance(tx, _SyncTx):
                 todo = [
                     (i, msg)

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, SessionTransaction
 
 from streamworker.errors import DatabaseUnavailable, StreamworkerError
 from streamworker.idempotency.base import InlineInvoke
-from streamworker.idempotency.sql.errors import _unavailable
+from streamworker.idempotency.sql.errors import database_errors
 from streamworker.idempotency.sql.schema import TABLE_NAME, processed_messages
 from streamworker.message import Message
 from streamworker.outcomes import Outcome
@@ -43,7 +43,11 @@ _OWNED = (
 )
 
 
-class _BatchSession(Session):
+class BatchSession(Session):
+    """The ``Session`` a ``def`` handler gets: the strategy owns its transaction, so commit and
+    rollback raise :class:`TransactionOwned` (a handler that commits would record effects
+    without the processed row)."""
+
     def commit(self) -> None:
         raise TransactionOwned(_OWNED.format("commit"))
 
@@ -51,8 +55,10 @@ class _BatchSession(Session):
         raise TransactionOwned(_OWNED.format("rollback"))
 
 
-class _AsyncBatchSession(AsyncSession):
-    sync_session_class = _BatchSession
+class AsyncBatchSession(AsyncSession):
+    """:class:`BatchSession` for ``async def`` handlers."""
+
+    sync_session_class = BatchSession
 
     async def commit(self) -> None:
         raise TransactionOwned(_OWNED.format("commit"))
@@ -89,7 +95,7 @@ _SQLITE_CLAIM = (
 )
 
 
-def _claim_call(
+def claim_call(
     dialect: str, group: str, stream: str, consumer: str, sids: Sequence[str]
 ) -> tuple[Any, Any]:
     """The statement and parameters that claim ``sids``; the result's scalars are the new ones."""
@@ -104,7 +110,7 @@ def _claim_call(
     return _SQLITE_CLAIM, rows
 
 
-def _unclaim_statement(group: str, stream: str, ids: Sequence[str]) -> sa.Delete:
+def unclaim_statement(group: str, stream: str, ids: Sequence[str]) -> sa.Delete:
     c = processed_messages.c
     return sa.delete(processed_messages).where(
         c.group_name == group, c.stream == stream, c.message_id.in_(ids)
@@ -168,16 +174,16 @@ class _SyncTx:
         self._stream = stream
         self._conn: Connection | None = None
         self._trans: sa.RootTransaction | None = None
-        self._session: _BatchSession | None = None
+        self._session: BatchSession | None = None
         self._sp: SessionTransaction | None = None
         self.provided: Mapping[type, Any] = {}
 
     async def open(self) -> None:
         def _open() -> None:
-            with _unavailable("connecting"):
+            with database_errors("connecting"):
                 self._conn = self._engine.connect()
                 self._trans = self._conn.begin()
-            self._session = _BatchSession(
+            self._session = BatchSession(
                 bind=self._conn, join_transaction_mode="rollback_only", expire_on_commit=False
             )
             self.provided = {Session: self._session}
@@ -185,14 +191,14 @@ class _SyncTx:
         await self._run(_open)
 
     @property
-    def session(self) -> _BatchSession:
+    def session(self) -> BatchSession:
         assert self._session is not None
         return self._session
 
     async def claim(self, sids: Sequence[str], consumer: str) -> set[str]:
         def _claim() -> set[str]:
-            stmt, params = _claim_call(self._dialect, self._group, self._stream, consumer, sids)
-            with _unavailable("claiming the batch"):
+            stmt, params = claim_call(self._dialect, self._group, self._stream, consumer, sids)
+            with database_errors("claiming the batch"):
                 return set(self.session.connection().execute(stmt, params).scalars())
 
         result: set[str] = await self._run(_claim)
@@ -200,14 +206,14 @@ class _SyncTx:
 
     async def unclaim(self, ids: Sequence[str]) -> None:
         def _unclaim() -> None:
-            with _unavailable("releasing claims"):
-                self.session.execute(_unclaim_statement(self._group, self._stream, ids))
+            with database_errors("releasing claims"):
+                self.session.execute(unclaim_statement(self._group, self._stream, ids))
 
         await self._run(_unclaim)
 
     async def savepoint(self) -> None:
         def _savepoint() -> None:
-            with _unavailable("taking a savepoint"):
+            with database_errors("taking a savepoint"):
                 self._sp = self.session.begin_nested()
 
         await self._run(_savepoint)
@@ -218,7 +224,7 @@ class _SyncTx:
             sp, self._sp = self._sp, None
             assert self._conn is not None
             try:
-                with _unavailable("flushing a message's writes"):
+                with database_errors("flushing a message's writes"):
                     self.session.flush()
                     # A statement the handler caught left the transaction in error state: roll
                     # back to the savepoint (a failed RELEASE would leave it aborted).
@@ -228,7 +234,7 @@ class _SyncTx:
             except DatabaseUnavailable:
                 raise
             except Exception as exc:
-                with _unavailable("rolling back to a savepoint"):
+                with database_errors("rolling back to a savepoint"):
                     sp.rollback()
                 return exc
             return None
@@ -240,7 +246,7 @@ class _SyncTx:
         def _rollback() -> None:
             assert self._sp is not None
             sp, self._sp = self._sp, None
-            with _unavailable("rolling back to a savepoint"):
+            with database_errors("rolling back to a savepoint"):
                 if sp.is_active:
                     sp.rollback()
 
@@ -251,7 +257,7 @@ class _SyncTx:
             assert self._conn is not None
             assert self._trans is not None
             try:
-                with _unavailable("flushing the batch"):
+                with database_errors("flushing the batch"):
                     self.session.flush()
             except DatabaseUnavailable:
                 raise
@@ -261,7 +267,7 @@ class _SyncTx:
                 return _SwallowedError(_SWALLOWED)
             self.session.close()
             try:
-                with _unavailable("committing"):
+                with database_errors("committing"):
                     self._trans.commit()
             except DatabaseUnavailable:
                 raise
@@ -331,36 +337,36 @@ class _AsyncTx:
         self._stream = stream
         self._conn: AsyncConnection | None = None
         self._trans: Any = None
-        self._session: _AsyncBatchSession | None = None
+        self._session: AsyncBatchSession | None = None
         self._sp: AsyncSessionTransaction | None = None
         self.provided: Mapping[type, Any] = {}
 
     async def open(self) -> None:
-        with _unavailable("connecting"):
+        with database_errors("connecting"):
             self._conn = await self._engine.connect()
             self._trans = await self._conn.begin()
-        self._session = _AsyncBatchSession(
+        self._session = AsyncBatchSession(
             bind=self._conn, join_transaction_mode="rollback_only", expire_on_commit=False
         )
         self.provided = {AsyncSession: self._session}
 
     @property
-    def session(self) -> _AsyncBatchSession:
+    def session(self) -> AsyncBatchSession:
         assert self._session is not None
         return self._session
 
     async def claim(self, sids: Sequence[str], consumer: str) -> set[str]:
-        stmt, params = _claim_call(self._dialect, self._group, self._stream, consumer, sids)
-        with _unavailable("claiming the batch"):
+        stmt, params = claim_call(self._dialect, self._group, self._stream, consumer, sids)
+        with database_errors("claiming the batch"):
             conn = await self.session.connection()
             return set((await conn.execute(stmt, params)).scalars())
 
     async def unclaim(self, ids: Sequence[str]) -> None:
-        with _unavailable("releasing claims"):
-            await self.session.execute(_unclaim_statement(self._group, self._stream, ids))
+        with database_errors("releasing claims"):
+            await self.session.execute(unclaim_statement(self._group, self._stream, ids))
 
     async def savepoint(self) -> None:
-        with _unavailable("taking a savepoint"):
+        with database_errors("taking a savepoint"):
             self._sp = await self.session.begin_nested()
 
     async def release(self) -> BaseException | None:
@@ -368,7 +374,7 @@ class _AsyncTx:
         sp, self._sp = self._sp, None
         assert self._conn is not None
         try:
-            with _unavailable("flushing a message's writes"):
+            with database_errors("flushing a message's writes"):
                 await self.session.flush()
                 raw = await self._conn.get_raw_connection()
                 if _aborted(self._dialect, raw.driver_connection):
@@ -377,7 +383,7 @@ class _AsyncTx:
         except DatabaseUnavailable:
             raise
         except Exception as exc:
-            with _unavailable("rolling back to a savepoint"):
+            with database_errors("rolling back to a savepoint"):
                 await sp.rollback()
             return exc
         return None
@@ -385,7 +391,7 @@ class _AsyncTx:
     async def rollback_to_savepoint(self) -> None:
         assert self._sp is not None
         sp, self._sp = self._sp, None
-        with _unavailable("rolling back to a savepoint"):
+        with database_errors("rolling back to a savepoint"):
             if sp.is_active:
                 await sp.rollback()
 
@@ -393,7 +399,7 @@ class _AsyncTx:
         assert self._conn is not None
         assert self._trans is not None
         try:
-            with _unavailable("flushing the batch"):
+            with database_errors("flushing the batch"):
                 await self.session.flush()
         except DatabaseUnavailable:
             raise
@@ -404,7 +410,7 @@ class _AsyncTx:
             return _SwallowedError(_SWALLOWED)
         await self.session.close()
         try:
-            with _unavailable("committing"):
+            with database_errors("committing"):
                 await self._trans.commit()
         except DatabaseUnavailable:
             raise

@@ -1,7 +1,8 @@
 """``idempotency="sql"`` as a plug-in: the session types it gives handlers, its checks, the
 database a worker's SQL handlers share (with its retention loop), and the strategy.
 
-SQLAlchemy is imported only when a handler asks for this strategy.
+The registry imports this module when a handler asks for ``idempotency="sql"``; SQLAlchemy is
+imported by the handler check and by the worker, not before.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from streamworker.deps import CallPlan, DependencyParam, ProvidedParam, build_plan
 from streamworker.errors import ConfigError, StreamworkerError
-from streamworker.extras import require_extra
 from streamworker.idempotency.base import (
     Backing,
     BuildContext,
@@ -25,18 +27,9 @@ from streamworker.idempotency.base import (
     Strategy,
     WorkerConfig,
 )
-
-
-def _session_types() -> tuple[type, type]:
-    """``(Session, AsyncSession)``; SQLAlchemy is imported only by apps that use ``idempotency="sql"``."""
-    try:
-        from sqlalchemy.ext.asyncio import AsyncSession
-        from sqlalchemy.orm import Session
-    except ImportError as exc:
-        raise ConfigError(
-            "idempotency='sql' needs SQLAlchemy 2 and a driver: pip install 'streamworker[sql]'"
-        ) from exc
-    return Session, AsyncSession
+from streamworker.idempotency.sql.database import SqlDatabase
+from streamworker.idempotency.sql.retention import prune
+from streamworker.idempotency.sql.strategy import SqlStrategy
 
 
 def _provided_types(plan: CallPlan) -> set[type]:
@@ -56,7 +49,9 @@ class SqlDatabaseBacking:
 
     readiness_name = "database"
 
-    def __init__(self, db: Any, subscriptions: set[tuple[str, str]], prune_interval_s: float):
+    def __init__(
+        self, db: SqlDatabase, subscriptions: set[tuple[str, str]], prune_interval_s: float
+    ):
         self.db = db
         self._subscriptions = subscriptions
         self._prune_interval_s = prune_interval_s
@@ -72,8 +67,6 @@ class SqlDatabaseBacking:
 
     async def run(self, client: aioredis.Redis, stopped: Callable[[], Awaitable[object]]) -> None:
         """Every ``prune_interval_s``, delete the processed rows no message can need any more."""
-        from streamworker.idempotency.sql import prune
-
         log = structlog.get_logger("streamworker.sql")
         while True:
             with contextlib.suppress(TimeoutError):
@@ -120,7 +113,7 @@ class SqlPlugin:
         """``def`` handlers get a ``Session``, ``async def`` handlers an ``AsyncSession`` (a
         blocking Session would stall the event loop, and an AsyncSession cannot be driven from
         a worker thread)."""
-        session, async_session = _session_types()
+        session, async_session = Session, AsyncSession
         plan = build_plan(func, provided=frozenset({session, async_session}))
         wanted = _provided_types(plan)
         fname = getattr(func, "__qualname__", repr(func))
@@ -145,16 +138,11 @@ class SqlPlugin:
                 f"handler(s) {names} use idempotency='sql' but no database URL is set; pass "
                 f"--db-url, set STREAMWORKER_DB_URL or App(db_url=...)"
             )
-        require_extra("sql", "idempotency='sql'")
-        from streamworker.idempotency.sql import SqlDatabase
-
         db = SqlDatabase(config.db_url, deadline_s=config.db_deadline_s)
         return SqlDatabaseBacking(db, {(s.stream, s.group) for s in specs}, config.prune_interval_s)
 
     def build(self, spec: HandlerConfig, context: BuildContext) -> Strategy:
         """A :class:`~streamworker.idempotency.sql.SqlStrategy` on the shared database."""
-        from streamworker.idempotency.sql import SqlStrategy
-
         backing = context.backing
         assert isinstance(backing, SqlDatabaseBacking)  # the worker opened it for this plug-in
         return SqlStrategy(
