@@ -328,3 +328,15 @@ def script_unknown_shebang_option(option: str) -> str:
 def script_unexpected_flag(flag: str) -> str:
     """A ``flags=`` entry Redis 7.0 does not know."""
     return f"ERR Unexpected flag in script shebang: {flag}"
+
+
+# --- bounds on what one argument can make the engine do (engine-bounds) --------------------
+
+# SRANDMEMBER with a negative count replies with -count members, repeats allowed: Redis builds
+# that reply whatever its size; the engine refuses counts past this bound (a documented
+# divergence: the alternative is a server that stops answering).
+SRANDMEMBER_MAX_REPEATS = 1 << 20
+SRANDMEMBER_REPEATS_OUT_OF_RANGE = (
+    f"ERR value is out of range, the embedded engine repeats at most "
+    f"{SRANDMEMBER_MAX_REPEATS} members"
+)
