@@ -268,6 +268,16 @@ def _section_stats(ctx: Ctx) -> list[str]:
     ]
 
 
+def _section_errorstats(ctx: Ctx) -> list[str]:
+    # Redis keeps the prefixes in a rax: byte order.
+    counts = ctx.engine.error_counts
+    return [f"errorstat_{prefix}:count={counts[prefix]}" for prefix in sorted(counts, key=_utf8)]
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
 def _section_replication(ctx: Ctx) -> list[str]:
     return [
         "role:master",
@@ -320,7 +330,7 @@ _SECTIONS = {
     "replication": ("Replication", _section_replication),
     "cpu": ("CPU", _section_cpu),
     "modules": ("Modules", None),
-    "errorstats": ("Errorstats", None),
+    "errorstats": ("Errorstats", _section_errorstats),
     "cluster": ("Cluster", _section_cluster),
     "keyspace": ("Keyspace", _section_keyspace),
 }
@@ -406,6 +416,7 @@ def config_resetstat(ctx: Ctx, args: list[bytes]) -> Reply:
     """CONFIG RESETSTAT -> OK."""
     engine = ctx.engine
     engine.stats_commands = engine.stats_errors = engine.stats_rejected = 0
+    engine.error_counts.clear()
     return OK
 
 
