@@ -330,7 +330,7 @@ def script_unexpected_flag(flag: str) -> str:
     return f"ERR Unexpected flag in script shebang: {flag}"
 
 
-# --- bounds on what one argument can make the engine do (engine-bounds) --------------------
+# --- SRANDMEMBER's bound, COPY, OBJECT ------------------------------------------------------
 
 # SRANDMEMBER with a negative count replies with -count members, repeats allowed: Redis builds
 # that reply whatever its size; the engine refuses counts past this bound (a documented
@@ -340,3 +340,4 @@ SRANDMEMBER_REPEATS_OUT_OF_RANGE = (
     f"ERR value is out of range, the embedded engine repeats at most "
     f"{SRANDMEMBER_MAX_REPEATS} members"
 )
+COPY_SAME_OBJECT = "ERR source and destination objects are the same"

@@ -1,9 +1,10 @@
 """Generic key commands: DEL, UNLINK, EXISTS, TYPE, EXPIRE family, TTL family, PERSIST, SCAN,
-KEYS, RENAME, RENAMENX, RANDOMKEY, TOUCH."""
+KEYS, RENAME, RENAMENX, RANDOMKEY, TOUCH, COPY."""
 
 from __future__ import annotations
 
 import bisect
+import copy
 from typing import TYPE_CHECKING
 
 from streamworker.engine import msgs
@@ -330,3 +331,47 @@ def rename(ctx: Ctx, args: list[bytes]) -> Reply:
 def renamenx(ctx: Ctx, args: list[bytes]) -> Reply:
     """RENAMENX key newkey -> 1 if renamed, 0 if newkey exists."""
     return _rename(ctx, args, True)
+
+
+@command("copy", arity=-3, flags=("write", "denyoom"), first_key=1, last_key=2, step=1)
+def copy_(ctx: Ctx, args: list[bytes]) -> Reply:
+    """COPY source destination [DB destination-db] [REPLACE] -> 1 if copied, 0 if the source
+    is missing or the destination exists (without REPLACE). The copy is deep (a stream's
+    groups and pending entries included) and keeps the source's TTL."""
+    src_key, dst_key = args[0], args[1]
+    dst = ctx.db
+    replace = False
+    j = 2
+    while j < len(args):
+        opt = args[j].lower()
+        if opt == b"replace":
+            replace = True
+        elif opt == b"db" and j + 1 < len(args):
+            index = to_int(args[j + 1])
+            if not -(2**31) <= index < 2**31:
+                raise CommandError(msgs.INT_OUT_OF_RANGE)
+            if not 0 <= index < len(ctx.keyspace.dbs):
+                raise CommandError(msgs.DB_INDEX_OUT_OF_RANGE)
+            dst = ctx.keyspace.dbs[index]
+            j += 1
+        else:
+            raise CommandError(msgs.SYNTAX)
+        j += 1
+    src = ctx.db
+    if src is dst and src_key == dst_key:
+        raise CommandError(msgs.COPY_SAME_OBJECT)
+    value = src.get(src_key)
+    if value is None:
+        return 0
+    when = src.get_expire(src_key)
+    if dst.get(dst_key) is not None:
+        if not replace:
+            return 0
+        dst.delete(dst_key)
+    # Strings are immutable bytes and can be shared; every other type is copied whole, as
+    # Redis duplicates the object (work in proportion to the value, like Redis's).
+    dst.set(dst_key, value if isinstance(value, bytes) else copy.deepcopy(value))
+    if when is not None:
+        dst.set_expire(dst_key, when)
+    ctx.engine.signal_key_ready(dst.index, dst_key)
+    return 1

@@ -76,6 +76,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "dbsize": ("",),
     "decr": ("K",),
     "decrby": ("K N", "int N"),
+    "copy": ("K copied DB N", "K copied DB N REPLACE", "K K"),
     "del": ("K",),
     "echo": ("N",),
     "exists": ("K",),
