@@ -341,3 +341,11 @@ SRANDMEMBER_REPEATS_OUT_OF_RANGE = (
     f"{SRANDMEMBER_MAX_REPEATS} members"
 )
 COPY_SAME_OBJECT = "ERR source and destination objects are the same"
+OBJECT_FREQ_NOT_LFU = (
+    "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that "
+    "when switching between policies at runtime LRU and LFU data will take some time to adjust."
+)
+OBJECT_IDLETIME_LFU = (
+    "ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when "
+    "switching between policies at runtime LRU and LFU data will take some time to adjust."
+)

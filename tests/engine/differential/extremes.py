@@ -115,6 +115,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "mget": ("K int",),
     "mset": ("K N",),
     "msetnx": ("K N",),
+    "object": ("ENCODING K", "REFCOUNT K", "FREQ K", "HELP", "N K"),
     "persist": ("K",),
     "pexpire": ("K N", "str N GT"),
     "pexpireat": ("K N",),
