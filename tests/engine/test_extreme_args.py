@@ -7,7 +7,7 @@ Each reply must match redis-server's (same bytes; for commands whose result chan
 decides, the same reply type and length; SCAN's cursor is opaque), each command must answer
 within :data:`COMMAND_TIME_LIMIT_S` (the failure names it), and the process's peak memory must
 not jump. The table run is exhaustive (about 27,000 commands); the hypothesis run mixes
-extremes into random argument lists, seeded so that a failure replays.
+extremes into random argument lists in RESP2 and RESP3, seeded so that a failure replays.
 """
 
 from __future__ import annotations
@@ -55,8 +55,11 @@ _STATEFUL = frozenset({b"select", b"swapdb", b"client", b"config", b"eval", b"xg
 class SideBySide:
     """redis-server and a fresh engine, both holding :data:`SETUP`'s keys."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, resp: int = 2) -> None:
+        self.resp = resp
         self.real = RawConnection(port)
+        if resp == 3:
+            self.real.call([b"HELLO", b"3"])
         self.engine = Engine()
         self.client: ClientState = self.engine.connect()
         self.write_flagged = {
@@ -68,6 +71,8 @@ class SideBySide:
     def reset(self) -> None:
         self.engine = Engine()
         self.client = self.engine.connect()
+        if self.resp == 3:
+            self.engine.execute(self.client, [b"HELLO", b"3"])
         batch = [[b"FLUSHALL"], [b"SELECT", b"0"], *(list(c) for c in SETUP)]
         self.real.sock.sendall(b"".join(pack_command(c) for c in batch))
         for _ in batch:
@@ -117,6 +122,14 @@ def _comparable(argv: list[bytes], raw: bytes) -> bytes:
 
 def _peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
+def sides_any_resp(redis_port: int, request: pytest.FixtureRequest) -> Iterator[SideBySide]:
+    s = SideBySide(redis_port, request.param)
+    s.reset()
+    yield s
+    s.close()
 
 
 @pytest.fixture
@@ -199,8 +212,9 @@ _TOKENS = st.sampled_from(
     args=st.lists(_TOKENS, max_size=7),
 )
 def test_random_extreme_argument_lists_answer_at_once_as_redis_does(
-    sides: SideBySide, name: str, args: list[bytes]
+    sides_any_resp: SideBySide, name: str, args: list[bytes]
 ) -> None:
+    sides = sides_any_resp
     argv = [name.encode(), *args]
     lowered = [a.lower() for a in args]
     if name in ("blpop", "brpop") or b"block" in lowered:
