@@ -109,6 +109,8 @@ class Engine:
         self.stats_connections = 0
         self.stats_errors = 0
         self.stats_rejected = 0
+        # Connections refused at maxclients (INFO rejected_connections; no error reply counted).
+        self.stats_rejected_connections = 0
         # INFO errorstats: error replies by prefix (Redis's server.errors rax).
         self.error_counts: dict[str, int] = {}
         self.last_error_text = ""

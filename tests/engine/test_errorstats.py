@@ -5,6 +5,7 @@ CONFIG RESETSTAT empties them."""
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -13,6 +14,7 @@ from streamworker.engine import Engine
 from streamworker.engine.context import Blocked
 from streamworker.engine.protocol import encode
 from tests.engine.conftest import Differ, RawRedis, pack, read_raw_reply
+from tests.support.engine_server import ThreadedServer
 
 pytestmark = pytest.mark.redis
 
@@ -139,3 +141,26 @@ def test_xgroup_destroy_counts_the_nogroup_error_of_the_blocked_reader(redis_por
     assert real_read.startswith(b"-NOGROUP")
     assert _error_stats(info) == real_stats
     assert real_stats == [b"errorstat_NOGROUP:count=1", b"total_error_replies:1"]
+
+
+def test_a_connection_refused_at_maxclients_is_not_an_error_reply() -> None:
+    # redis-server writes that refusal straight to the socket: rejected_connections counts it,
+    # total_error_replies does not (checked on 7.0.15 with maxclients 1).
+    server = ThreadedServer()
+    try:
+        admin = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        buf = bytearray()
+        admin.sendall(pack(("CONFIG", "SET", "maxclients", "1")))
+        assert read_raw_reply(admin, buf) == b"+OK\r\n"
+        refused = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        assert read_raw_reply(refused, bytearray()) == b"-ERR max number of clients reached\r\n"
+        refused.close()
+        admin.sendall(pack(("INFO", "stats")))
+        stats = read_raw_reply(admin, buf)
+        assert b"rejected_connections:1\r\n" in stats
+        assert b"total_error_replies:0\r\n" in stats
+        admin.sendall(pack(("INFO", "errorstats")))
+        assert b"errorstat_" not in read_raw_reply(admin, buf)
+        admin.close()
+    finally:
+        server.close()

@@ -255,7 +255,7 @@ def _section_stats(ctx: Ctx) -> list[str]:
         "instantaneous_ops_per_sec:0",
         "total_net_input_bytes:0",
         "total_net_output_bytes:0",
-        "rejected_connections:0",
+        f"rejected_connections:{engine.stats_rejected_connections}",
         f"expired_keys:{expired}",
         "evicted_keys:0",
         "keyspace_hits:0",
@@ -416,6 +416,7 @@ def config_resetstat(ctx: Ctx, args: list[bytes]) -> Reply:
     """CONFIG RESETSTAT -> OK."""
     engine = ctx.engine
     engine.stats_commands = engine.stats_errors = engine.stats_rejected = 0
+    engine.stats_rejected_connections = 0
     engine.error_counts.clear()
     return OK
 
