@@ -208,12 +208,19 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "busy-reply-threshold": ("5000", _int_range(0, _LLONG_MAX)),
     "proto-max-bulk-len": ("536870912", _memory(1024 * 1024, _LLONG_MAX, unsigned=False)),
     "client-query-buffer-limit": ("1073741824", _memory(1024 * 1024, _LLONG_MAX)),
-    "hash-max-listpack-entries": ("128", _int_range(0, _LLONG_MAX, unsigned=True)),
+    # redis-server's built-in defaults (started without a config file: hash entries 512).
+    "hash-max-listpack-entries": ("512", _int_range(0, _LLONG_MAX, unsigned=True)),
     "hash-max-listpack-value": ("64", _memory(0, _LLONG_MAX)),
     "zset-max-listpack-entries": ("128", _int_range(0, _LLONG_MAX, unsigned=True)),
     "zset-max-listpack-value": ("64", _memory(0, _LLONG_MAX)),
     "set-max-intset-entries": ("512", _int_range(0, _LLONG_MAX, unsigned=True)),
     "list-max-listpack-size": ("-2", _int_range(-(2**31), 2**31 - 1)),
+    # Their Redis 6 names, aliases of the same values (_ALIASES).
+    "hash-max-ziplist-entries": ("512", _int_range(0, _LLONG_MAX, unsigned=True)),
+    "hash-max-ziplist-value": ("64", _memory(0, _LLONG_MAX)),
+    "zset-max-ziplist-entries": ("128", _int_range(0, _LLONG_MAX, unsigned=True)),
+    "zset-max-ziplist-value": ("64", _memory(0, _LLONG_MAX)),
+    "list-max-ziplist-size": ("-2", _int_range(-(2**31), 2**31 - 1)),
     "slowlog-log-slower-than": ("10000", _int_range(-1, _LLONG_MAX)),
     "slowlog-max-len": ("128", _int_range(0, _LLONG_MAX, unsigned=True)),
     "loglevel": ("notice", _enum("debug", "verbose", "notice", "warning")),
@@ -233,7 +240,15 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
 }
 
 
-_ALIASES = {"lua-time-limit": "busy-reply-threshold", "busy-reply-threshold": "lua-time-limit"}
+_ALIAS_PAIRS = (
+    ("lua-time-limit", "busy-reply-threshold"),
+    ("hash-max-ziplist-entries", "hash-max-listpack-entries"),
+    ("hash-max-ziplist-value", "hash-max-listpack-value"),
+    ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
+    ("zset-max-ziplist-value", "zset-max-listpack-value"),
+    ("list-max-ziplist-size", "list-max-listpack-size"),
+)
+_ALIASES = {a: b for pair in _ALIAS_PAIRS for a, b in (pair, pair[::-1])}
 
 # Parameters that parse like Redis's but cannot change while the engine runs.
 _FIXED = {
@@ -288,7 +303,8 @@ class EngineConfig:
         self.values[name] = value
         self.version += 1
         if name in _ALIASES:
-            # Redis 7.0 renamed lua-time-limit busy-reply-threshold; both names are one value.
+            # Redis 7.0 renamed lua-time-limit busy-reply-threshold, *-ziplist-* *-listpack-*;
+            # both names are one value.
             self.values[_ALIASES[name]] = value
         if name == "stream-node-max-entries":
             self.stream_node_max_entries = int(value)

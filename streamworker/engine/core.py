@@ -109,6 +109,11 @@ class Engine:
         self.stats_connections = 0
         self.stats_errors = 0
         self.stats_rejected = 0
+        # Connections refused at maxclients (INFO rejected_connections; no error reply counted).
+        self.stats_rejected_connections = 0
+        # INFO errorstats: error replies by prefix (Redis's server.errors rax).
+        self.error_counts: dict[str, int] = {}
+        self.last_error_text = ""
         self.tcp_port = 0
         # The append-only file (or any Propagator) fed with every write; None = in memory only.
         self.propagator: Propagator | None = None
@@ -284,7 +289,7 @@ class Engine:
         try:
             reply = func(ctx, args if type(args) is list else list(args))
         except CommandError as exc:
-            self.stats_errors += 1
+            self.count_error(exc.text)
             return exc
         except Exception as exc:
             return self._internal_error(spec, exc)
@@ -302,8 +307,9 @@ class Engine:
         assert prop is not None
         assert spec.func is not None
         if prop.write_error is not None and "write" in spec.flags:
-            self.stats_rejected += 1
-            return CommandError(msgs.misconf_aof(prop.write_error))
+            error = CommandError(msgs.misconf_aof(prop.write_error))
+            self.count_error(error.text, rejected=True)
+            return error
         top = prop.depth == 0
         if top:
             prop.begin_call()
@@ -314,7 +320,7 @@ class Engine:
         try:
             reply = spec.func(ctx, args)
         except CommandError as exc:
-            self.stats_errors += 1
+            self.count_error(exc.text)
             reply = exc
         except Exception as exc:
             reply = self._internal_error(spec, exc)
@@ -347,7 +353,7 @@ class Engine:
             try:
                 reply = func(ctx, list(argv[spec.skip :]))
             except CommandError as exc:
-                self.stats_errors += 1
+                self.count_error(exc.text)
                 return exc
             except Exception as exc:
                 return self._internal_error(spec, exc)
@@ -397,7 +403,7 @@ class Engine:
             try:
                 reply = spec.func(ctx, argv[spec.skip :])
             except CommandError as exc:
-                self.stats_errors += 1
+                self.count_error(exc.text)
                 reply = exc
             except Exception as exc:
                 reply = self._internal_error(spec, exc)
@@ -407,28 +413,46 @@ class Engine:
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
 
+    def count_error(self, text: str, rejected: bool = False) -> None:
+        """Count one error reply for INFO (``total_error_replies``, ``errorstat_<PREFIX>``).
+
+        The prefix is Redis's (afterErrorReply): the first word when a space ends it within
+        the reply's first 32 bytes (the ``-`` included), else ``ERR``. ``rejected`` marks a
+        command refused before it ran (unknown, wrong arity, EXECABORT, MISCONF).
+        """
+        if rejected:
+            self.stats_rejected += 1
+        else:
+            self.stats_errors += 1
+        space = text.find(" ", 0, 31)
+        prefix = text[:space] if space >= 0 else "ERR"
+        self.error_counts[prefix] = self.error_counts.get(prefix, 0) + 1
+        self.last_error_text = text
+
     def _internal_error(self, spec: CommandSpec, exc: Exception) -> CommandError:
         # An engine bug must not take the caller (or the client that served a waiter) down with
         # it: it becomes an error reply naming the command. The exception and its traceback go
         # to the log, never to the client (its text is not a Redis reply and may leak data).
-        self.stats_errors += 1
         _log.error("command %r failed with an engine bug", spec.name, exc_info=exc)
-        return CommandError(msgs.internal_error(spec.name))
+        error = CommandError(msgs.internal_error(spec.name))
+        self.count_error(error.text)
+        return error
 
     def _exec_abort(self, client: ClientState, text: str) -> CommandError:
         # A rejected EXEC discards the transaction and says why (Redis's execCommandAbort).
         from streamworker.engine.commands.transactions import discard_transaction
 
         discard_transaction(client)
-        self.stats_rejected += 1
         reason = text[4:] if text.startswith("ERR ") else text
-        return CommandError(msgs.execabort_because(reason))
+        error = CommandError(msgs.execabort_because(reason))
+        self.count_error(error.text, rejected=True)
+        return error
 
     def _reject(self, client: ClientState, text: str) -> CommandError:
         # Rejections inside MULTI abort the transaction at EXEC (Redis's flagTransaction).
         if client.in_multi:
             client.multi_error = True
-        self.stats_rejected += 1
+        self.count_error(text, rejected=True)
         return CommandError(text)
 
     # -- blocking ----------------------------------------------------------------------------
@@ -491,6 +515,8 @@ class Engine:
                         prop.end_call()
                     if reply is None:
                         continue
+                    if type(reply) is CommandError:
+                        self.count_error(reply.text)
                     self._unblock(blocked)
                     if prop is not None:
                         self._wakeups.append((blocked, reply))
@@ -503,6 +529,8 @@ class Engine:
             if blocked.resolved:
                 return False
             self._unblock(blocked)
+            if type(reply) is CommandError:
+                self.count_error(reply.text)
             return blocked.resolve(reply)
 
     def timeout_blocked(self, blocked: Blocked) -> Reply:

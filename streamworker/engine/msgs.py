@@ -406,3 +406,23 @@ def bgrewriteaof_failed(error: object) -> str:
 
 
 # --- end of the engine-cut block -------------------------------------------------------------
+
+# --- SRANDMEMBER's bound, COPY, OBJECT ------------------------------------------------------
+
+# SRANDMEMBER with a negative count replies with -count members, repeats allowed: Redis builds
+# that reply whatever its size; the engine refuses counts past this bound (a documented
+# divergence: the alternative is a server that stops answering).
+SRANDMEMBER_MAX_REPEATS = 1 << 20
+SRANDMEMBER_REPEATS_OUT_OF_RANGE = (
+    f"ERR value is out of range, the embedded engine repeats at most "
+    f"{SRANDMEMBER_MAX_REPEATS} members"
+)
+COPY_SAME_OBJECT = "ERR source and destination objects are the same"
+OBJECT_FREQ_NOT_LFU = (
+    "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that "
+    "when switching between policies at runtime LRU and LFU data will take some time to adjust."
+)
+OBJECT_IDLETIME_LFU = (
+    "ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when "
+    "switching between policies at runtime LRU and LFU data will take some time to adjust."
+)

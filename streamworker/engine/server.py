@@ -198,7 +198,7 @@ class _Connection(asyncio.Protocol):
         cfg = engine.config
         server.refresh_config()
         if len(server.connections) >= server.maxclients:
-            engine.stats_rejected += 1
+            engine.stats_rejected_connections += 1
             transport.write(b"-" + msgs.MAX_CLIENTS.encode() + b"\r\n")
             transport.close()
             self.closing = True

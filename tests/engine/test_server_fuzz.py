@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -170,6 +171,51 @@ def test_the_server_answers_in_resp_and_survives_any_input(
     for i, reply in enumerate(replies):
         if reply.startswith(b"-ERR Protocol error"):
             assert i == len(replies) - 1, "a protocol error closes the connection"
+    bystander = socket.create_connection(("127.0.0.1", fuzz_server.port), timeout=5)
+    bystander.sendall(b"*1\r\n$4\r\nPING\r\n")
+    assert read_raw_reply(bystander, bytearray()) == b"+PONG\r\n"
+    bystander.close()
+
+
+_WORST_ARGUMENTS = [
+    (b"SADD", b"s", b"a", b"b"),
+    (b"SRANDMEMBER", b"s", b"-9223372036854775807"),
+    (b"SRANDMEMBER", b"s", b"-9223372036854775808"),
+    (b"SRANDMEMBER", b"s", b"-2147483648"),
+    (b"SRANDMEMBER", b"s", b"9223372036854775807"),
+    (b"SPOP", b"s", b"9223372036854775807"),
+    (b"RPUSH", b"l", b"a"),
+    (b"LRANGE", b"l", b"-9223372036854775808", b"9223372036854775807"),
+    (b"LPOP", b"l", b"9223372036854775807"),
+    (b"SETRANGE", b"str", b"9223372036854775807", b"x"),
+    (b"GETRANGE", b"str", b"-9223372036854775808", b"9223372036854775807"),
+    (b"XADD", b"x", b"1-1", b"f", b"v"),
+    (b"XRANGE", b"x", b"-", b"+", b"COUNT", b"9223372036854775807"),
+    (b"XGROUP", b"CREATE", b"x", b"g", b"0"),
+    (b"XAUTOCLAIM", b"x", b"g", b"c", b"0", b"0", b"COUNT", b"9223372036854775807"),
+    (b"XREADGROUP", b"GROUP", b"g", b"c", b"COUNT", b"9223372036854775807", b"STREAMS", b"x", b">"),
+    (b"SCAN", b"0", b"COUNT", b"9223372036854775807"),
+    (b"EXPIRE", b"s", b"9223372036854775807"),
+    (b"ZRANGE", b"z", b"0", b"-1", b"BYSCORE", b"LIMIT", b"0", b"9223372036854775807"),
+]
+
+
+def test_the_worst_arguments_are_answered_at_once_through_the_server(
+    fuzz_server: ThreadedServer,
+) -> None:
+    # The engine's extreme-argument table runs in process (test_extreme_args.py); this checks
+    # the same bound through the RESP server: each answer within 2 s, other clients served.
+    sock = socket.create_connection(("127.0.0.1", fuzz_server.port), timeout=5)
+    buf = bytearray()
+    try:
+        for args in _WORST_ARGUMENTS:
+            started = time.monotonic()
+            sock.sendall(pack(args))
+            reply = read_raw_reply(sock, buf)
+            assert time.monotonic() - started < 2.0, args
+            assert len(reply) < 1 << 20, args
+    finally:
+        sock.close()
     bystander = socket.create_connection(("127.0.0.1", fuzz_server.port), timeout=5)
     bystander.sendall(b"*1\r\n$4\r\nPING\r\n")
     assert read_raw_reply(bystander, bytearray()) == b"+PONG\r\n"

@@ -1,9 +1,12 @@
 """Generic key commands: DEL, UNLINK, EXISTS, TYPE, EXPIRE family, TTL family, PERSIST, SCAN,
-KEYS, RENAME, RENAMENX, RANDOMKEY, TOUCH."""
+KEYS, RENAME, RENAMENX, RANDOMKEY, TOUCH, COPY, OBJECT."""
 
 from __future__ import annotations
 
 import bisect
+import copy
+import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 from streamworker.engine import msgs
@@ -11,7 +14,8 @@ from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int, to_str
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import glob_match, type_name
-from streamworker.engine.numbers import LLONG_MAX
+from streamworker.engine.model.zset import ZSet
+from streamworker.engine.numbers import LLONG_MAX, parse_int
 from streamworker.engine.replies import NULL_BULK, OK, Status
 
 if TYPE_CHECKING:
@@ -330,3 +334,177 @@ def rename(ctx: Ctx, args: list[bytes]) -> Reply:
 def renamenx(ctx: Ctx, args: list[bytes]) -> Reply:
     """RENAMENX key newkey -> 1 if renamed, 0 if newkey exists."""
     return _rename(ctx, args, True)
+
+
+@command("copy", arity=-3, flags=("write", "denyoom"), first_key=1, last_key=2, step=1)
+def copy_(ctx: Ctx, args: list[bytes]) -> Reply:
+    """COPY source destination [DB destination-db] [REPLACE] -> 1 if copied, 0 if the source
+    is missing or the destination exists (without REPLACE). The copy is deep (a stream's
+    groups and pending entries included) and keeps the source's TTL."""
+    src_key, dst_key = args[0], args[1]
+    dst = ctx.db
+    replace = False
+    j = 2
+    while j < len(args):
+        opt = args[j].lower()
+        if opt == b"replace":
+            replace = True
+        elif opt == b"db" and j + 1 < len(args):
+            index = to_int(args[j + 1])
+            if not -(2**31) <= index < 2**31:
+                raise CommandError(msgs.INT_OUT_OF_RANGE)
+            if not 0 <= index < len(ctx.keyspace.dbs):
+                raise CommandError(msgs.DB_INDEX_OUT_OF_RANGE)
+            dst = ctx.keyspace.dbs[index]
+            j += 1
+        else:
+            raise CommandError(msgs.SYNTAX)
+        j += 1
+    src = ctx.db
+    if src is dst and src_key == dst_key:
+        raise CommandError(msgs.COPY_SAME_OBJECT)
+    value = src.get(src_key)
+    if value is None:
+        return 0
+    when = src.get_expire(src_key)
+    if dst.get(dst_key) is not None:
+        if not replace:
+            return 0
+        dst.delete(dst_key)
+    # Strings are immutable bytes and can be shared; every other type is copied whole, as
+    # Redis duplicates the object (work in proportion to the value, like Redis's).
+    dst.set(dst_key, value if isinstance(value, bytes) else copy.deepcopy(value))
+    if when is not None:
+        dst.set_expire(dst_key, when)
+    ctx.engine.signal_key_ready(dst.index, dst_key)
+    return 1
+
+
+# --- OBJECT ----------------------------------------------------------------------------------
+
+# Redis shares the integer objects 0..9999 (OBJ_SHARED_INTEGERS), refcount INT_MAX, unless
+# maxmemory is set with an LRU/LFU policy (which needs one LRU field per key).
+_SHARED_INTEGERS = 10000
+_SHARED_REFCOUNT = 2**31 - 1
+_EMBSTR_MAX = 44
+_LFU_INIT_VAL = 5
+_OBJECT_HELP = (
+    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ENCODING <key>",
+    "    Return the kind of internal representation used in order to store the value",
+    "    associated with a <key>.",
+    "FREQ <key>",
+    "    Return the access frequency index of the <key>. The returned integer is",
+    "    proportional to the logarithm of the recent access frequency of the key.",
+    "IDLETIME <key>",
+    "    Return the idle time of the <key>, that is the approximated number of",
+    "    seconds elapsed since the last access to the key.",
+    "REFCOUNT <key>",
+    "    Return the number of references of the value associated with the specified",
+    "    <key>.",
+    "HELP",
+    "    Prints this help.",
+)
+
+
+def _config_int(ctx: Ctx, name: str) -> int:
+    return int(ctx.engine.config.get(name) or 0)
+
+
+def _policy(ctx: Ctx) -> str:
+    return ctx.engine.config.get("maxmemory-policy") or "noeviction"
+
+
+def _shared_integer(ctx: Ctx, value: object) -> bool:
+    if not isinstance(value, bytes) or len(value) > 20:
+        return False
+    n = parse_int(value)
+    if n is None or not 0 <= n < _SHARED_INTEGERS:
+        return False
+    return _config_int(ctx, "maxmemory") == 0 or not _policy(ctx).endswith(("-lru", "-lfu"))
+
+
+def object_encoding(ctx: Ctx, value: object) -> bytes:
+    """The encoding Redis 7.0 would report for ``value``, from its contents and the
+    ``*-max-listpack-*`` / ``set-max-intset-entries`` parameters.
+
+    Redis converts a value to its big encoding once and never back; the engine keeps no history,
+    so a value that grew past a threshold and shrank again reports the small encoding, and a
+    string changed by APPEND or SETRANGE (``raw`` in Redis) reports what SET would have made.
+    The scan stops at the entries threshold: the work is bounded by the parameter, not the value.
+    """
+    if isinstance(value, bytes):
+        if len(value) <= 20 and parse_int(value) is not None:
+            return b"int"
+        return b"embstr" if len(value) <= _EMBSTR_MAX else b"raw"
+    if isinstance(value, deque):
+        return b"quicklist"
+    if isinstance(value, set):
+        if len(value) > _config_int(ctx, "set-max-intset-entries"):
+            return b"hashtable"
+        return b"intset" if all(parse_int(m) is not None for m in value) else b"hashtable"
+    if isinstance(value, dict):
+        limit = _config_int(ctx, "hash-max-listpack-value")
+        if len(value) > _config_int(ctx, "hash-max-listpack-entries"):
+            return b"hashtable"
+        small = all(len(f) <= limit and len(v) <= limit for f, v in value.items())
+        return b"listpack" if small else b"hashtable"
+    if isinstance(value, ZSet):
+        limit = _config_int(ctx, "zset-max-listpack-value")
+        if len(value) > _config_int(ctx, "zset-max-listpack-entries"):
+            return b"skiplist"
+        return b"listpack" if all(len(m) <= limit for m in value.scores) else b"skiplist"
+    return b"stream"
+
+
+def _object_value(ctx: Ctx, key: bytes) -> object:
+    # OBJECT looks keys up without touching them (LOOKUP_NOTOUCH): no LRU/LFU update.
+    return ctx.db.get(key)
+
+
+@command("object|encoding", arity=3, flags=("readonly",), first_key=2, last_key=2, step=1)
+def object_encoding_cmd(ctx: Ctx, args: list[bytes]) -> Reply:
+    """OBJECT ENCODING key -> the internal representation's name, or nil."""
+    value = _object_value(ctx, args[0])
+    return NULL_BULK if value is None else object_encoding(ctx, value)
+
+
+@command("object|refcount", arity=3, flags=("readonly",), first_key=2, last_key=2, step=1)
+def object_refcount(ctx: Ctx, args: list[bytes]) -> Reply:
+    """OBJECT REFCOUNT key -> 2147483647 for Redis's shared integers 0..9999, else 1; nil."""
+    value = _object_value(ctx, args[0])
+    if value is None:
+        return NULL_BULK
+    return _SHARED_REFCOUNT if _shared_integer(ctx, value) else 1
+
+
+@command("object|idletime", arity=3, flags=("readonly",), first_key=2, last_key=2, step=1)
+def object_idletime(ctx: Ctx, args: list[bytes]) -> Reply:
+    """OBJECT IDLETIME key -> seconds since the last access; nil. The engine does not track
+    accesses: 0, except for Redis's shared integers, whose LRU clock is the server's start."""
+    value = _object_value(ctx, args[0])
+    if value is None:
+        return NULL_BULK
+    if _policy(ctx).endswith("-lfu"):
+        raise CommandError(msgs.OBJECT_IDLETIME_LFU)
+    if _shared_integer(ctx, value):
+        return int(time.monotonic() - ctx.engine.started_monotonic)
+    return 0
+
+
+@command("object|freq", arity=3, flags=("readonly",), first_key=2, last_key=2, step=1)
+def object_freq(ctx: Ctx, args: list[bytes]) -> Reply:
+    """OBJECT FREQ key -> the LFU counter (an LFU policy only); nil. The engine does not track
+    accesses: a key's counter stays at Redis's initial value, 5."""
+    value = _object_value(ctx, args[0])
+    if value is None:
+        return NULL_BULK
+    if not _policy(ctx).endswith("-lfu"):
+        raise CommandError(msgs.OBJECT_FREQ_NOT_LFU)
+    return _LFU_INIT_VAL
+
+
+@command("object|help", arity=2, flags=("loading", "stale"))
+def object_help(ctx: Ctx, args: list[bytes]) -> Reply:
+    """OBJECT HELP -> help lines."""
+    return [Status(line) for line in _OBJECT_HELP]

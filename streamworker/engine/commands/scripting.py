@@ -19,6 +19,7 @@ from streamworker.engine.scripting import lua_available, runtime_for
 
 if TYPE_CHECKING:
     from streamworker.engine.context import Ctx
+    from streamworker.engine.core import Engine
     from streamworker.engine.replies import Reply
 
 _EVAL_FLAGS = ("noscript", "stale", "skip-monitor", "no-mandatory-keys", "movablekeys")
@@ -62,7 +63,24 @@ def _eval_generic(ctx: Ctx, args: list[bytes], by_sha: bool, read_only: bool) ->
     else:
         script = runtime.load(args[0])
     split = 2 + numkeys
-    return runtime.run(ctx, script, args[2:split], args[split:], read_only)
+    engine = ctx.engine
+    errors_before = engine.stats_errors + engine.stats_rejected
+    reply = runtime.run(ctx, script, args[2:split], args[split:], read_only)
+    if type(reply) is CommandError and not _counted_in_script(engine, errors_before, reply):
+        # Raised, core counts it for INFO errorstats.
+        raise reply
+    return reply
+
+
+def _counted_in_script(engine: Engine, errors_before: int, reply: CommandError) -> bool:
+    # An error the script got from redis.call/pcall was counted when that command failed;
+    # Redis does not count it again when the script passes it on (pcall's result returned, or
+    # redis.call's error with the script's " script: ..." suffix). Errors the script made
+    # itself (redis.error_reply, {err=...}, a Lua runtime error) are counted as the EVAL's.
+    if engine.stats_errors + engine.stats_rejected == errors_before:
+        return False
+    inner = engine.last_error_text
+    return reply.text == inner or reply.text.startswith(inner + " script: ")
 
 
 if lua_available():

@@ -255,7 +255,7 @@ def _section_stats(ctx: Ctx) -> list[str]:
         "instantaneous_ops_per_sec:0",
         "total_net_input_bytes:0",
         "total_net_output_bytes:0",
-        "rejected_connections:0",
+        f"rejected_connections:{engine.stats_rejected_connections}",
         f"expired_keys:{expired}",
         "evicted_keys:0",
         "keyspace_hits:0",
@@ -266,6 +266,16 @@ def _section_stats(ctx: Ctx) -> list[str]:
         "total_forks:0",
         f"total_error_replies:{engine.stats_errors + engine.stats_rejected}",
     ]
+
+
+def _section_errorstats(ctx: Ctx) -> list[str]:
+    # Redis keeps the prefixes in a rax: byte order.
+    counts = ctx.engine.error_counts
+    return [f"errorstat_{prefix}:count={counts[prefix]}" for prefix in sorted(counts, key=_utf8)]
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _section_replication(ctx: Ctx) -> list[str]:
@@ -320,7 +330,7 @@ _SECTIONS = {
     "replication": ("Replication", _section_replication),
     "cpu": ("CPU", _section_cpu),
     "modules": ("Modules", None),
-    "errorstats": ("Errorstats", None),
+    "errorstats": ("Errorstats", _section_errorstats),
     "cluster": ("Cluster", _section_cluster),
     "keyspace": ("Keyspace", _section_keyspace),
 }
@@ -406,6 +416,8 @@ def config_resetstat(ctx: Ctx, args: list[bytes]) -> Reply:
     """CONFIG RESETSTAT -> OK."""
     engine = ctx.engine
     engine.stats_commands = engine.stats_errors = engine.stats_rejected = 0
+    engine.stats_rejected_connections = 0
+    engine.error_counts.clear()
     return OK
 
 

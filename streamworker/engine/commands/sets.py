@@ -152,7 +152,11 @@ def srandmember(ctx: Ctx, args: list[bytes]) -> Reply:
     members = list(s)
     if count >= 0:
         return random.sample(members, min(count, len(members)))
-    return [random.choice(members) for _ in range(-count)]
+    if -count > msgs.SRANDMEMBER_MAX_REPEATS:
+        # Redis builds -count replies whatever the set's size (SRANDMEMBER k -2**62 allocates
+        # until the host gives out); the engine refuses past its bound instead of hanging.
+        raise CommandError(msgs.SRANDMEMBER_REPEATS_OUT_OF_RANGE)
+    return random.choices(members, k=-count)
 
 
 def _sets(ctx: Ctx, keys: list[bytes]) -> list[set[bytes]]:

@@ -1,0 +1,279 @@
+"""Extreme and malformed arguments for every command of the engine's table.
+
+:data:`TEMPLATES` gives, per command, argument shapes in which ``N`` marks a numeric slot (a
+count, offset, index, range bound, TTL or timeout) and ``K`` a key; :func:`expand` fills each
+``N`` slot in turn with every value of :data:`EXTREMES` (the other slots keep a benign value)
+and each ``K`` with a key of every type. :data:`SETUP` creates one key of each type.
+
+Shapes are chosen so that nothing blocks on either server: blocking commands read a key that
+has data, and nothing that would stall redis-server itself (CLIENT PAUSE, DEBUG SLEEP, a huge
+negative SRANDMEMBER count, which Redis answers with that many elements) is sent to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+# The int64 and int32 extremes, 2^64, and what is not a number.
+EXTREMES: tuple[bytes, ...] = (
+    b"0",
+    b"1",
+    b"-1",
+    b"2147483647",
+    b"2147483648",
+    b"-2147483648",
+    b"-2147483649",
+    b"4294967296",
+    b"9223372036854775807",
+    b"-9223372036854775807",
+    b"-9223372036854775808",
+    b"9223372036854775808",
+    b"-9223372036854775809",
+    b"18446744073709551616",
+    b"4611686018427387904",
+    b"",
+    b"abc",
+    b"1.5",
+    b"-0",
+    b"+1",
+    b" 1",
+    b"01",
+    b"1e3",
+    b"inf",
+    b"-inf",
+    b"nan",
+)
+# Counts that redis-server answers with that many elements (SRANDMEMBER's repeats): the engine
+# refuses these past its reply bound instead, so they are compared separately.
+REPEATING_COUNTS: frozenset[bytes] = frozenset(
+    {
+        b"-2147483648",
+        b"-2147483649",
+        b"-9223372036854775807",
+    }
+)
+
+KEYS: tuple[bytes, ...] = (b"str", b"int", b"list", b"set", b"hash", b"zset", b"stream", b"none")
+
+SETUP: tuple[tuple[bytes, ...], ...] = (
+    (b"SET", b"str", b"hello world"),
+    (b"SET", b"int", b"42"),
+    (b"RPUSH", b"list", b"a", b"b", b"c", b"b", b"a"),
+    (b"SADD", b"set", b"a", b"b", b"c"),
+    (b"HSET", b"hash", b"f1", b"1", b"f2", b"v2"),
+    (b"ZADD", b"zset", b"1", b"a", b"2", b"b", b"3", b"c"),
+    (b"XADD", b"stream", b"1-1", b"f", b"v"),
+    (b"XADD", b"stream", b"2-1", b"f", b"v"),
+    (b"XGROUP", b"CREATE", b"stream", b"g", b"0"),
+    (b"XREADGROUP", b"GROUP", b"g", b"c", b"STREAMS", b"stream", b">"),
+)
+
+# Shapes per command (argv after the name). ``N`` is a numeric slot, ``K`` a key slot.
+TEMPLATES: dict[str, tuple[str, ...]] = {
+    "append": ("K x",),
+    "blpop": ("list N",),
+    "brpop": ("list N",),
+    "dbsize": ("",),
+    "decr": ("K",),
+    "decrby": ("K N", "int N"),
+    "copy": ("K copied DB N", "K copied DB N REPLACE", "K K"),
+    "del": ("K",),
+    "echo": ("N",),
+    "exists": ("K",),
+    "expire": ("K N", "K N NX", "K N GT", "str N XX"),
+    "expireat": ("K N", "str N LT"),
+    "expiretime": ("K",),
+    "get": ("K",),
+    "getdel": ("K",),
+    "getex": ("K EX N", "K PX N", "K EXAT N", "K PXAT N", "K PERSIST"),
+    "getrange": ("K N 10", "K 0 N", "str N N"),
+    "getset": ("K N",),
+    "hdel": ("K f1",),
+    "hexists": ("K f1",),
+    "hget": ("K f1",),
+    "hgetall": ("K",),
+    "hincrby": ("K f1 N", "hash f2 N"),
+    "hincrbyfloat": ("K f1 N",),
+    "hkeys": ("K",),
+    "hlen": ("K",),
+    "hmget": ("K f1 f2",),
+    "hmset": ("K f N",),
+    "hset": ("K f N",),
+    "hsetnx": ("K f N",),
+    "hstrlen": ("K f1",),
+    "hvals": ("K",),
+    "incr": ("K",),
+    "incrby": ("K N", "int N"),
+    "incrbyfloat": ("K N", "int N"),
+    "lindex": ("K N",),
+    "llen": ("K",),
+    "lpop": ("K N", "K"),
+    "lpush": ("K N",),
+    "lpushx": ("K N",),
+    "lrange": ("K N -1", "K 0 N", "list N N"),
+    "ltrim": ("K N -1", "K 0 N"),
+    "mget": ("K int",),
+    "mset": ("K N",),
+    "msetnx": ("K N",),
+    "object": ("ENCODING K", "REFCOUNT K", "FREQ K", "HELP", "N K"),
+    "persist": ("K",),
+    "pexpire": ("K N", "str N GT"),
+    "pexpireat": ("K N",),
+    "pexpiretime": ("K",),
+    "ping": ("", "N"),
+    "psetex": ("K N v",),
+    "pttl": ("K",),
+    "rename": ("K newname",),
+    "renamenx": ("K newname",),
+    "rpop": ("K N", "K"),
+    "rpush": ("K N",),
+    "rpushx": ("K N",),
+    "sadd": ("K N",),
+    "scan": ("N", "0 COUNT N", "N COUNT N", "0 MATCH * COUNT N TYPE string"),
+    "scard": ("K",),
+    "sdiff": ("K set",),
+    "select": ("N",),
+    "set": ("K v EX N", "K v PX N", "K v EXAT N", "K v PXAT N", "K v GET EX N"),
+    "setex": ("K N v",),
+    "setnx": ("K N",),
+    "setrange": ("K N x", "K N ''", "str N x"),
+    "sinter": ("K set",),
+    "sismember": ("K a",),
+    "smembers": ("K",),
+    "smismember": ("K a b",),
+    "spop": ("K N", "K"),
+    "srandmember": ("K N", "K"),
+    "srem": ("K a",),
+    "strlen": ("K",),
+    "sunion": ("K set",),
+    "swapdb": ("N 0", "0 N"),
+    "touch": ("K",),
+    "ttl": ("K",),
+    "type": ("K",),
+    "unlink": ("K",),
+    "xack": ("K g N", "K g 1-1"),
+    "xadd": (
+        "K MAXLEN N * f v",
+        "K MAXLEN ~ N * f v",
+        "K MINID ~ 0 LIMIT N * f v",
+        "K MAXLEN ~ 0 LIMIT N * f v",
+        "K MINID N * f v",
+        "K N f v",
+    ),
+    "xautoclaim": ("K g c N 0", "K g c 0 0 COUNT N", "K g c 0 N"),
+    "xclaim": (
+        "K g c N 1-1",
+        "K g c 0 1-1 IDLE N",
+        "K g c 0 1-1 TIME N",
+        "K g c 0 1-1 RETRYCOUNT N",
+        "K g c 0 N",
+    ),
+    "xdel": ("K N",),
+    "xlen": ("K",),
+    "xpending": ("K g - + N", "K g IDLE N - + 10", "K g N + 10", "K g - + N c"),
+    "xrange": ("K - + COUNT N", "K N +", "K - N"),
+    "xread": ("COUNT N STREAMS K 0", "BLOCK N STREAMS stream 0", "STREAMS K N"),
+    "xreadgroup": (
+        "GROUP g c COUNT N STREAMS K 0",
+        "GROUP g c BLOCK N STREAMS stream 0",
+        "GROUP g c STREAMS K N",
+    ),
+    "xrevrange": ("K + - COUNT N", "K N -"),
+    "xsetid": ("K N",),
+    "xtrim": ("K MAXLEN N", "K MINID N", "K MAXLEN ~ N LIMIT N", "K MAXLEN ~ 0 LIMIT N"),
+    "zadd": ("K N m", "K INCR N m", "K GT N a"),
+    "zcard": ("K",),
+    "zcount": ("K N +inf", "K -inf N"),
+    "zincrby": ("K N a",),
+    "zlexcount": ("K - +",),
+    "zmscore": ("K a b",),
+    "zpopmax": ("K N", "K"),
+    "zpopmin": ("K N", "K"),
+    "zrange": (
+        "K N -1",
+        "K 0 N",
+        "K -inf +inf BYSCORE LIMIT N 1",
+        "K -inf +inf BYSCORE LIMIT 0 N",
+        "K - + BYLEX LIMIT N N",
+        "K N N BYSCORE",
+    ),
+    "zrangebylex": ("K - + LIMIT N 1", "K - + LIMIT 0 N"),
+    "zrangebyscore": ("K -inf +inf LIMIT N 1", "K -inf +inf LIMIT 0 N", "K N N"),
+    "zrank": ("K a",),
+    "zrem": ("K a",),
+    "zremrangebylex": ("K - +",),
+    "zremrangebyrank": ("K N -1", "K 0 N"),
+    "zremrangebyscore": ("K N N",),
+    "zrevrange": ("K N -1", "K 0 N"),
+    "zrevrangebylex": ("K + - LIMIT N 1", "K + - LIMIT 0 N"),
+    "zrevrangebyscore": ("K +inf -inf LIMIT N N", "K N N"),
+    "zrevrank": ("K a",),
+    "zscore": ("K a",),
+    "eval": ("'return 1' N", "'return 1' N K"),
+    "eval_ro": ("'return 1' N",),
+    "evalsha": ("0000000000000000000000000000000000000000 N",),
+    "evalsha_ro": ("0000000000000000000000000000000000000000 N",),
+    "command": ("GETKEYS GET N", "INFO N"),
+    "config": ("GET N",),
+    "xgroup": (
+        "CREATE K g2 N",
+        "CREATE K g2 0 ENTRIESREAD N",
+        "SETID K g N",
+        "SETID K g 0 ENTRIESREAD N",
+        "DESTROY K N",
+        "DELCONSUMER K g N",
+    ),
+    "xinfo": ("STREAM K FULL COUNT N", "GROUPS K", "CONSUMERS K N"),
+    "client": ("UNBLOCK N", "UNBLOCK N TIMEOUT", "NO-EVICT N", "GETNAME"),
+}
+
+# Commands of the table not driven here, and why.
+SKIPPED: dict[str, str] = {
+    "auth": "connection state",
+    "hello": "connection state (protocol switch)",
+    "quit": "closes the connection",
+    "reset": "connection state",
+    "multi": "transactions have their own tests",
+    "exec": "transactions have their own tests",
+    "discard": "transactions have their own tests",
+    "watch": "transactions have their own tests",
+    "unwatch": "transactions have their own tests",
+    "flushall": "would empty the fixture keys",
+    "flushdb": "would empty the fixture keys",
+    "bgrewriteaof": "persistence",
+    "debug": "DEBUG can stop or crash redis-server",
+    "script": "script cache, no numeric argument",
+    "function": "FUNCTION FLUSH only, no numeric argument",
+    "keys": "no numeric argument",
+    "info": "the reply is the server's state (INFO errorstats has its own test)",
+    "time": "the reply is the clock",
+    "lastsave": "the reply is the clock",
+    "randomkey": "the reply is chance's",
+}
+
+
+def _words(shape: str) -> list[bytes]:
+    import shlex
+
+    return [w.encode() for w in shlex.split(shape)]
+
+
+def expand(name: str) -> Iterator[list[bytes]]:
+    """Every argv (name included) for ``name``: each ``N`` slot takes every extreme value in
+    turn (the other ``N`` slots hold ``1``), each shape with a ``K`` slot runs on every key."""
+    for shape in TEMPLATES[name]:
+        words = _words(shape)
+        slots = [i for i, w in enumerate(words) if w == b"N"]
+        keys = KEYS if b"K" in words else (b"",)
+        for key in keys:
+            base = [key if w == b"K" else w for w in words]
+            if not slots:
+                yield [name.encode(), *base]
+                continue
+            for slot in slots:
+                for value in EXTREMES:
+                    argv = [b"1" if w == b"N" else w for w in base]
+                    argv[slot] = value
+                    yield [name.encode(), *argv]
+    # Wrong arity: no arguments at all, and one too many on the first shape.
+    yield [name.encode()]
