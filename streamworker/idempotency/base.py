@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 
-from streamworker.deps import CallPlan
+from streamworker.deps import CallPlan, build_plan
 from streamworker.message import Message
 from streamworker.outcomes import Outcome
 
@@ -179,3 +179,24 @@ class StrategyPlugin(Protocol):
     def build(self, spec: HandlerConfig, context: BuildContext) -> Strategy:
         """The strategy of one subscription."""
         ...
+
+
+class PlainPlugin:
+    """Defaults for a :class:`StrategyPlugin` that provides handlers nothing, honours every
+    option and shares no backing: a subclass sets ``name`` and the two flags, and writes
+    :meth:`build`."""
+
+    name: str
+    applies_effects = False
+    supports_dedup_field = False
+
+    def check_options(self, *, concurrency: int) -> None:
+        """Every option is honoured."""
+
+    def plan(self, func: Callable[..., Any]) -> CallPlan:
+        """The handler's plain call plan (nothing provided)."""
+        return build_plan(func)
+
+    def open(self, specs: Sequence[HandlerConfig], config: WorkerConfig) -> Backing | None:
+        """Nothing shared."""
+        return None

@@ -95,7 +95,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -103,16 +103,14 @@ import redis.exceptions as rex
 import structlog
 from redis.crc import key_slot
 
-from streamworker.deps import CallPlan, build_plan
 from streamworker.effects import Effect, EffectError, Effects
 from streamworker.errors import PermanentFailure
 from streamworker.idempotency.base import (
-    Backing,
     BuildContext,
     HandlerConfig,
     Invoke,
+    PlainPlugin,
     Strategy,
-    WorkerConfig,
 )
 from streamworker.keys import dedup_record_key, hash_tag
 from streamworker.message import Message
@@ -540,23 +538,12 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class LuaPlugin:
+class LuaPlugin(PlainPlugin):
     """``idempotency="lua"`` as a plug-in: applies returned Effects, implements ``dedup_field``."""
 
     name = "lua"
     applies_effects = True
     supports_dedup_field = True
-
-    def check_options(self, *, concurrency: int) -> None:
-        """Every option is honoured."""
-
-    def plan(self, func: Callable[..., Any]) -> CallPlan:
-        """The handler's plain call plan (nothing provided: effects are returned)."""
-        return build_plan(func)
-
-    def open(self, specs: Sequence[HandlerConfig], config: WorkerConfig) -> Backing | None:
-        """Nothing shared: the records live in Redis beside the stream."""
-        return None
 
     def build(self, spec: HandlerConfig, context: BuildContext) -> Strategy:
         """A :class:`LuaStrategy` for ``spec``."""

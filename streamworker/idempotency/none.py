@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from streamworker.deps import CallPlan, build_plan
 from streamworker.idempotency.base import (
-    Backing,
     BuildContext,
     HandlerConfig,
     Invoke,
+    PlainPlugin,
     Strategy,
-    WorkerConfig,
 )
 from streamworker.message import Message
 from streamworker.outcomes import Action, Outcome
@@ -96,23 +94,12 @@ def _succeeded(task: asyncio.Future[Outcome]) -> bool:
     return task.done() and not task.cancelled() and task.exception() is None
 
 
-class AtLeastOncePlugin:
+class AtLeastOncePlugin(PlainPlugin):
     """``idempotency="none"`` as a plug-in: no provided types, no backing."""
 
     name = "none"
     applies_effects = False
     supports_dedup_field = False
-
-    def check_options(self, *, concurrency: int) -> None:
-        """Every option is honoured."""
-
-    def plan(self, func: Callable[..., Any]) -> CallPlan:
-        """The handler's plain call plan (nothing provided)."""
-        return build_plan(func)
-
-    def open(self, specs: Sequence[HandlerConfig], config: WorkerConfig) -> Backing | None:
-        """Nothing shared."""
-        return None
 
     def build(self, spec: HandlerConfig, context: BuildContext) -> Strategy:
         """An :class:`AtLeastOnce` for ``spec``."""
