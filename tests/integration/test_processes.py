@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -192,6 +193,29 @@ def test_sigterm_to_the_supervisor_stops_every_child_after_its_message_in_hand(
     assert set(done) | set(pending) | set(_undelivered(redis_client)) == set(ids)
     assert len(_events(err, "process_stopped")) == 2
     assert not redis_client.keys("*consumer:billing:*"), "names released by the graceful stops"
+
+
+def test_a_second_signal_makes_every_child_leave_at_once(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    log = tmp_path / "run.log"
+    ids = _orders(redis_client, 4)
+    proc = _start(redis_url, log, 2, SW_TEST_SLEEP_S="30", SW_TEST_BATCH="1")
+    try:
+        wait_for(lambda: len({r[4] for r in _started(log)}) == 2, 30, "both children started")
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        assert proc.poll() is None, "the children are finishing their 30 s messages"
+        proc.send_signal(signal.SIGTERM)
+        code, err = _finish(proc, timeout=20)
+    finally:
+        proc.kill()
+    # The supervisor says it was forced (128 + SIGTERM); nothing was done, so nothing acked.
+    assert code == 128 + signal.SIGTERM, err
+    assert _done(log) == []
+    assert sorted(_pending(redis_client)) == sorted(r[1] for r in _started(log))
+    assert set(_pending(redis_client)) <= set(ids)
+    assert err.count('"shutdown_forced"') >= 1
 
 
 def _undelivered(client: redis.Redis) -> list[str]:
