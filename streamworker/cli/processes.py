@@ -213,6 +213,12 @@ class Supervisor:
     ) -> None:
         if processes < 1:
             raise ConfigError("--processes must be at least 1")
+        if redis_url.split("://", 1)[0].lower() == "engine":
+            # engine:// runs the engine inside the process: N children would be N engines.
+            raise ConfigError(
+                "--processes needs a server the processes share; engine:// runs an engine inside "
+                "each process: serve it with `streamworker engine serve` and use its redis:// URL"
+            )
         self.app = app
         self.target = target
         self.settings = settings

@@ -180,13 +180,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         app = load_target(args.target)
         if link is None and settings.processes > 1:
+            redis_url = _redis_url(app, settings)
+            try:
+                asyncio.run(_check_redis(redis_url))
+            except ConnectionLost as exc:
+                raise ConnectionLost(
+                    f"cannot reach Redis at {redact_url(redis_url)}: {exc}"
+                ) from exc
             return Supervisor(
                 app,
                 args.target,
                 settings,
                 processes=settings.processes,
                 base_consumer=default_consumer_name(settings),
-                redis_url=_redis_url(app, settings),
+                redis_url=redis_url,
             ).run()
         return asyncio.run(_run(app, settings, link))
     except StreamworkerError as exc:

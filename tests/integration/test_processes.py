@@ -23,6 +23,7 @@ from tests.support.proc import (
     children_by_consumer,
     process_gone,
     read_lines,
+    run_cli,
     streamworker,
     wait_for,
 )
@@ -318,3 +319,16 @@ def test_readyz_is_503_naming_the_child_that_is_not_ready_until_it_is(
     assert code == 0, err
     assert sorted(ready["processes"]) == ["pod-0", "pod-1"]
     assert all(p["ok"] for p in ready["processes"].values())
+
+
+def test_unreachable_redis_exits_1_in_one_line_before_any_child_starts() -> None:
+    result = run_cli(
+        "run", APP, "--redis-url", f"redis://127.0.0.1:{free_port()}/0", "--processes", "2"
+    )
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("streamworker: error: cannot reach Redis at redis://127.0.0.1:")
+    )
+    assert "process_started" not in result.stderr

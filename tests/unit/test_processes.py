@@ -6,12 +6,17 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
+from streamworker import App, Message
 from streamworker.cli.processes import (
+    Supervisor,
     aggregate_probes,
     child_environment,
     child_exit_reason,
     process_consumer_name,
 )
+from streamworker.errors import ConfigError
 from streamworker.settings import Settings
 
 
@@ -52,3 +57,21 @@ def test_children_get_the_resolved_settings_but_not_the_endpoint_or_the_process_
     assert env["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path / "m")
     for name in ("METRICS_PORT", "METRICS_HOST", "PROCESSES", "CONSUMER"):
         assert f"STREAMWORKER_{name}" not in env
+
+
+def test_an_in_process_engine_cannot_be_shared_by_several_processes() -> None:
+    app = App("a")
+
+    @app.handler("s", group="g")
+    async def handle(msg: Message) -> None:
+        return None
+
+    with pytest.raises(ConfigError, match="engine serve"):
+        Supervisor(
+            app,
+            "m:app",
+            Settings(),
+            processes=2,
+            base_consumer="pod",
+            redis_url="engine://memory",
+        )
