@@ -105,3 +105,19 @@ def process_gone(pid: int) -> bool:
     except OSError:
         return True
     return stat[stat.rfind(")") + 2 :].split()[0] in ("Z", "X")
+
+
+def kill_when(pid: int, check, timeout_s: float = 20.0) -> object:  # type: ignore[no-untyped-def]
+    """SIGKILL ``pid`` at a moment ``check()`` is truthy while it is frozen (SIGSTOP), so what
+    ``check`` saw is what the process leaves behind; returns that value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        seen = check()
+        if seen:
+            os.kill(pid, signal.SIGKILL)
+            return seen
+        os.kill(pid, signal.SIGCONT)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {check}")
+        time.sleep(0.01)
