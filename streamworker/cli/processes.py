@@ -19,7 +19,8 @@ gone: :mod:`streamworker.runtime.names`).
   gracefully instead of running on as an orphan.
 * **One endpoint.** The children write their counters and histograms to a temporary
   ``PROMETHEUS_MULTIPROC_DIR``; the supervisor serves them summed on ``--metrics-port``
-  (``MultiProcessCollector``), together with the gauges read from Redis (once, not per child).
+  (``MultiProcessCollector``), together with the gauges read from Redis (once, not per child)
+  and the ``process_*`` metrics of every process, labelled ``process``.
   Each child serves its probes on a private loopback port it writes to the run directory;
   ``/healthz`` and ``/readyz`` of the supervisor ask every child and answer 200 only when each
   does, naming the children in the details.
@@ -43,14 +44,17 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import structlog
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+from prometheus_client.core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import Collector
 
 from streamworker.app import App
 from streamworker.errors import ConfigError
@@ -98,6 +102,38 @@ def aggregate_probes(
     if failing:
         details["failing"] = failing
     return not failing, details
+
+
+class ProcessesCollector(Collector):
+    """prometheus_client's ``process_*`` metrics (CPU, memory, fds, start time) of several
+    processes, one series each, labelled ``process`` (``supervisor``, ``NAME-0``, …):
+    ``live()`` gives the (label, pid) pairs at scrape time. Linux (``/proc``) only, like
+    ProcessCollector; a process gone meanwhile is left out."""
+
+    def __init__(self, live: Callable[[], Sequence[tuple[str, int]]]) -> None:
+        self._live = live
+
+    def describe(self) -> list[Metric]:  # keeps registration from calling collect()
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for label, pid in self._live():
+            one = ProcessCollector(pid=_constant(pid), registry=None)
+            for family in one.collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    merged = Metric(family.name, family.documentation, family.type)
+                    families[family.name] = merged
+                for sample in family.samples:
+                    merged.add_sample(
+                        sample.name, {**sample.labels, "process": label}, sample.value
+                    )
+        yield from families.values()
+
+
+def _constant(pid: int) -> Callable[[], int]:
+    return lambda: pid
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,6 +282,16 @@ class Supervisor:
         self.registry.register(
             GroupStateCollector(lambda: read_group_states(self._probe(), self.app.handlers))
         )
+        self.registry.register(ProcessesCollector(self._processes))
+        PlatformCollector(registry=self.registry)
+
+    def _processes(self) -> list[tuple[str, int]]:
+        live = [("supervisor", os.getpid())]
+        for slot in list(self.slots):
+            proc = slot.proc
+            if proc is not None:
+                live.append((slot.name, proc.pid))
+        return live
 
     # -- probes (HTTP threads) ---------------------------------------------------------------
 

@@ -136,6 +136,9 @@ def test_each_process_consumes_under_its_own_name_and_metrics_sum_them(
     # The gauges read from Redis are served once, not once per child.
     assert text.count('streamworker_pending_messages{group="billing",stream="orders"}') == 1
     assert text.count("streamworker_build_info{") == 1
+    # process_* of the supervisor and of each child, one series each.
+    for process in ("supervisor", "pod-0", "pod-1", "pod-2"):
+        assert f'process_resident_memory_bytes{{process="{process}"}}' in text
 
 
 def test_a_child_killed_with_sigkill_is_restarted_and_drains_its_own_backlog(
@@ -334,3 +337,19 @@ def test_unreachable_redis_exits_1_in_one_line_before_any_child_starts() -> None
         .startswith("streamworker: error: cannot reach Redis at redis://127.0.0.1:")
     )
     assert "process_started" not in result.stderr
+
+
+def test_processes_1_runs_the_worker_itself_under_the_unsuffixed_name(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    log = tmp_path / "run.log"
+    _orders(redis_client, 3)
+    proc = _start(redis_url, log, 1)
+    try:
+        wait_for(lambda: len(_done(log)) == 3, 30, "3 done")
+        assert children_by_consumer(proc.pid) == {}
+    finally:
+        code, err = _stop(proc)
+    assert code == 0, err
+    assert {r[4] for r in _started(log)} == {"pod"}
+    assert "supervisor_started" not in err
