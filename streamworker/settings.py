@@ -46,6 +46,13 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
+    processes: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="worker processes under one supervisor (streamworker run --processes); 1 runs "
+        "the worker in this process, without a supervisor",
+    )
     tracing: bool = False
     """OpenTelemetry spans per message, to the global tracer provider (the ``tracing`` extra)."""
     reconnect_backoff_max_s: float = Field(default=5.0, gt=0)

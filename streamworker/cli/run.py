@@ -19,7 +19,8 @@ from typing import Any
 import structlog
 
 from streamworker.app import App
-from streamworker.errors import ConfigError, ConnectionLost, TargetError
+from streamworker.cli.processes import ChildLink, Supervisor
+from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
 from streamworker.observability.health import HealthServer
 from streamworker.observability.logging import configure_logging
 from streamworker.observability.metrics import Metrics
@@ -97,8 +98,12 @@ async def _check_redis(url: str) -> None:
         await client.aclose()
 
 
-async def _run(app: App, settings: Settings) -> int:
-    redis_url = settings.redis_url or app.redis_url or DEFAULT_REDIS_URL
+def _redis_url(app: App, settings: Settings) -> str:
+    return settings.redis_url or app.redis_url or DEFAULT_REDIS_URL
+
+
+async def _run(app: App, settings: Settings, link: ChildLink | None = None) -> int:
+    redis_url = _redis_url(app, settings)
     options = WorkerOptions(
         redis_url=redis_url,
         consumer=default_consumer_name(settings),
@@ -120,7 +125,12 @@ async def _run(app: App, settings: Settings) -> int:
     metrics = Metrics()
     worker = Worker(app, options, metrics)
     server: HealthServer | None = None
-    if settings.metrics_port is not None:
+    if link is not None:
+        # A child of --processes: probes on a private loopback port the supervisor asks; the
+        # metrics reach the supervisor's endpoint through PROMETHEUS_MULTIPROC_DIR.
+        server = HealthServer(metrics.registry, worker.liveness, worker.readiness)
+        link.publish_probe_port(server.start("127.0.0.1", 0))
+    elif settings.metrics_port is not None:
         server = HealthServer(metrics.registry, worker.liveness, worker.readiness)
         try:
             port = server.start(settings.metrics_host, settings.metrics_port)
@@ -160,10 +170,36 @@ def _cmd_run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         shutdown_timeout_s=args.shutdown_timeout_s,
         tracing=args.tracing or None,
+        processes=args.processes,
     )
     configure_logging(settings.log_format, settings.log_level)
-    app = load_target(args.target)
-    return asyncio.run(_run(app, settings))
+    link: ChildLink | None = None
+    if args.supervisor_dir is not None:
+        link = ChildLink(Path(args.supervisor_dir), args.process_index, args.supervisor_pid)
+        link.stop_with_parent()
+    try:
+        app = load_target(args.target)
+        if link is None and settings.processes > 1:
+            redis_url = _redis_url(app, settings)
+            try:
+                asyncio.run(_check_redis(redis_url))
+            except ConnectionLost as exc:
+                raise ConnectionLost(
+                    f"cannot reach Redis at {redact_url(redis_url)}: {exc}"
+                ) from exc
+            return Supervisor(
+                app,
+                args.target,
+                settings,
+                processes=settings.processes,
+                base_consumer=default_consumer_name(settings),
+                redis_url=redis_url,
+            ).run()
+        return asyncio.run(_run(app, settings, link))
+    except StreamworkerError as exc:
+        if link is not None:
+            link.report_error(str(exc))
+        raise
 
 
 def add_run_command(sub: Any) -> None:
@@ -235,4 +271,19 @@ def add_run_command(sub: Any) -> None:
             "provider your app or `opentelemetry-instrument` sets up"
         ),
     )
+    run.add_argument(
+        "--processes",
+        metavar="N",
+        type=int,
+        help=(
+            "run N worker processes under a supervisor, consumer names NAME-0 … NAME-{N-1} "
+            "(NAME from --consumer); it restarts crashed ones, forwards SIGTERM/SIGINT and serves "
+            "one /metrics, /healthz and /readyz for all (default: 1, this process alone, consumer "
+            "name NAME unchanged)"
+        ),
+    )
+    # Internal: how the supervisor tells a child who it is (not for users).
+    run.add_argument("--supervisor-dir", help=argparse.SUPPRESS)
+    run.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
+    run.add_argument("--supervisor-pid", type=int, default=0, help=argparse.SUPPRESS)
     run.set_defaults(func=_cmd_run)

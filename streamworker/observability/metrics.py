@@ -162,6 +162,9 @@ class Metrics:
             "streamworker's version and the Python running it (always 1).",
             ["version", "python"],
             registry=r,
+            # Under --processes every child writes it; the supervisor serves one series, not
+            # one per pid (the default in prometheus_client's multiprocess mode).
+            multiprocess_mode="max",
         )
         self.build_info.labels(version=__version__, python=platform.python_version()).set(1)
         self.messages = Counter(

@@ -2,7 +2,8 @@
 (this is user code, so reading the environment here is fine):
 
 SW_TEST_STREAM, SW_TEST_GROUP    what to consume (default: orders / billing)
-SW_TEST_LOG                      file: one line "start <id> <n> <delivery_count>" / "done <id> <n>"
+SW_TEST_LOG                      file: one line "start <id> <n> <delivery_count> <consumer>" /
+                                 "done <id> <n>"
 SW_TEST_SLEEP_S                  seconds each message takes (default 0)
 SW_TEST_BATCH                    batch size (default 5)
 SW_TEST_CLAIM_IDLE_MS            claim_idle_ms (default 60000)
@@ -39,7 +40,7 @@ def _record(line: str) -> None:
     claim_idle_ms=int(os.environ.get("SW_TEST_CLAIM_IDLE_MS", "60000")),
 )
 async def record(msg: Message) -> None:
-    _record(f"start {msg.id} {msg.fields.get('n', '')} {msg.delivery_count}")
+    _record(f"start {msg.id} {msg.fields.get('n', '')} {msg.delivery_count} {msg.consumer}")
     if _SLEEP:
         await asyncio.sleep(_SLEEP)
     _record(f"done {msg.id} {msg.fields.get('n', '')}")

@@ -77,3 +77,47 @@ def assert_killed(proc: subprocess.Popen[bytes]) -> None:
     """``proc`` ended by SIGKILL (a crash point it was told to stop at)."""
     proc.wait(30)
     assert proc.returncode == -signal.SIGKILL
+
+
+def children_by_consumer(parent: int) -> dict[str, int]:
+    """The live child processes of ``parent`` that run ``streamworker run``, by their
+    ``--consumer`` (how a test finds the children of ``run --processes N``)."""
+    found: dict[str, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if int(fields[1]) != parent or fields[0] == "Z" or b"--consumer" not in argv:
+            continue
+        found[argv[argv.index(b"--consumer") + 1].decode()] = int(entry.name)
+    return found
+
+
+def process_gone(pid: int) -> bool:
+    """``pid`` has exited (or is a zombie nobody reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2 :].split()[0] in ("Z", "X")
+
+
+def kill_when(pid: int, check, timeout_s: float = 20.0) -> object:  # type: ignore[no-untyped-def]
+    """SIGKILL ``pid`` at a moment ``check()`` is truthy while it is frozen (SIGSTOP), so what
+    ``check`` saw is what the process leaves behind; returns that value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        seen = check()
+        if seen:
+            os.kill(pid, signal.SIGKILL)
+            return seen
+        os.kill(pid, signal.SIGCONT)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {check}")
+        time.sleep(0.01)
