@@ -82,7 +82,7 @@ def test_a_phase_in_plain_output_is_announced_once_then_every_interval() -> None
 
 
 def test_archive_while_spark_starts_says_so_every_interval_not_zeros_every_second() -> None:
-    from streamworker.cli_archive import archive_progress
+    from streamworker.cli.archive import archive_progress
 
     out, clock = io.StringIO(), Clock()
     progress = Progress("archive orders", out, tty=False, every_s=5.0, clock=clock)

@@ -1,7 +1,7 @@
-"""The ``streamworker`` command: the composition root (flags -> Settings -> objects).
+"""``streamworker run TARGET``: load an App and run its handlers in a worker until a signal.
 
-Errors a user can fix (bad target, bad URL, unreachable Redis) print one line and exit non-zero:
-2 for a command line or configuration that cannot work, 1 for a failure at run time.
+This is where flags become :class:`~streamworker.settings.Settings` and Settings become the
+worker's objects (options, metrics, the health endpoint).
 """
 
 from __future__ import annotations
@@ -10,36 +10,22 @@ import argparse
 import asyncio
 import importlib
 import importlib.util
-import json
 import os
 import socket
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from streamworker import __version__
 from streamworker.app import App
-from streamworker.cli_admin import add_admin_commands
-from streamworker.cli_archive import add_archive_command
-from streamworker.cli_backfill import add_backfill_command
-from streamworker.cli_dashboard import add_dashboard_commands
-from streamworker.cli_engine import add_engine_commands
-from streamworker.cli_produce import add_produce_commands
-from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
-from streamworker.extras import require_extra
+from streamworker.errors import ConfigError, ConnectionLost, TargetError
 from streamworker.observability.health import HealthServer
 from streamworker.observability.logging import configure_logging
 from streamworker.observability.metrics import Metrics
-from streamworker.progress import Progress
 from streamworker.redisio import connection_errors, open_redis, redact_url
 from streamworker.runtime.worker import Worker, WorkerOptions
 from streamworker.settings import DEFAULT_REDIS_URL, Settings, load_settings
-
-EXIT_RUNTIME = 1
-EXIT_CONFIG = 2
 
 
 def load_target(target: str) -> App:
@@ -180,125 +166,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return asyncio.run(_run(app, settings))
 
 
-def _db_url(args: argparse.Namespace) -> str:
-    settings = load_settings(db_url=args.db_url)
-    if not settings.db_url:
-        raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
-    return settings.db_url
-
-
-def _cmd_migrate(args: argparse.Namespace) -> int:
-    require_extra("sql", "streamworker migrate")
-    from streamworker.errors import DatabaseUnavailable
-    from streamworker.idempotency.sql import SqlDatabase
-    from streamworker.idempotency.sql_migrate import upgrade
-
-    db = SqlDatabase(_db_url(args))
-    shown = db.url.render_as_string(hide_password=True)
-    try:
-        before, after = upgrade(db)
-    except Exception as exc:
-        if isinstance(exc, StreamworkerError):
-            raise
-        orig = getattr(exc, "orig", None) or exc
-        first = (str(orig).strip().splitlines() or [""])[0]
-        raise DatabaseUnavailable(
-            f"cannot migrate {shown}: {type(orig).__name__}: {first}"
-        ) from exc
-    finally:
-        db.sync_engine.dispose()
-    if before == after:
-        print(f"{shown}: already at revision {after}")
-    else:
-        print(f"{shown}: migrated from {before or 'an empty schema'} to revision {after}")
-    return 0
-
-
-async def _prune(db_url: str, redis_url: str, stream: str, group: str) -> Any:
-    from streamworker.idempotency.sql import SqlDatabase, prune
-
-    db = SqlDatabase(db_url)
-    client = open_redis(redis_url, socket_timeout_s=10.0)
-    try:
-        await asyncio.to_thread(db.check_ready)
-        return await prune(db, client, stream, group)
-    finally:
-        await client.aclose()
-        await db.dispose()
-
-
-def _cmd_prune(args: argparse.Namespace) -> int:
-    require_extra("sql", "streamworker prune")
-    settings = load_settings(redis_url=args.redis_url, db_url=args.db_url)
-    if not settings.db_url:
-        raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
-    redis_url = settings.redis_url or DEFAULT_REDIS_URL
-    progress = Progress(f"prune {args.stream}/{args.group}", sys.stderr, unit="rows")
-    # One range DELETE: nothing to count while it runs, so a phase shows it is alive.
-    with progress.phase("deleting processed rows"):
-        result = asyncio.run(_prune(settings.db_url, redis_url, args.stream, args.group))
-    if args.json:
-        cut = None if result.cut is None else str(result.cut)
-        data = {"stream": args.stream, "group": args.group, "deleted": result.deleted, "cut": cut}
-        print(json.dumps(data, indent=2))
-        return 0
-    if result.cut is None:
-        print(
-            f"{args.stream} / {args.group}: nothing can be pruned (no such group, or nothing "
-            f"delivered)"
-        )
-    else:
-        print(
-            f"{args.stream} / {args.group}: deleted {result.deleted} processed row(s) with id "
-            f"{result.cut}"
-        )
-    return 0
-
-
-def _add_sql_commands(sub: Any) -> None:
-    migrate = sub.add_parser(
-        "migrate",
-        help="create or upgrade the tables of idempotency='sql' in a database",
-        description=(
-            "Bring the database's streamworker schema (the processed-messages table) up to date. "
-            "Idempotent. The version is kept in streamworker_alembic_version, apart from your "
-            "own Alembic history."
-        ),
-        epilog="example: streamworker migrate --db-url postgresql://app@db/billing",
-    )
-    migrate.add_argument(
-        "--db-url", metavar="URL", help="SQLAlchemy database URL (or STREAMWORKER_DB_URL)"
-    )
-    migrate.set_defaults(func=_cmd_migrate)
-
-    prune = sub.add_parser(
-        "prune",
-        help="delete processed rows whose messages can no longer be redelivered",
-        description=(
-            "Delete the processed rows of STREAM/GROUP below the group's oldest pending entry "
-            "(or up to its last-delivered id when nothing is pending): those messages are acked "
-            "and can never come back. Workers do this on their own every "
-            "STREAMWORKER_PRUNE_INTERVAL_S; safe to run at any time."
-        ),
-    )
-    prune.add_argument("stream", metavar="STREAM")
-    prune.add_argument("group", metavar="GROUP")
-    prune.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
-    prune.add_argument("--db-url", metavar="URL", help="database URL (or STREAMWORKER_DB_URL)")
-    prune.add_argument("--json", action="store_true", help="machine-readable result on stdout")
-    prune.set_defaults(func=_cmd_prune)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (exposed for tests and docs)."""
-    parser = argparse.ArgumentParser(
-        prog="streamworker",
-        description="Consume Redis Streams with effectively-once processing.",
-    )
-    parser.add_argument("--version", action="version", version=f"streamworker {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-
+def add_run_command(sub: Any) -> None:
+    """Add ``run`` to the subcommands ``sub``."""
     run = sub.add_parser(
         "run",
         help="run an App's handlers until SIGTERM/SIGINT",
@@ -367,32 +236,3 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     run.set_defaults(func=_cmd_run)
-    _add_sql_commands(sub)
-
-    add_admin_commands(sub)
-    add_engine_commands(sub)
-    add_archive_command(sub)
-    add_backfill_command(sub)
-    add_dashboard_commands(sub)
-    add_produce_commands(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``streamworker`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except ConfigError as exc:
-        print(f"streamworker: error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except StreamworkerError as exc:
-        print(f"streamworker: error: {exc}", file=sys.stderr)
-        return EXIT_RUNTIME
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,378 @@
+"""``idempotency="sql"``: the handler's database writes and the message's processed row commit in
+one transaction; the XACK follows the commit. A redelivered message whose row exists is acked
+without running the handler, so its writes commit exactly once.
+
+The guarantee, precisely: for a message M of stream S read by group G, the writes a handler makes
+through the ``Session``/``AsyncSession`` it is given commit at most once, in the same transaction as
+the row (G, S, M) of :data:`~.schema.processed_messages`; M is acked only after that commit (or
+after finding the row already there). Anything else the handler does (HTTP calls, e-mails, writes
+through another connection) is at-least-once.
+
+How one batch goes (:class:`SqlStrategy`)
+-----------------------------------------
+
+1. ``BEGIN``; claim the batch's rows with one ``INSERT … VALUES (…), (…) ON CONFLICT DO NOTHING
+   RETURNING message_id``. A message whose row was not inserted is a duplicate: it is acked without
+   running its handler.
+2. Check in Redis (one XPENDING) that this consumer still owns the claimed messages (see
+   *Retention* for why); a message claimed away by another consumer is un-claimed and left alone.
+3. Run the handlers one after another with a session bound to this transaction, then flush,
+   ``COMMIT`` and one ``XACK`` for the successes and the duplicates. ``def`` handlers whose
+   arguments need nothing awaited per message (no message-scoped ``Depends``) run in one worker
+   thread hop for the whole batch, not one hop each
+   (:func:`~streamworker.idempotency.base.inline_of`).
+
+That is three database round trips per batch (claim, flush, commit) plus one fsync, whatever the
+batch size, when handlers write through the ORM (``session.add``: the flush sends the batch's
+inserts together). The article's per-message transaction pays round trips *and* an fsync per
+message.
+
+Failures: the fast path takes no savepoints. When a handler fails (or its flush, or the commit),
+the transaction is rolled back and the batch is redone once with a ``SAVEPOINT`` per message: the
+failed message is not claimed again (its outcome is known), every other message runs in its own
+savepoint, and a message that fails now is rolled back to its savepoint and its row deleted, while
+the rest of the batch commits. The trade-off: a batch with a failure costs its handlers twice (the
+first run's writes were rolled back, so nothing commits twice; non-database side effects of the
+handlers before the failed one do happen twice), and 2-3 extra round trips per message in the redo;
+a batch without failures pays nothing for the possibility. Savepoints on every message would
+cost those round trips always (and, past 64 per transaction, PostgreSQL's subtransaction cache).
+
+Messages whose outcome is DEAD_LETTER are failures here too: their writes are undone and their row
+is not kept; the consume loop then dead-letters them (its script XACKs them).
+
+Why insert first, not ``SELECT … FOR UPDATE``
+---------------------------------------------
+
+The article checks the row with ``SELECT … FOR UPDATE`` and inserts it after the business writes.
+``FOR UPDATE`` locks rows that exist; a row that does not exist yet locks nothing (PostgreSQL takes
+no predicate or gap lock in READ COMMITTED). Two holders of the same message (an XCLAIM race) both
+see "no row", both run the handler, and one of them fails only at its final INSERT on the primary
+key, or, without a key, both commit the effects. Inserting the row first makes the primary key the
+lock: the second inserter blocks on the first one's uncommitted row until it commits (conflict: a
+duplicate, skip) or rolls back (insert succeeds: process). On SQLite the transaction starts with
+``BEGIN IMMEDIATE``, which serialises writers for the whole transaction. Claiming all rows of a
+batch in one statement, in id order, also gives concurrent claimers the same lock order.
+
+Database outages
+----------------
+
+A connection refused, dropped mid-transaction, or a transaction the database would not take (lock
+timeout, deadlock) raises :class:`~streamworker.errors.DatabaseUnavailable` before anything was
+acked; the consume loop retries the same batch after a capped backoff. A commit whose outcome is
+unknown (connection lost during COMMIT) is retried the same way: if it had committed, the retry
+finds the rows and only acks. A database that stops answering without closing the connection is
+bounded by the batch deadline (:mod:`streamworker.idempotency.deadline`): the connection is aborted
+and thrown away, and :class:`~streamworker.errors.DatabaseTimeout` retries the batch likewise.
+
+Retention of the processed rows, and why it is safe, is in :mod:`.retention`.
+
+Thread and task safety: one :class:`SqlStrategy` serves one subscription; ``process`` is called by
+one consume loop at a time. :class:`SqlDatabase` engines are shared by the whole worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+import structlog
+
+from streamworker.errors import ConfigError, DatabaseTimeout, DatabaseUnavailable
+from streamworker.idempotency.base import Invoke, inline_of
+from streamworker.idempotency.deadline import abort_driver_connection
+from streamworker.idempotency.sql.database import SqlDatabase
+from streamworker.idempotency.sql.schema import TABLE_NAME, sortable_id, stream_id
+from streamworker.idempotency.sql.transactions import _AsyncTx, _SyncTx, _Tx
+from streamworker.message import Message
+from streamworker.outcomes import (
+    CLAIMED_AWAY,
+    DUPLICATE,
+    NOT_STARTED,
+    Action,
+    Outcome,
+    decide,
+    describe,
+)
+from streamworker.redisio import connection_errors
+
+T = TypeVar("T")
+
+
+LOST_OWNERSHIP = CLAIMED_AWAY
+"""A message another consumer took over (XCLAIM) while this one held it: left to that consumer."""
+
+
+class SqlStrategy:
+    """``idempotency="sql"`` for one subscription: see the module docstring for the algorithm.
+
+    Args:
+        db: the worker's engines.
+        client: the Redis client (XPENDING for the ownership check, XACK).
+        stream, group, consumer: the subscription and this consumer's name (stored in each row).
+        max_deliveries: to decide on a message whose flush failed after its handler returned.
+        is_async: ``async def`` handler (AsyncSession on the event loop) or ``def`` (Session, its
+            calls in worker threads through ``run_sync``).
+        run_sync: runs a blocking callable off the event loop; the worker passes its handler pool.
+        on_timeout: called (on the event loop) when a batch passes ``db.deadline``; the worker
+            counts it (``streamworker_database_timeouts_total``).
+    """
+
+    name = "sql"
+
+    def __init__(
+        self,
+        db: SqlDatabase,
+        client: aioredis.Redis,
+        *,
+        stream: str,
+        group: str,
+        consumer: str,
+        max_deliveries: int,
+        is_async: bool,
+        run_sync: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+        on_timeout: Callable[[], None] | None = None,
+    ) -> None:
+        self.db = db
+        self._on_timeout = on_timeout
+        self._tx: _Tx | None = None  # the batch's transaction, for the deadline to abort
+        self._client = client
+        self.stream = stream
+        self.group = group
+        self.consumer = consumer
+        self._max_deliveries = max_deliveries
+        self._is_async = is_async
+        self._run_sync = run_sync or _to_thread
+        self._schema_ok = False
+        self._log = structlog.get_logger("streamworker.sql").bind(
+            stream=stream, group=group, consumer=consumer
+        )
+
+    # Kept as methods so that crash tests can stop the process at these exact points.
+    async def _commit(self, tx: _Tx) -> BaseException | None:
+        return await tx.commit()
+
+    async def _xack(self, ids: Sequence[str]) -> None:
+        async with connection_errors():
+            await self._client.xack(self.stream, self.group, *ids)
+
+    async def _open(self) -> _Tx:
+        if not self._schema_ok:
+            if not await self._run_sync(self.db.has_schema):
+                raise ConfigError(
+                    f"table {TABLE_NAME!r} is missing in {self.db.url.render_as_string()}; "
+                    f"run `streamworker migrate --db-url URL` first"
+                )
+            self._schema_ok = True
+        tx: _SyncTx | _AsyncTx
+        if self._is_async:
+            tx = _AsyncTx(self.db.async_engine, self.group, self.stream)
+        else:
+            tx = _SyncTx(self.db.sync_engine, self._run_sync, self.group, self.stream)
+        self._tx = tx
+        await tx.open()
+        return tx
+
+    async def _owned(self, ids: set[str], count_hint: int) -> set[str]:
+        """Of ``ids`` (sortable), those still pending and owned by this consumer."""
+        if not ids:
+            return set()
+        ordered = sorted(ids)
+        low, high = stream_id(ordered[0]), stream_id(ordered[-1])
+        count = max(count_hint, len(ids))
+        owned: set[str] = set()
+        # This consumer's PEL may hold other entries inside the batch's id range (failed ones
+        # waiting for a retry, older claims), so one page of len(batch) rows can stop short of
+        # the batch's own: page on until every id is found or the range is exhausted.
+        while True:
+            async with connection_errors():
+                rows = await self._client.xpending_range(
+                    self.stream,
+                    self.group,
+                    min=low,
+                    max=high,
+                    count=count,
+                    consumername=self.consumer,
+                )
+            last = ""
+            for row in rows:
+                mid = row["message_id"]
+                last = mid.decode() if isinstance(mid, bytes) else str(mid)
+                owned.add(sortable_id(last))
+            if len(rows) < count or ids <= owned:
+                return owned & ids
+            low = "(" + last
+
+    async def process(
+        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
+    ) -> list[Outcome]:
+        """See :class:`~streamworker.idempotency.base.Strategy` (``fresh`` changes nothing here:
+        ownership is checked in the batch's transaction). Raises DatabaseUnavailable
+        (nothing acked) when the database cannot take the batch, DatabaseTimeout (one) when the
+        batch passed ``db.deadline`` (its connection was aborted and is not reused); ConfigError
+        when the table is missing."""
+        if not batch:
+            return []
+        deadline = self.db.deadline
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            deadline.passed()
+            tx = self._tx
+            aborted = tx is not None and abort_driver_connection(tx.driver_connection())
+            self._log.warning(
+                "database_deadline_passed",
+                deadline_s=deadline.deadline_s,
+                batch=len(batch),
+                connection_aborted=aborted,
+            )
+            if self._on_timeout is not None:
+                self._on_timeout()
+
+        timer = asyncio.get_running_loop().call_later(deadline.deadline_s, expire)
+        try:
+            outcomes = await self._process_batch(batch, invoke)
+        except DatabaseUnavailable as exc:
+            if expired:
+                raise DatabaseTimeout(
+                    f"the batch passed the {deadline.deadline_s:g} s database deadline: {exc}"
+                ) from exc
+            raise
+        finally:
+            timer.cancel()
+            self._tx = None
+        if not expired:
+            deadline.recovered()
+        return outcomes
+
+    async def _process_batch(self, batch: Sequence[Message[Any]], invoke: Invoke) -> list[Outcome]:
+        known: dict[int, Outcome] = {}
+        outcomes = await self._attempt(batch, invoke, known, savepoints=False)
+        if outcomes is None:
+            self._log.info(
+                "batch_redone_with_savepoints", batch=len(batch), failed=len(known) or None
+            )
+            outcomes = await self._attempt(batch, invoke, known, savepoints=True)
+            assert outcomes is not None
+        return outcomes
+
+    async def _attempt(
+        self,
+        batch: Sequence[Message[Any]],
+        invoke: Invoke,
+        known: dict[int, Outcome],
+        *,
+        savepoints: bool,
+    ) -> list[Outcome] | None:
+        """One transaction over the batch. Returns None (rolled back) when the fast path met a
+        failure it cannot undo without savepoints; ``known`` then holds the failed messages."""
+        sids = [sortable_id(m.id) for m in batch]
+        tx = await self._open()
+        try:
+            wanted = [sid for i, sid in enumerate(sids) if i not in known]
+            claimed = await tx.claim(wanted, self.consumer) if wanted else set()
+            # After the claim (our rows are locked now): see the docstring of .retention.
+            owned = await self._owned(claimed, len(batch))
+            release = sorted(claimed - owned)
+            # def handlers without per-message dependencies: the fast path runs them all in one
+            # thread hop (the loop below then reads their outcomes instead of invoking).
+            ran: dict[int, Outcome] | None = None
+            inline = inline_of(invoke)
+            if inline is not None and not savepoints and isinstance(tx, _SyncTx):
+                todo = [
+                    (i, msg)
+                    for i, (msg, sid) in enumerate(zip(batch, sids, strict=True))
+                    if i not in known and sid in owned
+                ]
+                ran = await tx.run_inline(inline, todo)
+            outcomes: list[Outcome] = []
+            stopping = False
+            for i, (msg, sid) in enumerate(zip(batch, sids, strict=True)):
+                if i in known:
+                    outcomes.append(known[i])
+                    continue
+                if sid not in claimed:
+                    self._log.info("duplicate_acked", message_id=msg.id)
+                    outcomes.append(DUPLICATE)
+                    continue
+                if sid not in owned:
+                    self._log.warning("message_claimed_away", message_id=msg.id)
+                    outcomes.append(LOST_OWNERSHIP)
+                    continue
+                if stopping:
+                    release.append(sid)
+                    outcomes.append(NOT_STARTED)
+                    continue
+                if savepoints:
+                    await tx.savepoint()
+                outcome = ran[i] if ran is not None else await invoke(msg, tx.provided)
+                if tx.broken():
+                    # The handler's statements met a dead connection: an outage, not its fault.
+                    raise DatabaseUnavailable(
+                        f"database connection lost while handling {msg.id}: {outcome.error}"
+                    )
+                if outcome.preset:
+                    # Decided before its handler (over-delivered, and not a duplicate: its row
+                    # was free): nothing was written. Its row goes, and the loop dead-letters it.
+                    if savepoints:
+                        await tx.rollback_to_savepoint()
+                    release.append(sid)
+                    outcomes.append(outcome)
+                    continue
+                if outcome is NOT_STARTED:
+                    # Shutdown began: this handler and the rest never ran, so they wrote nothing.
+                    stopping = True
+                    release.append(sid)
+                    if savepoints:
+                        await tx.rollback_to_savepoint()
+                elif savepoints:
+                    if outcome.acked:
+                        error = await tx.release()
+                        if error is not None:
+                            outcome = self._flush_failed(msg, error)
+                    else:
+                        await tx.rollback_to_savepoint()
+                    if not outcome.acked:
+                        release.append(sid)
+                elif not outcome.acked:
+                    # No savepoint to undo this handler's writes: roll everything back, redo.
+                    # In a transaction already in error state the failure may be an earlier
+                    # handler's doing (it caught a failed statement): let the redo decide.
+                    if not await tx.aborted():
+                        known[i] = outcome
+                    return None
+                outcomes.append(outcome)
+            if release:
+                await tx.unclaim(release)
+            error = await self._commit(tx)
+            if error is not None:
+                if not savepoints:
+                    self._log.info("batch_commit_failed", error=describe(error))
+                    return None
+                self._log.error("batch_commit_failed", error=describe(error))
+                failed = Outcome(Action.LEAVE_PENDING, f"commit failed: {describe(error)}")
+                return [o if o.action is not Action.ACK else failed for o in outcomes]
+        finally:
+            await tx.close()
+        acked = [m.id for m, o in zip(batch, outcomes, strict=True) if o.acked]
+        if acked:
+            await self._xack(acked)
+        return outcomes
+
+    def _flush_failed(self, msg: Message[Any], error: BaseException) -> Outcome:
+        outcome = decide(error, msg.delivery_count, self._max_deliveries)
+        self._log.warning(
+            "handler_failed",
+            message_id=msg.id,
+            delivery_count=msg.delivery_count,
+            error=describe(error),
+            stage="flush",
+        )
+        return outcome
+
+
+async def _to_thread(func: Callable[[], T]) -> T:
+    return await asyncio.to_thread(func)

@@ -1,0 +1,439 @@
+"""One batch's transaction for ``idempotency="sql"``, sync (:class:`_SyncTx`, its calls in worker
+threads) or async (:class:`_AsyncTx`) behind one async interface (:class:`_Tx`): the claim of the
+batch's processed rows, savepoints, the commit, and the driver connection the batch deadline
+aborts. Also the sessions handlers are given, which refuse ``commit()`` and ``rollback()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    AsyncSessionTransaction,
+)
+from sqlalchemy.orm import Session, SessionTransaction
+
+from streamworker.errors import DatabaseUnavailable, StreamworkerError
+from streamworker.idempotency.base import InlineInvoke
+from streamworker.idempotency.sql.errors import _unavailable
+from streamworker.idempotency.sql.schema import TABLE_NAME, processed_messages
+from streamworker.message import Message
+from streamworker.outcomes import Outcome
+
+
+class TransactionOwned(StreamworkerError):
+    """A handler called ``commit()`` or ``rollback()`` on the session streamworker gave it.
+
+    The transaction belongs to the batch: streamworker commits it together with the processed rows,
+    or undoes a failed handler's writes itself. Raise an exception to fail the message instead.
+    """
+
+
+_OWNED = (
+    "the session's transaction belongs to streamworker (idempotency='sql'): it commits after the "
+    "batch; raise an exception to fail this message instead of calling {}()"
+)
+
+
+class _BatchSession(Session):
+    def commit(self) -> None:
+        raise TransactionOwned(_OWNED.format("commit"))
+
+    def rollback(self) -> None:
+        raise TransactionOwned(_OWNED.format("rollback"))
+
+
+class _AsyncBatchSession(AsyncSession):
+    sync_session_class = _BatchSession
+
+    async def commit(self) -> None:
+        raise TransactionOwned(_OWNED.format("commit"))
+
+    async def rollback(self) -> None:
+        raise TransactionOwned(_OWNED.format("rollback"))
+
+
+# --------------------------------------------------------------------------------------------
+# One batch's transaction, sync or async behind one async interface
+
+
+# The claim, one round trip for the whole batch. PostgreSQL gets the ids as one array parameter
+# (a multi-row VALUES of N rows is compiled anew for every batch size and binds 4N parameters,
+# several times slower); SQLite gets SQLAlchemy's cached executemany ("insertmanyvalues"), which
+# sends one multi-row INSERT as well. Ids go in sorted, so concurrent claimers lock rows in the
+# same order.
+_PG_CLAIM = sa.text(
+    f"INSERT INTO {TABLE_NAME} (group_name, stream, message_id, consumer) "
+    "SELECT :group_name, :stream, m, :consumer FROM unnest(CAST(:ids AS VARCHAR[])) AS m "
+    "ON CONFLICT (group_name, stream, message_id) DO NOTHING "
+    "RETURNING message_id"
+)
+_SQLITE_CLAIM = (
+    sqlite_dialect.insert(processed_messages)
+    .on_conflict_do_nothing(
+        index_elements=[
+            processed_messages.c.group_name,
+            processed_messages.c.stream,
+            processed_messages.c.message_id,
+        ]
+    )
+    .returning(processed_messages.c.message_id)
+)
+
+
+def _claim_call(
+    dialect: str, group: str, stream: str, consumer: str, sids: Sequence[str]
+) -> tuple[Any, Any]:
+    """The statement and parameters that claim ``sids``; the result's scalars are the new ones."""
+    ordered = sorted(sids)
+    if dialect == "postgresql":
+        params = {"group_name": group, "stream": stream, "consumer": consumer, "ids": ordered}
+        return _PG_CLAIM, params
+    rows = [
+        {"group_name": group, "stream": stream, "message_id": sid, "consumer": consumer}
+        for sid in ordered
+    ]
+    return _SQLITE_CLAIM, rows
+
+
+def _unclaim_statement(group: str, stream: str, ids: Sequence[str]) -> sa.Delete:
+    c = processed_messages.c
+    return sa.delete(processed_messages).where(
+        c.group_name == group, c.stream == stream, c.message_id.in_(ids)
+    )
+
+
+def _aborted(dialect: str, driver_connection: Any) -> bool:
+    """True when the driver's transaction can no longer commit.
+
+    psycopg turns COMMIT of a transaction in error state (a handler swallowed a failed statement)
+    into a silent ROLLBACK, which we would otherwise take for a commit and ack. SQLite rolls back
+    on its own after some errors (disk full, I/O); then no transaction is open any more.
+    """
+    if dialect == "postgresql":
+        info = getattr(driver_connection, "info", None)
+        status = getattr(info, "transaction_status", None)
+        return status is not None and int(status) == 3  # psycopg.pq.TransactionStatus.INERROR
+    in_tx = getattr(driver_connection, "in_transaction", None)
+    return in_tx is False
+
+
+class _SwallowedError(StreamworkerError):
+    pass
+
+
+_SWALLOWED = (
+    "the transaction is in error state: a statement failed and the handler caught the error; "
+    "let database errors propagate (or use session.begin_nested() around statements that may fail)"
+)
+
+
+class _Tx(Protocol):
+    provided: Mapping[type, Any]
+
+    async def claim(self, sids: Sequence[str], consumer: str) -> set[str]: ...
+    async def unclaim(self, ids: Sequence[str]) -> None: ...
+    async def savepoint(self) -> None: ...
+    async def release(self) -> BaseException | None: ...
+    async def rollback_to_savepoint(self) -> None: ...
+    async def commit(self) -> BaseException | None: ...
+    async def close(self) -> None: ...
+    async def aborted(self) -> bool: ...
+    def broken(self) -> bool: ...
+    def driver_connection(self) -> Any: ...
+
+
+class _SyncTx:
+    """A sync connection + Session; every database call runs in a worker thread (``run``)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        run: Callable[[Callable[[], Any]], Awaitable[Any]],
+        group: str,
+        stream: str,
+    ) -> None:
+        self._engine = engine
+        self._run = run
+        self._dialect = engine.dialect.name
+        self._group = group
+        self._stream = stream
+        self._conn: Connection | None = None
+        self._trans: sa.RootTransaction | None = None
+        self._session: _BatchSession | None = None
+        self._sp: SessionTransaction | None = None
+        self.provided: Mapping[type, Any] = {}
+
+    async def open(self) -> None:
+        def _open() -> None:
+            with _unavailable("connecting"):
+                self._conn = self._engine.connect()
+                self._trans = self._conn.begin()
+            self._session = _BatchSession(
+                bind=self._conn, join_transaction_mode="rollback_only", expire_on_commit=False
+            )
+            self.provided = {Session: self._session}
+
+        await self._run(_open)
+
+    @property
+    def session(self) -> _BatchSession:
+        assert self._session is not None
+        return self._session
+
+    async def claim(self, sids: Sequence[str], consumer: str) -> set[str]:
+        def _claim() -> set[str]:
+            stmt, params = _claim_call(self._dialect, self._group, self._stream, consumer, sids)
+            with _unavailable("claiming the batch"):
+                return set(self.session.connection().execute(stmt, params).scalars())
+
+        result: set[str] = await self._run(_claim)
+        return result
+
+    async def unclaim(self, ids: Sequence[str]) -> None:
+        def _unclaim() -> None:
+            with _unavailable("releasing claims"):
+                self.session.execute(_unclaim_statement(self._group, self._stream, ids))
+
+        await self._run(_unclaim)
+
+    async def savepoint(self) -> None:
+        def _savepoint() -> None:
+            with _unavailable("taking a savepoint"):
+                self._sp = self.session.begin_nested()
+
+        await self._run(_savepoint)
+
+    async def release(self) -> BaseException | None:
+        def _release() -> BaseException | None:
+            assert self._sp is not None
+            sp, self._sp = self._sp, None
+            assert self._conn is not None
+            try:
+                with _unavailable("flushing a message's writes"):
+                    self.session.flush()
+                    # A statement the handler caught left the transaction in error state: roll
+                    # back to the savepoint (a failed RELEASE would leave it aborted).
+                    if _aborted(self._dialect, self._conn.connection.driver_connection):
+                        raise _SwallowedError(_SWALLOWED)
+                    sp.commit()
+            except DatabaseUnavailable:
+                raise
+            except Exception as exc:
+                with _unavailable("rolling back to a savepoint"):
+                    sp.rollback()
+                return exc
+            return None
+
+        result: BaseException | None = await self._run(_release)
+        return result
+
+    async def rollback_to_savepoint(self) -> None:
+        def _rollback() -> None:
+            assert self._sp is not None
+            sp, self._sp = self._sp, None
+            with _unavailable("rolling back to a savepoint"):
+                if sp.is_active:
+                    sp.rollback()
+
+        await self._run(_rollback)
+
+    async def commit(self) -> BaseException | None:
+        def _commit() -> BaseException | None:
+            assert self._conn is not None
+            assert self._trans is not None
+            try:
+                with _unavailable("flushing the batch"):
+                    self.session.flush()
+            except DatabaseUnavailable:
+                raise
+            except Exception as exc:
+                return exc
+            if _aborted(self._dialect, self._conn.connection.driver_connection):
+                return _SwallowedError(_SWALLOWED)
+            self.session.close()
+            try:
+                with _unavailable("committing"):
+                    self._trans.commit()
+            except DatabaseUnavailable:
+                raise
+            except Exception as exc:
+                return exc
+            return None
+
+        result: BaseException | None = await self._run(_commit)
+        return result
+
+    def broken(self) -> bool:
+        return self._conn is None or self._conn.invalidated or self._conn.closed
+
+    def driver_connection(self) -> Any:
+        """The DBAPI connection in use (None before it is open), for the batch deadline."""
+        conn = self._conn
+        return None if conn is None or conn.closed else conn.connection.driver_connection
+
+    async def run_inline(
+        self, inline: InlineInvoke, todo: Sequence[tuple[int, Message[Any]]]
+    ) -> dict[int, Outcome]:
+        """Run the handlers of ``todo`` (index, message) one after another in one thread hop,
+        stopping after the first failure (an outcome that is neither an ack nor preset) or when
+        the connection broke: the point where the batch loop would stop invoking too."""
+
+        def _handle() -> dict[int, Outcome]:
+            done: dict[int, Outcome] = {}
+            for i, msg in todo:
+                outcome = done[i] = inline(msg, self.provided)
+                # A preset outcome (over-delivered) ran nothing: the batch goes on past it.
+                if (not outcome.acked and not outcome.preset) or self.broken():
+                    break
+            return done
+
+        result: dict[int, Outcome] = await self._run(_handle)
+        return result
+
+    async def aborted(self) -> bool:
+        # A failed flush inside a handler rolls the whole transaction back (the session's
+        # rollback reaches the connection's transaction), which shows as an inactive transaction.
+        assert self._conn is not None
+        assert self._trans is not None
+        if not self._trans.is_active:
+            return True
+        return _aborted(self._dialect, self._conn.connection.driver_connection)
+
+    async def close(self) -> None:
+        def _close() -> None:
+            with contextlib.suppress(Exception):
+                if self._session is not None:
+                    self._session.close()
+            with contextlib.suppress(Exception):
+                if self._conn is not None:
+                    self._conn.close()  # rolls back what was not committed
+
+        if self._conn is not None:
+            await self._run(_close)
+
+
+class _AsyncTx:
+    """An AsyncConnection + AsyncSession on the event loop."""
+
+    def __init__(self, engine: AsyncEngine, group: str, stream: str) -> None:
+        self._engine = engine
+        self._dialect = engine.dialect.name
+        self._group = group
+        self._stream = stream
+        self._conn: AsyncConnection | None = None
+        self._trans: Any = None
+        self._session: _AsyncBatchSession | None = None
+        self._sp: AsyncSessionTransaction | None = None
+        self.provided: Mapping[type, Any] = {}
+
+    async def open(self) -> None:
+        with _unavailable("connecting"):
+            self._conn = await self._engine.connect()
+            self._trans = await self._conn.begin()
+        self._session = _AsyncBatchSession(
+            bind=self._conn, join_transaction_mode="rollback_only", expire_on_commit=False
+        )
+        self.provided = {AsyncSession: self._session}
+
+    @property
+    def session(self) -> _AsyncBatchSession:
+        assert self._session is not None
+        return self._session
+
+    async def claim(self, sids: Sequence[str], consumer: str) -> set[str]:
+        stmt, params = _claim_call(self._dialect, self._group, self._stream, consumer, sids)
+        with _unavailable("claiming the batch"):
+            conn = await self.session.connection()
+            return set((await conn.execute(stmt, params)).scalars())
+
+    async def unclaim(self, ids: Sequence[str]) -> None:
+        with _unavailable("releasing claims"):
+            await self.session.execute(_unclaim_statement(self._group, self._stream, ids))
+
+    async def savepoint(self) -> None:
+        with _unavailable("taking a savepoint"):
+            self._sp = await self.session.begin_nested()
+
+    async def release(self) -> BaseException | None:
+        assert self._sp is not None
+        sp, self._sp = self._sp, None
+        assert self._conn is not None
+        try:
+            with _unavailable("flushing a message's writes"):
+                await self.session.flush()
+                raw = await self._conn.get_raw_connection()
+                if _aborted(self._dialect, raw.driver_connection):
+                    raise _SwallowedError(_SWALLOWED)
+                await sp.commit()
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:
+            with _unavailable("rolling back to a savepoint"):
+                await sp.rollback()
+            return exc
+        return None
+
+    async def rollback_to_savepoint(self) -> None:
+        assert self._sp is not None
+        sp, self._sp = self._sp, None
+        with _unavailable("rolling back to a savepoint"):
+            if sp.is_active:
+                await sp.rollback()
+
+    async def commit(self) -> BaseException | None:
+        assert self._conn is not None
+        assert self._trans is not None
+        try:
+            with _unavailable("flushing the batch"):
+                await self.session.flush()
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:
+            return exc
+        raw = await self._conn.get_raw_connection()
+        if _aborted(self._dialect, raw.driver_connection):
+            return _SwallowedError(_SWALLOWED)
+        await self.session.close()
+        try:
+            with _unavailable("committing"):
+                await self._trans.commit()
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:
+            return exc
+        return None
+
+    def broken(self) -> bool:
+        return self._conn is None or self._conn.invalidated or self._conn.closed
+
+    def driver_connection(self) -> Any:
+        """The driver's connection in use (None before it is open), for the batch deadline."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            return None
+        return conn.sync_connection.connection.driver_connection if conn.sync_connection else None
+
+    async def aborted(self) -> bool:
+        assert self._conn is not None
+        assert self._trans is not None
+        if not self._trans.is_active:
+            return True
+        raw = await self._conn.get_raw_connection()
+        return _aborted(self._dialect, raw.driver_connection)
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._session is not None:
+                await self._session.close()
+        with contextlib.suppress(Exception):
+            if self._conn is not None:
+                await self._conn.close()
