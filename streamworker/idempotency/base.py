@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from streamworker.deps import CallPlan
 from streamworker.message import Message
-from streamworker.outcomes import Outcome
+from streamworker.outcomes import BatchOutcomes, Outcome
 
 InlineInvoke = Callable[[Message[Any], Mapping[type, Any]], Outcome]
 """The blocking form of an :class:`Invoke`, to be called from a pool thread."""
@@ -37,6 +37,29 @@ class Invoke(Protocol):
     def __call__(self, msg: Message[Any], provided: Mapping[type, Any], /) -> Awaitable[Outcome]:
         """Run the handler for ``msg``."""
         ...
+
+
+class BatchInvoke(Protocol):
+    """Runs a batch handler (``batch=True``) once for ``msgs`` with the given provided resources.
+    Never raises for handler errors (it does raise CancelledError). Messages the consume loop
+    decided before (over-delivered) get their verdict and are not passed to the handler; when
+    the consumer is stopping, none is and every message is NOT_STARTED."""
+
+    def __call__(
+        self, msgs: Sequence[Message[Any]], provided: Mapping[type, Any], /
+    ) -> Awaitable[BatchOutcomes]:
+        """Run the handler for ``msgs``: one outcome per message, in order."""
+        ...
+
+
+def batch_of(invoke: Invoke) -> BatchInvoke | None:
+    """``invoke``'s batch form when its handler is a batch handler, else None.
+
+    A strategy that :attr:`StrategyPlugin.supports_batch` calls it once for the messages whose
+    handler is to run (not the duplicates, nor the ones claimed away), instead of ``invoke`` for
+    each; an invoke without the attribute is a per-message one."""
+    found: BatchInvoke | None = getattr(invoke, "batch", None)
+    return found
 
 
 class CoroutineInvoke:
@@ -161,6 +184,9 @@ class StrategyPlugin(Protocol):
     others refuse handlers annotated to return them, and dead-letter what is returned)."""
     supports_dedup_field: bool
     """True if it implements ``dedup_field`` (producer-side business-key dedup)."""
+    supports_batch: bool
+    """True if it runs batch handlers (``batch=True``: see :func:`batch_of`). The App reads it
+    with a default of False, so older plug-ins need not declare it."""
 
     def check_options(self, *, concurrency: int) -> None:
         """Raise ConfigError for handler options this strategy cannot honour."""

@@ -113,6 +113,7 @@ from streamworker.idempotency.base import (
     Invoke,
     Strategy,
     WorkerConfig,
+    batch_of,
 )
 from streamworker.keys import dedup_record_key, hash_tag
 from streamworker.message import Message
@@ -291,6 +292,15 @@ class LuaStrategy:
         outcomes: list[Outcome | None],
         invoke: Invoke,
     ) -> None:
+        many = batch_of(invoke)
+        if many is not None:
+            # A batch handler: one call for the messages to run; the effects it returns for each
+            # are applied, marked and acked per message by the apply script, as single handlers'.
+            if run:
+                ran = await many([batch[i] for i in run], {})
+                for i, outcome in zip(run, ran.outcomes, strict=True):
+                    outcomes[i] = outcome
+            return
         if self._concurrency == 1 or len(run) <= 1:
             for i in run:
                 outcomes[i] = await invoke(batch[i], {})
@@ -546,6 +556,7 @@ class LuaPlugin:
     name = "lua"
     applies_effects = True
     supports_dedup_field = True
+    supports_batch = True
 
     def check_options(self, *, concurrency: int) -> None:
         """Every option is honoured."""
