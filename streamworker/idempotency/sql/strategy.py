@@ -163,7 +163,9 @@ class SqlStrategy:
         async with connection_errors():
             await self._client.xack(self.stream, self.group, *ids)
 
-    async def _open(self) -> _Tx:
+    async def _open(self, claim: Sequence[str] = ()) -> tuple[_Tx, set[str]]:
+        """The batch's transaction, begun, and of ``claim`` the ids whose rows it inserted (one
+        thread hop for both with a sync engine)."""
         if not self._schema_ok:
             if not await self._run_sync(self.db.has_schema):
                 raise ConfigError(
@@ -177,8 +179,8 @@ class SqlStrategy:
         else:
             tx = _SyncTx(self.db.sync_engine, self._run_sync, self.group, self.stream)
         self._tx = tx
-        await tx.open()
-        return tx
+        claimed = await tx.open(claim, self.consumer)
+        return tx, claimed
 
     async def _owned(self, ids: set[str], count_hint: int) -> set[str]:
         """Of ``ids`` (sortable), those still pending and owned by this consumer."""
@@ -279,10 +281,9 @@ class SqlStrategy:
         """One transaction over the batch. Returns None (rolled back) when the fast path met a
         failure it cannot undo without savepoints; ``known`` then holds the failed messages."""
         sids = [sortable_id(m.id) for m in batch]
-        tx = await self._open()
+        wanted = [sid for i, sid in enumerate(sids) if i not in known]
+        tx, claimed = await self._open(wanted)
         try:
-            wanted = [sid for i, sid in enumerate(sids) if i not in known]
-            claimed = await tx.claim(wanted, self.consumer) if wanted else set()
             # After the claim (our rows are locked now): see the docstring of .retention.
             owned = await self._owned(claimed, len(batch))
             release = sorted(claimed - owned)
@@ -385,9 +386,8 @@ class SqlStrategy:
         its contract), and the rest commit."""
         sids = [sortable_id(m.id) for m in batch]
         outcomes: list[Outcome] = []
-        tx = await self._open()
+        tx, claimed = await self._open(sids)
         try:
-            claimed = await tx.claim(sids, self.consumer)
             owned = await self._owned(claimed, len(batch))
             release = sorted(claimed - owned)
             run: list[int] = []

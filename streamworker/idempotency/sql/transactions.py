@@ -139,6 +139,7 @@ _SWALLOWED = (
 class _Tx(Protocol):
     provided: Mapping[type, Any]
 
+    async def open(self, claim: Sequence[str] = (), consumer: str = "") -> set[str]: ...
     async def claim(self, sids: Sequence[str], consumer: str) -> set[str]: ...
     async def unclaim(self, ids: Sequence[str]) -> None: ...
     async def savepoint(self) -> None: ...
@@ -172,8 +173,11 @@ class _SyncTx:
         self._sp: SessionTransaction | None = None
         self.provided: Mapping[type, Any] = {}
 
-    async def open(self) -> None:
-        def _open() -> None:
+    async def open(self, claim: Sequence[str] = (), consumer: str = "") -> set[str]:
+        """Connect and begin; with ``claim``, also claim those ids (as :meth:`claim`) in the
+        same thread hop. On a failed claim the connection is closed before the error is raised."""
+
+        def _open() -> set[str]:
             with _unavailable("connecting"):
                 self._conn = self._engine.connect()
                 self._trans = self._conn.begin()
@@ -181,8 +185,21 @@ class _SyncTx:
                 bind=self._conn, join_transaction_mode="rollback_only", expire_on_commit=False
             )
             self.provided = {Session: self._session}
+            if not claim:
+                return set()
+            try:
+                return self._claim_now(claim, consumer)
+            except BaseException:
+                self._close_now()
+                raise
 
-        await self._run(_open)
+        claimed: set[str] = await self._run(_open)
+        return claimed
+
+    def _claim_now(self, sids: Sequence[str], consumer: str) -> set[str]:
+        stmt, params = _claim_call(self._dialect, self._group, self._stream, consumer, sids)
+        with _unavailable("claiming the batch"):
+            return set(self.session.connection().execute(stmt, params).scalars())
 
     @property
     def session(self) -> _BatchSession:
@@ -190,12 +207,7 @@ class _SyncTx:
         return self._session
 
     async def claim(self, sids: Sequence[str], consumer: str) -> set[str]:
-        def _claim() -> set[str]:
-            stmt, params = _claim_call(self._dialect, self._group, self._stream, consumer, sids)
-            with _unavailable("claiming the batch"):
-                return set(self.session.connection().execute(stmt, params).scalars())
-
-        result: set[str] = await self._run(_claim)
+        result: set[str] = await self._run(lambda: self._claim_now(sids, consumer))
         return result
 
     async def unclaim(self, ids: Sequence[str]) -> None:
@@ -308,17 +320,17 @@ class _SyncTx:
             return True
         return _aborted(self._dialect, self._conn.connection.driver_connection)
 
-    async def close(self) -> None:
-        def _close() -> None:
-            with contextlib.suppress(Exception):
-                if self._session is not None:
-                    self._session.close()
-            with contextlib.suppress(Exception):
-                if self._conn is not None:
-                    self._conn.close()  # rolls back what was not committed
+    def _close_now(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._session is not None:
+                self._session.close()
+        with contextlib.suppress(Exception):
+            if self._conn is not None:
+                self._conn.close()  # rolls back what was not committed
 
+    async def close(self) -> None:
         if self._conn is not None:
-            await self._run(_close)
+            await self._run(self._close_now)
 
 
 class _AsyncTx:
@@ -335,7 +347,9 @@ class _AsyncTx:
         self._sp: AsyncSessionTransaction | None = None
         self.provided: Mapping[type, Any] = {}
 
-    async def open(self) -> None:
+    async def open(self, claim: Sequence[str] = (), consumer: str = "") -> set[str]:
+        """Connect and begin; with ``claim``, also claim those ids (as :meth:`claim`). On a
+        failed claim the connection is closed before the error is raised."""
         with _unavailable("connecting"):
             self._conn = await self._engine.connect()
             self._trans = await self._conn.begin()
@@ -343,6 +357,13 @@ class _AsyncTx:
             bind=self._conn, join_transaction_mode="rollback_only", expire_on_commit=False
         )
         self.provided = {AsyncSession: self._session}
+        if not claim:
+            return set()
+        try:
+            return await self.claim(claim, consumer)
+        except BaseException:
+            await self.close()
+            raise
 
     @property
     def session(self) -> _AsyncBatchSession:
