@@ -171,6 +171,7 @@ class _SyncTx:
         self._trans: sa.RootTransaction | None = None
         self._session: _BatchSession | None = None
         self._sp: SessionTransaction | None = None
+        self._done = False  # committed and closed
         self.provided: Mapping[type, Any] = {}
 
     async def open(self, claim: Sequence[str] = (), consumer: str = "") -> set[str]:
@@ -279,12 +280,18 @@ class _SyncTx:
                 raise
             except Exception as exc:
                 return exc
+            # Committed: hand the connection back to the pool in this same thread hop, so that
+            # close() has nothing left to do (one hop per batch less).
+            self._close_now()
+            self._done = True
             return None
 
         result: BaseException | None = await self._run(_commit)
         return result
 
     def broken(self) -> bool:
+        if self._done:
+            return False
         return self._conn is None or self._conn.invalidated or self._conn.closed
 
     def driver_connection(self) -> Any:
@@ -329,7 +336,7 @@ class _SyncTx:
                 self._conn.close()  # rolls back what was not committed
 
     async def close(self) -> None:
-        if self._conn is not None:
+        if self._conn is not None and not self._done:
             await self._run(self._close_now)
 
 
