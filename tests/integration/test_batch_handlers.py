@@ -58,6 +58,19 @@ def _over_deliver(client: redis.Redis, mid: str, times: int, consumer: str = "c1
     client.execute_command("XCLAIM", "orders", "g", consumer, 0, mid, "RETRYCOUNT", times)
 
 
+def _settled(client: redis.Redis) -> bool:
+    """Every entry of ``orders`` was delivered to group ``g`` and none is pending."""
+    try:
+        groups = client.xinfo_groups("orders")
+    except redis.ResponseError:
+        return False
+    last = client.xrevrange("orders", count=1)
+    group = next((g for g in groups if g["name"] == b"g"), None)
+    if group is None or not last:
+        return False
+    return group["last-delivered-id"] == last[0][0] and not pending_ids(client, "orders", "g")
+
+
 def _seen(calls: list[list[Message[Any]]]) -> list[str]:
     return [m.id for call in calls for m in call]
 
@@ -78,7 +91,7 @@ async def test_none_batch_handler_gets_the_decoded_batch_in_one_call_and_acks_it
         calls.append(list(msgs))
 
     async with running_worker(app, redis_url):
-        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all acked")
+        await eventually(lambda: _settled(redis_client), what="all acked")
     assert len(calls) == 1
     assert [m.id for m in calls[0]] == ids
     assert [m.body.n for m in calls[0]] == list(range(7))
@@ -102,7 +115,7 @@ async def test_none_batch_handler_that_raises_retries_every_message_of_the_call(
 
     async with running_worker(app, redis_url):
         await eventually(lambda: len(calls) >= 2, what="a retry")
-        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all acked")
+        await eventually(lambda: _settled(redis_client), what="all acked")
     assert [m.id for m in calls[0]] == ids
     assert sorted(_seen(calls[1:])) == sorted(ids)
     assert all(m.delivery_count == 2 for call in calls[1:] for m in call)
@@ -126,7 +139,7 @@ async def test_none_batch_handler_result_map_fails_only_the_messages_it_names(
 
     async with running_worker(app, redis_url):
         await eventually(lambda: len(calls) >= 2, what="the retry")
-        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all acked")
+        await eventually(lambda: _settled(redis_client), what="all acked")
     assert _seen(calls[1:]) == [ids[1]]
     assert list(_dead(redis_client)) == [ids[3]]
 
@@ -160,7 +173,7 @@ async def test_lua_batch_handler_effects_per_message_id_apply_once_and_failures_
         return out
 
     async with running_worker(app, redis_url):
-        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all acked")
+        await eventually(lambda: _settled(redis_client), what="all acked")
     counts = {k.decode(): int(v) for k, v in redis_client.hgetall("{orders}:count").items()}
     assert counts == {str(n): 1 for n in range(6)}
     assert _seen(calls) == [*ids, ids[2]]
@@ -189,7 +202,7 @@ async def test_lua_batch_handler_that_raises_applies_nothing_and_retries_the_bat
         return {m.id: Effects().incr("{orders}:total") for m in msgs}
 
     async with running_worker(app, redis_url):
-        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all acked")
+        await eventually(lambda: _settled(redis_client), what="all acked")
     assert int(redis_client.get("{orders}:total") or 0) == 3
     assert sorted(_seen(calls[1:])) == sorted(ids)
 
@@ -209,7 +222,7 @@ async def test_lua_batch_handler_is_not_given_business_duplicates(
         return {m.id: Effects().incr("{orders}:total") for m in msgs}
 
     async with running_worker(app, redis_url):
-        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all acked")
+        await eventually(lambda: _settled(redis_client), what="all acked")
         more = redis_client.xadd("orders", {"n": "4", "key": "b"}).decode()
         await eventually(
             lambda: (
@@ -281,7 +294,7 @@ async def test_sql_batch_handler_commits_one_executemany_and_the_rows_of_its_bat
     ids = _add(redis_client, 30)
     app, calls = _sql_batch_app(batch_size=30)
     async with running_sql_worker(app, redis_url, db_url):
-        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all acked")
+        await eventually(lambda: _settled(redis_client), what="all acked")
     assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
     assert processed_ids(db_url) == ids
     assert len(calls) == 1
@@ -296,7 +309,7 @@ async def test_sql_batch_handler_is_not_given_messages_already_processed(
     _insert_processed(db_url, ids[2])  # committed by an earlier run that died before its XACK
     app, calls = _sql_batch_app()
     async with running_sql_worker(app, redis_url, db_url):
-        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all acked")
+        await eventually(lambda: _settled(redis_client), what="all acked")
     assert _seen(calls) == [ids[0], ids[1], ids[3]]
     assert charges_per_message(db_url) == {ids[0]: 1, ids[1]: 1, ids[3]: 1}
 
@@ -308,7 +321,7 @@ async def test_sql_batch_handler_that_raises_commits_nothing_and_retries_every_m
     ids = _add(redis_client, 5)
     app, calls = _sql_batch_app(raise_first=True)
     async with running_sql_worker(app, redis_url, db_url):
-        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all acked")
+        await eventually(lambda: _settled(redis_client), what="all acked")
     # The first call's insert was rolled back with the claims; the retry committed each once.
     assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
     assert [m.id for m in calls[0]] == ids
@@ -350,7 +363,7 @@ async def test_sql_batch_result_map_rolls_forward_the_rest_and_retries_or_dead_l
     failing[ids[4]] = DeadLetter("refused")
     app, calls = _sql_batch_app(failing)
     async with running_sql_worker(app, redis_url, db_url):
-        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all settled")
+        await eventually(lambda: _settled(redis_client), what="all settled")
     assert charges_per_message(db_url) == {i: 1 for i in ids if i != ids[4]}
     # The dead-lettered message's processed row was never kept; the retried one's is the retry's.
     assert ids[4] not in processed_ids(db_url)
@@ -382,7 +395,7 @@ async def test_sql_over_delivered_message_is_dead_lettered_without_reaching_the_
     _over_deliver(redis_client, ids[1], 9)
     app, calls = _sql_batch_app(max_deliveries=5)
     async with running_sql_worker(app, redis_url, db_url):
-        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all settled")
+        await eventually(lambda: _settled(redis_client), what="all settled")
     assert ids[1] not in _seen(calls)
     assert list(_dead(redis_client)) == [ids[1]]
     assert charges_per_message(db_url) == {ids[0]: 1, ids[2]: 1}
@@ -398,7 +411,7 @@ async def test_sql_over_delivered_message_already_processed_is_acked_as_a_duplic
     _insert_processed(db_url, ids[1])  # committed, then a crash before the XACK
     app, calls = _sql_batch_app(max_deliveries=5)
     async with running_sql_worker(app, redis_url, db_url):
-        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all settled")
+        await eventually(lambda: _settled(redis_client), what="all settled")
     assert ids[1] not in _seen(calls)
     assert redis_client.xlen(DLQ) == 0
 
@@ -420,6 +433,6 @@ async def test_sql_async_batch_handler_gets_one_async_session_for_the_batch(
         )
 
     async with running_sql_worker(app, redis_url, db_url):
-        await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all acked")
+        await eventually(lambda: _settled(redis_client), what="all acked")
     assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
     assert len(sessions) == 1
