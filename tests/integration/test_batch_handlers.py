@@ -436,3 +436,41 @@ async def test_sql_async_batch_handler_gets_one_async_session_for_the_batch(
         await eventually(lambda: _settled(redis_client), what="all acked")
     assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
     assert len(sessions) == 1
+
+
+async def test_none_over_delivered_message_is_dead_lettered_without_reaching_the_batch_handler(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    ids = _add(redis_client, 3)
+    _over_deliver(redis_client, ids[0], 9)
+    calls: list[list[Message[Any]]] = []
+    app = App("t")
+
+    @app.handler("orders", group="g", batch=True, block_ms=50, max_deliveries=5)
+    def handle(msgs: list[Message]) -> None:
+        calls.append(list(msgs))
+
+    async with running_worker(app, redis_url):
+        await eventually(lambda: _settled(redis_client), what="all settled")
+    assert _seen(calls) == ids[1:]
+    assert list(_dead(redis_client)) == [ids[0]]
+
+
+async def test_lua_over_delivered_message_is_dead_lettered_without_reaching_the_batch_handler(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    ids = _add(redis_client, 3)
+    _over_deliver(redis_client, ids[2], 9)
+    calls: list[list[Message[Any]]] = []
+    app = App("t")
+
+    @app.handler("orders", group="g", idempotency="lua", batch=True, block_ms=50, max_deliveries=5)
+    def handle(msgs: list[Message]) -> dict[str, Effects]:
+        calls.append(list(msgs))
+        return {m.id: Effects().incr("{orders}:total") for m in msgs}
+
+    async with running_worker(app, redis_url):
+        await eventually(lambda: _settled(redis_client), what="all settled")
+    assert _seen(calls) == ids[:2]
+    assert int(redis_client.get("{orders}:total") or 0) == 2
+    assert list(_dead(redis_client)) == [ids[2]]
