@@ -65,6 +65,9 @@ class HandlerSpec:
     recreate_lost_group: bool = False
     """A group deleted while the worker runs is re-created at ``start_id`` (every entry from there
     is delivered again) instead of stopping this handler."""
+    batch: bool = False
+    """A batch handler: called once per batch with ``list[Message[Model]]`` (see
+    :mod:`streamworker.batch`)."""
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -177,6 +180,7 @@ class App:
         partitions: int | None = None,
         ordered: bool = False,
         recreate_lost_group: bool = False,
+        batch: bool = False,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``stream`` in consumer ``group``.
 
@@ -236,6 +240,15 @@ class App:
                 messages are handled in id order, even across retries: a failing message blocks
                 its stream until it succeeds or is dead-lettered. Needs ``concurrency=1``. Off by
                 default (the group balances messages over its consumers).
+            batch: call the handler once per batch with the batch's messages, a parameter
+                annotated ``list[Message[Model]]``, instead of once per message. Messages that
+                fail to decode, over-delivered ones and (``"sql"``/``"lua"``) those already
+                processed or claimed away are decided before the call and are not in the list.
+                It returns None (all succeeded) or a mapping from message id to that message's
+                result: None, :class:`~streamworker.effects.Effects` (``"lua"``), or an
+                exception (``Retry``, ``DeadLetter``, any error), which fails only that message;
+                raising fails the whole batch. See :mod:`streamworker.batch` for the contract
+                per strategy. Needs ``concurrency=1`` and ``ordered=False``.
         """
         given: object = stream  # ``@app.handler`` without parentheses passes the function here
         if callable(given) and not isinstance(given, str):
@@ -302,6 +315,24 @@ class App:
                     "with partitions, each partition has its own dead-letter stream "
                     "('{stream:pN}:dlq', in the partition's cluster slot); do not pass dead_letter"
                 )
+        if not isinstance(batch, bool):
+            raise ConfigError(f"batch must be True or False, got {batch!r}")
+        if batch:
+            if concurrency != 1:
+                raise ConfigError(
+                    "batch=True calls the handler once for the whole batch, one batch at a time "
+                    "per subscription; concurrency must be 1 (run more worker processes, or "
+                    "raise batch_size, for more throughput)"
+                )
+            if ordered:
+                raise ConfigError(
+                    "batch=True does not combine with ordered=True (an ordered stream stops at "
+                    "its first failing message; a batch handler is called for many at once)"
+                )
+            if not strategy.supports_batch:
+                raise ConfigError(
+                    f"idempotency={idempotency!r} does not support batch handlers (batch=True)"
+                )
         strategy.check_options(concurrency=concurrency)
 
         def register(func: F) -> F:
@@ -310,6 +341,16 @@ class App:
             if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
                 raise ConfigError(f"{func.__qualname__}: a handler must not be a generator")
             plan = strategy.plan(func)
+            if plan.batch and not batch:
+                raise ConfigError(
+                    f"{func.__qualname__} takes a list of messages: register it with "
+                    f"batch=True, or annotate its parameter as Message[...]"
+                )
+            if batch and not plan.batch:
+                raise ConfigError(
+                    f"{func.__qualname__}: a batch handler (batch=True) takes the batch as a "
+                    f"parameter annotated list[Message[...]]"
+                )
             if not strategy.applies_effects and _returns_effects(func):
                 raise ConfigError(
                     f"{func.__qualname__} returns Effects, which only idempotency='lua' applies; "
@@ -357,6 +398,7 @@ class App:
                     partition_of=None if partitions is None else stream,
                     ordered=ordered,
                     recreate_lost_group=bool(recreate_lost_group),
+                    batch=batch,
                 )
             return func
 

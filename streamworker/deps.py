@@ -17,6 +17,7 @@ Sync dependencies run on the event loop thread: keep them cheap (or make them ``
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import inspect
 import re
@@ -51,7 +52,7 @@ class Depends:
 
 @dataclass(frozen=True, slots=True)
 class MessageParam:
-    """The parameter receives the Message."""
+    """The parameter receives the Message (a batch handler's: the list of the batch's messages)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,9 @@ class CallPlan:
     message_type: (
         Any  # the annotation of the Message parameter, e.g. Message[Order]; None if absent
     )
+    batch: bool = False
+    """The Message parameter is a list (``list[Message[Order]]``: a batch handler's); then
+    ``message_type`` is the element's annotation."""
 
     def dependencies(self) -> Iterator[Depends]:
         """Every Depends reachable from this plan, depth first."""
@@ -99,6 +103,25 @@ def _is_message_annotation(annotation: Any) -> bool:
         # function that imports Message locally): recognise it by name.
         return bool(_MESSAGE_TEXT.match(annotation.strip()))
     return annotation is Message or typing.get_origin(annotation) is Message
+
+
+_MESSAGE_LIST_TEXT = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*(?:list|List|Sequence)\[\s*((?:[A-Za-z_][\w]*\.)*Message(?:\[.*\])?)\s*\]$"
+)
+_LIST_ORIGINS: tuple[Any, ...] = (list, collections.abc.Sequence)
+
+
+def _message_list_element(annotation: Any) -> Any:
+    """For ``list[Message[X]]`` (or ``Sequence[...]``, or the same as unresolved text), the
+    element annotation ``Message[X]``; None for anything else."""
+    if isinstance(annotation, str):
+        match = _MESSAGE_LIST_TEXT.match(annotation.strip())
+        return match.group(1) if match else None
+    if typing.get_origin(annotation) in _LIST_ORIGINS:
+        args = typing.get_args(annotation)
+        if len(args) == 1 and _is_message_annotation(args[0]):
+            return args[0]
+    return None
 
 
 def build_plan(func: Callable[..., Any], provided: frozenset[type] = frozenset()) -> CallPlan:
@@ -120,6 +143,7 @@ def build_plan(func: Callable[..., Any], provided: frozenset[type] = frozenset()
     name = getattr(func, "__qualname__", repr(func))
     params: list[tuple[str, Param]] = []
     message_type: Any = None
+    batch = False
     for pname, p in inspect.signature(func).parameters.items():
         if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             raise ConfigError(f"{name}: *args/**kwargs parameters cannot be provided")
@@ -130,6 +154,10 @@ def build_plan(func: Callable[..., Any], provided: frozenset[type] = frozenset()
         elif _is_message_annotation(annotation):
             params.append((pname, MessageParam()))
             message_type = annotation
+        elif (element := _message_list_element(annotation)) is not None:
+            params.append((pname, MessageParam()))
+            message_type = element
+            batch = True
         elif isinstance(annotation, type) and any(issubclass(annotation, t) for t in provided):
             params.append((pname, ProvidedParam(annotation)))
         elif p.default is not inspect.Parameter.empty:
@@ -139,7 +167,7 @@ def build_plan(func: Callable[..., Any], provided: frozenset[type] = frozenset()
                 f"{name}: parameter {pname!r} has no source; annotate it as Message[...] "
                 f"or give it a default of Depends(...)"
             )
-    return CallPlan(func=func, params=tuple(params), message_type=message_type)
+    return CallPlan(func=func, params=tuple(params), message_type=message_type, batch=batch)
 
 
 async def _call(
@@ -183,9 +211,14 @@ class Resolver:
 
     @contextlib.asynccontextmanager
     async def arguments(
-        self, plan: CallPlan, message: Message[Any], provided: dict[type, Any] | None = None
+        self,
+        plan: CallPlan,
+        message: Message[Any] | list[Message[Any]],
+        provided: dict[type, Any] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Yield the keyword arguments for ``plan.func``; message-scoped cleanup runs on exit."""
+        """Yield the keyword arguments for ``plan.func``; message-scoped cleanup runs on exit.
+        For a batch handler (``plan.batch``) ``message`` is the list, and "message-scoped"
+        means once per call, for the whole list."""
         async with contextlib.AsyncExitStack() as stack:
             yield await self._kwargs(plan, message, provided or {}, {}, stack, worker=False)
 
@@ -199,7 +232,10 @@ class Resolver:
         )
 
     def arguments_inline(
-        self, plan: CallPlan, message: Message[Any], provided: Mapping[type, Any]
+        self,
+        plan: CallPlan,
+        message: Message[Any] | list[Message[Any]],
+        provided: Mapping[type, Any],
     ) -> dict[str, Any]:
         """The keyword arguments for a plan that :meth:`resolves_inline`; callable from any
         thread once :meth:`start` has returned."""
@@ -216,7 +252,7 @@ class Resolver:
     async def _kwargs(
         self,
         plan: CallPlan,
-        message: Message[Any] | None,
+        message: Message[Any] | list[Message[Any]] | None,
         provided: dict[type, Any],
         cache: dict[Callable[..., Any], Any],
         stack: contextlib.AsyncExitStack,

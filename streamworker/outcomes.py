@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamworker.errors import DeadLetter, PermanentFailure, Retry
+
+if TYPE_CHECKING:
+    from streamworker.message import Message
 
 
 class Action(enum.Enum):
@@ -118,3 +122,61 @@ def retry_delay_ms(outcome: Outcome, delivery_count: int, base_ms: int, max_ms: 
         return outcome.retry_delay_ms
     exponent = max(0, min(delivery_count - 1, 32))
     return int(min(max_ms, base_ms * (2**exponent)))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcomes:
+    """What one call of a batch handler (``batch=True``) came to, one outcome per message passed.
+
+    ``raised``: the call failed as a whole (the handler raised, or returned something that is
+    not a result map): every message it was given failed, and nothing it wrote may be kept (the
+    SQL strategy rolls the batch's transaction back). Otherwise the messages whose outcome is
+    not an ack failed alone, and the handler wrote nothing for them (its contract).
+    """
+
+    outcomes: list[Outcome]
+    raised: bool = False
+
+
+class BadBatchResult(TypeError):
+    """A batch handler returned something other than None or a map of the messages' ids."""
+
+
+def batch_outcomes(
+    result: Any, messages: Sequence[Message[Any]], max_deliveries: int
+) -> list[Outcome]:
+    """The outcome of each of ``messages`` from what their batch handler returned.
+
+    * None -> every message acked;
+    * a mapping ``{message id: value}``: a missing id, or the value None, is acked; an exception
+      (``Retry``, ``DeadLetter``, any error) fails that message as if a single handler had raised
+      it (:func:`decide`); any other value (the ``Effects`` of ``idempotency="lua"``) is acked
+      with that value.
+
+    Raises BadBatchResult for anything else, or for an id that is not one of ``messages``.
+    """
+    if result is None:
+        return [ACKED] * len(messages)
+    if not isinstance(result, Mapping):
+        raise BadBatchResult(
+            f"a batch handler returns None or a mapping {{message id: result}}, "
+            f"not {type(result).__name__}"
+        )
+    if not result:
+        return [ACKED] * len(messages)
+    known = {m.id for m in messages}
+    unknown = [k for k in result if k not in known]
+    if unknown:
+        raise BadBatchResult(
+            f"a batch handler's result names ids that are not in its batch: {unknown[:3]!r}"
+        )
+    outcomes: list[Outcome] = []
+    for msg in messages:
+        value = result.get(msg.id)
+        if value is None:
+            outcomes.append(ACKED)
+        elif isinstance(value, BaseException):
+            outcomes.append(decide(value, msg.delivery_count, max_deliveries))
+        else:
+            outcomes.append(Outcome(Action.ACK, value=value))
+    return outcomes

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from streamworker.deps import CallPlan, build_plan
 from streamworker.message import Message
-from streamworker.outcomes import Outcome
+from streamworker.outcomes import BatchOutcomes, Outcome
 
 InlineInvoke = Callable[[Message[Any], Mapping[type, Any]], Outcome]
 """The blocking form of an :class:`Invoke`, to be called from a pool thread."""
@@ -34,8 +34,27 @@ class Invoke(Protocol):
     thread may call it there for a whole batch, one thread hop instead of one per message; the
     result is the same as awaiting the invoke."""
 
+    batch: BatchInvoke | None
+    """The batch form, when the handler is a batch handler (``batch=True``), else None. A
+    strategy that :attr:`StrategyPlugin.supports_batch` calls it once for the messages whose
+    handler is to run (not the duplicates, nor the ones claimed away) instead of the invoke for
+    each."""
+
     def __call__(self, msg: Message[Any], provided: Mapping[type, Any], /) -> Awaitable[Outcome]:
         """Run the handler for ``msg``."""
+        ...
+
+
+class BatchInvoke(Protocol):
+    """Runs a batch handler (``batch=True``) once for ``msgs`` with the given provided resources.
+    Never raises for handler errors (it does raise CancelledError). Messages the consume loop
+    decided before (over-delivered) get their verdict and are not passed to the handler; when
+    the consumer is stopping, none is and every message is NOT_STARTED."""
+
+    def __call__(
+        self, msgs: Sequence[Message[Any]], provided: Mapping[type, Any], /
+    ) -> Awaitable[BatchOutcomes]:
+        """Run the handler for ``msgs``: one outcome per message, in order."""
         ...
 
 
@@ -44,6 +63,7 @@ class CoroutineInvoke:
     tests that drive a strategy with their own handler runner)."""
 
     inline: InlineInvoke | None = None
+    batch: BatchInvoke | None = None
 
     def __init__(
         self, func: Callable[[Message[Any], Mapping[type, Any]], Awaitable[Outcome]]
@@ -161,6 +181,9 @@ class StrategyPlugin(Protocol):
     others refuse handlers annotated to return them, and dead-letter what is returned)."""
     supports_dedup_field: bool
     """True if it implements ``dedup_field`` (producer-side business-key dedup)."""
+    supports_batch: bool
+    """True if it runs batch handlers (``batch=True``: see :attr:`Invoke.batch`);
+    :class:`PlainPlugin` says False."""
 
     def check_options(self, *, concurrency: int) -> None:
         """Raise ConfigError for handler options this strategy cannot honour."""
@@ -189,6 +212,7 @@ class PlainPlugin:
     name: str
     applies_effects = False
     supports_dedup_field = False
+    supports_batch = False
 
     def check_options(self, *, concurrency: int) -> None:
         """Every option is honoured."""

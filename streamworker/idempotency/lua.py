@@ -289,6 +289,15 @@ class LuaStrategy:
         outcomes: list[Outcome | None],
         invoke: Invoke,
     ) -> None:
+        many = invoke.batch
+        if many is not None:
+            # A batch handler: one call for the messages to run; the effects it returns for each
+            # are applied, marked and acked per message by the apply script, as single handlers'.
+            if run:
+                ran = await many([batch[i] for i in run], {})
+                for i, outcome in zip(run, ran.outcomes, strict=True):
+                    outcomes[i] = outcome
+            return
         if self._concurrency == 1 or len(run) <= 1:
             for i in run:
                 outcomes[i] = await invoke(batch[i], {})
@@ -544,6 +553,7 @@ class LuaPlugin(PlainPlugin):
     name = "lua"
     applies_effects = True
     supports_dedup_field = True
+    supports_batch = True
 
     def build(self, spec: HandlerConfig, context: BuildContext) -> Strategy:
         """A :class:`LuaStrategy` for ``spec``."""

@@ -26,7 +26,9 @@ _ACK_ON_CANCEL_TIMEOUT_S = 2.0
 
 
 class AtLeastOnce:
-    """Run the batch's handlers (``concurrency`` at a time), then one XACK for the successes."""
+    """Run the batch's handlers (``concurrency`` at a time), then one XACK for the successes.
+    A batch handler (``batch=True``) is called once for the batch; its successes are acked
+    together the same way."""
 
     name = "none"
 
@@ -42,8 +44,13 @@ class AtLeastOnce:
         """See :class:`~streamworker.idempotency.base.Strategy` (no ownership check to skip)."""
         if not batch:
             return []
+        many = invoke.batch
+        if many is not None:
+            outcomes = (await many(batch, {})).outcomes
+            await self._ack(batch, outcomes)
+            return outcomes
         if self._concurrency == 1:
-            outcomes: list[Outcome] = []
+            outcomes = []
             try:
                 for msg in batch:
                     outcomes.append(await invoke(msg, {}))
@@ -100,6 +107,7 @@ class AtLeastOncePlugin(PlainPlugin):
     name = "none"
     applies_effects = False
     supports_dedup_field = False
+    supports_batch = True
 
     def build(self, spec: HandlerConfig, context: BuildContext) -> Strategy:
         """An :class:`AtLeastOnce` for ``spec``."""

@@ -9,7 +9,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -21,7 +21,16 @@ from streamworker.errors import Retry
 from streamworker.idempotency import registry
 from streamworker.message import Message
 from streamworker.observability.metrics import Metrics, observe_many
-from streamworker.outcomes import ACKED, NOT_STARTED, Action, Outcome, decide
+from streamworker.outcomes import (
+    ACKED,
+    NOT_STARTED,
+    Action,
+    BadBatchResult,
+    BatchOutcomes,
+    Outcome,
+    batch_outcomes,
+    decide,
+)
 from streamworker.runtime.threads import HandlerThreads
 
 _FLUSH_EVERY = 512
@@ -37,6 +46,9 @@ class HandlerInvoker:
     strategies that already work in a pool thread and run a whole batch there in one hop (the SQL
     strategy): it is set for ``def`` handlers whose arguments need nothing awaited per message
     (no message-scoped ``Depends``), None otherwise.
+
+    A batch handler (``batch=True``) is called through :attr:`batch` instead, once per batch;
+    ``__call__`` and :attr:`inline` are not used for it.
     """
 
     def __init__(
@@ -65,8 +77,11 @@ class HandlerInvoker:
         # stack to open and close per message.
         self._plain_arguments = resolver.resolves_inline(spec.plan)
         self.inline: Callable[[Message[Any], Mapping[type, Any]], Outcome] | None = None
-        if not self._is_async and self._plain_arguments:
+        if not self._is_async and self._plain_arguments and not spec.batch:
             self.inline = self._call_inline
+        self.batch: (
+            Callable[[Sequence[Message[Any]], Mapping[type, Any]], Awaitable[BatchOutcomes]] | None
+        ) = self._call_batch if spec.batch else None
         # The usual handler, ``async def handle(msg)``: called with the message, nothing to look up.
         params = spec.plan.params
         self._message_only = (
@@ -152,6 +167,80 @@ class HandlerInvoker:
         except Exception as error:
             return self._conclude(msg, started, error)
         return self._conclude(msg, started, None, result)
+
+    async def _call_batch(
+        self, msgs: Sequence[Message[Any]], provided: Mapping[type, Any]
+    ) -> BatchOutcomes:
+        """Call the batch handler once with the messages not decided before (see
+        :class:`~streamworker.idempotency.base.BatchInvoke`)."""
+        outcomes: list[Outcome | None] = [None] * len(msgs)
+        run: list[Message[Any]] = []
+        at: list[int] = []
+        verdicts = self._verdicts
+        for i, msg in enumerate(msgs):
+            if verdicts and msg.id in verdicts:
+                outcomes[i] = verdicts[msg.id]
+            else:
+                run.append(msg)
+                at.append(i)
+        if run and self._stopping():
+            for i in at:
+                outcomes[i] = NOT_STARTED
+            run = []
+        raised = False
+        if run:
+            ran, raised = await self._run_batch(run, provided)
+            for i, outcome in zip(at, ran, strict=True):
+                outcomes[i] = outcome
+        done = [o for o in outcomes if o is not None]
+        assert len(done) == len(msgs)
+        return BatchOutcomes(done, raised=raised)
+
+    async def _run_batch(
+        self, run: list[Message[Any]], provided: Mapping[type, Any]
+    ) -> tuple[list[Outcome], bool]:
+        spec = self._spec
+        started = time.perf_counter()
+        try:
+            if self._plain_arguments:
+                kwargs = self._resolver.arguments_inline(spec.plan, run, provided)
+                result = await self._call(kwargs)
+            else:
+                async with self._resolver.arguments(spec.plan, run, dict(provided)) as kwargs:
+                    result = await self._call(kwargs)
+            outcomes = batch_outcomes(result, run, spec.max_deliveries)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._timings.append(time.perf_counter() - started)
+            if isinstance(exc, BadBatchResult):
+                self._log.error("batch_result_invalid", error=str(exc), batch=len(run))
+            else:
+                self._log.warning(
+                    "batch_handler_failed",
+                    error=f"{type(exc).__name__}: {exc}",
+                    batch=len(run),
+                    exc_info=exc,
+                )
+            return [decide(exc, m.delivery_count, spec.max_deliveries) for m in run], True
+        self._timings.append(time.perf_counter() - started)
+        for i, (msg, outcome) in enumerate(zip(run, outcomes, strict=True)):
+            if outcome.action is Action.ACK:
+                if self._drops_effects and isinstance(outcome.value, Effects):
+                    outcomes[i] = self._effects_dropped(msg)
+            elif outcome.action is Action.LEAVE_PENDING:
+                log = self._log.bind(message_id=msg.id, delivery_count=msg.delivery_count)
+                if outcome.retry:
+                    log.info(
+                        "retry_requested", reason=outcome.error, delay_ms=outcome.retry_delay_ms
+                    )
+                else:
+                    log.warning("handler_failed", error=outcome.error)
+        if self._debug:
+            self._log.debug(
+                "batch_handled", batch=len(run), duration_s=time.perf_counter() - started
+            )
+        return outcomes, False
 
     def _conclude(
         self, msg: Message[Any], started: float, exc: BaseException | None, result: Any = None

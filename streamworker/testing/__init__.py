@@ -118,9 +118,21 @@ class _Recorder:
         calls = self.calls
 
         def record(kwargs: Mapping[str, Any], error: BaseException | None, result: Any) -> None:
-            msg = kwargs.get(message_param) if message_param else None
-            if not isinstance(msg, Message):
-                return
+            given = kwargs.get(message_param) if message_param else None
+            if isinstance(given, Message):
+                one(given, error, result)
+            elif isinstance(given, list):
+                # A batch handler: one attempt per message, with its own result (the result
+                # map's value) or the error of the whole call.
+                per_id = result if isinstance(result, Mapping) else {}
+                for msg in given:
+                    value = per_id.get(msg.id) if isinstance(msg, Message) else None
+                    if isinstance(value, BaseException):
+                        one(msg, value, None)
+                    elif isinstance(msg, Message):
+                        one(msg, error, value)
+
+        def one(msg: Message[Any], error: BaseException | None, result: Any) -> None:
             calls.setdefault((msg.stream, msg.group, msg.id), []).append(
                 Attempt(
                     handler=spec.name,

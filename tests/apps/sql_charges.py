@@ -6,6 +6,8 @@ SW_TEST_LOG          file: one line "start <id> <n> <delivery_count> <consumer>"
 SW_TEST_SLEEP_S      seconds each handler takes (default 0)
 SW_TEST_BATCH        batch size (default 5)
 SW_TEST_MAX_DELIVERIES  max_deliveries (default 5)
+SW_TEST_BATCH_HANDLER   "1": the handler is a batch handler (batch=True) inserting the batch's
+                        charges with one executemany; logs a "start" line per message it gets
 SW_TEST_KILL         where this process SIGKILLs itself, once:
                        before_commit:K     at the K-th batch commit, before it is sent
                        after_commit:K      after the K-th batch committed, before its XACK
@@ -22,6 +24,7 @@ import os
 import time
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from streamworker import App, Message
@@ -56,14 +59,15 @@ sql.SqlStrategy._commit = _commit_or_die  # type: ignore[method-assign]
 sql.SqlStrategy._xack = _xack_or_die  # type: ignore[method-assign]
 
 
-@app.handler(
-    "orders",
-    group="billing",
-    idempotency="sql",
-    batch_size=int(os.environ.get("SW_TEST_BATCH", "5")),
-    block_ms=200,
-    max_deliveries=int(os.environ.get("SW_TEST_MAX_DELIVERIES", "5")),
-)
+_OPTIONS: dict[str, Any] = {
+    "group": "billing",
+    "idempotency": "sql",
+    "batch_size": int(os.environ.get("SW_TEST_BATCH", "5")),
+    "block_ms": 200,
+    "max_deliveries": int(os.environ.get("SW_TEST_MAX_DELIVERIES", "5")),
+}
+
+
 def charge(msg: Message, session: Session) -> None:
     n = msg.fields["n"]
     _record(f"start {msg.id} {n} {msg.delivery_count} {msg.consumer}")
@@ -72,3 +76,20 @@ def charge(msg: Message, session: Session) -> None:
     session.add(Charge(message_id=msg.id, order_id=n, amount_cents=100))
     if _SLEEP:
         time.sleep(_SLEEP)
+
+
+def charge_batch(msgs: list[Message], session: Session) -> None:
+    for msg in msgs:
+        _record(f"start {msg.id} {msg.fields['n']} {msg.delivery_count} {msg.consumer}")
+    session.execute(
+        sa.insert(Charge),
+        [{"message_id": m.id, "order_id": m.fields["n"], "amount_cents": 100} for m in msgs],
+    )
+    if _SLEEP:
+        time.sleep(_SLEEP)
+
+
+if os.environ.get("SW_TEST_BATCH_HANDLER") == "1":
+    app.handler("orders", batch=True, **_OPTIONS)(charge_batch)
+else:
+    app.handler("orders", **_OPTIONS)(charge)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from streamworker import App, Message, Retry
 from streamworker.testing import DrainTimeout, TestWorker
 from tests.kit import apps
 
@@ -155,3 +156,23 @@ def test_the_plugin_is_registered_by_entry_point_for_a_users_suite(tmp_path: Pat
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
+
+
+async def test_a_batch_handler_records_one_attempt_per_message_with_its_own_result() -> None:
+    app = App("kit-batch")
+    seen: list[int] = []
+
+    @app.handler("orders", group="g", batch=True)
+    async def handle(msgs: list[Message[apps.Order]]) -> dict[str, Exception]:
+        seen.extend(m.body.order_id for m in msgs)
+        first = len(seen) == len(msgs)  # the first call
+        return {m.id: Retry(delay_ms=0) for m in msgs if first and m.body.order_id == 2}
+
+    async with TestWorker(app) as worker:
+        one = await worker.publish("orders", apps.Order(order_id=1, amount_cents=1))
+        two = await worker.publish("orders", apps.Order(order_id=2, amount_cents=1))
+        await worker.drain()
+        worker.assert_acked(one)
+        worker.assert_acked(two)
+        worker.assert_retried(two, times=1)
+        assert len(worker.attempts(one)) == 1

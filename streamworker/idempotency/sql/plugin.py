@@ -100,6 +100,7 @@ class SqlPlugin:
     name = "sql"
     applies_effects = False
     supports_dedup_field = False
+    supports_batch = True
 
     def check_options(self, *, concurrency: int) -> None:
         """One transaction per batch, on one connection: its handlers run one after another."""

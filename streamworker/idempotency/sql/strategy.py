@@ -37,6 +37,12 @@ handlers before the failed one do happen twice), and 2-3 extra round trips per m
 a batch without failures pays nothing for the possibility. Savepoints on every message would
 cost those round trips always (and, past 64 per transaction, PostgreSQL's subtransaction cache).
 
+Batch handlers (``batch=True``) are called once with the messages claimed and owned, in the same
+transaction and with the same session: claim, ownership check, one call, flush, ``COMMIT``,
+``XACK``. A raise rolls back the whole transaction; a message the handler reports failed (its
+result map) has its row deleted before the commit, and the handler must not have written for it
+(see ``SqlStrategy._attempt_many``).
+
 Messages whose outcome is DEAD_LETTER are failures here too: their writes are undone and their row
 is not kept; the consume loop then dead-letters them (its script XACKs them).
 
@@ -80,7 +86,7 @@ import redis.asyncio as aioredis
 import structlog
 
 from streamworker.errors import ConfigError, DatabaseTimeout, DatabaseUnavailable
-from streamworker.idempotency.base import Invoke
+from streamworker.idempotency.base import BatchInvoke, Invoke
 from streamworker.idempotency.deadline import abort_driver_connection
 from streamworker.idempotency.sql.database import SqlDatabase
 from streamworker.idempotency.sql.schema import TABLE_NAME, sortable_id, stream_id
@@ -157,7 +163,9 @@ class SqlStrategy:
         async with connection_errors():
             await self._client.xack(self.stream, self.group, *ids)
 
-    async def _open(self) -> _Tx:
+    async def _open(self, claim: Sequence[str] = ()) -> tuple[_Tx, set[str]]:
+        """The batch's transaction, begun, and of ``claim`` the ids whose rows it inserted (one
+        thread hop for both with a sync engine)."""
         if not self._schema_ok:
             if not await self._run_sync(self.db.has_schema):
                 raise ConfigError(
@@ -171,8 +179,8 @@ class SqlStrategy:
         else:
             tx = _SyncTx(self.db.sync_engine, self._run_sync, self.group, self.stream)
         self._tx = tx
-        await tx.open()
-        return tx
+        claimed = await tx.open(claim, self.consumer)
+        return tx, claimed
 
     async def _owned(self, ids: set[str], count_hint: int) -> set[str]:
         """Of ``ids`` (sortable), those still pending and owned by this consumer."""
@@ -249,6 +257,9 @@ class SqlStrategy:
         return outcomes
 
     async def _process_batch(self, batch: Sequence[Message[Any]], invoke: Invoke) -> list[Outcome]:
+        many = invoke.batch
+        if many is not None:
+            return await self._attempt_many(batch, many)
         known: dict[int, Outcome] = {}
         outcomes = await self._attempt(batch, invoke, known, savepoints=False)
         if outcomes is None:
@@ -270,10 +281,9 @@ class SqlStrategy:
         """One transaction over the batch. Returns None (rolled back) when the fast path met a
         failure it cannot undo without savepoints; ``known`` then holds the failed messages."""
         sids = [sortable_id(m.id) for m in batch]
-        tx = await self._open()
+        wanted = [sid for i, sid in enumerate(sids) if i not in known]
+        tx, claimed = await self._open(wanted)
         try:
-            wanted = [sid for i, sid in enumerate(sids) if i not in known]
-            claimed = await tx.claim(wanted, self.consumer) if wanted else set()
             # After the claim (our rows are locked now): see the docstring of .retention.
             owned = await self._owned(claimed, len(batch))
             release = sorted(claimed - owned)
@@ -357,6 +367,68 @@ class SqlStrategy:
                 return [o if o.action is not Action.ACK else failed for o in outcomes]
         finally:
             await tx.close()
+        acked = [m.id for m, o in zip(batch, outcomes, strict=True) if o.acked]
+        if acked:
+            await self._xack(acked)
+        return outcomes
+
+    async def _attempt_many(
+        self, batch: Sequence[Message[Any]], many: BatchInvoke
+    ) -> list[Outcome]:
+        """A batch handler's batch: one transaction, one claim, one handler call.
+
+        The claim and the ownership check are the per-message path's, in the same order (claim,
+        then XPENDING): the handler is given the messages claimed and still owned; duplicates are
+        acked and the ones claimed away left alone. There are no savepoints to redo with: when the
+        handler raises (or the connection breaks, or the commit fails) the transaction is rolled
+        back as a whole and every message it was given fails; when it reports some messages
+        failed, their rows are deleted before the commit (the handler wrote nothing for them:
+        its contract), and the rest commit."""
+        sids = [sortable_id(m.id) for m in batch]
+        outcomes: list[Outcome] = []
+        tx, claimed = await self._open(sids)
+        try:
+            owned = await self._owned(claimed, len(batch))
+            release = sorted(claimed - owned)
+            run: list[int] = []
+            for i, (msg, sid) in enumerate(zip(batch, sids, strict=True)):
+                if sid not in claimed:
+                    self._log.info("duplicate_acked", message_id=msg.id)
+                    outcomes.append(DUPLICATE)
+                elif sid not in owned:
+                    self._log.warning("message_claimed_away", message_id=msg.id)
+                    outcomes.append(LOST_OWNERSHIP)
+                else:
+                    outcomes.append(NOT_STARTED)  # replaced by the handler's outcome below
+                    run.append(i)
+            raised = False
+            if run:
+                result = await many([batch[i] for i in run], tx.provided)
+                if tx.broken():
+                    raise DatabaseUnavailable(
+                        f"database connection lost while handling a batch of {len(run)}: "
+                        f"{next((o.error for o in result.outcomes if o.error), '')}"
+                    )
+                raised = result.raised
+                for i, outcome in zip(run, result.outcomes, strict=True):
+                    outcomes[i] = outcome
+                    if not outcome.acked:
+                        release.append(sids[i])
+            if not raised:
+                # Over-delivered (preset), failed, or not started: their rows go, the rest commit.
+                if release:
+                    await tx.unclaim(release)
+                error = await self._commit(tx)
+                if error is not None:
+                    self._log.error("batch_commit_failed", error=describe(error))
+                    for i in run:
+                        if outcomes[i].acked:
+                            outcomes[i] = self._flush_failed(batch[i], error)
+            # else: closing rolls everything back, the claims with the handler's writes.
+        finally:
+            await tx.close()
+        # Duplicates are acked even when the batch rolled back: their rows were committed by
+        # whoever processed them (the claim waits for an uncommitted conflicting row).
         acked = [m.id for m, o in zip(batch, outcomes, strict=True) if o.acked]
         if acked:
             await self._xack(acked)

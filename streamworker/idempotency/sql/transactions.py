@@ -145,6 +145,7 @@ _SWALLOWED = (
 class _Tx(Protocol):
     provided: Mapping[type, Any]
 
+    async def open(self, claim: Sequence[str] = (), consumer: str = "") -> set[str]: ...
     async def claim(self, sids: Sequence[str], consumer: str) -> set[str]: ...
     async def unclaim(self, ids: Sequence[str]) -> None: ...
     async def savepoint(self) -> None: ...
@@ -176,10 +177,14 @@ class _SyncTx:
         self._trans: sa.RootTransaction | None = None
         self._session: BatchSession | None = None
         self._sp: SessionTransaction | None = None
+        self._done = False  # committed and closed
         self.provided: Mapping[type, Any] = {}
 
-    async def open(self) -> None:
-        def _open() -> None:
+    async def open(self, claim: Sequence[str] = (), consumer: str = "") -> set[str]:
+        """Connect and begin; with ``claim``, also claim those ids (as :meth:`claim`) in the
+        same thread hop. On a failed claim the connection is closed before the error is raised."""
+
+        def _open() -> set[str]:
             with database_errors("connecting"):
                 self._conn = self._engine.connect()
                 self._trans = self._conn.begin()
@@ -187,8 +192,21 @@ class _SyncTx:
                 bind=self._conn, join_transaction_mode="rollback_only", expire_on_commit=False
             )
             self.provided = {Session: self._session}
+            if not claim:
+                return set()
+            try:
+                return self._claim_now(claim, consumer)
+            except BaseException:
+                self._close_now()
+                raise
 
-        await self._run(_open)
+        claimed: set[str] = await self._run(_open)
+        return claimed
+
+    def _claim_now(self, sids: Sequence[str], consumer: str) -> set[str]:
+        stmt, params = claim_call(self._dialect, self._group, self._stream, consumer, sids)
+        with database_errors("claiming the batch"):
+            return set(self.session.connection().execute(stmt, params).scalars())
 
     @property
     def session(self) -> BatchSession:
@@ -196,12 +214,7 @@ class _SyncTx:
         return self._session
 
     async def claim(self, sids: Sequence[str], consumer: str) -> set[str]:
-        def _claim() -> set[str]:
-            stmt, params = claim_call(self._dialect, self._group, self._stream, consumer, sids)
-            with database_errors("claiming the batch"):
-                return set(self.session.connection().execute(stmt, params).scalars())
-
-        result: set[str] = await self._run(_claim)
+        result: set[str] = await self._run(lambda: self._claim_now(sids, consumer))
         return result
 
     async def unclaim(self, ids: Sequence[str]) -> None:
@@ -273,12 +286,18 @@ class _SyncTx:
                 raise
             except Exception as exc:
                 return exc
+            # Committed: hand the connection back to the pool in this same thread hop, so that
+            # close() has nothing left to do (one hop per batch less).
+            self._close_now()
+            self._done = True
             return None
 
         result: BaseException | None = await self._run(_commit)
         return result
 
     def broken(self) -> bool:
+        if self._done:
+            return False
         return self._conn is None or self._conn.invalidated or self._conn.closed
 
     def driver_connection(self) -> Any:
@@ -314,17 +333,17 @@ class _SyncTx:
             return True
         return _aborted(self._dialect, self._conn.connection.driver_connection)
 
-    async def close(self) -> None:
-        def _close() -> None:
-            with contextlib.suppress(Exception):
-                if self._session is not None:
-                    self._session.close()
-            with contextlib.suppress(Exception):
-                if self._conn is not None:
-                    self._conn.close()  # rolls back what was not committed
+    def _close_now(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._session is not None:
+                self._session.close()
+        with contextlib.suppress(Exception):
+            if self._conn is not None:
+                self._conn.close()  # rolls back what was not committed
 
-        if self._conn is not None:
-            await self._run(_close)
+    async def close(self) -> None:
+        if self._conn is not None and not self._done:
+            await self._run(self._close_now)
 
 
 class _AsyncTx:
@@ -341,7 +360,9 @@ class _AsyncTx:
         self._sp: AsyncSessionTransaction | None = None
         self.provided: Mapping[type, Any] = {}
 
-    async def open(self) -> None:
+    async def open(self, claim: Sequence[str] = (), consumer: str = "") -> set[str]:
+        """Connect and begin; with ``claim``, also claim those ids (as :meth:`claim`). On a
+        failed claim the connection is closed before the error is raised."""
         with database_errors("connecting"):
             self._conn = await self._engine.connect()
             self._trans = await self._conn.begin()
@@ -349,6 +370,13 @@ class _AsyncTx:
             bind=self._conn, join_transaction_mode="rollback_only", expire_on_commit=False
         )
         self.provided = {AsyncSession: self._session}
+        if not claim:
+            return set()
+        try:
+            return await self.claim(claim, consumer)
+        except BaseException:
+            await self.close()
+            raise
 
     @property
     def session(self) -> AsyncBatchSession:

@@ -1,0 +1,257 @@
+"""Batch handlers over SQL: exactly-once at the cost of a plain set-based INSERT?
+
+Run: ``python -m benchmarks.batch_handler_bench`` (or ``make bench``). Starts its own
+redis-server and a PostgreSQL 15 with ``fsync=on`` and ``synchronous_commit=on`` (or uses
+``--redis-url`` / ``--pg-url``) and prints one table per round, then the medians.
+
+Every variant consumes the same messages from a Redis stream in reads of ``--batch`` (100)
+entries through the same driver loop as :mod:`benchmarks.sql_bench` and writes one small row per
+message into ``bench_charges``:
+
+* ``a: plain set-based``: the reference without idempotency: per batch BEGIN, one
+  ``INSERT … VALUES`` of the batch's rows (``session.execute(insert(table), rows)``: one
+  executemany), COMMIT, XACK. At-least-once, the ceiling for what follows.
+* ``b: sql batch handler``: ``idempotency="sql"`` with ``batch=True``: the same handler, the same
+  INSERT, plus the claim of the batch's processed rows (one ``INSERT … ON CONFLICT DO NOTHING
+  RETURNING``) and the ownership XPENDING, in the same transaction; COMMIT, XACK.
+* ``c: sql per-message``: ``idempotency="sql"`` with an ordinary handler (``session.add`` of its
+  row, the batch's rows flushed together), as :mod:`benchmarks.sql_bench` measures it.
+
+The three run interleaved in each round (order rotated per round), ``--rounds`` rounds; the
+medians and the ratios b/a and b/c are printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from benchmarks.sql_bench import (
+    CONSUMER,
+    GROUP,
+    STREAM,
+    BenchCharge,
+    Result,
+    _drive,
+    _prepare,
+    _reset,
+    session_handler,
+)
+from streamworker import App, Message
+from streamworker.deps import Resolver
+from streamworker.idempotency.base import Invoke, Strategy
+from streamworker.idempotency.sql import SqlDatabase, SqlStrategy
+from streamworker.observability.logging import configure_logging
+from streamworker.observability.metrics import Metrics
+from streamworker.outcomes import Outcome
+from streamworker.runtime.invoker import HandlerInvoker, make_invoker
+from streamworker.runtime.threads import HandlerThreads
+
+_TABLE = BenchCharge.__table__
+
+
+def batch_handler(msgs: list[Message[Any]], session: Session) -> None:
+    """What a user writes with ``batch=True``: the batch's rows in one INSERT."""
+    session.execute(sa.insert(_TABLE), [{"message_id": m.id, "amount_cents": 100} for m in msgs])
+
+
+async def _invoker(
+    handler: Callable[..., None], threads: HandlerThreads, *, batch: bool
+) -> HandlerInvoker:
+    app = App("bench")
+    app.handler(STREAM, group=GROUP, idempotency="sql", batch=batch)(handler)
+    spec = app.handlers[0]
+    resolver = Resolver()
+    await resolver.start([spec.plan])
+    return make_invoker(
+        spec, resolver=resolver, threads=threads, metrics=Metrics(), stopping=lambda: False
+    )
+
+
+class PlainSetBased:
+    """The reference: one transaction per batch with the batch handler's INSERT, no processed
+    rows, no ownership check; the same handler call through the runtime's batch invoke."""
+
+    name = "plain"
+
+    def __init__(self, engine: sa.Engine, client: aioredis.Redis, threads: HandlerThreads) -> None:
+        self._engine = engine
+        self._client = client
+        self._threads = threads
+
+    async def process(
+        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
+    ) -> list[Outcome]:
+        many = invoke.batch
+        assert many is not None
+
+        def _open() -> tuple[sa.Connection, Session]:
+            conn = self._engine.connect()
+            conn.begin()
+            return conn, Session(bind=conn, join_transaction_mode="rollback_only")
+
+        def _commit(conn: sa.Connection, session: Session) -> None:
+            session.flush()
+            session.close()
+            conn.commit()
+            conn.close()
+
+        conn, session = await self._threads.run(_open)
+        outcomes = (await many(batch, {Session: session})).outcomes
+        await self._threads.run(_commit, conn=conn, session=session)
+        await self._client.xack(STREAM, GROUP, *[m.id for m in batch])
+        return outcomes
+
+
+VARIANTS = ("a: plain set-based", "b: sql batch handler", "c: sql per-message")
+
+
+async def run_variant(redis_url: str, db: SqlDatabase, variant: str, n: int, batch: int) -> Result:
+    _reset(redis_url, db, n)
+    threads = HandlerThreads(1)
+    client = aioredis.Redis.from_url(redis_url)
+
+    async def run_sync(func: Callable[[], Any]) -> Any:
+        return await threads.run(func)
+
+    strategy: Strategy
+    if variant.startswith("a"):
+        strategy = PlainSetBased(db.sync_engine, client, threads)
+        invoke = await _invoker(batch_handler, threads, batch=True)
+    else:
+        strategy = SqlStrategy(
+            db,
+            client,
+            stream=STREAM,
+            group=GROUP,
+            consumer=CONSUMER,
+            max_deliveries=5,
+            is_async=False,
+            run_sync=run_sync,
+        )
+        if variant.startswith("b"):
+            invoke = await _invoker(batch_handler, threads, batch=True)
+        else:
+            invoke = await _invoker(session_handler, threads, batch=False)
+    started = time.perf_counter()
+    try:
+        done = await _drive(redis_url, strategy, invoke, batch)
+    finally:
+        elapsed = time.perf_counter() - started
+        await client.aclose()
+        threads.shutdown()
+    with db.sync_engine.connect() as conn:
+        rows = conn.execute(sa.select(sa.func.count()).select_from(_TABLE)).scalar_one()
+    if done != n or rows != n:
+        raise RuntimeError(f"{variant}: processed {done}, wrote {rows}, expected {n}")
+    return Result(db.dialect, variant, n, elapsed)
+
+
+def _report(rounds: list[dict[str, float]], out: Any = sys.stdout) -> None:
+    print(
+        f"{'variant':<24}"
+        + "".join(f"{'round ' + str(i + 1):>10}" for i in range(len(rounds)))
+        + f"{'median':>10}",
+        file=out,
+    )
+    medians: dict[str, float] = {}
+    for variant in VARIANTS:
+        rates = [r[variant] for r in rounds]
+        medians[variant] = statistics.median(rates)
+        print(
+            f"{variant:<24}" + "".join(f"{x:>10.0f}" for x in rates) + f"{medians[variant]:>10.0f}",
+            file=out,
+        )
+    a, b, c = (medians[v] for v in VARIANTS)
+    print(file=out)
+    print(f"msgs/s (median of {len(rounds)} rounds): a={a:.0f} b={b:.0f} c={c:.0f}", file=out)
+    print(f"b/a = {b / a:.2f}   b/c = {b / c:.2f}", file=out)
+    per_round = ", ".join(f"{r[VARIANTS[1]] / r[VARIANTS[0]]:.2f}" for r in rounds)
+    print(f"b/a per round: {per_round}", file=out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the comparison and print the tables (see the module docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.batch_handler_bench", description=__doc__
+    )
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument(
+        "--per-message-messages",
+        type=int,
+        default=5_000,
+        help="fewer for the slower per-message variant c (rates are per second)",
+    )
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--redis-url", help="use this Redis instead of starting one")
+    parser.add_argument("--pg-url", help="use this PostgreSQL instead of starting one")
+    args = parser.parse_args(argv)
+    configure_logging("console", level="warning")  # as a worker logs; no per-message debug lines
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root))
+    from tests.support.postgres import PostgresServer
+    from tests.support.servers import RedisServer
+
+    tmp = Path(tempfile.mkdtemp(prefix="sw-batch-bench-"))
+    redis_server = pg_server = None
+    try:
+        redis_url = args.redis_url
+        if redis_url is None:
+            redis_server = RedisServer(tmp / "redis").start()
+            redis_url = redis_server.url
+        pg_url = args.pg_url
+        if pg_url is None:
+            pg_server = PostgresServer(durable=True).start()
+            pg_url = pg_server.url()
+        with redis.Redis.from_url(redis_url) as probe:
+            probe.ping()
+        db = _prepare(pg_url)
+        try:
+            with db.sync_engine.connect() as conn:
+                sync = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
+                fsync = conn.exec_driver_sql("SHOW fsync").scalar()
+            print(f"postgresql: synchronous_commit={sync} fsync={fsync}; batch={args.batch}")
+            rounds: list[dict[str, float]] = []
+            for i in range(args.rounds):
+                order = VARIANTS[i % 3 :] + VARIANTS[: i % 3]
+                rates: dict[str, float] = {}
+                for variant in order:
+                    n = args.per_message_messages if variant.startswith("c") else args.messages
+                    result = asyncio.run(run_variant(redis_url, db, variant, n, args.batch))
+                    rates[variant] = result.rate
+                rounds.append(rates)
+                print(
+                    f"round {i + 1}: "
+                    + ", ".join(f"{v.split(':')[0]}={rates[v]:.0f}" for v in VARIANTS),
+                    flush=True,
+                )
+        finally:
+            asyncio.run(db.dispose())
+        print()
+        _report(rounds)
+    finally:
+        if pg_server is not None:
+            pg_server.destroy()
+        if redis_server is not None:
+            redis_server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
