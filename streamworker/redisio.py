@@ -293,6 +293,9 @@ async def read_group(
 _XREADGROUP = b"XREADGROUP"
 
 
+_new_entry = tuple.__new__
+
+
 def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
     """Entries of ``stream`` from an XREAD/XREADGROUP reply, RESP2 or RESP3 shape, as redis-py parsed it.
 
@@ -313,16 +316,18 @@ def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
             items = items[0]
     else:  # RESP2: [[stream, [entries]], ...]
         items = next((e for name, e in reply if name == stream), [])
+    # This runs for every entry read: each Entry made by tuple.__new__ (the named tuple's own
+    # __new__ is a Python function), the field pairs by one zip (Redis sends them in pairs; zip's
+    # strict check would cost a fifth of the loop). A deleted entry comes back with a nil body,
+    # which the parser or redis-py turns into None or {}; a live entry always has at least one
+    # field (XADD requires one).
     out: list[Entry] = []
     append = out.append
-    for item in items:
-        entry_id, fields = item[0], item[1]
+    for entry_id, fields in items:
         if fields is not None and not isinstance(fields, dict):
             it = iter(fields)
-            fields = dict(zip(it, it, strict=True))
-        # A deleted entry comes back with a nil body, which redis-py turns into None or {}; a live
-        # entry always has at least one field (XADD requires one).
-        append(Entry(entry_id, fields or None))
+            fields = dict(zip(it, it))  # noqa: B905
+        append(_new_entry(Entry, (entry_id, fields or None)))
     return out
 
 
