@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -18,8 +19,11 @@ from streamworker.idempotency.base import (
     Strategy,
 )
 from streamworker.message import Message
-from streamworker.outcomes import Action, Outcome
+from streamworker.outcomes import ACKED, Action, Outcome
 from streamworker.redisio import connection_errors
+
+# What this strategy provides to handlers: nothing (one shared empty mapping, not one per call).
+_NOTHING: Mapping[type, Any] = MappingProxyType({})
 
 # After the shutdown deadline, finished messages are still acked, within this bound.
 _ACK_ON_CANCEL_TIMEOUT_S = 2.0
@@ -51,9 +55,10 @@ class AtLeastOnce:
             return outcomes
         if self._concurrency == 1:
             outcomes = []
+            append = outcomes.append
             try:
                 for msg in batch:
-                    outcomes.append(await invoke(msg, {}))
+                    append(await invoke(msg, _NOTHING))
             except asyncio.CancelledError:
                 await self._ack_finished(batch[: len(outcomes)], outcomes)
                 raise
@@ -64,7 +69,7 @@ class AtLeastOnce:
 
         async def limited(msg: Message[Any]) -> Outcome:
             async with sem:
-                return await invoke(msg, {})
+                return await invoke(msg, _NOTHING)
 
         tasks = [asyncio.ensure_future(limited(m)) for m in batch]
         try:
@@ -80,9 +85,16 @@ class AtLeastOnce:
 
     async def _ack(self, batch: Sequence[Message[Any]], outcomes: Sequence[Outcome]) -> None:
         # As bytes: redis-py passes bytes through, a str it checks and encodes per argument.
-        ids = [
-            m.id.encode() for m, o in zip(batch, outcomes, strict=True) if o.action is Action.ACK
-        ]
+        if len(outcomes) == len(batch) and outcomes.count(ACKED) == len(batch):
+            # The common batch, every message acked (list.count compares by identity first; an
+            # Outcome equal to ACKED is an ACK).
+            ids = [m.id.encode() for m in batch]
+        else:
+            ids = [
+                m.id.encode()
+                for m, o in zip(batch, outcomes, strict=True)
+                if o.action is Action.ACK
+            ]
         if ids:
             async with connection_errors():
                 await self._client.xack(self._stream, self._group, *ids)

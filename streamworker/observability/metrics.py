@@ -44,6 +44,8 @@ Gauges, read from Redis when scraped (see :class:`GroupStateCollector`):
 from __future__ import annotations
 
 import bisect
+import collections
+import functools
 import platform
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -79,13 +81,16 @@ def observe_many(histogram: Any, values: Sequence[float]) -> None:
         for value in values:
             histogram.observe(value)
         return
-    counts: dict[int, int] = {}
-    for value in values:
-        if value == value:  # NaN counts in the sum but in no bucket, as with observe
-            # The first bucket whose bound is >= value, as observe's "amount <= bound" picks it.
-            i = bisect.bisect_left(bounds, value)
-            counts[i] = counts.get(i, 0) + 1
-    total.inc(sum(values))
+    amount = sum(values)
+    if amount == amount:
+        # No NaN among the values (one would make the sum NaN): each goes to the first bucket
+        # whose bound is >= it, as observe's "amount <= bound" picks it; counted without a
+        # Python-level step per value.
+        counts = collections.Counter(map(functools.partial(bisect.bisect_left, bounds), values))
+    else:
+        # NaN counts in the sum but in no bucket, as with observe.
+        counts = collections.Counter(bisect.bisect_left(bounds, v) for v in values if v == v)
+    total.inc(amount)
     for i, n in counts.items():
         buckets[i].inc(n)
 

@@ -22,13 +22,14 @@ import redis.exceptions as rex
 import structlog
 
 from streamworker.app import HandlerSpec
-from streamworker.codec import decode_message
+from streamworker.codec import MessageDecoder
 from streamworker.deps import Resolver
 from streamworker.errors import DatabaseUnavailable, PermanentFailure
 from streamworker.idempotency.base import Strategy
 from streamworker.message import Message
 from streamworker.observability.metrics import OUTCOMES, Metrics
 from streamworker.outcomes import (
+    ACKED,
     NOT_STARTED,
     SKIPPED,
     Action,
@@ -104,6 +105,13 @@ class BatchProcessor:
         # A read or claim reply later than this (seconds after it was sent) is checked before
         # its handlers run: see runtime.late.
         self._late_after_s = late_after_s(spec.claim_idle_ms)
+        self._decode = MessageDecoder(
+            stream=spec.stream,
+            group=spec.group,
+            consumer=consumer,
+            model=spec.model,
+            body_field=spec.body_field,
+        ).decode
 
     async def process(
         self,
@@ -184,35 +192,32 @@ class BatchProcessor:
         deleted: list[bytes] = []
         dead: list[tuple[bytes, int, str]] = []
         verdicts: dict[str, Outcome] = {}
-        for entry in entries:
-            count = counts.get(entry.id)
+        # Bound once: this loop runs for every message.
+        count_of = counts.get
+        decode = self._decode
+        append = messages.append
+        max_deliveries = spec.max_deliveries
+        for entry_id, raw in entries:
+            count = count_of(entry_id)
             if count is None:
                 # No longer in this consumer's PEL: claimed by another consumer since the read.
                 continue
-            if entry.fields is None:
-                deleted.append(entry.id)
+            if raw is None:
+                deleted.append(entry_id)
                 continue
             try:
-                msg = decode_message(
-                    entry.id,
-                    entry.fields,
-                    stream=spec.stream,
-                    group=spec.group,
-                    consumer=self.consumer,
-                    delivery_count=count,
-                    model=spec.model,
-                    body_field=spec.body_field,
-                )
+                msg = decode(entry_id, raw, count)
             except PermanentFailure as exc:
                 # Its handler can never have run (decoding comes first), so nothing of it was
                 # applied: dead-letter it now.
-                dead.append((entry.id, count, describe(exc)))
+                dead.append((entry_id, count, describe(exc)))
                 continue
-            if over_delivered(count, spec.max_deliveries):
+            # (max_deliveries >= 1: a first delivery is never over-delivered.)
+            if count > 1 and over_delivered(count, max_deliveries):
                 # Decided, but the strategy sees it first: if its effects are recorded as applied
                 # (committed, then a crash before the XACK), it is acked as a duplicate instead.
-                verdicts[msg.id] = over_delivered_verdict(count, spec.max_deliveries)
-            messages.append(msg)
+                verdicts[msg.id] = over_delivered_verdict(count, max_deliveries)
+            append(msg)
 
         if deleted:
             await self.ack_deleted(deleted)
@@ -233,6 +238,16 @@ class BatchProcessor:
         holdings = self.holdings
         # An acked message owes no retry; most batches have none scheduled to clear.
         clear_retries = holdings.has_retries()
+        # The common batch, every message acked: counted at once (list.count compares by identity
+        # first; an Outcome equal to ACKED is an ACK, not a duplicate, whatever its value).
+        acked = outcomes.count(ACKED) if len(outcomes) == len(messages) else -1
+        if acked == len(messages):
+            if acked:
+                tally["acked"] = acked
+            if clear_retries:
+                for msg in messages:
+                    holdings.settled(msg.id.encode())
+            messages, outcomes = [], []  # nothing left for the loop below
         for msg, outcome in zip(messages, outcomes, strict=True):
             action = outcome.action
             if action is Action.ACK:  # the common case first

@@ -31,7 +31,7 @@ from streamworker.deps import Resolver
 from streamworker.errors import ConnectionLost, StreamworkerError
 from streamworker.idempotency.base import Strategy
 from streamworker.observability.metrics import Metrics
-from streamworker.redisio import Entry, connection_errors, parse_read_reply
+from streamworker.redisio import Entry, connection_errors, parse_read_reply, read_group
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.batch_processor import BatchProcessor
 from streamworker.runtime.holdings import Holdings
@@ -247,12 +247,14 @@ class Consumer:
             await process(entries, counts, sent_at=sent)
 
     async def _read(self, start: bytes, block_ms: int | None) -> list[Entry]:
-        call = (self._client if block_ms is None else self.read_client).xreadgroup(
+        call = read_group(
+            self._client if block_ms is None else self.read_client,
             self.spec.group,
             self.name,
-            {self.spec.stream: start},
+            self.spec.stream,
+            start,
             count=self.spec.batch_size,
-            block=block_ms,
+            block_ms=block_ms,
         )
         async with connection_errors():
             if block_ms is None:

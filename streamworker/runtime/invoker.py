@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import threading
 import time
@@ -89,6 +90,11 @@ class HandlerInvoker:
             if self._is_async and len(params) == 1 and isinstance(params[0][1], MessageParam)
             else None
         )
+        # ... and when that parameter comes first and takes a positional argument (not a wrapper
+        # such as tracing's, which takes keywords only), the message is passed positionally.
+        self._message_positional = self._message_only is not None and _first_positional(
+            spec.func, self._message_only
+        )
         self._drops_effects = not registry.get(spec.idempotency).applies_effects
         # Outcomes decided before the handler (over-delivered messages): see :meth:`decided`.
         self._verdicts: Mapping[str, Outcome] = {}
@@ -131,7 +137,9 @@ class HandlerInvoker:
             return NOT_STARTED
         started = time.perf_counter()
         try:
-            if self._message_only is not None:
+            if self._message_positional:
+                result = await spec.func(msg)
+            elif self._message_only is not None:
                 result = await spec.func(**{self._message_only: msg})
             elif self._plain_arguments:
                 kwargs = self._resolver.arguments_inline(spec.plan, msg, provided)
@@ -146,6 +154,13 @@ class HandlerInvoker:
             raise
         except Exception as error:
             return self._conclude(msg, started, error)
+        if result is None and not self._debug:
+            # _conclude's common case, inlined: the handler returned nothing, no debug log.
+            timings = self._timings
+            timings.append(time.perf_counter() - started)
+            if len(timings) >= _FLUSH_EVERY:
+                self.flush_timings()
+            return ACKED
         return self._conclude(msg, started, None, result)
 
     async def _call(self, kwargs: dict[str, Any]) -> Any:
@@ -281,6 +296,18 @@ class HandlerInvoker:
         )
         self._log.error("effects_dropped", message_id=msg.id, reason=reason)
         return Outcome(Action.DEAD_LETTER, f"ConfigError: {reason}")
+
+
+def _first_positional(func: Callable[..., Any], name: str) -> bool:
+    """True when ``func``'s own first parameter is ``name`` and can be passed positionally."""
+    try:
+        params = list(inspect.signature(func, follow_wrapped=False).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return bool(params) and params[0].name == name and params[0].kind in _POSITIONAL
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 def make_invoker(

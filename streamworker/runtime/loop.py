@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 
 class StopSignal:
@@ -16,14 +17,14 @@ class StopSignal:
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        # The event's own method, not a method of this class calling it: the batch processor
+        # asks before every handler call.
+        self.stopping: Callable[[], bool] = self._event.is_set
+        """``stopping()``: True once :meth:`stop` was called."""
 
     def stop(self) -> None:
         """Ask every loop of the subscription to stop (idempotent)."""
         self._event.set()
-
-    def stopping(self) -> bool:
-        """True once :meth:`stop` was called."""
-        return self._event.is_set()
 
     async def wait(self) -> None:
         """Return once :meth:`stop` is called."""
