@@ -87,6 +87,19 @@ VALUE_NOT_FLOAT = "ERR value is not a valid float"
 DECREMENT_OVERFLOW = "ERR decrement would overflow"
 OFFSET_OUT_OF_RANGE = "ERR offset is out of range"
 
+# --- bit operations ------------------------------------------------------------------------
+
+BIT_OFFSET_OUT_OF_RANGE = "ERR bit offset is not an integer or out of range"
+BIT_VALUE_OUT_OF_RANGE = "ERR bit is not an integer or out of range"
+BITPOS_BIT_NOT_0_OR_1 = "ERR The bit argument must be 1 or 0."
+BITOP_NOT_SINGLE_KEY = "ERR BITOP NOT must be called with a single source key."
+BITFIELD_BAD_TYPE = (
+    "ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported "
+    "but i64 is."
+)
+BITFIELD_BAD_OVERFLOW = "ERR Invalid OVERFLOW type specified"
+BITFIELD_RO_GET_ONLY = "ERR BITFIELD_RO only supports the GET subcommand"
+
 # --- hashes --------------------------------------------------------------------------------
 
 HASH_NOT_INTEGER = "ERR hash value is not an integer"

@@ -195,6 +195,15 @@ _TYPE_PARTS = [
     S.oddities(),
 ]
 
+_BIT_PARTS = [
+    S.bits(),
+    S.bits(),
+    S.bits(),
+    S.bits(),
+    S.strings(),
+    S.keyspace(),
+]
+
 _TX_PARTS = [
     S.xadd_plain(),
     S.xadd(),
@@ -262,6 +271,17 @@ def test_keyspace_and_other_types_match_redis(
 ) -> None:
     """Strings, hashes, sets, sorted sets, lists, TYPE/EXISTS/DEL/EXPIRE/TTL, beside streams."""
     _check(columns, tally_report, "types", program)
+
+
+@_budget(150)
+@given(program=S.programs(_BIT_PARTS, setup=_STREAM_SETUP, max_steps=20))
+def test_bit_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD and BITFIELD_RO beside strings."""
+    _check(columns, tally_report, "bits", program)
 
 
 @_budget(200)

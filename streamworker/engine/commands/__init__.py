@@ -56,6 +56,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _MODULES = (
     "keys",
     "strings",
+    "bits",
     "hashes",
     "sets",
     "zsets",

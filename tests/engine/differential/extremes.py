@@ -53,6 +53,11 @@ REPEATING_COUNTS: frozenset[bytes] = frozenset(
     }
 )
 
+# Bit offsets that make SETBIT / BITFIELD SET grow a string to 256 MB on both servers: driven
+# by test_bits.py's allocation test instead, so that the table run stays small.
+ALLOCATING_OFFSETS: frozenset[bytes] = frozenset({b"2147483647", b"2147483648"})
+ALLOCATING_COMMANDS: frozenset[bytes] = frozenset({b"setbit", b"bitfield"})
+
 KEYS: tuple[bytes, ...] = (b"str", b"int", b"list", b"set", b"hash", b"zset", b"stream", b"none")
 
 SETUP: tuple[tuple[bytes, ...], ...] = (
@@ -71,6 +76,20 @@ SETUP: tuple[tuple[bytes, ...], ...] = (
 # Shapes per command (argv after the name). ``N`` is a numeric slot, ``K`` a key slot.
 TEMPLATES: dict[str, tuple[str, ...]] = {
     "append": ("K x",),
+    "bitcount": ("K N -1", "K 0 N", "K N N BIT", "str N -1 BIT", "str 0 N BYTE"),
+    "bitfield": (
+        "K GET u8 N",
+        "K GET i64 N",
+        "K SET u8 N 1",
+        "K SET i8 0 N",
+        "K INCRBY u63 0 N",
+        "K OVERFLOW SAT INCRBY i64 0 N",
+        "K OVERFLOW FAIL SET u8 0 N",
+        "str OVERFLOW WRAP SET i64 #1 N GET i64 #1",
+    ),
+    "bitfield_ro": ("K GET u8 N", "K GET i64 N", "K GET u63 N GET i8 #1"),
+    "bitop": ("AND dest K str", "NOT dest K", "XOR K str int", "N dest str"),
+    "bitpos": ("K N", "K 1 N", "K 0 0 N", "str 1 N -1 BIT", "str 0 0 N BIT", "str 0 N N BYTE"),
     "blpop": ("list N",),
     "brpop": ("list N",),
     "dbsize": ("",),
@@ -84,6 +103,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "expireat": ("K N", "str N LT"),
     "expiretime": ("K",),
     "get": ("K",),
+    "getbit": ("K N",),
     "getdel": ("K",),
     "getex": ("K EX N", "K PX N", "K EXAT N", "K PXAT N", "K PERSIST"),
     "getrange": ("K N 10", "K 0 N", "str N N"),
@@ -134,6 +154,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "sdiff": ("K set",),
     "select": ("N",),
     "set": ("K v EX N", "K v PX N", "K v EXAT N", "K v PXAT N", "K v GET EX N"),
+    "setbit": ("K N 1", "K 1 N", "str N 0"),
     "setex": ("K N v",),
     "setnx": ("K N",),
     "setrange": ("K N x", "K N ''", "str N x"),

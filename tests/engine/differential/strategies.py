@@ -491,6 +491,46 @@ def strings(draw: Draw) -> Command:
 
 
 @st.composite
+def bits(draw: Draw) -> Command:
+    """SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD(_RO) on small strings and other types."""
+    k = _pick(draw, ["b", "b", "c", "k", "s"])
+    offsets = ["0", "7", "8", "15", "23", "100", "-1", "x", "#1", "#2"]
+    ranges = ["0", "1", "-1", "-2", "2", "-100", "100", "x"]
+    which = int(draw(st.integers(0, 7)))
+    if which == 0:
+        return _b(["SETBIT", k, _pick(draw, offsets[:7]), _pick(draw, ["1", "0", "2"])])
+    if which == 1:
+        return _b(["GETBIT", k, _pick(draw, offsets[:7])])
+    if which == 2:
+        unit = [_pick(draw, ["BIT", "BYTE", "bit", "FOO"])] if _chance(draw, 50) else []
+        pair = [_pick(draw, ranges), _pick(draw, ranges)] if _chance(draw, 70) else []
+        return _b(["BITCOUNT", k, *pair, *(unit if pair else [])])
+    if which == 3:
+        tail = draw(st.lists(st.sampled_from(ranges), max_size=2))
+        if len(tail) == 2 and _chance(draw, 50):
+            tail.append(_pick(draw, ["BIT", "BYTE", "FOO"]))
+        return _b(["BITPOS", k, _pick(draw, ["0", "1", "1", "2"]), *tail])
+    if which == 4:
+        op = _pick(draw, ["AND", "OR", "XOR", "NOT", "and", "FOO"])
+        srcs = draw(
+            st.lists(st.sampled_from(["b", "c", "k", "s", "nokey"]), min_size=1, max_size=3)
+        )
+        return _b(["BITOP", op, _pick(draw, ["b", "c", "d"]), *srcs])
+    ops: list[str] = []
+    for _ in range(int(draw(st.integers(1, 3)))):
+        kind = _pick(draw, ["GET", "GET", "SET", "INCRBY", "OVERFLOW"])
+        if kind == "OVERFLOW":
+            ops += ["OVERFLOW", _pick(draw, ["WRAP", "SAT", "FAIL", "FOO"])]
+            continue
+        t = _pick(draw, ["u8", "i8", "u1", "i5", "u63", "i64", "u64", "i0"])
+        ops += [kind, t, _pick(draw, offsets)]
+        if kind != "GET":
+            ops.append(_pick(draw, ["1", "-1", "100", "-300", "9223372036854775807", "x"]))
+    name = "BITFIELD_RO" if which == 7 and _chance(draw, 50) else "BITFIELD"
+    return _b([name, k, *ops])
+
+
+@st.composite
 def hashes(draw: Draw) -> Command:
     h = _pick(draw, ["h", "h", "k", "s"])
     which = int(draw(st.integers(0, 8)))
