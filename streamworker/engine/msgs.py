@@ -100,6 +100,18 @@ BITFIELD_BAD_TYPE = (
 BITFIELD_BAD_OVERFLOW = "ERR Invalid OVERFLOW type specified"
 BITFIELD_RO_GET_ONLY = "ERR BITFIELD_RO only supports the GET subcommand"
 
+# --- lists ---------------------------------------------------------------------------------
+
+LPOS_RANK_ZERO = (
+    "ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use "
+    "negative to start from the end of the list"
+)
+LPOS_COUNT_NEGATIVE = "ERR COUNT can't be negative"
+LPOS_MAXLEN_NEGATIVE = "ERR MAXLEN can't be negative"
+INDEX_OUT_OF_RANGE = "ERR index out of range"
+NUMKEYS_NOT_POSITIVE = "ERR numkeys should be greater than 0"
+MPOP_COUNT_NOT_POSITIVE = "ERR count should be greater than 0"
+
 # --- hashes --------------------------------------------------------------------------------
 
 HASH_NOT_INTEGER = "ERR hash value is not an integer"

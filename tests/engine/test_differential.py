@@ -204,6 +204,15 @@ _BIT_PARTS = [
     S.keyspace(),
 ]
 
+_LIST_PARTS = [
+    S.lists(),
+    S.lists(),
+    S.list_positions(),
+    S.list_positions(),
+    S.list_positions(),
+    S.keyspace(),
+]
+
 _TX_PARTS = [
     S.xadd_plain(),
     S.xadd(),
@@ -282,6 +291,18 @@ def test_bit_commands_match_redis(
 ) -> None:
     """SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD and BITFIELD_RO beside strings."""
     _check(columns, tally_report, "bits", program)
+
+
+@_budget(150)
+@given(program=S.programs(_LIST_PARTS, setup=_STREAM_SETUP, max_steps=20))
+def test_list_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """LPOS, LSET, LINSERT, LMPOP and BLMPOP (served or timing out at once) beside the other
+    list commands."""
+    _check(columns, tally_report, "lists", program)
 
 
 @_budget(200)

@@ -643,6 +643,38 @@ def lists(draw: Draw) -> Command:
 
 
 @st.composite
+def list_positions(draw: Draw) -> Command:
+    """LPOS, LSET, LINSERT, LMPOP, and BLMPOP that never waits (a timeout of 0.01 s at most)."""
+    k = _pick(draw, ["k", "k", "l", "h", "s"])
+    vals = ["a", "b", "1", "z"]
+    which = int(draw(st.integers(0, 4)))
+    if which == 0:
+        opts: list[list[str]] = []
+        if _chance(draw, 40):
+            opts.append(
+                ["RANK", _pick(draw, ["1", "2", "-1", "-2", "0", "x", "-9223372036854775808"])]
+            )
+        if _chance(draw, 40):
+            opts.append(["COUNT", _pick(draw, ["0", "1", "2", "-1", "x"])])
+        if _chance(draw, 30):
+            opts.append(["MAXLEN", _pick(draw, ["0", "1", "3", "-1"])])
+        return _b(["LPOS", k, _pick(draw, vals), *_shuffled(draw, opts)])
+    if which == 1:
+        return _b(["LSET", k, _pick(draw, ["0", "-1", "2", "10", "x"]), _pick(draw, vals)])
+    if which == 2:
+        where = _pick(draw, ["BEFORE", "AFTER", "after", "FOO"])
+        return _b(["LINSERT", k, where, _pick(draw, vals), _pick(draw, vals)])
+    keys = draw(st.lists(st.sampled_from(["k", "l", "h", "s", "nokey"]), min_size=1, max_size=3))
+    numkeys = str(len(keys)) if _chance(draw, 85) else _pick(draw, ["0", "-1", "x", "9"])
+    tail = [_pick(draw, ["LEFT", "RIGHT", "left", "MID"])]
+    if _chance(draw, 40):
+        tail += ["COUNT", _pick(draw, ["1", "2", "5", "0", "-1", "x"])]
+    if which == 3:
+        return _b(["LMPOP", numkeys, *keys, *tail])
+    return _b(["BLMPOP", _pick(draw, ["0.01", "x", "-1"]), numkeys, *keys, *tail])
+
+
+@st.composite
 def keyspace(draw: Draw) -> Command:
     k = _pick(draw, ANY_KEYS)
     which = int(draw(st.integers(0, 9)))
