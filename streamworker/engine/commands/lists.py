@@ -184,6 +184,9 @@ def _bpop(ctx: Ctx, args: list[bytes], left: bool) -> Reply | Blocked:
                     c.db.delete(key)
                 else:
                     c.touch(key)
+                # Logged as the pop it amounted to (Redis rewrites BLPOP to LPOP): a client
+                # served later by another's push is not logged as a command of its own.
+                c.propagate([b"LPOP" if left else b"RPOP", key])
                 return [key, value]
         return None
 
