@@ -19,6 +19,7 @@ COUNT_OUT_OF_RANGE_LONG = (
 )
 INT_OUT_OF_RANGE = "ERR value is out of range, value must between -2147483648 and 2147483647"
 NO_SUCH_KEY = "ERR no such key"
+VALUE_OUT_OF_RANGE = "ERR value is out of range"
 OVERFLOW = "ERR increment or decrement would overflow"
 INCR_NAN_OR_INF = "ERR increment would produce NaN or Infinity"
 TIMEOUT_NOT_FLOAT = "ERR timeout is not a float or out of range"

@@ -213,6 +213,15 @@ _LIST_PARTS = [
     S.keyspace(),
 ]
 
+_RANDOM_SCAN_PARTS = [
+    S.random_and_scans(),
+    S.random_and_scans(),
+    S.random_and_scans(),
+    S.small_collections(),
+    S.small_collections(),
+    S.keyspace(),
+]
+
 _TX_PARTS = [
     S.xadd_plain(),
     S.xadd(),
@@ -303,6 +312,18 @@ def test_list_commands_match_redis(
     """LPOS, LSET, LINSERT, LMPOP and BLMPOP (served or timing out at once) beside the other
     list commands."""
     _check(columns, tally_report, "lists", program)
+
+
+@_budget(150)
+@given(program=S.programs(_RANDOM_SCAN_PARTS, setup=_STREAM_SETUP, max_steps=20))
+def test_random_and_scan_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """SSCAN, HSCAN, ZSCAN of small collections; ZRANDMEMBER and HRANDFIELD where chance does
+    not decide the reply."""
+    _check(columns, tally_report, "random-scan", program)
 
 
 @_budget(200)

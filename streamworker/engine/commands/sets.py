@@ -182,3 +182,22 @@ def sdiff(ctx: Ctx, args: list[bytes]) -> Reply:
     """SDIFF key [key ...] -> members of the first set not in the others."""
     sets = _sets(ctx, args)
     return SetReply(_ordered(sets[0].difference(*sets[1:])))
+
+
+@command("sscan", arity=-3, flags=("readonly",), first_key=1, last_key=1, step=1)
+def sscan(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SSCAN key cursor [MATCH pattern] [COUNT count] -> [next-cursor, [members]]; an intset
+    comes back whole with cursor 0."""
+    from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
+    from streamworker.engine.commands.keys import object_encoding, parse_cursor
+
+    cursor = parse_cursor(args[1])
+    s = _set(ctx, args[0])
+    if s is None:
+        return EMPTY_SCAN
+    options = parse_scan_options(args[2:])
+    small = object_encoding(ctx, s) == b"intset"
+    next_cursor, found = scan_members(
+        ctx, args[0], s, lambda: _ordered(s), s.__contains__, cursor, options, small
+    )
+    return [str(next_cursor).encode(), found]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from typing import TYPE_CHECKING
 
 from streamworker.engine import msgs
@@ -11,7 +12,7 @@ from streamworker.engine.commands._args import to_double, to_int
 from streamworker.engine.errors import CommandError
 from streamworker.engine.model.zset import LexBound, ScoreBound, ZSet
 from streamworker.engine.numbers import strtod_prefix
-from streamworker.engine.replies import EMPTY_ARRAY, NULL_BULK, Double
+from streamworker.engine.replies import EMPTY_ARRAY, NULL_BULK, Double, format_double
 
 if TYPE_CHECKING:
     from streamworker.engine.context import Ctx
@@ -471,3 +472,52 @@ def zpopmin(ctx: Ctx, args: list[bytes]) -> Reply:
 def zpopmax(ctx: Ctx, args: list[bytes]) -> Reply:
     """ZPOPMAX key [count] -> highest members with scores."""
     return _zpop(ctx, args, True)
+
+
+# --- random members and scanning -------------------------------------------------------------
+
+
+@command("zrandmember", arity=-2, flags=("readonly",), first_key=1, last_key=1, step=1)
+def zrandmember(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZRANDMEMBER key [count [WITHSCORES]] -> a random member, or count members (distinct
+    when count > 0, repeats allowed when < 0), with their scores."""
+    from streamworker.engine.commands.hashes import random_count, random_members
+
+    if len(args) == 1:
+        z = _zset(ctx, args[0])
+        if not z:
+            return NULL_BULK
+        return random.choice(list(z.scores))
+    count = random_count(args, b"withscores")
+    withscores = len(args) == 3
+    z = _zset(ctx, args[0])
+    if not z or count == 0:
+        return EMPTY_ARRAY
+    if count < 0 or count == 1 or count < len(z):
+        members = random_members(list(z.scores), count)
+        return _emit(ctx, [(z.scores[m], m) for m in members], withscores)
+    # Every member: 7.0 replies with the whole set in descending rank order (ZREVRANGE 0 -1).
+    return _emit(ctx, list(reversed(z.order)), withscores)
+
+
+@command("zscan", arity=-3, flags=("readonly",), first_key=1, last_key=1, step=1)
+def zscan(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZSCAN key cursor [MATCH pattern] [COUNT count] -> [next-cursor, [member, score, ...]]
+    (scores as bulk strings in RESP3 too); a listpack comes back whole with cursor 0."""
+    from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
+    from streamworker.engine.commands.keys import object_encoding, parse_cursor
+
+    cursor = parse_cursor(args[1])
+    z = _zset(ctx, args[0])
+    if z is None:
+        return EMPTY_SCAN
+    options = parse_scan_options(args[2:])
+    small = object_encoding(ctx, z) == b"listpack"
+    next_cursor, found = scan_members(
+        ctx, args[0], z, lambda: [m for _, m in z], z.__contains__, cursor, options, small
+    )
+    flat: list[Reply] = []
+    for member in found:
+        flat.append(member)
+        flat.append(format_double(z.scores[member]))
+    return [str(next_cursor).encode(), flat]

@@ -58,6 +58,9 @@ REPEATING_COUNTS: frozenset[bytes] = frozenset(
 ALLOCATING_OFFSETS: frozenset[bytes] = frozenset({b"2147483647", b"2147483648"})
 ALLOCATING_COMMANDS: frozenset[bytes] = frozenset({b"setbit", b"bitfield"})
 
+# Commands whose negative count means "this many, repeats allowed" (compared without those).
+REPEATING_COMMANDS: frozenset[bytes] = frozenset({b"srandmember", b"zrandmember", b"hrandfield"})
+
 KEYS: tuple[bytes, ...] = (b"str", b"int", b"list", b"set", b"hash", b"zset", b"stream", b"none")
 
 SETUP: tuple[tuple[bytes, ...], ...] = (
@@ -120,6 +123,8 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "hmget": ("K f1 f2",),
     "hmset": ("K f N",),
     "hset": ("K f N",),
+    "hrandfield": ("K N", "K N WITHVALUES", "K"),
+    "hscan": ("K N", "K 0 COUNT N", "K N MATCH f* COUNT N"),
     "hsetnx": ("K f N",),
     "hstrlen": ("K f1",),
     "hvals": ("K",),
@@ -157,6 +162,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "scan": ("N", "0 COUNT N", "N COUNT N", "0 MATCH * COUNT N TYPE string"),
     "scard": ("K",),
     "sdiff": ("K set",),
+    "sscan": ("K N", "K 0 COUNT N", "K N MATCH * COUNT N"),
     "select": ("N",),
     "set": ("K v EX N", "K v PX N", "K v EXAT N", "K v PXAT N", "K v GET EX N"),
     "setbit": ("K N 1", "K 1 N", "str N 0"),
@@ -225,6 +231,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     ),
     "zrangebylex": ("K - + LIMIT N 1", "K - + LIMIT 0 N"),
     "zrangebyscore": ("K -inf +inf LIMIT N 1", "K -inf +inf LIMIT 0 N", "K N N"),
+    "zrandmember": ("K N", "K N WITHSCORES", "K"),
     "zrank": ("K a",),
     "zrem": ("K a",),
     "zremrangebylex": ("K - +",),
@@ -234,6 +241,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "zrevrangebylex": ("K + - LIMIT N 1", "K + - LIMIT 0 N"),
     "zrevrangebyscore": ("K +inf -inf LIMIT N N", "K N N"),
     "zrevrank": ("K a",),
+    "zscan": ("K N", "K 0 COUNT N", "K N MATCH [ab] COUNT N"),
     "zscore": ("K a",),
     "eval": ("'return 1' N", "'return 1' N K"),
     "eval_ro": ("'return 1' N",),

@@ -675,6 +675,52 @@ def list_positions(draw: Draw) -> Command:
 
 
 @st.composite
+def random_and_scans(draw: Draw) -> Command:
+    """SSCAN/HSCAN/ZSCAN (COUNT large enough to see small collections whole) and
+    ZRANDMEMBER/HRANDFIELD with counts whose reply chance does not decide (0, past the size,
+    errors, missing keys)."""
+    which = int(draw(st.integers(0, 4)))
+    k = _pick(draw, ["k", "h", "s", "z", "nokey"])
+    if which <= 2:
+        name = ["SSCAN", "HSCAN", "ZSCAN"][which]
+        opts: list[list[str]] = []
+        if _chance(draw, 40):
+            opts.append(["MATCH", _pick(draw, ["*", "a*", "f?", "[ab]", "1*"])])
+        if _chance(draw, 40):
+            opts.append(["COUNT", _pick(draw, ["10", "100", "0", "-1", "x"])])
+        if _chance(draw, 10):
+            opts.append(["TYPE", "set"])
+        return _b([name, k, _pick(draw, ["0", "0", "x", "-1"]), *_shuffled(draw, opts)])
+    name, word = ("ZRANDMEMBER", "WITHSCORES") if which == 3 else ("HRANDFIELD", "WITHVALUES")
+    if k == "nokey" or _chance(draw, 30):
+        count = _pick(draw, ["0", "-3", "5", "x", "-9223372036854775808", "4611686018427387904"])
+    else:
+        count = _pick(draw, ["0", "100", "x"])
+    tail = [_pick(draw, [word, word.lower(), "FOO"])] if _chance(draw, 50) else []
+    return _b([name, k, count, *tail])
+
+
+@st.composite
+def small_collections(draw: Draw) -> Command:
+    """Writes that keep sets, hashes and sorted sets small (intset/listpack, or a few strings)."""
+    which = int(draw(st.integers(0, 3)))
+    if which == 0:
+        ms = draw(st.lists(st.sampled_from(["1", "2", "10", "-5", "a"]), min_size=1, max_size=3))
+        return _b(["SADD", _pick(draw, ["s", "s", "k"]), *ms])
+    if which == 1:
+        return _b(["HSET", _pick(draw, ["h", "h", "k"]), *_pairs(draw)])
+    if which == 2:
+        n = int(draw(st.integers(1, 2)))
+        pairs = [
+            t
+            for _ in range(n)
+            for t in (_pick(draw, ["1", "2.5", "-inf", "0.1", "-0"]), _pick(draw, ["a", "b", "c"]))
+        ]
+        return _b(["ZADD", _pick(draw, ["z", "z", "k"]), *pairs])
+    return _b([_pick(draw, ["SREM", "HDEL", "ZREM"]), _pick(draw, ["s", "h", "z"]), "a"])
+
+
+@st.composite
 def keyspace(draw: Draw) -> Command:
     k = _pick(draw, ANY_KEYS)
     which = int(draw(st.integers(0, 9)))
