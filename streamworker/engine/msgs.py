@@ -113,6 +113,15 @@ INDEX_OUT_OF_RANGE = "ERR index out of range"
 NUMKEYS_NOT_POSITIVE = "ERR numkeys should be greater than 0"
 MPOP_COUNT_NOT_POSITIVE = "ERR count should be greater than 0"
 
+LIMIT_NEGATIVE = "ERR LIMIT can't be negative"
+SINTERCARD_TOO_MANY_KEYS = "ERR Number of keys can't be greater than number of args"
+
+
+def at_least_one_key(cmd: str) -> str:
+    """ZINTERCARD & co with numkeys < 1."""
+    return f"ERR at least 1 input key is needed for '{cmd}' command"
+
+
 # --- hashes --------------------------------------------------------------------------------
 
 HASH_NOT_INTEGER = "ERR hash value is not an integer"

@@ -222,6 +222,14 @@ _RANDOM_SCAN_PARTS = [
     S.keyspace(),
 ]
 
+_ZSET_POP_PARTS = [
+    S.zset_pops(),
+    S.zset_pops(),
+    S.zset_pops(),
+    S.zsets(),
+    S.keyspace(),
+]
+
 _TX_PARTS = [
     S.xadd_plain(),
     S.xadd(),
@@ -324,6 +332,18 @@ def test_random_and_scan_commands_match_redis(
     """SSCAN, HSCAN, ZSCAN of small collections; ZRANDMEMBER and HRANDFIELD where chance does
     not decide the reply."""
     _check(columns, tally_report, "random-scan", program)
+
+
+@_budget(150)
+@given(program=S.programs(_ZSET_POP_PARTS, setup=_STREAM_SETUP, max_steps=20))
+def test_zset_pop_and_intersection_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """ZMPOP, BZMPOP, BZPOPMIN/MAX (served or timing out at once), ZINTERCARD, SINTERCARD,
+    ZRANGESTORE beside the other sorted-set commands."""
+    _check(columns, tally_report, "zset-pops", program)
 
 
 @_budget(200)

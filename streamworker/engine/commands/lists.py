@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
-from streamworker.engine.commands._args import to_int, to_timeout_ms
+from streamworker.engine.commands._args import to_int, to_long_in, to_timeout_ms
 from streamworker.engine.errors import CommandError
-from streamworker.engine.numbers import LLONG_MAX, LLONG_MIN, parse_int
+from streamworker.engine.numbers import LLONG_MAX, LLONG_MIN
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, OK
 
 if TYPE_CHECKING:
@@ -219,18 +219,6 @@ def brpop(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
     return _bpop(ctx, args, False)
 
 
-def _long_in(arg: bytes, lo: int, hi: int, text: str | None) -> int:
-    """Redis's getRangeLongFromObjectOrReply: ``text`` (when given) for a non-integer too."""
-    value = parse_int(arg)
-    if value is None:
-        raise CommandError(text if text is not None else msgs.NOT_INTEGER)
-    if not lo <= value <= hi:
-        if text is not None:
-            raise CommandError(text)
-        raise CommandError(f"ERR value is out of range, value must between {lo} and {hi}")
-    return value
-
-
 @command("lpos", arity=-3, flags=("readonly",), first_key=1, last_key=1, step=1)
 def lpos(ctx: Ctx, args: list[bytes]) -> Reply:
     """LPOS key element [RANK rank] [COUNT num-matches] [MAXLEN len] -> index, nil, or (with
@@ -249,10 +237,10 @@ def lpos(ctx: Ctx, args: list[bytes]) -> Reply:
                 raise CommandError(msgs.LPOS_RANK_ZERO)
         elif opt == b"count" and more:
             j += 1
-            count = _long_in(args[j], 0, LLONG_MAX, msgs.LPOS_COUNT_NEGATIVE)
+            count = to_long_in(args[j], 0, LLONG_MAX, msgs.LPOS_COUNT_NEGATIVE)
         elif opt == b"maxlen" and more:
             j += 1
-            maxlen = _long_in(args[j], 0, LLONG_MAX, msgs.LPOS_MAXLEN_NEGATIVE)
+            maxlen = to_long_in(args[j], 0, LLONG_MAX, msgs.LPOS_MAXLEN_NEGATIVE)
         else:
             raise CommandError(msgs.SYNTAX)
         j += 1
@@ -322,7 +310,7 @@ def linsert(ctx: Ctx, args: list[bytes]) -> Reply:
 
 def _mpop_args(args: list[bytes], numkeys_at: int) -> tuple[list[bytes], bool, int]:
     """Redis's lmpopGenericCommand parsing: (keys, left, count)."""
-    numkeys = _long_in(args[numkeys_at], 1, LLONG_MAX, msgs.NUMKEYS_NOT_POSITIVE)
+    numkeys = to_long_in(args[numkeys_at], 1, LLONG_MAX, msgs.NUMKEYS_NOT_POSITIVE)
     where_at = numkeys_at + numkeys + 1
     if where_at >= len(args):
         raise CommandError(msgs.SYNTAX)
@@ -334,7 +322,7 @@ def _mpop_args(args: list[bytes], numkeys_at: int) -> tuple[list[bytes], bool, i
     while j < len(args):
         if count == -1 and args[j].lower() == b"count" and j + 1 < len(args):
             j += 1
-            count = _long_in(args[j], 1, LLONG_MAX, msgs.MPOP_COUNT_NOT_POSITIVE)
+            count = to_long_in(args[j], 1, LLONG_MAX, msgs.MPOP_COUNT_NOT_POSITIVE)
         else:
             raise CommandError(msgs.SYNTAX)
         j += 1

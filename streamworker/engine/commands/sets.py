@@ -9,7 +9,7 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
 from streamworker.engine.errors import CommandError
-from streamworker.engine.numbers import LLONG_MIN, parse_int
+from streamworker.engine.numbers import LLONG_MAX, LLONG_MIN, parse_int
 from streamworker.engine.replies import NULL_BULK, SetReply
 
 if TYPE_CHECKING:
@@ -201,3 +201,25 @@ def sscan(ctx: Ctx, args: list[bytes]) -> Reply:
         ctx, args[0], s, lambda: _ordered(s), s.__contains__, cursor, options, small
     )
     return [str(next_cursor).encode(), found]
+
+
+@command("sintercard", arity=-3, flags=("readonly", "movablekeys"))
+def sintercard(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SINTERCARD numkeys key [key ...] [LIMIT limit] -> the size of the intersection (counting
+    stops at limit; 0 = no limit)."""
+    from streamworker.engine.commands._args import to_long_in
+    from streamworker.engine.commands.zsets import intersection_size
+
+    numkeys = to_long_in(args[0], 1, LLONG_MAX, msgs.NUMKEYS_NOT_POSITIVE)
+    if numkeys > len(args) - 1:
+        raise CommandError(msgs.SINTERCARD_TOO_MANY_KEYS)
+    limit = 0
+    j = 1 + numkeys
+    while j < len(args):
+        if args[j].lower() == b"limit" and j + 1 < len(args):
+            limit = to_long_in(args[j + 1], 0, LLONG_MAX, msgs.LIMIT_NEGATIVE)
+            j += 2
+        else:
+            raise CommandError(msgs.SYNTAX)
+    sets = [_set(ctx, key) for key in args[1 : 1 + numkeys]]
+    return intersection_size(list(sets), limit)

@@ -721,6 +721,63 @@ def small_collections(draw: Draw) -> Command:
 
 
 @st.composite
+def zset_pops(draw: Draw) -> Command:
+    """ZMPOP, BZMPOP / BZPOPMIN / BZPOPMAX that never wait long (0.01 s), ZINTERCARD,
+    SINTERCARD, ZRANGESTORE."""
+    keys = ["z", "z2", "k", "s", "nokey"]
+    which = int(draw(st.integers(0, 5)))
+    if which == 0:
+        ks = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=3))
+        numkeys = str(len(ks)) if _chance(draw, 85) else _pick(draw, ["0", "-1", "x", "9"])
+        tail = [_pick(draw, ["MIN", "MAX", "max", "MID"])]
+        if _chance(draw, 40):
+            tail += ["COUNT", _pick(draw, ["1", "2", "10", "0", "-1", "x"])]
+        if _chance(draw, 50):
+            return _b(["ZMPOP", numkeys, *ks, *tail])
+        return _b(["BZMPOP", _pick(draw, ["0.01", "x", "-1"]), numkeys, *ks, *tail])
+    if which == 1:
+        ks = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=2))
+        name = _pick(draw, ["BZPOPMIN", "BZPOPMAX"])
+        return _b([name, *ks, _pick(draw, ["0.01", "0.01", "x", "-1"])])
+    if which in (2, 3):
+        name = "ZINTERCARD" if which == 2 else "SINTERCARD"
+        ks = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=3))
+        numkeys = str(len(ks)) if _chance(draw, 85) else _pick(draw, ["0", "-1", "x", "9"])
+        tail = ["LIMIT", _pick(draw, ["0", "1", "2", "-1", "x"])] if _chance(draw, 40) else []
+        return _b([name, numkeys, *ks, *tail])
+    if which == 4:
+        opts: list[list[str]] = []
+        by = _pick(draw, ["", "", "BYSCORE", "BYLEX"])
+        if by == "BYSCORE":
+            lo, hi = _pick(draw, ["-inf", "(1", "2"]), _pick(draw, ["+inf", "3", "(2"])
+        elif by == "BYLEX":
+            lo, hi = _pick(draw, ["-", "[b", "(a"]), _pick(draw, ["+", "[c", "(c"])
+        else:
+            lo, hi = _pick(draw, ["0", "1", "-2", "5"]), _pick(draw, ["-1", "0", "2"])
+        if by:
+            opts.append([by])
+            if _chance(draw, 30):
+                opts.append(["LIMIT", _pick(draw, ["0", "1"]), _pick(draw, ["1", "-1"])])
+        if _chance(draw, 30):
+            opts.append(["REV"])
+            if by:
+                lo, hi = hi, lo
+        if _chance(draw, 10):
+            opts.append(["WITHSCORES"])
+        src = _pick(draw, keys)
+        return _b(
+            ["ZRANGESTORE", _pick(draw, ["d", "z2", "k"]), src, lo, hi, *_shuffled(draw, opts)]
+        )
+    n = int(draw(st.integers(1, 3)))
+    pairs = [
+        t for _ in range(n) for t in (_pick(draw, ["1", "2", "3"]), _pick(draw, ["a", "b", "c"]))
+    ]
+    if _chance(draw, 30):
+        return _b(["SADD", _pick(draw, ["s", "k"]), _pick(draw, ["a", "b", "q"])])
+    return _b(["ZADD", _pick(draw, ["z", "z", "z2", "k"]), *pairs])
+
+
+@st.composite
 def keyspace(draw: Draw) -> Command:
     k = _pick(draw, ANY_KEYS)
     which = int(draw(st.integers(0, 9)))
