@@ -122,6 +122,8 @@ def at_least_one_key(cmd: str) -> str:
     return f"ERR at least 1 input key is needed for '{cmd}' command"
 
 
+SORT_NOT_DOUBLE = "ERR One or more scores can't be converted into double"
+
 # --- hashes --------------------------------------------------------------------------------
 
 HASH_NOT_INTEGER = "ERR hash value is not an integer"

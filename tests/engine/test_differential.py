@@ -230,6 +230,14 @@ _ZSET_POP_PARTS = [
     S.keyspace(),
 ]
 
+_SORT_PARTS = [
+    S.sorts(),
+    S.sorts(),
+    S.sorts(),
+    S.lists(),
+    S.keyspace(),
+]
+
 _TX_PARTS = [
     S.xadd_plain(),
     S.xadd(),
@@ -344,6 +352,18 @@ def test_zset_pop_and_intersection_commands_match_redis(
     """ZMPOP, BZMPOP, BZPOPMIN/MAX (served or timing out at once), ZINTERCARD, SINTERCARD,
     ZRANGESTORE beside the other sorted-set commands."""
     _check(columns, tally_report, "zset-pops", program)
+
+
+@_budget(150)
+@given(program=S.programs(_SORT_PARTS, max_steps=20))
+def test_sort_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """SORT and SORT_RO (BY, GET, LIMIT, ASC/DESC, ALPHA, STORE, BY nosort) on lists, sets and
+    sorted sets."""
+    _check(columns, tally_report, "sort", program)
 
 
 @_budget(200)

@@ -61,6 +61,7 @@ _MODULES = (
     "sets",
     "zsets",
     "lists",
+    "sort",
     "server",
     "connection",
     "transactions",

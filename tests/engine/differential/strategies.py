@@ -778,6 +778,54 @@ def zset_pops(draw: Draw) -> Command:
 
 
 @st.composite
+def sorts(draw: Draw) -> Command:
+    """SORT / SORT_RO where Redis's result does not depend on its hash-table order: BY and
+    GET patterns on lists, numeric or ALPHA order of sets, ``BY nosort`` on lists and sorted
+    sets (sets only with STORE), no score past the double range (Redis keeps a stale ERANGE)."""
+    which = int(draw(st.integers(0, 9)))
+    if which == 0:
+        vs = draw(
+            st.lists(st.sampled_from(["1", "2", "10", "-3", "1.5", "a", "b", ""]), max_size=3)
+        )
+        return _b(["RPUSH", _pick(draw, ["k", "k", "l"]), *(vs or ["1"])])
+    if which == 1:
+        return _b(["MSET", "w_1", _pick(draw, ["3", "b", "1"]), "w_2", _pick(draw, ["1", "a"])])
+    if which == 2:
+        return _b(["HSET", _pick(draw, ["h_1", "h_2", "h_10"]), "f", _pick(draw, ["x", "2", "y"])])
+    if which == 3:
+        vs = draw(st.lists(st.sampled_from(["1", "2", "10", "x", "y"]), min_size=1, max_size=3))
+        return _b(["SADD", "s", *vs]) if _chance(draw, 50) else _b(["ZADD", "z", "1", *vs[:1]])
+    key = _pick(draw, ["k", "k", "l", "s", "z", "h", "nokey"])
+    opts: list[list[str]] = []
+    nosort = False
+    if key in ("k", "l", "nokey") and _chance(draw, 50):
+        opts.append(["BY", _pick(draw, ["w_*", "h_*->f", "nosort", "w_*->f", "h_*->"])])
+        nosort = opts[-1][1] == "nosort"
+    elif key == "z" and _chance(draw, 30):
+        opts.append(["BY", "nosort"])
+        nosort = True
+    if key in ("k", "l", "nokey") and _chance(draw, 40):
+        for _ in range(int(draw(st.integers(1, 2)))):
+            opts.append(["GET", _pick(draw, ["#", "w_*", "h_*->f", "nokey_*", "nopattern"])])
+    if _chance(draw, 30):
+        opts.append(
+            ["LIMIT", _pick(draw, ["0", "1", "-1", "5", "x"]), _pick(draw, ["1", "2", "-1", "0"])]
+        )
+    if _chance(draw, 40):
+        opts.append([_pick(draw, ["ASC", "DESC", "desc"])])
+    if _chance(draw, 40) and not nosort:
+        opts.append(["ALPHA"])
+    name = "SORT"
+    if _chance(draw, 25):
+        opts.append(["STORE", _pick(draw, ["dst", "dst", "k", "s"])])
+    elif _chance(draw, 20):
+        name = "SORT_RO"
+    if _chance(draw, 8):
+        opts.append([_pick(draw, ["FOO", "LIMIT", "BY", "GET"])])
+    return _b([name, key, *_shuffled(draw, opts)])
+
+
+@st.composite
 def keyspace(draw: Draw) -> Command:
     k = _pick(draw, ANY_KEYS)
     which = int(draw(st.integers(0, 9)))
