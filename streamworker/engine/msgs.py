@@ -424,6 +424,7 @@ NO_CONFIG_FILE = "ERR The server is running without a config file"
 GETKEYS_INVALID_COMMAND = "ERR Invalid command specified"
 GETKEYS_NO_KEYS = "ERR The command has no key arguments"
 GETKEYS_WRONG_ARITY = "ERR Invalid number of arguments specified for command"
+GETKEYS_INVALID_ARGUMENTS = "ERR Invalid arguments specified for command"
 DEBUG_NOT_ALLOWED = (
     'ERR DEBUG command not allowed. If the enable-debug-command option is set to "local", '
     "you can run it from a local connection, otherwise you need to set this option in the "

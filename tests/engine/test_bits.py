@@ -272,6 +272,33 @@ def test_the_largest_setbit_offset_allocates_the_string_redis_allocates() -> Non
     assert str(reply) == "ERR bit offset is not an integer or out of range"
 
 
+@pytest.mark.redis
+@pytest.mark.xfail(
+    strict=True,
+    reason="SETBIT leaves a raw string in Redis (changed in place); the engine reports the "
+    "encoding SET would give the same bytes (embstr), as for APPEND and SETRANGE",
+)
+def test_object_encoding_after_setbit_is_raw(redis_server: RedisServer) -> None:
+    from tests.engine.differential.resp import RawConnection
+
+    script = [
+        [b"DEL", b"enc:b"],
+        [b"SETBIT", b"enc:b", b"1", b"1"],
+        [b"OBJECT", b"ENCODING", b"enc:b"],
+    ]
+    real = RawConnection(redis_server.port)
+    try:
+        expected = [real.call(argv) for argv in script][-1]
+        real.call([b"DEL", b"enc:b"])
+    finally:
+        real.close()
+    engine = Engine()
+    client = engine.connect()
+    from streamworker.engine.protocol import encode
+
+    assert [encode(engine.execute(client, argv), 2) for argv in script][-1] == expected
+
+
 def test_bit_writes_replay_from_the_append_only_file(tmp_path: Path) -> None:
     """SETBIT, BITOP and BITFIELD (OVERFLOW FAIL refusals included) come back on replay."""
     aof = open_persistent(tmp_path / "data", appendfsync="always")
