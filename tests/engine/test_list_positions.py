@@ -134,6 +134,8 @@ CASES = {
         "BLMPOP 0 1 nokey LEFT",
         "BLMPOP 0 1 s LEFT",
         "EXEC",
+        "EVAL \"return redis.call('BLMPOP','0','1','nokey','LEFT')\" 0",
+        "EVAL \"return redis.call('BLMPOP','0','1','l4','RIGHT')\" 0",
     ],
 }
 

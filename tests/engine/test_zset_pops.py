@@ -144,6 +144,9 @@ CASES = {
         "BZMPOP 0 1 nokey MIN",
         "ZMPOP 1 nokey MAX",
         "EXEC",
+        "EVAL \"return redis.call('BZMPOP','0','1','nokey','MIN')\" 0",
+        "EVAL \"return redis.call('BZPOPMIN','nokey','0')\" 0",
+        "EVAL \"return redis.call('BZMPOP','0','1','z2','MAX')\" 0",
     ],
 }
 

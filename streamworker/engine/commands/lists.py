@@ -356,7 +356,7 @@ def lmpop(ctx: Ctx, args: list[bytes]) -> Reply:
     return NULL_ARRAY if reply is None else reply
 
 
-@command("blmpop", arity=-5, flags=("write", "noscript", "blocking", "movablekeys"))
+@command("blmpop", arity=-5, flags=("write", "blocking", "movablekeys"))
 def blmpop(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
     """BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count] -> [key, [elements]], or
     nil after timeout seconds."""

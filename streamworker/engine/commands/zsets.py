@@ -683,7 +683,7 @@ def _block_on(
     return ctx.block(keys, timeout_ms, retry, NULL_ARRAY)
 
 
-@command("bzmpop", arity=-5, flags=("write", "noscript", "blocking", "movablekeys"))
+@command("bzmpop", arity=-5, flags=("write", "blocking", "movablekeys"))
 def bzmpop(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
     """BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count] -> as ZMPOP, or nil after
     timeout seconds."""
