@@ -62,6 +62,7 @@ class Database:
         "expires",
         "flush_event",
         "index",
+        "member_scans",
         "scan_cache",
         "watchers",
     )
@@ -79,6 +80,8 @@ class Database:
         self._key_event = key_event
         # SCAN's sorted key index (see commands/keys.py); rebuilt when a scan starts.
         self.scan_cache: Any = None
+        # SSCAN/HSCAN/ZSCAN's member indexes by key (see commands/_scan.py), a few at most.
+        self.member_scans: dict[bytes, Any] = {}
         # Called with the db index after FLUSHDB/FLUSHALL/SWAPDB instead of one key_event per
         # key (the engine re-checks only the keys somebody waits on).
         self.flush_event: Callable[[int], None] | None = None

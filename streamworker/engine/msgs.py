@@ -19,6 +19,7 @@ COUNT_OUT_OF_RANGE_LONG = (
 )
 INT_OUT_OF_RANGE = "ERR value is out of range, value must between -2147483648 and 2147483647"
 NO_SUCH_KEY = "ERR no such key"
+VALUE_OUT_OF_RANGE = "ERR value is out of range"
 OVERFLOW = "ERR increment or decrement would overflow"
 INCR_NAN_OR_INF = "ERR increment would produce NaN or Infinity"
 TIMEOUT_NOT_FLOAT = "ERR timeout is not a float or out of range"
@@ -86,6 +87,42 @@ STRING_TOO_LONG = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
 VALUE_NOT_FLOAT = "ERR value is not a valid float"
 DECREMENT_OVERFLOW = "ERR decrement would overflow"
 OFFSET_OUT_OF_RANGE = "ERR offset is out of range"
+
+# --- bit operations ------------------------------------------------------------------------
+
+BIT_OFFSET_OUT_OF_RANGE = "ERR bit offset is not an integer or out of range"
+BIT_VALUE_OUT_OF_RANGE = "ERR bit is not an integer or out of range"
+BITPOS_BIT_NOT_0_OR_1 = "ERR The bit argument must be 1 or 0."
+BITOP_NOT_SINGLE_KEY = "ERR BITOP NOT must be called with a single source key."
+BITFIELD_BAD_TYPE = (
+    "ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported "
+    "but i64 is."
+)
+BITFIELD_BAD_OVERFLOW = "ERR Invalid OVERFLOW type specified"
+BITFIELD_RO_GET_ONLY = "ERR BITFIELD_RO only supports the GET subcommand"
+
+# --- lists ---------------------------------------------------------------------------------
+
+LPOS_RANK_ZERO = (
+    "ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use "
+    "negative to start from the end of the list"
+)
+LPOS_COUNT_NEGATIVE = "ERR COUNT can't be negative"
+LPOS_MAXLEN_NEGATIVE = "ERR MAXLEN can't be negative"
+INDEX_OUT_OF_RANGE = "ERR index out of range"
+NUMKEYS_NOT_POSITIVE = "ERR numkeys should be greater than 0"
+MPOP_COUNT_NOT_POSITIVE = "ERR count should be greater than 0"
+
+LIMIT_NEGATIVE = "ERR LIMIT can't be negative"
+SINTERCARD_TOO_MANY_KEYS = "ERR Number of keys can't be greater than number of args"
+
+
+def at_least_one_key(cmd: str) -> str:
+    """ZINTERCARD & co with numkeys < 1."""
+    return f"ERR at least 1 input key is needed for '{cmd}' command"
+
+
+SORT_NOT_DOUBLE = "ERR One or more scores can't be converted into double"
 
 # --- hashes --------------------------------------------------------------------------------
 
@@ -387,6 +424,7 @@ NO_CONFIG_FILE = "ERR The server is running without a config file"
 GETKEYS_INVALID_COMMAND = "ERR Invalid command specified"
 GETKEYS_NO_KEYS = "ERR The command has no key arguments"
 GETKEYS_WRONG_ARITY = "ERR Invalid number of arguments specified for command"
+GETKEYS_INVALID_ARGUMENTS = "ERR Invalid arguments specified for command"
 DEBUG_NOT_ALLOWED = (
     'ERR DEBUG command not allowed. If the enable-debug-command option is set to "local", '
     "you can run it from a local connection, otherwise you need to set this option in the "

@@ -240,6 +240,24 @@ def test_a_blocked_group_read_served_later_is_logged(aof: AppendOnlyFile) -> Non
         after.close()
 
 
+def test_a_blpop_served_later_is_logged_as_the_pop_it_made(aof: AppendOnlyFile) -> None:
+    engine = aof.engine
+    pending = engine.execute(engine.connect(), [b"BLPOP", b"q", b"0"])
+    s = Session(engine)
+    s("RPUSH", "q", "x", "y")
+    assert engine.wait(pending, 5) == [b"q", b"x"]  # type: ignore[arg-type]
+    s("BRPOP", "q", "0")
+    logged = records(aof.path)
+    assert [b"LPOP", b"q"] in logged
+    assert [b"RPOP", b"q"] in logged
+    before = dump_state(engine)
+    after = reopen(aof)
+    try:
+        assert dump_state(after.engine) == before
+    finally:
+        after.close()
+
+
 def test_replay_runs_each_record_at_the_time_it_was_first_run(aof: AppendOnlyFile) -> None:
     s = Session(aof.engine)
     s("SET", "k", "v", "PX", "150")

@@ -195,6 +195,49 @@ _TYPE_PARTS = [
     S.oddities(),
 ]
 
+_BIT_PARTS = [
+    S.bits(),
+    S.bits(),
+    S.bits(),
+    S.bits(),
+    S.strings(),
+    S.keyspace(),
+]
+
+_LIST_PARTS = [
+    S.lists(),
+    S.lists(),
+    S.list_positions(),
+    S.list_positions(),
+    S.list_positions(),
+    S.keyspace(),
+]
+
+_RANDOM_SCAN_PARTS = [
+    S.random_and_scans(),
+    S.random_and_scans(),
+    S.random_and_scans(),
+    S.small_collections(),
+    S.small_collections(),
+    S.keyspace(),
+]
+
+_ZSET_POP_PARTS = [
+    S.zset_pops(),
+    S.zset_pops(),
+    S.zset_pops(),
+    S.zsets(),
+    S.keyspace(),
+]
+
+_SORT_PARTS = [
+    S.sorts(),
+    S.sorts(),
+    S.sorts(),
+    S.lists(),
+    S.keyspace(),
+]
+
 _TX_PARTS = [
     S.xadd_plain(),
     S.xadd(),
@@ -262,6 +305,65 @@ def test_keyspace_and_other_types_match_redis(
 ) -> None:
     """Strings, hashes, sets, sorted sets, lists, TYPE/EXISTS/DEL/EXPIRE/TTL, beside streams."""
     _check(columns, tally_report, "types", program)
+
+
+@_budget(150)
+@given(program=S.programs(_BIT_PARTS, setup=_STREAM_SETUP, max_steps=20))
+def test_bit_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD and BITFIELD_RO beside strings."""
+    _check(columns, tally_report, "bits", program)
+
+
+@_budget(150)
+@given(program=S.programs(_LIST_PARTS, setup=_STREAM_SETUP, max_steps=20))
+def test_list_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """LPOS, LSET, LINSERT, LMPOP and BLMPOP (served or timing out at once) beside the other
+    list commands."""
+    _check(columns, tally_report, "lists", program)
+
+
+@_budget(150)
+@given(program=S.programs(_RANDOM_SCAN_PARTS, setup=_STREAM_SETUP, max_steps=20))
+def test_random_and_scan_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """SSCAN, HSCAN, ZSCAN of small collections; ZRANDMEMBER and HRANDFIELD where chance does
+    not decide the reply."""
+    _check(columns, tally_report, "random-scan", program)
+
+
+@_budget(150)
+@given(program=S.programs(_ZSET_POP_PARTS, setup=_STREAM_SETUP, max_steps=20))
+def test_zset_pop_and_intersection_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """ZMPOP, BZMPOP, BZPOPMIN/MAX (served or timing out at once), ZINTERCARD, SINTERCARD,
+    ZRANGESTORE beside the other sorted-set commands."""
+    _check(columns, tally_report, "zset-pops", program)
+
+
+@_budget(150)
+@given(program=S.programs(_SORT_PARTS, max_steps=20))
+def test_sort_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """SORT and SORT_RO (BY, GET, LIMIT, ASC/DESC, ALPHA, STORE, BY nosort) on lists, sets and
+    sorted sets."""
+    _check(columns, tally_report, "sort", program)
 
 
 @_budget(200)

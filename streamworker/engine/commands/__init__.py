@@ -56,10 +56,12 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _MODULES = (
     "keys",
     "strings",
+    "bits",
     "hashes",
     "sets",
     "zsets",
     "lists",
+    "sort",
     "server",
     "connection",
     "transactions",

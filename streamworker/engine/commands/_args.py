@@ -8,7 +8,7 @@ from streamworker.engine import msgs
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import parse_double, parse_int
 
-__all__ = ["to_double", "to_int", "to_long_nonneg", "to_str"]
+__all__ = ["to_double", "to_int", "to_long_in", "to_long_nonneg", "to_str"]
 
 
 def to_int(arg: bytes, text: str = msgs.NOT_INTEGER) -> int:
@@ -16,6 +16,19 @@ def to_int(arg: bytes, text: str = msgs.NOT_INTEGER) -> int:
     value = parse_int(arg)
     if value is None:
         raise CommandError(text)
+    return value
+
+
+def to_long_in(arg: bytes, lo: int, hi: int, text: str | None = None) -> int:
+    """Redis's getRangeLongFromObjectOrReply: ``text`` (when given) for a non-integer too,
+    else ``value is out of range, value must between LO and HI``."""
+    value = parse_int(arg)
+    if value is None:
+        raise CommandError(text if text is not None else msgs.NOT_INTEGER)
+    if not lo <= value <= hi:
+        if text is not None:
+            raise CommandError(text)
+        raise CommandError(f"ERR value is out of range, value must between {lo} and {hi}")
     return value
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING
 
 from streamworker.engine import msgs
@@ -16,7 +17,7 @@ from streamworker.engine.numbers import (
     ld_parse,
     parse_int,
 )
-from streamworker.engine.replies import NULL_BULK, OK, Map
+from streamworker.engine.replies import EMPTY_ARRAY, NULL_BULK, OK, Map
 
 if TYPE_CHECKING:
     from streamworker.engine.context import Ctx
@@ -202,3 +203,77 @@ def hincrbyfloat(ctx: Ctx, args: list[bytes]) -> Reply:
     ctx.touch(key)
     ctx.propagate([b"HSET", key, field, text])
     return text
+
+
+@command("hscan", arity=-3, flags=("readonly",), first_key=1, last_key=1, step=1)
+def hscan(ctx: Ctx, args: list[bytes]) -> Reply:
+    """HSCAN key cursor [MATCH pattern] [COUNT count] -> [next-cursor, [field, value, ...]]; a
+    listpack comes back whole with cursor 0."""
+    from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
+    from streamworker.engine.commands.keys import object_encoding, parse_cursor
+
+    cursor = parse_cursor(args[1])
+    h = _hash(ctx, args[0])
+    if h is None:
+        return EMPTY_SCAN
+    options = parse_scan_options(args[2:])
+    small = object_encoding(ctx, h) == b"listpack"
+    next_cursor, found = scan_members(
+        ctx, args[0], h, lambda: list(h), h.__contains__, cursor, options, small
+    )
+    flat: list[Reply] = []
+    for field in found:
+        flat.append(field)
+        flat.append(h[field])
+    return [str(next_cursor).encode(), flat]
+
+
+@command("hrandfield", arity=-2, flags=("readonly",), first_key=1, last_key=1, step=1)
+def hrandfield(ctx: Ctx, args: list[bytes]) -> Reply:
+    """HRANDFIELD key [count [WITHVALUES]] -> a random field, or count fields (distinct when
+    count > 0, repeats allowed when < 0), with their values."""
+    if len(args) == 1:
+        h = _hash(ctx, args[0])
+        if not h:
+            return NULL_BULK
+        return random.choice(list(h))
+    count = random_count(args, b"withvalues")
+    withvalues = len(args) == 3
+    h = _hash(ctx, args[0])
+    if not h or count == 0:
+        return EMPTY_ARRAY
+    if count < 0 or count == 1 or count < len(h):
+        fields = random_members(list(h), count)
+    else:
+        fields = list(h)
+    if not withvalues:
+        return fields
+    if ctx.client.resp > 2:
+        return [[f, h[f]] for f in fields]
+    flat: list[Reply] = []
+    for f in fields:
+        flat.append(f)
+        flat.append(h[f])
+    return flat
+
+
+def random_count(args: list[bytes], with_word: bytes) -> int:
+    """HRANDFIELD / ZRANDMEMBER's count and option checks, in Redis 7.0's order."""
+    count = to_int(args[1])
+    if count == LLONG_MIN:
+        raise CommandError(msgs.COUNT_OUT_OF_RANGE_LONG)
+    if len(args) > 3 or (len(args) == 3 and args[2].lower() != with_word):
+        raise CommandError(msgs.SYNTAX)
+    if len(args) == 3 and not -(LLONG_MAX // 2) <= count <= LLONG_MAX // 2:
+        raise CommandError(msgs.VALUE_OUT_OF_RANGE)
+    return count
+
+
+def random_members(members: list[bytes], count: int) -> list[bytes]:
+    """``count`` distinct members (count > 0, fewer than there are) or -count with repeats,
+    bounded as SRANDMEMBER's repeats are."""
+    if count > 0:
+        return random.sample(members, min(count, len(members)))
+    if -count > msgs.SRANDMEMBER_MAX_REPEATS:
+        raise CommandError(msgs.SRANDMEMBER_REPEATS_OUT_OF_RANGE)
+    return random.choices(members, k=-count)

@@ -216,7 +216,8 @@ class _ScanIndex:
         self.keys = [k for _, k in pairs]
 
 
-def _parse_cursor(arg: bytes) -> int:
+def parse_cursor(arg: bytes) -> int:
+    """A SCAN-family cursor as Redis 7.0 parses it (``ERR invalid cursor`` otherwise)."""
     # strtoul semantics: leading '+'/'-' accepted (negative wraps), empty means 0.
     text = arg
     if text[:1].isspace():
@@ -239,7 +240,7 @@ def _parse_cursor(arg: bytes) -> int:
 @command("scan", arity=-2, flags=("readonly",))
 def scan(ctx: Ctx, args: list[bytes]) -> Reply:
     """SCAN cursor [MATCH pattern] [COUNT count] [TYPE type] -> [next-cursor, [keys]]."""
-    cursor = _parse_cursor(args[0])
+    cursor = parse_cursor(args[0])
     count = 10
     pattern: bytes | None = None
     want_type: str | None = None

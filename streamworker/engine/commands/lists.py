@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
-from streamworker.engine.commands._args import to_int, to_timeout_ms
+from streamworker.engine.commands._args import to_int, to_long_in, to_timeout_ms
 from streamworker.engine.errors import CommandError
+from streamworker.engine.numbers import LLONG_MAX, LLONG_MIN
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, OK
 
 if TYPE_CHECKING:
@@ -183,6 +184,9 @@ def _bpop(ctx: Ctx, args: list[bytes], left: bool) -> Reply | Blocked:
                     c.db.delete(key)
                 else:
                     c.touch(key)
+                # Logged as the pop it amounted to (Redis rewrites BLPOP to LPOP): a client
+                # served later by another's push is not logged as a command of its own.
+                c.propagate([b"LPOP" if left else b"RPOP", key])
                 return [key, value]
         return None
 
@@ -213,3 +217,160 @@ def blpop(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
 def brpop(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
     """BRPOP key [key ...] timeout -> [key, element], or nil after timeout seconds."""
     return _bpop(ctx, args, False)
+
+
+@command("lpos", arity=-3, flags=("readonly",), first_key=1, last_key=1, step=1)
+def lpos(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LPOS key element [RANK rank] [COUNT num-matches] [MAXLEN len] -> index, nil, or (with
+    COUNT) an array of indexes."""
+    element = args[1]
+    rank, count, maxlen = 1, -1, 0
+    j = 2
+    n = len(args)
+    while j < n:
+        opt = args[j].lower()
+        more = j + 1 < n
+        if opt == b"rank" and more:
+            j += 1
+            rank = to_int(args[j])
+            if rank == 0:
+                raise CommandError(msgs.LPOS_RANK_ZERO)
+        elif opt == b"count" and more:
+            j += 1
+            count = to_long_in(args[j], 0, LLONG_MAX, msgs.LPOS_COUNT_NEGATIVE)
+        elif opt == b"maxlen" and more:
+            j += 1
+            maxlen = to_long_in(args[j], 0, LLONG_MAX, msgs.LPOS_MAXLEN_NEGATIVE)
+        else:
+            raise CommandError(msgs.SYNTAX)
+        j += 1
+    lst = _list(ctx, args[0])
+    if lst is None:
+        return EMPTY_ARRAY if count != -1 else NULL_BULK
+    from_tail = rank < 0
+    # 7.0 negates a negative rank in C: LLONG_MIN stays negative, so every match counts and
+    # COUNT's stop test (matches - rank + 1 >= count) wraps and never stops. (7.2 refuses it.)
+    every = rank == LLONG_MIN
+    rank = abs(rank)
+    size = len(lst)
+    items = reversed(lst) if from_tail else iter(lst)
+    if maxlen:
+        items = islice(items, maxlen)
+    found: list[Reply] = []
+    matches = 0
+    for index, item in enumerate(items):
+        if item == element:
+            matches += 1
+            if every or matches >= rank:
+                found.append(size - index - 1 if from_tail else index)
+                if count == -1 or (count and not every and matches - rank + 1 >= count):
+                    break
+    if count != -1:
+        return found
+    return found[0] if found else NULL_BULK
+
+
+@command("lset", arity=4, flags=("write", "denyoom"), first_key=1, last_key=1, step=1)
+def lset(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LSET key index element -> OK."""
+    key = args[0]
+    lst = _list(ctx, key)
+    if lst is None:
+        raise CommandError(msgs.NO_SUCH_KEY)
+    index = to_int(args[1])
+    if index < 0:
+        index += len(lst)
+    if not 0 <= index < len(lst):
+        raise CommandError(msgs.INDEX_OUT_OF_RANGE)
+    lst[index] = args[2]
+    ctx.touch(key)
+    return OK
+
+
+@command("linsert", arity=5, flags=("write", "denyoom"), first_key=1, last_key=1, step=1)
+def linsert(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LINSERT key BEFORE|AFTER pivot element -> new length, -1 without the pivot, 0 without
+    the key."""
+    where = args[1].lower()
+    if where not in (b"before", b"after"):
+        raise CommandError(msgs.SYNTAX)
+    key = args[0]
+    lst = _list(ctx, key)
+    if lst is None:
+        return 0
+    try:
+        index = lst.index(args[2])
+    except ValueError:
+        ctx.no_propagate()
+        return -1
+    lst.insert(index + 1 if where == b"after" else index, args[3])
+    ctx.touch(key)
+    return len(lst)
+
+
+def _mpop_args(args: list[bytes], numkeys_at: int) -> tuple[list[bytes], bool, int]:
+    """Redis's lmpopGenericCommand parsing: (keys, left, count)."""
+    numkeys = to_long_in(args[numkeys_at], 1, LLONG_MAX, msgs.NUMKEYS_NOT_POSITIVE)
+    where_at = numkeys_at + numkeys + 1
+    if where_at >= len(args):
+        raise CommandError(msgs.SYNTAX)
+    where = args[where_at].lower()
+    if where not in (b"left", b"right"):
+        raise CommandError(msgs.SYNTAX)
+    count = -1
+    j = where_at + 1
+    while j < len(args):
+        if count == -1 and args[j].lower() == b"count" and j + 1 < len(args):
+            j += 1
+            count = to_long_in(args[j], 1, LLONG_MAX, msgs.MPOP_COUNT_NOT_POSITIVE)
+        else:
+            raise CommandError(msgs.SYNTAX)
+        j += 1
+    return args[numkeys_at + 1 : where_at], where == b"left", 1 if count == -1 else count
+
+
+def _mpop_from(c: Ctx, keys: list[bytes], left: bool, count: int) -> Reply | None:
+    """Pop up to ``count`` from the first non-empty list of ``keys``: [key, [elements]], logged
+    as LPOP/RPOP key n (as Redis propagates it); None when every list is empty."""
+    for key in keys:
+        lst = c.db.get_typed(key, deque)
+        if not lst:
+            continue
+        take = min(count, len(lst))
+        pop = lst.popleft if left else lst.pop
+        out: list[Reply] = [pop() for _ in range(take)]
+        if not lst:
+            c.db.delete(key)
+        else:
+            c.touch(key)
+        c.propagate([b"LPOP" if left else b"RPOP", key, str(take).encode()])
+        return [key, out]
+    return None
+
+
+@command("lmpop", arity=-4, flags=("write", "movablekeys"))
+def lmpop(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count] -> [key, [elements]] or nil."""
+    keys, left, count = _mpop_args(args, 0)
+    reply = _mpop_from(ctx, keys, left, count)
+    return NULL_ARRAY if reply is None else reply
+
+
+@command("blmpop", arity=-5, flags=("write", "blocking", "movablekeys"))
+def blmpop(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
+    """BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count] -> [key, [elements]], or
+    nil after timeout seconds."""
+    keys, left, count = _mpop_args(args, 1)
+    timeout_ms = to_timeout_ms(args[0], True, ctx.now_ms())
+
+    def retry(c: Ctx) -> Reply | None:
+        # A key that became a non-list while we waited is skipped, as for BLPOP.
+        try:
+            return _mpop_from(c, keys, left, count)
+        except CommandError:
+            return None
+
+    reply = _mpop_from(ctx, keys, left, count)
+    if reply is not None:
+        return reply
+    return ctx.block(keys, timeout_ms, retry, NULL_ARRAY)

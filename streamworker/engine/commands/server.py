@@ -16,6 +16,7 @@ from streamworker.engine.commands._args import to_str
 from streamworker.engine.commands.connection import REDIS_VERSION
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import glob_match
+from streamworker.engine.numbers import parse_int
 from streamworker.engine.replies import NULL_BULK, OK, Map, Status, Verbatim
 
 _log = logging.getLogger("streamworker.engine")
@@ -540,7 +541,42 @@ def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
     n = len(args)
     if (spec.arity > 0 and spec.arity != n) or n < -spec.arity:
         raise CommandError(msgs.GETKEYS_WRONG_ARITY)
+    movable = _movable_keys(spec.name, args)
+    if movable is not None:
+        if not movable:
+            raise CommandError(msgs.GETKEYS_INVALID_ARGUMENTS)
+        return movable
     return [args[p] for p in spec.key_positions(n)]
+
+
+# Commands whose keys follow a numkeys argument: the argv position of numkeys.
+_NUMKEYS_AT = {"lmpop": 1, "blmpop": 2, "zmpop": 1, "bzmpop": 2, "zintercard": 1, "sintercard": 1}
+_SORT_SKIPS = {b"limit": 2, b"get": 1, b"by": 1}
+
+
+def _movable_keys(name: str, argv: list[bytes]) -> list[bytes] | None:
+    """The keys of a call of a command whose keys move (Redis's key specs / getkeys procs);
+    None for the other commands."""
+    at = _NUMKEYS_AT.get(name)
+    if at is not None:
+        numkeys = parse_int(argv[at])
+        if numkeys is None or numkeys < 1 or numkeys > len(argv) - at - 1:
+            return []
+        return list(argv[at + 1 : at + 1 + numkeys])
+    if name in ("sort", "sort_ro"):
+        keys = [argv[1]]
+        store: bytes | None = None
+        i = 2
+        while i < len(argv):
+            word = argv[i].lower()
+            if word in _SORT_SKIPS:
+                i += _SORT_SKIPS[word]
+            elif name == "sort" and word == b"store" and i + 1 < len(argv):
+                # The last STORE wins, as in SORT itself.
+                store = argv[i + 1]
+            i += 1
+        return keys + ([store] if store is not None else [])
+    return None
 
 
 @command("debug", arity=-2, flags=("admin", "noscript", "loading", "stale"))

@@ -9,7 +9,7 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
 from streamworker.engine.errors import CommandError
-from streamworker.engine.numbers import LLONG_MIN, parse_int
+from streamworker.engine.numbers import LLONG_MAX, LLONG_MIN, parse_int
 from streamworker.engine.replies import NULL_BULK, SetReply
 
 if TYPE_CHECKING:
@@ -182,3 +182,44 @@ def sdiff(ctx: Ctx, args: list[bytes]) -> Reply:
     """SDIFF key [key ...] -> members of the first set not in the others."""
     sets = _sets(ctx, args)
     return SetReply(_ordered(sets[0].difference(*sets[1:])))
+
+
+@command("sscan", arity=-3, flags=("readonly",), first_key=1, last_key=1, step=1)
+def sscan(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SSCAN key cursor [MATCH pattern] [COUNT count] -> [next-cursor, [members]]; an intset
+    comes back whole with cursor 0."""
+    from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
+    from streamworker.engine.commands.keys import object_encoding, parse_cursor
+
+    cursor = parse_cursor(args[1])
+    s = _set(ctx, args[0])
+    if s is None:
+        return EMPTY_SCAN
+    options = parse_scan_options(args[2:])
+    small = object_encoding(ctx, s) == b"intset"
+    next_cursor, found = scan_members(
+        ctx, args[0], s, lambda: _ordered(s), s.__contains__, cursor, options, small
+    )
+    return [str(next_cursor).encode(), found]
+
+
+@command("sintercard", arity=-3, flags=("readonly", "movablekeys"))
+def sintercard(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SINTERCARD numkeys key [key ...] [LIMIT limit] -> the size of the intersection (counting
+    stops at limit; 0 = no limit)."""
+    from streamworker.engine.commands._args import to_long_in
+    from streamworker.engine.commands.zsets import intersection_size
+
+    numkeys = to_long_in(args[0], 1, LLONG_MAX, msgs.NUMKEYS_NOT_POSITIVE)
+    if numkeys > len(args) - 1:
+        raise CommandError(msgs.SINTERCARD_TOO_MANY_KEYS)
+    limit = 0
+    j = 1 + numkeys
+    while j < len(args):
+        if args[j].lower() == b"limit" and j + 1 < len(args):
+            limit = to_long_in(args[j + 1], 0, LLONG_MAX, msgs.LIMIT_NEGATIVE)
+            j += 2
+        else:
+            raise CommandError(msgs.SYNTAX)
+    sets = [_set(ctx, key) for key in args[1 : 1 + numkeys]]
+    return intersection_size(list(sets), limit)

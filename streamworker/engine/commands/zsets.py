@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import math
+import random
+from collections.abc import Callable, Iterable, Sized
 from typing import TYPE_CHECKING
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
-from streamworker.engine.commands._args import to_double, to_int
+from streamworker.engine.commands._args import to_double, to_int, to_long_in, to_timeout_ms
 from streamworker.engine.errors import CommandError
 from streamworker.engine.model.zset import LexBound, ScoreBound, ZSet
-from streamworker.engine.numbers import strtod_prefix
-from streamworker.engine.replies import EMPTY_ARRAY, NULL_BULK, Double
+from streamworker.engine.numbers import LLONG_MAX, strtod_prefix
+from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, Double, format_double
 
 if TYPE_CHECKING:
-    from streamworker.engine.context import Ctx
+    from streamworker.engine.context import Blocked, Ctx
     from streamworker.engine.replies import Reply
 
 
@@ -103,6 +105,7 @@ def _zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
             return (NULL_BULK if not processed else Double(score)) if incr else 0
         zs = ZSet()
         db.set(key, zs)
+        ctx.signal_key_ready(key)
     for score_in, member in pairs:
         score = score_in
         cur = zs.scores.get(member)
@@ -255,9 +258,15 @@ def _emit(ctx: Ctx, items: list[tuple[float, bytes]], withscores: bool) -> Reply
     return out
 
 
-def _zrange_generic(
-    ctx: Ctx, args: list[bytes], rangetype: int | None, reverse: bool | None
-) -> Reply:
+def _zrange_select(
+    ctx: Ctx,
+    args: list[bytes],
+    rangetype: int | None,
+    reverse: bool | None,
+    store: bool = False,
+) -> tuple[list[tuple[float, bytes]], bool]:
+    """The (score, member) pairs a ZRANGE-family call selects, and whether WITHSCORES was
+    given (ZRANGESTORE refuses it as a syntax error)."""
     key = args[0]
     minarg, maxarg = args[1], args[2]
     withscores = False
@@ -268,7 +277,7 @@ def _zrange_generic(
     while j < n:
         opt = args[j].lower()
         left = n - j - 1
-        if opt == b"withscores":
+        if opt == b"withscores" and not store:
             withscores = True
         elif opt == b"limit" and left >= 2:
             offset = to_int(args[j + 1])
@@ -302,7 +311,7 @@ def _zrange_generic(
         lrange = _lex_range(minarg, maxarg)
     zs = _zset(ctx, key)
     if zs is None:
-        return EMPTY_ARRAY
+        return [], withscores
     size = len(zs)
     if rangetype == _RANK:
         if start < 0:
@@ -311,18 +320,18 @@ def _zrange_generic(
             end += size
         start = max(start, 0)
         if start > end or start >= size:
-            return EMPTY_ARRAY
+            return [], withscores
         end = min(end, size - 1)
         if reverse:
             items = zs.items_between(size - 1 - end, size - start)
             items.reverse()
         else:
             items = zs.items_between(start, end + 1)
-        return _emit(ctx, items, withscores)
+        return items, withscores
     if offset > 0 and offset >= size:
-        return EMPTY_ARRAY
+        return [], withscores
     if offset < 0 or limit == 0:
-        return EMPTY_ARRAY
+        return [], withscores
     lo, hi = zs.score_range(*srange) if rangetype == _SCORE else zs.lex_range(*lrange)
     if reverse:
         stop = hi - offset
@@ -333,6 +342,13 @@ def _zrange_generic(
         first = lo + offset
         last = hi if limit < 0 else min(hi, first + limit)
         items = zs.items_between(first, last) if last > first else []
+    return items, withscores
+
+
+def _zrange_generic(
+    ctx: Ctx, args: list[bytes], rangetype: int | None, reverse: bool | None
+) -> Reply:
+    items, withscores = _zrange_select(ctx, args, rangetype, reverse)
     return _emit(ctx, items, withscores)
 
 
@@ -471,3 +487,249 @@ def zpopmin(ctx: Ctx, args: list[bytes]) -> Reply:
 def zpopmax(ctx: Ctx, args: list[bytes]) -> Reply:
     """ZPOPMAX key [count] -> highest members with scores."""
     return _zpop(ctx, args, True)
+
+
+# --- random members and scanning -------------------------------------------------------------
+
+
+@command("zrandmember", arity=-2, flags=("readonly",), first_key=1, last_key=1, step=1)
+def zrandmember(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZRANDMEMBER key [count [WITHSCORES]] -> a random member, or count members (distinct
+    when count > 0, repeats allowed when < 0), with their scores."""
+    from streamworker.engine.commands.hashes import random_count, random_members
+
+    if len(args) == 1:
+        z = _zset(ctx, args[0])
+        if not z:
+            return NULL_BULK
+        return random.choice(list(z.scores))
+    count = random_count(args, b"withscores")
+    withscores = len(args) == 3
+    z = _zset(ctx, args[0])
+    if not z or count == 0:
+        return EMPTY_ARRAY
+    if count < 0 or count == 1 or count < len(z):
+        members = random_members(list(z.scores), count)
+        return _emit(ctx, [(z.scores[m], m) for m in members], withscores)
+    # Every member: 7.0 replies with the whole set in descending rank order (ZREVRANGE 0 -1).
+    return _emit(ctx, list(reversed(z.order)), withscores)
+
+
+@command("zscan", arity=-3, flags=("readonly",), first_key=1, last_key=1, step=1)
+def zscan(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZSCAN key cursor [MATCH pattern] [COUNT count] -> [next-cursor, [member, score, ...]]
+    (scores as bulk strings in RESP3 too); a listpack comes back whole with cursor 0."""
+    from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
+    from streamworker.engine.commands.keys import object_encoding, parse_cursor
+
+    cursor = parse_cursor(args[1])
+    z = _zset(ctx, args[0])
+    if z is None:
+        return EMPTY_SCAN
+    options = parse_scan_options(args[2:])
+    small = object_encoding(ctx, z) == b"listpack"
+    next_cursor, found = scan_members(
+        ctx, args[0], z, lambda: [m for _, m in z], z.__contains__, cursor, options, small
+    )
+    flat: list[Reply] = []
+    for member in found:
+        flat.append(member)
+        flat.append(format_double(z.scores[member]))
+    return [str(next_cursor).encode(), flat]
+
+
+# --- ZRANGESTORE, ZINTERCARD ------------------------------------------------------------------
+
+
+@command("zrangestore", arity=-5, flags=("write", "denyoom"), first_key=1, last_key=2, step=1)
+def zrangestore(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZRANGESTORE dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count] -> the number of
+    members stored in dst (dst is deleted when the range is empty)."""
+    dst = args[0]
+    items, _ = _zrange_select(ctx, args[1:], None, None, store=True)
+    if not items:
+        ctx.db.delete(dst)
+        return 0
+    zs = ZSet()
+    for score, member in items:
+        zs.add(member, score)
+    ctx.db.set(dst, zs)
+    ctx.signal_key_ready(dst)
+    return len(items)
+
+
+@command("zintercard", arity=-3, flags=("readonly", "movablekeys"))
+def zintercard(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZINTERCARD numkeys key [key ...] [LIMIT limit] -> the size of the intersection of sorted
+    sets and sets (counting stops at limit; 0 = no limit)."""
+    numkeys = to_int(args[0])
+    if numkeys < 1:
+        raise CommandError(msgs.at_least_one_key("zintercard"))
+    if numkeys > len(args) - 1:
+        raise CommandError(msgs.SYNTAX)
+    keys = args[1 : 1 + numkeys]
+    collections: list[Iterable[bytes] | None] = []
+    for key in keys:
+        value = ctx.db.get(key)
+        if value is not None and not isinstance(value, (ZSet, set)):
+            raise CommandError(msgs.WRONGTYPE)
+        collections.append(value.scores if isinstance(value, ZSet) else value)
+    limit = 0
+    j = 1 + numkeys
+    while j < len(args):
+        if args[j].lower() == b"limit" and j + 1 < len(args):
+            limit = to_long_in(args[j + 1], 0, LLONG_MAX, msgs.LIMIT_NEGATIVE)
+            j += 2
+        else:
+            raise CommandError(msgs.SYNTAX)
+    return intersection_size(collections, limit)
+
+
+def intersection_size(collections: list[Iterable[bytes] | None], limit: int) -> int:
+    """Members common to every collection (None = empty), counted up to ``limit`` (0 = all);
+    the smallest collection is walked, the others probed."""
+    if any(c is None for c in collections):
+        return 0
+    present = [c for c in collections if c is not None]
+    sized = sorted(present, key=lambda c: len(c) if isinstance(c, Sized) else 0)
+    first, rest = sized[0], sized[1:]
+    probes = [c if isinstance(c, (set, dict)) else set(c) for c in rest]
+    count = 0
+    for member in first:
+        if all(member in p for p in probes):
+            count += 1
+            if limit and count >= limit:
+                break
+    return count
+
+
+# --- ZMPOP, BZMPOP, BZPOPMIN, BZPOPMAX ---------------------------------------------------------
+
+
+def _pop_items(c: Ctx, key: bytes, zs: ZSet, count: int, top: bool) -> list[tuple[float, bytes]]:
+    size = len(zs)
+    take = min(count, size)
+    items = zs.items_between(size - take, size) if top else zs.items_between(0, take)
+    if top:
+        items.reverse()
+    for _, m in items:
+        zs.remove(m)
+    if not len(zs):
+        c.db.delete(key)
+    else:
+        c.touch(key)
+    return items
+
+
+def _zmpop_args(args: list[bytes], numkeys_at: int) -> tuple[list[bytes], bool, int]:
+    """Redis's zmpopGenericCommand parsing: (keys, from the top, count)."""
+    numkeys = to_long_in(args[numkeys_at], 1, LLONG_MAX, msgs.NUMKEYS_NOT_POSITIVE)
+    where_at = numkeys_at + numkeys + 1
+    if where_at >= len(args):
+        raise CommandError(msgs.SYNTAX)
+    where = args[where_at].lower()
+    if where not in (b"min", b"max"):
+        raise CommandError(msgs.SYNTAX)
+    count = -1
+    j = where_at + 1
+    while j < len(args):
+        if count == -1 and args[j].lower() == b"count" and j + 1 < len(args):
+            j += 1
+            count = to_long_in(args[j], 1, LLONG_MAX, msgs.MPOP_COUNT_NOT_POSITIVE)
+        else:
+            raise CommandError(msgs.SYNTAX)
+        j += 1
+    return args[numkeys_at + 1 : where_at], where == b"max", 1 if count == -1 else count
+
+
+def _zmpop_from(c: Ctx, keys: list[bytes], top: bool, count: int) -> Reply | None:
+    """Pop from the first existing sorted set of ``keys`` (a wrong type before it is an error):
+    [key, [[member, score], ...]], logged as ZPOPMIN/ZPOPMAX key n; None when none exists."""
+    for key in keys:
+        zs = c.db.get_typed(key, ZSet)
+        if not zs:
+            continue
+        items = _pop_items(c, key, zs, count, top)
+        c.propagate([b"ZPOPMAX" if top else b"ZPOPMIN", key, str(len(items)).encode()])
+        return [key, [[m, Double(s)] for s, m in items]]
+    return None
+
+
+@command("zmpop", arity=-4, flags=("write", "movablekeys"))
+def zmpop(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZMPOP numkeys key [key ...] MIN|MAX [COUNT count] -> [key, [[member, score], ...]] or
+    nil."""
+    keys, top, count = _zmpop_args(args, 0)
+    reply = _zmpop_from(ctx, keys, top, count)
+    return NULL_ARRAY if reply is None else reply
+
+
+def _block_on(
+    ctx: Ctx,
+    keys: list[bytes],
+    timeout_ms: int,
+    attempt: Callable[[Ctx], Reply | None],
+) -> Reply | Blocked:
+    def retry(c: Ctx) -> Reply | None:
+        # A key that became another type while we waited is skipped, as for BLPOP.
+        try:
+            return attempt(c)
+        except CommandError:
+            return None
+
+    reply = attempt(ctx)
+    if reply is not None:
+        return reply
+    return ctx.block(keys, timeout_ms, retry, NULL_ARRAY)
+
+
+@command("bzmpop", arity=-5, flags=("write", "blocking", "movablekeys"))
+def bzmpop(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
+    """BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count] -> as ZMPOP, or nil after
+    timeout seconds."""
+    keys, top, count = _zmpop_args(args, 1)
+    timeout_ms = to_timeout_ms(args[0], True, ctx.now_ms())
+    return _block_on(ctx, keys, timeout_ms, lambda c: _zmpop_from(c, keys, top, count))
+
+
+def _bzpop(ctx: Ctx, args: list[bytes], top: bool) -> Reply | Blocked:
+    keys = args[:-1]
+    timeout_ms = to_timeout_ms(args[-1], True, ctx.now_ms())
+
+    def attempt(c: Ctx) -> Reply | None:
+        for key in keys:
+            zs = c.db.get_typed(key, ZSet)
+            if not zs:
+                continue
+            ((score, member),) = _pop_items(c, key, zs, 1, top)
+            c.propagate([b"ZPOPMAX" if top else b"ZPOPMIN", key])
+            return [key, member, Double(score)]
+        return None
+
+    return _block_on(ctx, keys, timeout_ms, attempt)
+
+
+@command(
+    "bzpopmin",
+    arity=-3,
+    flags=("write", "noscript", "blocking", "fast"),
+    first_key=1,
+    last_key=-2,
+    step=1,
+)
+def bzpopmin(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
+    """BZPOPMIN key [key ...] timeout -> [key, member, score], or nil after timeout seconds."""
+    return _bzpop(ctx, args, False)
+
+
+@command(
+    "bzpopmax",
+    arity=-3,
+    flags=("write", "noscript", "blocking", "fast"),
+    first_key=1,
+    last_key=-2,
+    step=1,
+)
+def bzpopmax(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
+    """BZPOPMAX key [key ...] timeout -> [key, member, score], or nil after timeout seconds."""
+    return _bzpop(ctx, args, True)

@@ -53,6 +53,14 @@ REPEATING_COUNTS: frozenset[bytes] = frozenset(
     }
 )
 
+# Bit offsets that make SETBIT / BITFIELD SET grow a string to 256 MB on both servers: driven
+# by test_bits.py's allocation test instead, so that the table run stays small.
+ALLOCATING_OFFSETS: frozenset[bytes] = frozenset({b"2147483647", b"2147483648"})
+ALLOCATING_COMMANDS: frozenset[bytes] = frozenset({b"setbit", b"bitfield"})
+
+# Commands whose negative count means "this many, repeats allowed" (compared without those).
+REPEATING_COMMANDS: frozenset[bytes] = frozenset({b"srandmember", b"zrandmember", b"hrandfield"})
+
 KEYS: tuple[bytes, ...] = (b"str", b"int", b"list", b"set", b"hash", b"zset", b"stream", b"none")
 
 SETUP: tuple[tuple[bytes, ...], ...] = (
@@ -71,6 +79,24 @@ SETUP: tuple[tuple[bytes, ...], ...] = (
 # Shapes per command (argv after the name). ``N`` is a numeric slot, ``K`` a key slot.
 TEMPLATES: dict[str, tuple[str, ...]] = {
     "append": ("K x",),
+    "bitcount": ("K N -1", "K 0 N", "K N N BIT", "str N -1 BIT", "str 0 N BYTE"),
+    "bitfield": (
+        "K GET u8 N",
+        "K GET i64 N",
+        "K SET u8 N 1",
+        "K SET i8 0 N",
+        "K INCRBY u63 0 N",
+        "K OVERFLOW SAT INCRBY i64 0 N",
+        "K OVERFLOW FAIL SET u8 0 N",
+        "str OVERFLOW WRAP SET i64 #1 N GET i64 #1",
+    ),
+    "bitfield_ro": ("K GET u8 N", "K GET i64 N", "K GET u63 N GET i8 #1"),
+    "bitop": ("AND dest K str", "NOT dest K", "XOR K str int", "N dest str"),
+    "bitpos": ("K N", "K 1 N", "K 0 0 N", "str 1 N -1 BIT", "str 0 0 N BIT", "str 0 N N BYTE"),
+    "bzmpop": ("N 1 zset MIN", "1 N zset MAX", "1 1 zset MIN COUNT N", "0 2 K zset MAX"),
+    "bzpopmax": ("zset N",),
+    "bzpopmin": ("zset N", "K zset N"),
+    "blmpop": ("N 1 list LEFT", "1 N list LEFT", "1 1 list RIGHT COUNT N", "0 2 K list LEFT"),
     "blpop": ("list N",),
     "brpop": ("list N",),
     "dbsize": ("",),
@@ -84,6 +110,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "expireat": ("K N", "str N LT"),
     "expiretime": ("K",),
     "get": ("K",),
+    "getbit": ("K N",),
     "getdel": ("K",),
     "getex": ("K EX N", "K PX N", "K EXAT N", "K PXAT N", "K PERSIST"),
     "getrange": ("K N 10", "K 0 N", "str N N"),
@@ -99,6 +126,8 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "hmget": ("K f1 f2",),
     "hmset": ("K f N",),
     "hset": ("K f N",),
+    "hrandfield": ("K N", "K N WITHVALUES", "K"),
+    "hscan": ("K N", "K 0 COUNT N", "K N MATCH f* COUNT N"),
     "hsetnx": ("K f N",),
     "hstrlen": ("K f1",),
     "hvals": ("K",),
@@ -106,11 +135,15 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "incrby": ("K N", "int N"),
     "incrbyfloat": ("K N", "int N"),
     "lindex": ("K N",),
+    "linsert": ("K BEFORE a N", "K AFTER N x"),
     "llen": ("K",),
+    "lmpop": ("N K LEFT", "1 K RIGHT COUNT N", "N list K LEFT"),
     "lpop": ("K N", "K"),
+    "lpos": ("K a RANK N", "K a COUNT N", "K a MAXLEN N", "list a RANK N COUNT N MAXLEN N"),
     "lpush": ("K N",),
     "lpushx": ("K N",),
     "lrange": ("K N -1", "K 0 N", "list N N"),
+    "lset": ("K N x",),
     "ltrim": ("K N -1", "K 0 N"),
     "mget": ("K int",),
     "mset": ("K N",),
@@ -132,16 +165,29 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "scan": ("N", "0 COUNT N", "N COUNT N", "0 MATCH * COUNT N TYPE string"),
     "scard": ("K",),
     "sdiff": ("K set",),
+    "sscan": ("K N", "K 0 COUNT N", "K N MATCH * COUNT N"),
     "select": ("N",),
     "set": ("K v EX N", "K v PX N", "K v EXAT N", "K v PXAT N", "K v GET EX N"),
+    "setbit": ("K N 1", "K 1 N", "str N 0"),
     "setex": ("K N v",),
     "setnx": ("K N",),
     "setrange": ("K N x", "K N ''", "str N x"),
     "sinter": ("K set",),
+    "sintercard": ("N K set", "2 K set LIMIT N", "1 K LIMIT N"),
     "sismember": ("K a",),
     "smembers": ("K",),
     "smismember": ("K a b",),
     "spop": ("K N", "K"),
+    "sort": (
+        "K LIMIT N 1 ALPHA",
+        "K LIMIT 0 N ALPHA",
+        "K BY nosort LIMIT N N STORE dst",
+        "list BY nosort LIMIT N N",
+        "list BY nosort DESC LIMIT 1 N",
+        "zset BY nosort LIMIT N 1",
+        "K ALPHA LIMIT N N STORE dst",
+    ),
+    "sort_ro": ("K LIMIT N 1 ALPHA", "list BY nosort DESC LIMIT N N", "zset BY nosort LIMIT 0 N"),
     "srandmember": ("K N", "K"),
     "srem": ("K a",),
     "strlen": ("K",),
@@ -185,6 +231,8 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "zcard": ("K",),
     "zcount": ("K N +inf", "K -inf N"),
     "zincrby": ("K N a",),
+    "zintercard": ("N K zset", "2 K zset LIMIT N", "1 K LIMIT N"),
+    "zmpop": ("N K MIN", "1 K MAX COUNT N", "N zset K MIN"),
     "zlexcount": ("K - +",),
     "zmscore": ("K a b",),
     "zpopmax": ("K N", "K"),
@@ -197,8 +245,16 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
         "K - + BYLEX LIMIT N N",
         "K N N BYSCORE",
     ),
+    "zrangestore": (
+        "dst K N -1",
+        "dst K 0 N",
+        "dst K -inf +inf BYSCORE LIMIT N 1",
+        "dst K -inf +inf BYSCORE LIMIT 0 N",
+        "K zset 0 N",
+    ),
     "zrangebylex": ("K - + LIMIT N 1", "K - + LIMIT 0 N"),
     "zrangebyscore": ("K -inf +inf LIMIT N 1", "K -inf +inf LIMIT 0 N", "K N N"),
+    "zrandmember": ("K N", "K N WITHSCORES", "K"),
     "zrank": ("K a",),
     "zrem": ("K a",),
     "zremrangebylex": ("K - +",),
@@ -208,6 +264,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "zrevrangebylex": ("K + - LIMIT N 1", "K + - LIMIT 0 N"),
     "zrevrangebyscore": ("K +inf -inf LIMIT N N", "K N N"),
     "zrevrank": ("K a",),
+    "zscan": ("K N", "K 0 COUNT N", "K N MATCH [ab] COUNT N"),
     "zscore": ("K a",),
     "eval": ("'return 1' N", "'return 1' N K"),
     "eval_ro": ("'return 1' N",),

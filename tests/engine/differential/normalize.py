@@ -7,7 +7,8 @@ Only these are masked (everything else must match byte for byte):
 * XPENDING's idle time (extended form), XINFO CONSUMERS ``idle``, XINFO STREAM FULL's
   delivery times and ``seen-time``;
 * XINFO STREAM ``radix-tree-nodes`` (a rax internal);
-* the order of unordered replies (SMEMBERS, KEYS...) is made canonical by sorting.
+* the order of unordered replies (SMEMBERS, KEYS..., SSCAN's members) is made canonical by
+  sorting.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ def normalize_node(argv: list[bytes], node: Node, queued: list[list[bytes]] | No
         return node
     if name in _UNORDERED and node.is_aggregate:
         return with_children(node, sorted(node.children, key=dump))
+    if name == b"sscan" and node.is_aggregate and len(node.children) == 2:
+        # A set of strings is a hash table in Redis 7.0: its members come in dict order.
+        members = node.children[1]
+        if members.is_aggregate:
+            members = with_children(members, sorted(members.children, key=dump))
+        return with_children(node, [node.children[0], members])
     sub = argv[1].lower() if len(argv) > 1 else b""
     if name == b"xpending":
         return _xpending(node)

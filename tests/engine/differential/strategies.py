@@ -491,6 +491,46 @@ def strings(draw: Draw) -> Command:
 
 
 @st.composite
+def bits(draw: Draw) -> Command:
+    """SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD(_RO) on small strings and other types."""
+    k = _pick(draw, ["b", "b", "c", "k", "s"])
+    offsets = ["0", "7", "8", "15", "23", "100", "-1", "x", "#1", "#2"]
+    ranges = ["0", "1", "-1", "-2", "2", "-100", "100", "x"]
+    which = int(draw(st.integers(0, 7)))
+    if which == 0:
+        return _b(["SETBIT", k, _pick(draw, offsets[:7]), _pick(draw, ["1", "0", "2"])])
+    if which == 1:
+        return _b(["GETBIT", k, _pick(draw, offsets[:7])])
+    if which == 2:
+        unit = [_pick(draw, ["BIT", "BYTE", "bit", "FOO"])] if _chance(draw, 50) else []
+        pair = [_pick(draw, ranges), _pick(draw, ranges)] if _chance(draw, 70) else []
+        return _b(["BITCOUNT", k, *pair, *(unit if pair else [])])
+    if which == 3:
+        tail = draw(st.lists(st.sampled_from(ranges), max_size=2))
+        if len(tail) == 2 and _chance(draw, 50):
+            tail.append(_pick(draw, ["BIT", "BYTE", "FOO"]))
+        return _b(["BITPOS", k, _pick(draw, ["0", "1", "1", "2"]), *tail])
+    if which == 4:
+        op = _pick(draw, ["AND", "OR", "XOR", "NOT", "and", "FOO"])
+        srcs = draw(
+            st.lists(st.sampled_from(["b", "c", "k", "s", "nokey"]), min_size=1, max_size=3)
+        )
+        return _b(["BITOP", op, _pick(draw, ["b", "c", "d"]), *srcs])
+    ops: list[str] = []
+    for _ in range(int(draw(st.integers(1, 3)))):
+        kind = _pick(draw, ["GET", "GET", "SET", "INCRBY", "OVERFLOW"])
+        if kind == "OVERFLOW":
+            ops += ["OVERFLOW", _pick(draw, ["WRAP", "SAT", "FAIL", "FOO"])]
+            continue
+        t = _pick(draw, ["u8", "i8", "u1", "i5", "u63", "i64", "u64", "i0"])
+        ops += [kind, t, _pick(draw, offsets)]
+        if kind != "GET":
+            ops.append(_pick(draw, ["1", "-1", "100", "-300", "9223372036854775807", "x"]))
+    name = "BITFIELD_RO" if which == 7 and _chance(draw, 50) else "BITFIELD"
+    return _b([name, k, *ops])
+
+
+@st.composite
 def hashes(draw: Draw) -> Command:
     h = _pick(draw, ["h", "h", "k", "s"])
     which = int(draw(st.integers(0, 8)))
@@ -600,6 +640,189 @@ def lists(draw: Draw) -> Command:
     if which == 4:
         return _b(["LINDEX", k, _pick(draw, ["0", "-1", "5", "x"])])
     return _b(["LPUSHX", k, "z"])
+
+
+@st.composite
+def list_positions(draw: Draw) -> Command:
+    """LPOS, LSET, LINSERT, LMPOP, and BLMPOP that never waits (a timeout of 0.01 s at most)."""
+    k = _pick(draw, ["k", "k", "l", "h", "s"])
+    vals = ["a", "b", "1", "z"]
+    which = int(draw(st.integers(0, 4)))
+    if which == 0:
+        opts: list[list[str]] = []
+        if _chance(draw, 40):
+            opts.append(
+                ["RANK", _pick(draw, ["1", "2", "-1", "-2", "0", "x", "-9223372036854775808"])]
+            )
+        if _chance(draw, 40):
+            opts.append(["COUNT", _pick(draw, ["0", "1", "2", "-1", "x"])])
+        if _chance(draw, 30):
+            opts.append(["MAXLEN", _pick(draw, ["0", "1", "3", "-1"])])
+        return _b(["LPOS", k, _pick(draw, vals), *_shuffled(draw, opts)])
+    if which == 1:
+        return _b(["LSET", k, _pick(draw, ["0", "-1", "2", "10", "x"]), _pick(draw, vals)])
+    if which == 2:
+        where = _pick(draw, ["BEFORE", "AFTER", "after", "FOO"])
+        return _b(["LINSERT", k, where, _pick(draw, vals), _pick(draw, vals)])
+    keys = draw(st.lists(st.sampled_from(["k", "l", "h", "s", "nokey"]), min_size=1, max_size=3))
+    numkeys = str(len(keys)) if _chance(draw, 85) else _pick(draw, ["0", "-1", "x", "9"])
+    tail = [_pick(draw, ["LEFT", "RIGHT", "left", "MID"])]
+    if _chance(draw, 40):
+        tail += ["COUNT", _pick(draw, ["1", "2", "5", "0", "-1", "x"])]
+    if which == 3:
+        return _b(["LMPOP", numkeys, *keys, *tail])
+    return _b(["BLMPOP", _pick(draw, ["0.01", "x", "-1"]), numkeys, *keys, *tail])
+
+
+@st.composite
+def random_and_scans(draw: Draw) -> Command:
+    """SSCAN/HSCAN/ZSCAN (COUNT large enough to see small collections whole) and
+    ZRANDMEMBER/HRANDFIELD with counts whose reply chance does not decide (0, past the size,
+    errors, missing keys)."""
+    which = int(draw(st.integers(0, 4)))
+    k = _pick(draw, ["k", "h", "s", "z", "nokey"])
+    if which <= 2:
+        name = ["SSCAN", "HSCAN", "ZSCAN"][which]
+        opts: list[list[str]] = []
+        if _chance(draw, 40):
+            opts.append(["MATCH", _pick(draw, ["*", "a*", "f?", "[ab]", "1*"])])
+        if _chance(draw, 40):
+            opts.append(["COUNT", _pick(draw, ["10", "100", "0", "-1", "x"])])
+        if _chance(draw, 10):
+            opts.append(["TYPE", "set"])
+        return _b([name, k, _pick(draw, ["0", "0", "x", "-1"]), *_shuffled(draw, opts)])
+    name, word = ("ZRANDMEMBER", "WITHSCORES") if which == 3 else ("HRANDFIELD", "WITHVALUES")
+    if k == "nokey" or _chance(draw, 30):
+        count = _pick(draw, ["0", "-3", "5", "x", "-9223372036854775808", "4611686018427387904"])
+    else:
+        count = _pick(draw, ["0", "100", "x"])
+    tail = [_pick(draw, [word, word.lower(), "FOO"])] if _chance(draw, 50) else []
+    return _b([name, k, count, *tail])
+
+
+@st.composite
+def small_collections(draw: Draw) -> Command:
+    """Writes that keep sets, hashes and sorted sets small (intset/listpack, or a few strings)."""
+    which = int(draw(st.integers(0, 3)))
+    if which == 0:
+        ms = draw(st.lists(st.sampled_from(["1", "2", "10", "-5", "a"]), min_size=1, max_size=3))
+        return _b(["SADD", _pick(draw, ["s", "s", "k"]), *ms])
+    if which == 1:
+        return _b(["HSET", _pick(draw, ["h", "h", "k"]), *_pairs(draw)])
+    if which == 2:
+        n = int(draw(st.integers(1, 2)))
+        pairs = [
+            t
+            for _ in range(n)
+            for t in (_pick(draw, ["1", "2.5", "-inf", "0.1", "-0"]), _pick(draw, ["a", "b", "c"]))
+        ]
+        return _b(["ZADD", _pick(draw, ["z", "z", "k"]), *pairs])
+    return _b([_pick(draw, ["SREM", "HDEL", "ZREM"]), _pick(draw, ["s", "h", "z"]), "a"])
+
+
+@st.composite
+def zset_pops(draw: Draw) -> Command:
+    """ZMPOP, BZMPOP / BZPOPMIN / BZPOPMAX that never wait long (0.01 s), ZINTERCARD,
+    SINTERCARD, ZRANGESTORE."""
+    keys = ["z", "z2", "k", "s", "nokey"]
+    which = int(draw(st.integers(0, 5)))
+    if which == 0:
+        ks = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=3))
+        numkeys = str(len(ks)) if _chance(draw, 85) else _pick(draw, ["0", "-1", "x", "9"])
+        tail = [_pick(draw, ["MIN", "MAX", "max", "MID"])]
+        if _chance(draw, 40):
+            tail += ["COUNT", _pick(draw, ["1", "2", "10", "0", "-1", "x"])]
+        if _chance(draw, 50):
+            return _b(["ZMPOP", numkeys, *ks, *tail])
+        return _b(["BZMPOP", _pick(draw, ["0.01", "x", "-1"]), numkeys, *ks, *tail])
+    if which == 1:
+        ks = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=2))
+        name = _pick(draw, ["BZPOPMIN", "BZPOPMAX"])
+        return _b([name, *ks, _pick(draw, ["0.01", "0.01", "x", "-1"])])
+    if which in (2, 3):
+        name = "ZINTERCARD" if which == 2 else "SINTERCARD"
+        ks = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=3))
+        numkeys = str(len(ks)) if _chance(draw, 85) else _pick(draw, ["0", "-1", "x", "9"])
+        tail = ["LIMIT", _pick(draw, ["0", "1", "2", "-1", "x"])] if _chance(draw, 40) else []
+        return _b([name, numkeys, *ks, *tail])
+    if which == 4:
+        opts: list[list[str]] = []
+        by = _pick(draw, ["", "", "BYSCORE", "BYLEX"])
+        if by == "BYSCORE":
+            lo, hi = _pick(draw, ["-inf", "(1", "2"]), _pick(draw, ["+inf", "3", "(2"])
+        elif by == "BYLEX":
+            lo, hi = _pick(draw, ["-", "[b", "(a"]), _pick(draw, ["+", "[c", "(c"])
+        else:
+            lo, hi = _pick(draw, ["0", "1", "-2", "5"]), _pick(draw, ["-1", "0", "2"])
+        if by:
+            opts.append([by])
+            if _chance(draw, 30):
+                opts.append(["LIMIT", _pick(draw, ["0", "1"]), _pick(draw, ["1", "-1"])])
+        if _chance(draw, 30):
+            opts.append(["REV"])
+            if by:
+                lo, hi = hi, lo
+        if _chance(draw, 10):
+            opts.append(["WITHSCORES"])
+        src = _pick(draw, keys)
+        return _b(
+            ["ZRANGESTORE", _pick(draw, ["d", "z2", "k"]), src, lo, hi, *_shuffled(draw, opts)]
+        )
+    n = int(draw(st.integers(1, 3)))
+    pairs = [
+        t for _ in range(n) for t in (_pick(draw, ["1", "2", "3"]), _pick(draw, ["a", "b", "c"]))
+    ]
+    if _chance(draw, 30):
+        return _b(["SADD", _pick(draw, ["s", "k"]), _pick(draw, ["a", "b", "q"])])
+    return _b(["ZADD", _pick(draw, ["z", "z", "z2", "k"]), *pairs])
+
+
+@st.composite
+def sorts(draw: Draw) -> Command:
+    """SORT / SORT_RO where Redis's result does not depend on its hash-table order: BY and
+    GET patterns on lists, numeric or ALPHA order of sets, ``BY nosort`` on lists and sorted
+    sets (sets only with STORE), no score past the double range (Redis keeps a stale ERANGE)."""
+    which = int(draw(st.integers(0, 9)))
+    if which == 0:
+        vs = draw(
+            st.lists(st.sampled_from(["1", "2", "10", "-3", "1.5", "a", "b", ""]), max_size=3)
+        )
+        return _b(["RPUSH", _pick(draw, ["k", "k", "l"]), *(vs or ["1"])])
+    if which == 1:
+        return _b(["MSET", "w_1", _pick(draw, ["3", "b", "1"]), "w_2", _pick(draw, ["1", "a"])])
+    if which == 2:
+        return _b(["HSET", _pick(draw, ["h_1", "h_2", "h_10"]), "f", _pick(draw, ["x", "2", "y"])])
+    if which == 3:
+        vs = draw(st.lists(st.sampled_from(["1", "2", "10", "x", "y"]), min_size=1, max_size=3))
+        return _b(["SADD", "s", *vs]) if _chance(draw, 50) else _b(["ZADD", "z", "1", *vs[:1]])
+    key = _pick(draw, ["k", "k", "l", "s", "z", "h", "nokey"])
+    opts: list[list[str]] = []
+    nosort = False
+    if key in ("k", "l", "nokey") and _chance(draw, 50):
+        opts.append(["BY", _pick(draw, ["w_*", "h_*->f", "nosort", "w_*->f", "h_*->"])])
+        nosort = opts[-1][1] == "nosort"
+    elif key == "z" and _chance(draw, 30):
+        opts.append(["BY", "nosort"])
+        nosort = True
+    if key in ("k", "l", "nokey") and _chance(draw, 40):
+        for _ in range(int(draw(st.integers(1, 2)))):
+            opts.append(["GET", _pick(draw, ["#", "w_*", "h_*->f", "nokey_*", "nopattern"])])
+    if _chance(draw, 30):
+        opts.append(
+            ["LIMIT", _pick(draw, ["0", "1", "-1", "5", "x"]), _pick(draw, ["1", "2", "-1", "0"])]
+        )
+    if _chance(draw, 40):
+        opts.append([_pick(draw, ["ASC", "DESC", "desc"])])
+    if _chance(draw, 40) and not nosort:
+        opts.append(["ALPHA"])
+    name = "SORT"
+    if _chance(draw, 25):
+        opts.append(["STORE", _pick(draw, ["dst", "dst", "k", "s"])])
+    elif _chance(draw, 20):
+        name = "SORT_RO"
+    if _chance(draw, 8):
+        opts.append([_pick(draw, ["FOO", "LIMIT", "BY", "GET"])])
+    return _b([name, key, *_shuffled(draw, opts)])
 
 
 @st.composite
