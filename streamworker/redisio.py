@@ -84,19 +84,23 @@ def cluster_nodes(url: str) -> list[tuple[str, int]]:
     path, _, _query = tail.partition("?")
     hosts = netloc.rpartition("@")[2]
     if path not in ("", "0"):
-        raise ConfigError(f"invalid Redis URL {url!r}: Redis Cluster has database 0 only")
+        raise ConfigError(
+            f"invalid Redis URL {redact_url(url)!r}: Redis Cluster has database 0 only"
+        )
     nodes: list[tuple[str, int]] = []
     for item in hosts.split(","):
         if not item:
-            raise ConfigError(f"invalid Redis URL {url!r}: empty node in the node list")
+            raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: empty node in the node list")
         host, sep, port_text = item.rpartition(":")
         if not sep:
             host, port_text = item, "6379"
         host = host.strip("[]")
         if not host:
-            raise ConfigError(f"invalid Redis URL {url!r}: node {item!r} has no host")
+            raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: node {item!r} has no host")
         if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ConfigError(f"invalid Redis URL {url!r}: node {item!r} has a bad port")
+            raise ConfigError(
+                f"invalid Redis URL {redact_url(url)!r}: node {item!r} has a bad port"
+            )
         nodes.append((host, int(port_text)))
     return nodes
 
@@ -113,24 +117,26 @@ def validate_redis_url(url: str) -> str:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise ConfigError(f"invalid Redis URL {url!r}: {exc}") from None
+        raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
     scheme = parts.scheme.lower()
     if scheme not in REDIS_SCHEMES:
         shown = f"scheme {scheme!r}" if scheme else "no scheme"
         raise ConfigError(
-            f"invalid Redis URL {url!r}: {shown}; use redis://, rediss://, unix://, engine:// "
+            f"invalid Redis URL {redact_url(url)!r}: {shown}; use redis://, rediss://, unix://, engine:// "
             f"or redis+cluster://"
         )
     if scheme in ("redis", "rediss"):
         if not parts.hostname:
-            raise ConfigError(f"invalid Redis URL {url!r}: no host")
+            raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: no host")
         if port == 0:
-            raise ConfigError(f"invalid Redis URL {url!r}: port 0")
+            raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: port 0")
         db = parts.path.lstrip("/")
         if db and not db.isdigit():
-            raise ConfigError(f"invalid Redis URL {url!r}: database {db!r} is not a number")
+            raise ConfigError(
+                f"invalid Redis URL {redact_url(url)!r}: database {db!r} is not a number"
+            )
     if scheme == "unix" and not parts.path:
-        raise ConfigError(f"invalid Redis URL {url!r}: no socket path")
+        raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: no socket path")
     return url
 
 
@@ -275,16 +281,18 @@ def open_redis(url: str, *, socket_timeout_s: float | None = None) -> aioredis.R
         client: aioredis.Redis = async_client(url)
         return client
     try:
+        # TCP keepalive has no meaning on a Unix socket, whose connection class refuses it.
+        keepalive = {} if url.lower().startswith("unix:") else {"socket_keepalive": True}
         client = aioredis.Redis.from_url(
             url,
             decode_responses=False,
             socket_timeout=socket_timeout_s,
             socket_connect_timeout=5.0,
-            socket_keepalive=True,
             health_check_interval=30,
+            **keepalive,
         )
     except ValueError as exc:
-        raise ConfigError(f"invalid Redis URL {url!r}: {exc}") from None
+        raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
     pool = client.connection_pool
     pool.connection_class = _HIREDIS_PACKED.get(pool.connection_class, pool.connection_class)
     return client
@@ -339,7 +347,7 @@ def open_sync_redis(url: str, *, socket_timeout_s: float | None = 10.0) -> redis
             url, decode_responses=False, socket_timeout=socket_timeout_s, socket_connect_timeout=5.0
         )
     except ValueError as exc:
-        raise ConfigError(f"invalid Redis URL {url!r}: {exc}") from None
+        raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
 
 
 @contextlib.asynccontextmanager

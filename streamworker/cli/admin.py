@@ -14,7 +14,7 @@ from streamworker import admin
 from streamworker.errors import ConfigError, ConnectionLost
 from streamworker.keys import dead_letter_stream
 from streamworker.progress import Progress
-from streamworker.redisio import open_sync_redis
+from streamworker.redisio import open_sync_redis, redact_url
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 
@@ -25,7 +25,7 @@ def _client(args: argparse.Namespace) -> redis.Redis:
     try:
         client.ping()
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise ConnectionLost(f"cannot reach Redis at {url}: {exc}") from None
+        raise ConnectionLost(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
     return client
 
 

@@ -14,6 +14,7 @@ import redis
 
 from streamworker.errors import ConfigError, StreamworkerError
 from streamworker.progress import Progress
+from streamworker.redisio import redact_url
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 
@@ -32,7 +33,7 @@ def _cmd_archive(args: argparse.Namespace) -> int:
     try:
         client.ping()
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise StreamworkerError(f"cannot reach Redis at {url}: {exc}") from None
+        raise StreamworkerError(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
     finally:
         client.close()
 

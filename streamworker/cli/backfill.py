@@ -14,6 +14,7 @@ import redis
 
 from streamworker.errors import ConfigError, StreamworkerError
 from streamworker.progress import Progress
+from streamworker.redisio import redact_url
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 _POLL_S = 0.5
@@ -66,7 +67,7 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
         if not client.exists(args.stream):
             raise ConfigError(f"stream {args.stream!r} does not exist")
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise StreamworkerError(f"cannot reach Redis at {url}: {exc}") from None
+        raise StreamworkerError(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
     finally:
         client.close()
 

@@ -147,6 +147,16 @@ def test_dlq_commands_need_a_reachable_redis() -> None:
     assert "cannot reach Redis" in result.stderr
 
 
+def test_an_unreachable_redis_is_named_without_its_password() -> None:
+    from tests.support.servers import free_port
+
+    url = f"redis://ops:s3cr@t@127.0.0.1:{free_port()}/0"
+    result = run_cli("dlq", "list", "orders", "--redis-url", url)
+    assert result.returncode == 1
+    assert "cannot reach Redis at redis://ops:***@127.0.0.1:" in result.stderr
+    assert "s3cr" not in result.stderr + result.stdout
+
+
 def test_dlq_list_on_a_stream_that_does_not_exist_says_so(redis_url: str) -> None:
     result = run_cli("dlq", "list", "ordrs", "--redis-url", redis_url)
     assert result.returncode == 2

@@ -66,6 +66,24 @@ def test_bad_redis_urls_are_explained(url: str, message: str) -> None:
         validate_redis_url(url)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://app:s3cr@t@h:99999/0",
+        "redis://app:s3cr@t@h:6379/abc",
+        "redis://app:s3cr@t@h:0/0",
+        "ftp://app:s3cr@t@h:6379",
+        "redis+cluster://app:s3cr@t@h1:1,h2:x/",
+        "redis+cluster://app:s3cr@t@h1:1/3",
+    ],
+)
+def test_a_bad_redis_url_is_explained_without_its_password(url: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate_redis_url(url)
+    assert "s3cr" not in str(caught.value)
+    assert "app:***@" in str(caught.value)
+
+
 def test_good_redis_urls_pass() -> None:
     for url in ("redis://h:6379/0", "rediss://u:p@h:6380", "unix:///tmp/r.sock", "engine://memory"):
         assert validate_redis_url(url) == url
