@@ -12,6 +12,7 @@ import pytest
 from streamworker.engine import Engine
 from streamworker.engine.context import Blocked, ClientState
 from streamworker.engine.protocol import encode
+from tests.engine.differential.backends import EngineBackend, RedisBackend
 from tests.support.servers import RedisServer
 
 
@@ -206,3 +207,15 @@ def ex(engine: Engine) -> Exec:
         return engine.execute(client, argv)
 
     return run
+
+
+@pytest.fixture(scope="module")
+def both(redis_server: RedisServer) -> Iterator[tuple[RedisBackend, EngineBackend]]:
+    """A module's pair of differential backends: redis-server (reset afterwards) and a fresh
+    engine, for scripts compared reply by reply."""
+    real = RedisBackend(redis_server.port)
+    engine = EngineBackend()
+    yield real, engine
+    real.reset()
+    real.close()
+    engine.close()

@@ -8,7 +8,6 @@ allocate what Redis allocates and no more, and the writes replay from the append
 from __future__ import annotations
 
 import resource
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -228,16 +227,6 @@ CASES = {
         "GET m2",
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def both(redis_server: RedisServer) -> Iterator[tuple[RedisBackend, EngineBackend]]:
-    real = RedisBackend(redis_server.port)
-    engine = EngineBackend()
-    yield real, engine
-    real.reset()
-    real.close()
-    engine.close()
 
 
 @pytest.mark.redis

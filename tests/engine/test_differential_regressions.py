@@ -8,14 +8,11 @@ single spaces; ``\\s`` stands for a space inside an argument.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.engine.differential.backends import EngineBackend, RedisBackend
 from tests.engine.differential.normalize import normalize
 from tests.engine.differential.resp import pretty
-from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.redis
 
@@ -72,16 +69,6 @@ CASES = [
         id="subcommand-syntax-error-echoes-typed-case",
     ),
 ]
-
-
-@pytest.fixture(scope="module")
-def both(redis_server: RedisServer) -> Iterator[tuple[RedisBackend, EngineBackend]]:
-    real = RedisBackend(redis_server.port)
-    engine = EngineBackend()
-    yield real, engine
-    real.reset()
-    real.close()
-    engine.close()
 
 
 def _argv(line: str) -> tuple[int, list[bytes]]:

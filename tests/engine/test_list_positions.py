@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ from streamworker.engine.replies import NULL_ARRAY
 from tests.engine.aof_support import Session, dump_state
 from tests.engine.differential.backends import EngineBackend, RedisBackend
 from tests.engine.differential.scripts import mismatches
-from tests.support.servers import RedisServer
 
 CASES = {
     "lpos": [
@@ -138,16 +136,6 @@ CASES = {
         "EVAL \"return redis.call('BLMPOP','0','1','l4','RIGHT')\" 0",
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def both(redis_server: RedisServer) -> Iterator[tuple[RedisBackend, EngineBackend]]:
-    real = RedisBackend(redis_server.port)
-    engine = EngineBackend()
-    yield real, engine
-    real.reset()
-    real.close()
-    engine.close()
 
 
 @pytest.mark.redis

@@ -8,8 +8,6 @@ throughout, while members come and go."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from streamworker.engine import Engine, msgs
@@ -113,16 +111,6 @@ CASES = {
         "HRANDFIELD one1 1 WITHVALUES",
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def both(redis_server: RedisServer) -> Iterator[tuple[RedisBackend, EngineBackend]]:
-    real = RedisBackend(redis_server.port)
-    engine = EngineBackend()
-    yield real, engine
-    real.reset()
-    real.close()
-    engine.close()
 
 
 @pytest.mark.redis

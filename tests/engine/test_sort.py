@@ -7,7 +7,6 @@ conversion error; and on the engine: a SORT ... STORE replays from the append-on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -184,16 +183,6 @@ CASES = {
         "EVAL \"return redis.call('SORT', KEYS[1], 'BY', 'nosort', 'LIMIT', '0', '2')\" 1 s2",
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def both(redis_server: RedisServer) -> Iterator[tuple[RedisBackend, EngineBackend]]:
-    real = RedisBackend(redis_server.port)
-    engine = EngineBackend()
-    yield real, engine
-    real.reset()
-    real.close()
-    engine.close()
 
 
 @pytest.mark.redis

@@ -8,7 +8,6 @@ do not block inside MULTI, and are logged to the append-only file as ZPOPMIN/ZPO
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from streamworker.engine.replies import NULL_ARRAY, Double
 from tests.engine.aof_support import Session, dump_state
 from tests.engine.differential.backends import EngineBackend, RedisBackend
 from tests.engine.differential.scripts import mismatches
-from tests.support.servers import RedisServer
 
 CASES = {
     "zintercard": [
@@ -149,16 +147,6 @@ CASES = {
         "EVAL \"return redis.call('BZMPOP','0','1','z2','MAX')\" 0",
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def both(redis_server: RedisServer) -> Iterator[tuple[RedisBackend, EngineBackend]]:
-    real = RedisBackend(redis_server.port)
-    engine = EngineBackend()
-    yield real, engine
-    real.reset()
-    real.close()
-    engine.close()
 
 
 @pytest.mark.redis
