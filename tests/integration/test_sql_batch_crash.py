@@ -7,69 +7,40 @@ Every test ends the same way: each order's charge row exists exactly once and th
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 import redis
 
-from tests.support.proc import assert_killed, read_lines, stop_process, streamworker, wait_for
-from tests.support.sql import charges_per_message, create_business_tables, pending_ids
+from tests.support.proc import assert_killed, read_lines
+from tests.support.sql import (
+    add_orders,
+    charges_per_message,
+    create_business_tables,
+    finish_charges,
+    pending_ids,
+    start_charges_worker,
+)
 
 pytestmark = pytest.mark.slow
 
-APP = "tests/apps/sql_charges.py:app"
-
-
-def _start(
-    redis_url: str, db_url: str, log: Path, consumer: str = "pod-0", **env: str
-) -> subprocess.Popen[bytes]:
-    return streamworker(
-        "run",
-        APP,
-        "--redis-url",
-        redis_url,
-        "--db-url",
-        db_url,
-        "--consumer",
-        consumer,
-        env={
-            "SW_TEST_LOG": str(log),
-            "SW_TEST_BATCH_HANDLER": "1",
-            "STREAMWORKER_RECONNECT_BACKOFF_MAX_S": "0.5",
-            **env,
-        },
-    )
-
-
-def _orders(client: redis.Redis, n: int) -> list[str]:
-    return [client.xadd("orders", {"n": str(i)}).decode() for i in range(n)]
-
-
-def _finish(
-    redis_url: str, db_url: str, client: redis.Redis, ids: list[str], log: Path, **env: str
-) -> str:
-    proc = _start(redis_url, db_url, log, **env)
-    try:
-        wait_for(lambda: len(charges_per_message(db_url)) == len(ids), 30, "every order charged")
-        wait_for(lambda: not pending_ids(client, "orders", "billing"), 30, "empty PEL")
-    finally:
-        err = stop_process(proc)
-    assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
-    return err
+# Every run of the app in this module calls the batch handler (one executemany per batch).
+BATCH = {"SW_TEST_BATCH_HANDLER": "1"}
 
 
 def test_sigkill_between_commit_and_xack_of_a_batch_acks_it_as_duplicates_after_restart(
     db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     create_business_tables(db_url)
-    ids = _orders(redis_client, 15)
-    proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:2")
+    ids = add_orders(redis_client, 15)
+    proc = start_charges_worker(
+        redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:2", **BATCH
+    )
     assert_killed(proc)
     # Batch 2 is committed (its executemany and its processed rows) but still pending.
     assert sorted(charges_per_message(db_url)) == sorted(ids[:10])
     assert pending_ids(redis_client, "orders", "billing") == [i.encode() for i in ids[5:10]]
-    err = _finish(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
+    err = finish_charges(redis_url, db_url, redis_client, ids, tmp_path / "run2.log", **BATCH)
     # Redelivered and acked as duplicates: the batch handler never saw them again.
     started = [r[1] for r in read_lines(tmp_path / "run2.log") if r[0] == "start"]
     assert started == ids[10:]
@@ -80,13 +51,17 @@ def test_sigkill_between_commit_and_xack_on_the_last_allowed_delivery_acks_the_b
     db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     create_business_tables(db_url)
-    ids = _orders(redis_client, 10)
+    ids = add_orders(redis_client, 10)
     env = {"SW_TEST_MAX_DELIVERIES": "1"}
-    proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:1", **env)
+    proc = start_charges_worker(
+        redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:1", **env, **BATCH
+    )
     assert_killed(proc)
     assert sorted(charges_per_message(db_url)) == sorted(ids[:5])
     # Redelivered over the limit: the processed rows win over the delivery count.
-    err = _finish(redis_url, db_url, redis_client, ids, tmp_path / "run2.log", **env)
+    err = finish_charges(
+        redis_url, db_url, redis_client, ids, tmp_path / "run2.log", **env, **BATCH
+    )
     assert redis_client.xlen("{orders}:dlq") == 0
     assert err.count('"duplicate_acked"') == 5
     started = [r[1] for r in read_lines(tmp_path / "run2.log") if r[0] == "start"]
@@ -97,10 +72,12 @@ def test_sigkill_before_the_commit_of_a_batch_redoes_it_once(
     db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     create_business_tables(db_url)
-    ids = _orders(redis_client, 15)
-    proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="before_commit:2")
+    ids = add_orders(redis_client, 15)
+    proc = start_charges_worker(
+        redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="before_commit:2", **BATCH
+    )
     assert_killed(proc)
     assert sorted(charges_per_message(db_url)) == sorted(ids[:5])
-    _finish(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
+    finish_charges(redis_url, db_url, redis_client, ids, tmp_path / "run2.log", **BATCH)
     rerun = [r[1] for r in read_lines(tmp_path / "run2.log") if r[0] == "start"]
     assert rerun[:5] == ids[5:10]

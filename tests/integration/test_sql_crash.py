@@ -8,7 +8,6 @@ Every test ends the same way: each order's charge row exists exactly once and th
 from __future__ import annotations
 
 import random
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,15 +21,17 @@ from tests.support.proc import (
     read_lines,
     run_cli,
     stop_process,
-    streamworker,
     wait_for,
 )
 from tests.support.sql import (
+    add_orders,
     charges_per_message,
     create_business_tables,
+    finish_charges,
     migrated_db_url,
     pending_ids,
     processed_ids,
+    start_charges_worker,
 )
 
 pytestmark = pytest.mark.slow
@@ -65,54 +66,19 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client.close()
 
 
-APP = "tests/apps/sql_charges.py:app"
-
-
-def _start(
-    redis_url: str, db_url: str, log: Path, consumer: str = "pod-0", **env: str
-) -> subprocess.Popen[bytes]:
-    return streamworker(
-        "run",
-        APP,
-        "--redis-url",
-        redis_url,
-        "--db-url",
-        db_url,
-        "--consumer",
-        consumer,
-        env={"SW_TEST_LOG": str(log), "STREAMWORKER_RECONNECT_BACKOFF_MAX_S": "0.5", **env},
-    )
-
-
-def _orders(client: redis.Redis, n: int) -> list[str]:
-    return [client.xadd("orders", {"n": str(i)}).decode() for i in range(n)]
-
-
-def _finish_and_check(
-    redis_url: str, db_url: str, client: redis.Redis, ids: list[str], log: Path
-) -> str:
-    """Run a clean worker until everything is charged; check exactly once and an empty PEL."""
-    proc = _start(redis_url, db_url, log)
-    try:
-        wait_for(lambda: len(charges_per_message(db_url)) == len(ids), 30, "every order charged")
-        wait_for(lambda: not pending_ids(client, "orders", "billing"), 30, "empty PEL")
-    finally:
-        err = stop_process(proc)
-    assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
-    return err
-
-
 def test_sigkill_before_the_commit_loses_the_batch_effects_and_redoes_them_once(
     db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     create_business_tables(db_url)
-    ids = _orders(redis_client, 15)
-    proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="before_commit:2")
+    ids = add_orders(redis_client, 15)
+    proc = start_charges_worker(
+        redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="before_commit:2"
+    )
     assert_killed(proc)
     # Batch 1 committed and acked; batch 2 ran its handlers but never committed.
     assert sorted(charges_per_message(db_url)) == sorted(ids[:5])
     assert pending_ids(redis_client, "orders", "billing") == [i.encode() for i in ids[5:10]]
-    _finish_and_check(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
+    finish_charges(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
     # The restart ran batch 2's handlers again (their first run never committed).
     rerun = [r[1] for r in read_lines(tmp_path / "run2.log") if r[0] == "start"]
     assert rerun[:5] == ids[5:10]
@@ -122,13 +88,15 @@ def test_sigkill_after_the_commit_before_the_xack_is_recognised_as_duplicates(
     db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     create_business_tables(db_url)
-    ids = _orders(redis_client, 15)
-    proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:2")
+    ids = add_orders(redis_client, 15)
+    proc = start_charges_worker(
+        redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:2"
+    )
     assert_killed(proc)
     # Batch 2 is committed (charges and processed rows) but still pending.
     assert sorted(charges_per_message(db_url)) == sorted(ids[:10])
     assert pending_ids(redis_client, "orders", "billing") == [i.encode() for i in ids[5:10]]
-    err = _finish_and_check(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
+    err = finish_charges(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
     # Redelivered, acked as duplicates: their handlers did not run again.
     started = [r[1] for r in read_lines(tmp_path / "run2.log") if r[0] == "start"]
     assert started == ids[10:]
@@ -139,15 +107,17 @@ def test_sigkill_between_commit_and_xack_on_the_last_allowed_delivery_acks_dupli
     db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     create_business_tables(db_url)
-    ids = _orders(redis_client, 10)
+    ids = add_orders(redis_client, 10)
     # max_deliveries=1: the first delivery is the last allowed one.
     env = {"SW_TEST_MAX_DELIVERIES": "1"}
-    proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:1", **env)
+    proc = start_charges_worker(
+        redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:1", **env
+    )
     assert_killed(proc)
     assert sorted(charges_per_message(db_url)) == sorted(ids[:5])
     # The restart redelivers batch 1 as delivery 2, over the limit: its processed rows win, so
     # it is acked as duplicates; dead-lettering it would let a replay charge it twice.
-    proc = _start(redis_url, db_url, tmp_path / "run2.log", **env)
+    proc = start_charges_worker(redis_url, db_url, tmp_path / "run2.log", **env)
     try:
         wait_for(lambda: len(charges_per_message(db_url)) == 10, 30, "every order charged")
         wait_for(lambda: not pending_ids(redis_client, "orders", "billing"), 30, "empty PEL")
@@ -164,14 +134,14 @@ def test_sigkill_between_two_messages_of_a_batch_redoes_the_batch_once(
     db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     create_business_tables(db_url)
-    ids = _orders(redis_client, 12)
+    ids = add_orders(redis_client, 12)
     # Order 7 is the third message of batch 2: orders 5 and 6 are done, in the open transaction.
-    proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="handler:7")
+    proc = start_charges_worker(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="handler:7")
     assert_killed(proc)
     assert sorted(charges_per_message(db_url)) == sorted(ids[:5])
     first = [r[2] for r in read_lines(tmp_path / "run1.log") if r[0] == "start"]
     assert first == [str(i) for i in range(8)]
-    _finish_and_check(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
+    finish_charges(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
 
 
 def test_prune_between_a_crash_after_commit_and_the_redelivery_keeps_the_rows_it_needs(
@@ -179,15 +149,17 @@ def test_prune_between_a_crash_after_commit_and_the_redelivery_keeps_the_rows_it
 ) -> None:
     """The retention rule under its worst case: rows committed, XACK lost, then a prune."""
     create_business_tables(db_url)
-    ids = _orders(redis_client, 15)
-    proc = _start(redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:2")
+    ids = add_orders(redis_client, 15)
+    proc = start_charges_worker(
+        redis_url, db_url, tmp_path / "run1.log", SW_TEST_KILL="after_commit:2"
+    )
     assert_killed(proc)
     result = run_cli("prune", "orders", "billing", "--redis-url", redis_url, "--db-url", db_url)
     assert result.returncode == 0, result.stderr
     # Batch 1 (acked) is pruned; batch 2 (committed, pending) keeps its rows.
     assert "deleted 5 processed row(s)" in result.stdout
     assert processed_ids(db_url) == ids[5:10]
-    err = _finish_and_check(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
+    err = finish_charges(redis_url, db_url, redis_client, ids, tmp_path / "run2.log")
     assert err.count('"duplicate_acked"') == 5
     started = [r[1] for r in read_lines(tmp_path / "run2.log") if r[0] == "start"]
     assert started == ids[10:]
@@ -199,17 +171,17 @@ def test_xclaim_race_between_two_live_consumers_applies_each_message_once(
     """pod-0 is slow with batch 1 when its entries are claimed to pod-1, which starts and
     processes them concurrently; the processed row serialises the two."""
     create_business_tables(db_url)
-    ids = _orders(redis_client, 10)
+    ids = add_orders(redis_client, 10)
     log0, log1 = tmp_path / "pod0.log", tmp_path / "pod1.log"
     # pod-0 holds batch 1 for about 4 s: long enough for pod-1 to start (over a second on a busy
     # machine) while pod-0's transaction is still open, short of SQLite's 5 s busy timeout.
-    pod0 = _start(redis_url, db_url, log0, "pod-0", SW_TEST_SLEEP_S="0.8")
+    pod0 = start_charges_worker(redis_url, db_url, log0, "pod-0", SW_TEST_SLEEP_S="0.8")
     pod1 = None
     try:
         wait_for(lambda: read_lines(log0), 20, "pod-0 handling batch 1")
         claimed = redis_client.xclaim("orders", "billing", "pod-1", 0, ids[:5], justid=True)
         assert len(claimed) == 5
-        pod1 = _start(redis_url, db_url, log1, "pod-1", SW_TEST_SLEEP_S="0.4")
+        pod1 = start_charges_worker(redis_url, db_url, log1, "pod-1", SW_TEST_SLEEP_S="0.4")
         wait_for(lambda: len(charges_per_message(db_url)) == 10, 60, "every order charged")
         wait_for(lambda: not pending_ids(redis_client, "orders", "billing"), 30, "empty PEL")
     finally:
@@ -230,17 +202,21 @@ def test_claims_flying_between_two_live_consumers_never_apply_a_message_twice(
     create_business_tables(db_url)
     rng = random.Random(4)
     log0, log1 = tmp_path / "pod0.log", tmp_path / "pod1.log"
-    ids = _orders(redis_client, 20)
+    ids = add_orders(redis_client, 20)
     pods = [
-        _start(redis_url, db_url, log0, "pod-0", SW_TEST_SLEEP_S="0.05", SW_TEST_BATCH="4"),
-        _start(redis_url, db_url, log1, "pod-1", SW_TEST_SLEEP_S="0.05", SW_TEST_BATCH="4"),
+        start_charges_worker(
+            redis_url, db_url, log0, "pod-0", SW_TEST_SLEEP_S="0.05", SW_TEST_BATCH="4"
+        ),
+        start_charges_worker(
+            redis_url, db_url, log1, "pod-1", SW_TEST_SLEEP_S="0.05", SW_TEST_BATCH="4"
+        ),
     ]
     try:
         wait_for(lambda: read_lines(log0) or read_lines(log1), 20, "the pods at work")
         deadline = time.monotonic() + 6
         while time.monotonic() < deadline:
             if len(ids) < 80:
-                ids += _orders(redis_client, 2)
+                ids += add_orders(redis_client, 2)
             rows = redis_client.xpending_range("orders", "billing", "-", "+", 100)
             for row in rows:
                 if rng.random() < 0.5:
@@ -261,4 +237,4 @@ def test_claims_flying_between_two_live_consumers_never_apply_a_message_twice(
     ]
     if stranded:
         redis_client.xclaim("orders", "billing", "pod-0", 0, stranded, justid=True)
-    _finish_and_check(redis_url, db_url, redis_client, ids, tmp_path / "final.log")
+    finish_charges(redis_url, db_url, redis_client, ids, tmp_path / "final.log")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from streamworker import App
 from streamworker.idempotency.sql import TABLE_NAME
 from streamworker.runtime.worker import Worker, WorkerOptions, WorkerResult
+from tests.support.proc import stop_process, streamworker, wait_for
 
 
 def migrated_db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -132,3 +134,44 @@ async def running_sql_worker(
     finally:
         worker.stop()
         await asyncio.wait_for(task, 30)
+
+
+CHARGES_APP = "tests/apps/sql_charges.py:app"
+"""The crash suites' SQL app: one charge row per order (``SW_TEST_*`` variables steer it)."""
+
+
+def start_charges_worker(
+    redis_url: str, db_url: str, log: Path, consumer: str = "pod-0", **env: str
+) -> subprocess.Popen[bytes]:
+    """``streamworker run`` of :data:`CHARGES_APP` logging its handler calls to ``log``."""
+    return streamworker(
+        "run",
+        CHARGES_APP,
+        "--redis-url",
+        redis_url,
+        "--db-url",
+        db_url,
+        "--consumer",
+        consumer,
+        env={"SW_TEST_LOG": str(log), "STREAMWORKER_RECONNECT_BACKOFF_MAX_S": "0.5", **env},
+    )
+
+
+def add_orders(client: redis.Redis, n: int) -> list[str]:
+    """Add ``n`` orders to the ``orders`` stream; their ids."""
+    return [client.xadd("orders", {"n": str(i)}).decode() for i in range(n)]
+
+
+def finish_charges(
+    redis_url: str, db_url: str, client: redis.Redis, ids: list[str], log: Path, **env: str
+) -> str:
+    """Run a clean worker until every order is charged and nothing is pending; check each order
+    was charged exactly once. Returns the worker's stderr."""
+    proc = start_charges_worker(redis_url, db_url, log, **env)
+    try:
+        wait_for(lambda: len(charges_per_message(db_url)) == len(ids), 30, "every order charged")
+        wait_for(lambda: not pending_ids(client, "orders", "billing"), 30, "empty PEL")
+    finally:
+        err = stop_process(proc)
+    assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
+    return err
