@@ -32,7 +32,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+
+from benchmarks.engine_bench import RedisServerProcess
 
 STREAM = "bench"
 GROUP = "g"
@@ -102,67 +103,6 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
 
 
-class RedisServer:
-    """A redis-server child on a free loopback port, no persistence, in a temp dir."""
-
-    def __init__(self, binary: str, workdir: Path) -> None:
-        self.dir = workdir / "redis"
-        self.dir.mkdir()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.dir),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-                "--logfile",
-                str(self.dir / "redis.log"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if self.client().ping():
-                    break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.stop()
-                    raise RuntimeError("redis-server did not start") from None
-                time.sleep(0.02)
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port)
-
-    def version(self) -> str:
-        return str(self.client().info("server")["redis_version"])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
 @dataclass
 class Result:
     variant: str
@@ -196,7 +136,7 @@ def prefill(client: redis.Redis, n: int) -> None:
     pipe.execute()
 
 
-def command(variant: str, workdir: Path, server: RedisServer, batch: int) -> list[str]:
+def command(variant: str, workdir: Path, server: RedisServerProcess, batch: int) -> list[str]:
     if variant == "raw":
         return [sys.executable, str(workdir / "rawloop.py"), server.url, str(batch)]
     return [
@@ -215,7 +155,7 @@ def command(variant: str, workdir: Path, server: RedisServer, batch: int) -> lis
 
 
 def run_one(
-    variant: str, server: RedisServer, workdir: Path, n: int, batch: int, poll_s: float
+    variant: str, server: RedisServerProcess, workdir: Path, n: int, batch: int, poll_s: float
 ) -> Result:
     client = server.client()
     prefill(client, n)
@@ -286,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     (workdir / "rawloop.py").write_text(
         RAW_MODULE.format(stream=STREAM, group=GROUP, consumer=CONSUMER)
     )
-    server = RedisServer(args.redis_server, workdir)
+    server = RedisServerProcess(args.redis_server)
     results: dict[str, list[Result]] = {v: [] for v in variants}
     ratios: dict[str, list[float]] = {"none/raw": [], "lua/none": []}
     try:

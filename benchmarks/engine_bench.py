@@ -150,8 +150,15 @@ class RedisServerProcess:
                     raise RuntimeError("redis-server did not start") from None
                 time.sleep(0.02)
 
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port)
+
     def version(self) -> str:
-        return str(redis.Redis(port=self.port).info("server")["redis_version"])
+        return str(self.client().info("server")["redis_version"])
 
     def stop(self) -> None:
         if self.proc.poll() is None:
