@@ -25,16 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-import redis
 import redis.asyncio as aioredis
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -48,6 +44,7 @@ from benchmarks.sql_bench import (
     _drive,
     _prepare,
     _reset,
+    bench_servers,
     session_handler,
 )
 from streamworker import App, Message
@@ -202,24 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging("console", level="warning")  # as a worker logs; no per-message debug lines
 
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root))
-    from tests.support.postgres import PostgresServer
-    from tests.support.servers import RedisServer
-
-    tmp = Path(tempfile.mkdtemp(prefix="sw-batch-bench-"))
-    redis_server = pg_server = None
-    try:
-        redis_url = args.redis_url
-        if redis_url is None:
-            redis_server = RedisServer(tmp / "redis").start()
-            redis_url = redis_server.url
-        pg_url = args.pg_url
-        if pg_url is None:
-            pg_server = PostgresServer(durable=True).start()
-            pg_url = pg_server.url()
-        with redis.Redis.from_url(redis_url) as probe:
-            probe.ping()
+    with bench_servers("sw-batch-bench-", args.redis_url, args.pg_url) as (redis_url, pg_url, _):
         db = _prepare(pg_url)
         try:
             with db.sync_engine.connect() as conn:
@@ -244,12 +224,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(db.dispose())
         print()
         _report(rounds)
-    finally:
-        if pg_server is not None:
-            pg_server.destroy()
-        if redis_server is not None:
-            redis_server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -268,6 +269,36 @@ def _report(results: list[Result], out: Any = sys.stdout) -> None:
         )
 
 
+@contextlib.contextmanager
+def bench_servers(
+    prefix: str, redis_url: str | None, pg_url: str | None
+) -> Iterator[tuple[str, str, Path]]:
+    """``(redis_url, pg_url, tmp)``: the given servers, or a redis-server and a durable
+    PostgreSQL 15 started in a temp dir (the test suite's own helpers) and stopped afterwards."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.support.postgres import PostgresServer
+    from tests.support.servers import RedisServer
+
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    redis_server = pg_server = None
+    try:
+        if redis_url is None:
+            redis_server = RedisServer(tmp / "redis").start()
+            redis_url = redis_server.url
+        if pg_url is None:
+            pg_server = PostgresServer(durable=True).start()
+            pg_url = pg_server.url()
+        with redis.Redis.from_url(redis_url) as probe:
+            probe.ping()
+        yield redis_url, pg_url, tmp
+    finally:
+        if pg_server is not None:
+            pg_server.destroy()
+        if redis_server is not None:
+            redis_server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the comparison and print the table (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sql_bench", description=__doc__)
@@ -284,24 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging("console", level="warning")  # as a worker logs; no per-message debug lines
 
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root))
-    from tests.support.postgres import PostgresServer
-    from tests.support.servers import RedisServer
-
-    tmp = Path(tempfile.mkdtemp(prefix="sw-sql-bench-"))
-    redis_server = pg_server = None
-    try:
-        redis_url = args.redis_url
-        if redis_url is None:
-            redis_server = RedisServer(tmp / "redis").start()
-            redis_url = redis_server.url
-        pg_url = args.pg_url
-        if pg_url is None:
-            pg_server = PostgresServer(durable=True).start()
-            pg_url = pg_server.url()
-        with redis.Redis.from_url(redis_url) as probe:
-            probe.ping()
+    with bench_servers("sw-sql-bench-", args.redis_url, args.pg_url) as (redis_url, pg_url, tmp):
         results: list[Result] = []
         for url in (pg_url, f"sqlite:///{tmp / 'bench.db'}"):
             db = _prepare(url)
@@ -318,12 +332,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 asyncio.run(db.dispose())
         print()
         _report(results)
-    finally:
-        if pg_server is not None:
-            pg_server.destroy()
-        if redis_server is not None:
-            redis_server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
