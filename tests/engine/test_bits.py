@@ -16,7 +16,7 @@ from streamworker.engine import Engine
 from streamworker.engine.aof import open_persistent
 from tests.engine.aof_support import Session, dump_state
 from tests.engine.differential.backends import EngineBackend, RedisBackend
-from tests.engine.differential.scripts import mismatches
+from tests.engine.differential.scripts import last_replies, mismatches
 from tests.support.servers import RedisServer
 
 CASES = {
@@ -268,24 +268,13 @@ def test_the_largest_setbit_offset_allocates_the_string_redis_allocates() -> Non
     "encoding SET would give the same bytes (embstr), as for APPEND and SETRANGE",
 )
 def test_object_encoding_after_setbit_is_raw(redis_server: RedisServer) -> None:
-    from tests.engine.differential.resp import RawConnection
-
     script = [
         [b"DEL", b"enc:b"],
         [b"SETBIT", b"enc:b", b"1", b"1"],
         [b"OBJECT", b"ENCODING", b"enc:b"],
     ]
-    real = RawConnection(redis_server.port)
-    try:
-        expected = [real.call(argv) for argv in script][-1]
-        real.call([b"DEL", b"enc:b"])
-    finally:
-        real.close()
-    engine = Engine()
-    client = engine.connect()
-    from streamworker.engine.protocol import encode
-
-    assert [encode(engine.execute(client, argv), 2) for argv in script][-1] == expected
+    expected, got = last_replies(redis_server.port, script, [b"enc:b"])
+    assert got == expected
 
 
 def test_bit_writes_replay_from_the_append_only_file(tmp_path: Path) -> None:

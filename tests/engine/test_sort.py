@@ -17,7 +17,7 @@ from streamworker.engine.errors import CommandError
 from tests.engine.aof_support import Session, dump_state
 from tests.engine.differential.backends import EngineBackend, RedisBackend
 from tests.engine.differential.resp import RawConnection
-from tests.engine.differential.scripts import mismatches
+from tests.engine.differential.scripts import last_replies, mismatches
 from tests.support.servers import RedisServer
 
 CASES = {
@@ -223,20 +223,10 @@ def test_a_sort_after_an_erange_sort_fails_as_on_redis(redis_server: RedisServer
         [b"SORT", b"erange:f"],
         [b"SORT", b"erange:l"],
     ]
-    real = RawConnection(redis_server.port)
-    try:
-        expected = [real.call(argv) for argv in script][-1]
-        real.call([b"DEL", b"erange:f", b"erange:l"])
-    finally:
-        real.close()
+    expected, got = last_replies(redis_server.port, script, [b"erange:f", b"erange:l"])
     # A new connection's accept() leaves errno at EAGAIN: later tests see a clean server.
     RawConnection(redis_server.port).close()
-    engine = Engine()
-    client = engine.connect()
-    from streamworker.engine.protocol import encode
-
-    replies = [encode(engine.execute(client, argv), 2) for argv in script]
-    assert replies[-1] == expected
+    assert got == expected
 
 
 @pytest.mark.redis
@@ -248,21 +238,13 @@ def test_a_sort_after_an_erange_sort_fails_as_on_redis(redis_server: RedisServer
 def test_sort_by_nosort_of_a_hash_table_set_keeps_redis_dict_order(
     redis_server: RedisServer,
 ) -> None:
-    setup = [b"SADD", b"nosort:s", *[b"member:%d" % i for i in range(20)]]
-    real = RawConnection(redis_server.port)
-    try:
-        real.call([b"DEL", b"nosort:s"])
-        real.call(setup)
-        expected = real.call([b"SORT", b"nosort:s", b"BY", b"nosort"])
-        real.call([b"DEL", b"nosort:s"])
-    finally:
-        real.close()
-    engine = Engine()
-    client = engine.connect()
-    engine.execute(client, setup)
-    from streamworker.engine.protocol import encode
-
-    assert encode(engine.execute(client, [b"SORT", b"nosort:s", b"BY", b"nosort"]), 2) == expected
+    script = [
+        [b"DEL", b"nosort:s"],
+        [b"SADD", b"nosort:s", *[b"member:%d" % i for i in range(20)]],
+        [b"SORT", b"nosort:s", b"BY", b"nosort"],
+    ]
+    expected, got = last_replies(redis_server.port, script, [b"nosort:s"])
+    assert got == expected
 
 
 @pytest.mark.redis
@@ -278,17 +260,8 @@ def test_object_encoding_after_sorting_a_small_zset_is_skiplist(redis_server: Re
         [b"SORT", b"enc:z", b"ALPHA"],
         [b"OBJECT", b"ENCODING", b"enc:z"],
     ]
-    real = RawConnection(redis_server.port)
-    try:
-        expected = [real.call(argv) for argv in script][-1]
-        real.call([b"DEL", b"enc:z"])
-    finally:
-        real.close()
-    engine = Engine()
-    client = engine.connect()
-    from streamworker.engine.protocol import encode
-
-    assert [encode(engine.execute(client, argv), 2) for argv in script][-1] == expected
+    expected, got = last_replies(redis_server.port, script, [b"enc:z"])
+    assert got == expected
 
 
 def test_sort_store_replays_from_the_append_only_file(tmp_path: Path) -> None:

@@ -12,9 +12,11 @@ import codecs
 import shlex
 from collections.abc import Sequence
 
+from streamworker.engine import Engine
+from streamworker.engine.protocol import encode
 from tests.engine.differential.backends import EngineBackend, RedisBackend
 from tests.engine.differential.normalize import normalize
-from tests.engine.differential.resp import pretty
+from tests.engine.differential.resp import RawConnection, pretty
 
 
 def argv_of(line: str) -> list[bytes]:
@@ -42,3 +44,20 @@ def mismatches(
         if actual != expected:
             out.append(f"{line}\n    redis : {pretty(expected)}\n    engine: {pretty(actual)}")
     return out
+
+
+def last_replies(
+    port: int, script: Sequence[list[bytes]], cleanup: Sequence[bytes]
+) -> tuple[bytes, bytes]:
+    """Run ``script`` on the redis-server at ``port`` (then delete the ``cleanup`` keys) and on a
+    fresh engine; the raw RESP2 replies to its last command, redis-server's first."""
+    real = RawConnection(port)
+    try:
+        expected = [real.call(argv) for argv in script][-1]
+        real.call([b"DEL", *cleanup])
+    finally:
+        real.close()
+    engine = Engine()
+    client = engine.connect()
+    got = [encode(engine.execute(client, argv), 2) for argv in script][-1]
+    return expected, got
