@@ -210,7 +210,6 @@ class Consumer:
     async def _consume(self) -> None:
         cursor: bytes | None = b"0"
         state = self.state
-        state.in_backlog = True
         process = self.batches.process
         while not self.stopping():
             state.turned()

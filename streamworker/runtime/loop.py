@@ -43,8 +43,6 @@ class LoopState:
         self.backlog_drained = asyncio.Event()
         """Set once this consumer's own pending entries have been replayed (the reclaimer waits
         for it: claiming them at the same time would deliver them twice)."""
-        self.in_backlog = True
-        """True while the loop replays its own pending entries."""
         self.last_turn = time.monotonic()
         """When the loop last went round (monotonic); liveness compares it with its deadline."""
 
@@ -54,5 +52,4 @@ class LoopState:
 
     def backlog_done(self) -> None:
         """The loop moved on from its own pending entries to new ones."""
-        self.in_backlog = False
         self.backlog_drained.set()

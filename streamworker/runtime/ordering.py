@@ -218,7 +218,6 @@ class OrderedLoop:
         cursor: bytes | None = b"0"
         in_hand: list[Entry] = []
         counts: dict[bytes, int] = {}
-        state.in_backlog = True
         while not signal.stopping():
             state.turned()
             if not self.lease.valid():
@@ -226,7 +225,6 @@ class OrderedLoop:
                 if not await self._await_lease():
                     return
                 cursor = b"0"  # after a takeover the claimed entries are in our PEL
-                state.in_backlog = True
             if not in_hand:
                 got = await self._read(cursor)
                 if got is None:
