@@ -47,6 +47,12 @@ def register(plugin: StrategyPlugin) -> None:
     _loaded.pop(plugin.name, None)
 
 
+def unregister(name: str) -> None:
+    """Forget a plug-in :func:`register` added (the built-in of that name, if any, comes back)."""
+    _registered.pop(name, None)
+    _loaded.pop(name, None)
+
+
 def get(name: str) -> StrategyPlugin:
     """The plug-in called ``name``; ConfigError if there is none."""
     plugin = _registered.get(name) or _loaded.get(name)
