@@ -374,3 +374,171 @@ def blmpop(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
     if reply is not None:
         return reply
     return ctx.block(keys, timeout_ms, retry, NULL_ARRAY)
+
+
+@command("lrem", arity=4, flags=("write",), first_key=1, last_key=1, step=1)
+def lrem(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LREM key count element -> number removed: the first ``count`` matches from the head
+    (count > 0), from the tail (count < 0), or all (0). The key goes when emptied."""
+    count = to_int(args[1])
+    key = args[0]
+    lst = _list(ctx, key)
+    if lst is None:
+        return 0
+    element = args[2]
+    # Redis compares |count| against a running total, so LLONG_MIN simply means "all".
+    limit = abs(count)
+    if count >= 0:
+        kept: list[bytes] = []
+        removed = 0
+        for item in lst:
+            if item == element and (not limit or removed < limit):
+                removed += 1
+            else:
+                kept.append(item)
+    else:
+        kept_rev: list[bytes] = []
+        removed = 0
+        for item in reversed(lst):
+            if item == element and removed < limit:
+                removed += 1
+            else:
+                kept_rev.append(item)
+        kept_rev.reverse()
+        kept = kept_rev
+    if not removed:
+        ctx.no_propagate()
+        return 0
+    if not kept:
+        ctx.db.delete(key)
+    else:
+        lst.clear()
+        lst.extend(kept)
+        ctx.touch(key)
+    return removed
+
+
+def _where(arg: bytes) -> bool:
+    """LEFT -> True, RIGHT -> False (any case); anything else is a syntax error."""
+    word = arg.lower()
+    if word == b"left":
+        return True
+    if word == b"right":
+        return False
+    raise CommandError(msgs.SYNTAX)
+
+
+def _move(c: Ctx, src: bytes, dst: bytes, from_left: bool, to_left: bool) -> bytes | None:
+    """Redis's lmoveGenericCommand: pop from ``src``, push onto ``dst`` (the same list rotates);
+    None when ``src`` is missing. WRONGTYPE for a non-list source, then for a non-list
+    destination (checked only when there is something to move)."""
+    lst: deque[bytes] | None = c.db.get_typed(src, deque)
+    if not lst:
+        return None
+    target: deque[bytes] | None = c.db.get_typed(dst, deque)
+    value = lst.popleft() if from_left else lst.pop()
+    if target is None:
+        target = deque()
+        c.db.set(dst, target)
+    if to_left:
+        target.appendleft(value)
+    else:
+        target.append(value)
+    c.touch(dst)
+    c.signal_key_ready(dst)
+    if not lst:
+        c.db.delete(src)
+    elif src != dst:
+        c.touch(src)
+    return value
+
+
+def _move_words(from_left: bool, to_left: bool) -> list[bytes]:
+    return [b"LEFT" if from_left else b"RIGHT", b"LEFT" if to_left else b"RIGHT"]
+
+
+@command("lmove", arity=5, flags=("write", "denyoom"), first_key=1, last_key=2, step=1)
+def lmove(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LMOVE source destination LEFT|RIGHT LEFT|RIGHT -> the element moved, or nil when the
+    source is missing."""
+    from_left = _where(args[2])
+    to_left = _where(args[3])
+    value = _move(ctx, args[0], args[1], from_left, to_left)
+    if value is None:
+        ctx.no_propagate()
+        return NULL_BULK
+    return value
+
+
+@command("rpoplpush", arity=3, flags=("write", "denyoom"), first_key=1, last_key=2, step=1)
+def rpoplpush(ctx: Ctx, args: list[bytes]) -> Reply:
+    """RPOPLPUSH source destination -> LMOVE source destination RIGHT LEFT."""
+    value = _move(ctx, args[0], args[1], False, True)
+    if value is None:
+        ctx.no_propagate()
+        return NULL_BULK
+    return value
+
+
+def _blocking_move(
+    ctx: Ctx, src: bytes, dst: bytes, from_left: bool, to_left: bool, timeout_ms: int, brpl: bool
+) -> Reply | Blocked:
+    """Redis's blmoveGenericCommand. The move is logged as the non-blocking command it
+    amounted to (RPOPLPUSH for BRPOPLPUSH, LMOVE for BLMOVE), whenever it happens."""
+    effective = (
+        [b"RPOPLPUSH", src, dst] if brpl else [b"LMOVE", src, dst, *_move_words(from_left, to_left)]
+    )
+
+    def attempt(c: Ctx) -> Reply | None:
+        value = _move(c, src, dst, from_left, to_left)
+        if value is not None:
+            c.propagate(effective)
+        return value
+
+    def retry(c: Ctx) -> Reply | None:
+        # A destination (or source) of another type leaves the client blocked and the list
+        # untouched, as Redis 7.0 undoes the pop when it cannot serve a BLMOVE.
+        try:
+            return attempt(c)
+        except CommandError:
+            return None
+
+    reply = attempt(ctx)
+    if reply is not None:
+        return reply
+    if ctx.in_multi or ctx.in_script:
+        # Redis answers a would-block BLMOVE in MULTI with a null *bulk* (its timeout reply
+        # is a null array).
+        return NULL_BULK
+    return ctx.block([src], timeout_ms, retry, NULL_ARRAY)
+
+
+@command(
+    "blmove",
+    arity=6,
+    flags=("write", "denyoom", "noscript", "blocking"),
+    first_key=1,
+    last_key=2,
+    step=1,
+)
+def blmove(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
+    """BLMOVE source destination LEFT|RIGHT LEFT|RIGHT timeout -> the element moved, or nil
+    after timeout seconds (0 = forever)."""
+    from_left = _where(args[2])
+    to_left = _where(args[3])
+    timeout_ms = to_timeout_ms(args[4], True, ctx.now_ms())
+    return _blocking_move(ctx, args[0], args[1], from_left, to_left, timeout_ms, False)
+
+
+@command(
+    "brpoplpush",
+    arity=4,
+    flags=("write", "denyoom", "noscript", "blocking"),
+    first_key=1,
+    last_key=2,
+    step=1,
+)
+def brpoplpush(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
+    """BRPOPLPUSH source destination timeout -> BLMOVE source destination RIGHT LEFT timeout."""
+    timeout_ms = to_timeout_ms(args[2], True, ctx.now_ms())
+    return _blocking_move(ctx, args[0], args[1], False, True, timeout_ms, True)
