@@ -550,7 +550,22 @@ def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
 
 
 # Commands whose keys follow a numkeys argument: the argv position of numkeys.
-_NUMKEYS_AT = {"lmpop": 1, "blmpop": 2, "zmpop": 1, "bzmpop": 2, "zintercard": 1, "sintercard": 1}
+_NUMKEYS_AT = {
+    "lmpop": 1,
+    "blmpop": 2,
+    "zmpop": 1,
+    "bzmpop": 2,
+    "zintercard": 1,
+    "sintercard": 1,
+    "zunion": 1,
+    "zinter": 1,
+    "zdiff": 1,
+    "zunionstore": 2,
+    "zinterstore": 2,
+    "zdiffstore": 2,
+}
+# Of those, the ones whose destination key comes first (argv[1]).
+_NUMKEYS_WITH_DESTINATION = frozenset({"zunionstore", "zinterstore", "zdiffstore"})
 _SORT_SKIPS = {b"limit": 2, b"get": 1, b"by": 1}
 
 
@@ -562,7 +577,8 @@ def _movable_keys(name: str, argv: list[bytes]) -> list[bytes] | None:
         numkeys = parse_int(argv[at])
         if numkeys is None or numkeys < 1 or numkeys > len(argv) - at - 1:
             return []
-        return list(argv[at + 1 : at + 1 + numkeys])
+        keys = list(argv[at + 1 : at + 1 + numkeys])
+        return [argv[1], *keys] if name in _NUMKEYS_WITH_DESTINATION else keys
     if name in ("sort", "sort_ro"):
         keys = [argv[1]]
         store: bytes | None = None

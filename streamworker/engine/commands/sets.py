@@ -223,3 +223,68 @@ def sintercard(ctx: Ctx, args: list[bytes]) -> Reply:
             raise CommandError(msgs.SYNTAX)
     sets = [_set(ctx, key) for key in args[1 : 1 + numkeys]]
     return intersection_size(list(sets), limit)
+
+
+@command("smove", arity=4, flags=("write", "fast"), first_key=1, last_key=2, step=1)
+def smove(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SMOVE source destination member -> 1 if moved, 0 if the member (or the source) is
+    missing. The source goes when emptied; source == destination only tests membership."""
+    src, dst, member = args
+    source = ctx.db.get(src)
+    if source is None:
+        # Redis answers 0 before looking at the types.
+        return 0
+    if type(source) is not set:
+        raise CommandError(msgs.WRONGTYPE)
+    target = _set(ctx, dst)
+    if src == dst:
+        ctx.no_propagate()
+        return 1 if member in source else 0
+    if member not in source:
+        ctx.no_propagate()
+        return 0
+    source.discard(member)
+    if not source:
+        ctx.db.delete(src)
+    else:
+        ctx.touch(src)
+    if target is None:
+        target = set()
+        ctx.db.set(dst, target)
+    if member not in target:
+        target.add(member)
+        ctx.touch(dst)
+    return 1
+
+
+def _store_set(ctx: Ctx, dst: bytes, members: set[bytes]) -> Reply:
+    """Store ``members`` at ``dst`` (any old value and TTL replaced), or delete ``dst`` when
+    empty; the resulting size."""
+    if members:
+        ctx.db.set(dst, members)
+    elif not ctx.db.delete(dst):
+        ctx.no_propagate()
+    return len(members)
+
+
+@command("sinterstore", arity=-3, flags=("write", "denyoom"), first_key=1, last_key=-1, step=1)
+def sinterstore(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SINTERSTORE destination key [key ...] -> size of the intersection stored."""
+    sets = _sets(ctx, args[1:])
+    smallest = min(sets, key=len)
+    return _store_set(ctx, args[0], smallest.intersection(*sets))
+
+
+@command("sunionstore", arity=-3, flags=("write", "denyoom"), first_key=1, last_key=-1, step=1)
+def sunionstore(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SUNIONSTORE destination key [key ...] -> size of the union stored."""
+    sets = _sets(ctx, args[1:])
+    return _store_set(ctx, args[0], set().union(*sets))
+
+
+@command("sdiffstore", arity=-3, flags=("write", "denyoom"), first_key=1, last_key=-1, step=1)
+def sdiffstore(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SDIFFSTORE destination key [key ...] -> size of the difference stored (members of the
+    first set in none of the others)."""
+    sets = _sets(ctx, args[1:])
+    return _store_set(ctx, args[0], sets[0].difference(*sets[1:]))

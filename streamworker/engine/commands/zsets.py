@@ -733,3 +733,219 @@ def bzpopmin(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
 def bzpopmax(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
     """BZPOPMAX key [key ...] timeout -> [key, member, score], or nil after timeout seconds."""
     return _bzpop(ctx, args, True)
+
+
+# --- ZUNION, ZINTER, ZDIFF and their STORE forms ------------------------------------------------
+
+_UNION, _INTER, _DIFF = 0, 1, 2
+_SUM, _MIN, _MAX = 0, 1, 2
+
+
+def _aggregate(target: float, value: float, how: int) -> float:
+    """Redis's zunionInterAggregate, C comparisons included: a NaN ``value`` never wins MIN or
+    MAX, and a NaN sum (inf - inf) becomes 0."""
+    if how == _SUM:
+        total = target + value
+        return 0.0 if math.isnan(total) else total
+    if how == _MIN:
+        return value if value < target else target
+    return value if value > target else target
+
+
+class _Source:
+    """One input of a set operation: a sorted set's scores, or a set's members (score 1)."""
+
+    __slots__ = ("scores", "weight")
+
+    def __init__(self, value: ZSet | set[bytes] | None) -> None:
+        self.weight = 1.0
+        if value is None:
+            self.scores: dict[bytes, float] | set[bytes] = {}
+        elif isinstance(value, ZSet):
+            self.scores = value.scores
+        else:
+            self.scores = value
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def items(self) -> Iterable[tuple[bytes, float]]:
+        scores = self.scores
+        if isinstance(scores, dict):
+            return scores.items()
+        return ((member, 1.0) for member in scores)
+
+    def find(self, member: bytes) -> float | None:
+        scores = self.scores
+        if isinstance(scores, dict):
+            return scores.get(member)
+        return 1.0 if member in scores else None
+
+
+def _setop(
+    ctx: Ctx, args: list[bytes], op: int, store: bool, name: str
+) -> tuple[dict[bytes, float], bool]:
+    """Redis's zunionInterDiffGenericCommand from the numkeys argument on (``args[0]``): the
+    resulting member -> score map and whether WITHSCORES was given. Errors in Redis's order:
+    numkeys, the key count, each key's type, then the options."""
+    numkeys = to_int(args[0])
+    if numkeys < 1:
+        raise CommandError(msgs.at_least_one_key(name))
+    if numkeys > len(args) - 1:
+        raise CommandError(msgs.SYNTAX)
+    sources: list[_Source] = []
+    for key in args[1 : 1 + numkeys]:
+        value = ctx.db.get(key)
+        if value is not None and not isinstance(value, (ZSet, set)):
+            raise CommandError(msgs.WRONGTYPE)
+        sources.append(_Source(value))
+    how = _SUM
+    withscores = False
+    j = 1 + numkeys
+    n = len(args)
+    while j < n:
+        remaining = n - j
+        opt = args[j].lower()
+        if op != _DIFF and remaining >= numkeys + 1 and opt == b"weights":
+            for i, source in enumerate(sources):
+                source.weight = to_double(args[j + 1 + i], msgs.WEIGHT_NOT_FLOAT)
+            j += 1 + numkeys
+        elif op != _DIFF and remaining >= 2 and opt == b"aggregate":
+            word = args[j + 1].lower()
+            if word == b"sum":
+                how = _SUM
+            elif word == b"min":
+                how = _MIN
+            elif word == b"max":
+                how = _MAX
+            else:
+                raise CommandError(msgs.SYNTAX)
+            j += 2
+        elif not store and opt == b"withscores":
+            withscores = True
+            j += 1
+        else:
+            raise CommandError(msgs.SYNTAX)
+    if op == _DIFF:
+        return _zdiff(sources), withscores
+    # Redis sorts the inputs by size (a stable sort on glibc): the order sums are made in.
+    sources.sort(key=len)
+    out: dict[bytes, float] = {}
+    if op == _INTER:
+        first, rest = sources[0], sources[1:]
+        if not len(first):
+            return out, withscores
+        for member, score0 in first.items():
+            score = first.weight * score0
+            if math.isnan(score):
+                score = 0.0
+            for source in rest:
+                found = source.find(member)
+                if found is None:
+                    break
+                # No NaN reset here (only the first input's product gets one), as in Redis.
+                score = _aggregate(score, found * source.weight, how)
+            else:
+                out[member] = score
+        return out, withscores
+    for source in sources:
+        weight = source.weight
+        for member, score0 in source.items():
+            score = weight * score0
+            if math.isnan(score):
+                score = 0.0
+            old = out.get(member)
+            out[member] = score if old is None else _aggregate(old, score, how)
+    return out, withscores
+
+
+def _zdiff(sources: list[_Source]) -> dict[bytes, float]:
+    first, rest = sources[0], [s for s in sources[1:] if len(s)]
+    return {
+        member: score
+        for member, score in first.items()
+        if not any(s.find(member) is not None for s in rest)
+    }
+
+
+def _zset_of(scores: dict[bytes, float]) -> ZSet:
+    zs = ZSet()
+    for member, score in scores.items():
+        zs.add(member, score)
+    return zs
+
+
+def _setop_reply(ctx: Ctx, args: list[bytes], op: int, name: str) -> Reply:
+    scores, withscores = _setop(ctx, args, op, False, name)
+    return _emit(ctx, list(_zset_of(scores)), withscores)
+
+
+def _setop_store(ctx: Ctx, args: list[bytes], op: int, name: str) -> Reply:
+    dst = args[0]
+    scores, _ = _setop(ctx, args[1:], op, True, name)
+    if not scores:
+        if not ctx.db.delete(dst):
+            ctx.no_propagate()
+        return 0
+    ctx.db.set(dst, _zset_of(scores))
+    ctx.signal_key_ready(dst)
+    return len(scores)
+
+
+@command("zunion", arity=-3, flags=("readonly", "movablekeys"))
+def zunion(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZUNION numkeys key [key ...] [WEIGHTS w ...] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]."""
+    return _setop_reply(ctx, args, _UNION, "zunion")
+
+
+@command("zinter", arity=-3, flags=("readonly", "movablekeys"))
+def zinter(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZINTER numkeys key [key ...] [WEIGHTS w ...] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]."""
+    return _setop_reply(ctx, args, _INTER, "zinter")
+
+
+@command("zdiff", arity=-3, flags=("readonly", "movablekeys"))
+def zdiff(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZDIFF numkeys key [key ...] [WITHSCORES] -> members of the first input in no other."""
+    return _setop_reply(ctx, args, _DIFF, "zdiff")
+
+
+@command(
+    "zunionstore",
+    arity=-4,
+    flags=("write", "denyoom", "movablekeys"),
+    first_key=1,
+    last_key=1,
+    step=1,
+)
+def zunionstore(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZUNIONSTORE destination numkeys key [key ...] [WEIGHTS ...] [AGGREGATE ...] -> the size
+    of the result stored (destination deleted when empty)."""
+    return _setop_store(ctx, args, _UNION, "zunionstore")
+
+
+@command(
+    "zinterstore",
+    arity=-4,
+    flags=("write", "denyoom", "movablekeys"),
+    first_key=1,
+    last_key=1,
+    step=1,
+)
+def zinterstore(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZINTERSTORE destination numkeys key [key ...] [WEIGHTS ...] [AGGREGATE ...] -> the size
+    of the result stored (destination deleted when empty)."""
+    return _setop_store(ctx, args, _INTER, "zinterstore")
+
+
+@command(
+    "zdiffstore",
+    arity=-4,
+    flags=("write", "denyoom", "movablekeys"),
+    first_key=1,
+    last_key=1,
+    step=1,
+)
+def zdiffstore(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ZDIFFSTORE destination numkeys key [key ...] -> the size of the difference stored."""
+    return _setop_store(ctx, args, _DIFF, "zdiffstore")
