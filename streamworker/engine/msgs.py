@@ -84,6 +84,9 @@ RENAME_NO_SUCH_KEY = "ERR no such key"
 # --- strings -------------------------------------------------------------------------------
 
 STRING_TOO_LONG = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
+LCS_NOT_STRINGS = "ERR The specified keys must contain string values"
+LCS_LEN_AND_IDX = "ERR If you want both the length and indexes, please just use IDX."
+LCS_TOO_MUCH_MEMORY = "ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len"
 VALUE_NOT_FLOAT = "ERR value is not a valid float"
 DECREMENT_OVERFLOW = "ERR decrement would overflow"
 OFFSET_OUT_OF_RANGE = "ERR offset is out of range"

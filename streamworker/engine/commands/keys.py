@@ -381,6 +381,35 @@ def copy_(ctx: Ctx, args: list[bytes]) -> Reply:
     return 1
 
 
+@command("move", arity=3, flags=("write", "fast"), first_key=1, last_key=1, step=1)
+def move(ctx: Ctx, args: list[bytes]) -> Reply:
+    """MOVE key db -> 1 if the key (with its TTL) moved to database ``db``, 0 if it is missing
+    here or already exists there. Errors: a db that is not an int32, out of range, or the
+    current one."""
+    key = args[0]
+    index = to_int(args[1])
+    if not -(2**31) <= index < 2**31:
+        raise CommandError(msgs.INT_OUT_OF_RANGE)
+    if not 0 <= index < len(ctx.keyspace.dbs):
+        raise CommandError(msgs.DB_INDEX_OUT_OF_RANGE)
+    src = ctx.db
+    dst = ctx.keyspace.dbs[index]
+    if src is dst:
+        raise CommandError(msgs.COPY_SAME_OBJECT)
+    value = src.get(key)
+    if value is None or dst.get(key) is not None:
+        ctx.no_propagate()
+        return 0
+    when = src.get_expire(key)
+    # The value object itself moves (no copy), as Redis moves the pointer.
+    src.delete(key)
+    dst.set(key, value)
+    if when is not None:
+        dst.set_expire(key, when)
+    ctx.engine.signal_key_ready(dst.index, key)
+    return 1
+
+
 # --- OBJECT ----------------------------------------------------------------------------------
 
 # Redis shares the integer objects 0..9999 (OBJ_SHARED_INTEGERS), refcount INT_MAX, unless

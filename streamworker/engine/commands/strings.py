@@ -354,6 +354,65 @@ def getrange(ctx: Ctx, args: list[bytes]) -> Reply:
     return value[start : end + 1]
 
 
+@command("substr", arity=4, flags=("readonly",), first_key=1, last_key=1, step=1)
+def substr(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SUBSTR key start end -> GETRANGE key start end (its old name, still served)."""
+    return getrange(ctx, args)
+
+
+@command("lcs", arity=-3, flags=("readonly",), first_key=1, last_key=2, step=1)
+def lcs(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN] -> the longest common
+    subsequence of two strings (missing keys are empty), its length (LEN), or its matching
+    ranges (IDX: a map of ``matches`` and ``len``).
+
+    Refused, as Redis does, when Redis's (len1+1) x (len2+1) table of uint32 would exceed
+    ``proto-max-bulk-len``; the engine's own table is 1/32 of that (see
+    :mod:`~streamworker.engine.model.lcs`)."""
+    from streamworker.engine.model.lcs import LcsTable, walk_back
+    from streamworker.engine.replies import Map
+
+    values = [ctx.db.get(args[0]), ctx.db.get(args[1])]
+    if any(v is not None and type(v) is not bytes for v in values):
+        raise CommandError(msgs.LCS_NOT_STRINGS)
+    a, b = (v if v is not None else b"" for v in values)
+    get_idx = get_len = with_len = False
+    min_len = 0
+    j = 2
+    while j < len(args):
+        opt = args[j].lower()
+        if opt == b"idx":
+            get_idx = True
+        elif opt == b"len":
+            get_len = True
+        elif opt == b"withmatchlen":
+            with_len = True
+        elif opt == b"minmatchlen" and j + 1 < len(args):
+            min_len = max(0, to_int(args[j + 1]))
+            j += 1
+        else:
+            raise CommandError(msgs.SYNTAX)
+        j += 1
+    if get_idx and get_len:
+        raise CommandError(msgs.LCS_LEN_AND_IDX)
+    max_bulk = int(ctx.engine.config.get("proto-max-bulk-len") or _MAX_STRING)
+    if (len(a) + 1) * (len(b) + 1) * 4 > max_bulk:
+        raise CommandError(msgs.LCS_TOO_MUCH_MEMORY)
+    table = LcsTable(a, b)
+    if get_len:
+        return table.at(len(a), len(b))
+    found = walk_back(a, b, table, min_len)
+    if not get_idx:
+        return found.text
+    ranges: list[Reply] = []
+    for m in found.matches:
+        item: list[Reply] = [[m.a_start, m.a_end], [m.b_start, m.b_end]]
+        if with_len:
+            item.append(m.length)
+        ranges.append(item)
+    return Map([(b"matches", ranges), (b"len", len(found.text))])
+
+
 @command("setrange", arity=4, flags=("write", "denyoom"), first_key=1, last_key=1, step=1)
 def setrange(ctx: Ctx, args: list[bytes]) -> Reply:
     """SETRANGE key offset value -> new length."""
