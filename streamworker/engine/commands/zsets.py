@@ -877,7 +877,9 @@ def _zset_of(scores: dict[bytes, float]) -> ZSet:
 
 def _setop_reply(ctx: Ctx, args: list[bytes], op: int, name: str) -> Reply:
     scores, withscores = _setop(ctx, args, op, False, name)
-    return _emit(ctx, list(_zset_of(scores)), withscores)
+    # Redis replies from the result's skiplist, which keeps a -0 score (a stored result
+    # becomes a listpack when small, and that stores -0 as 0: see _zset_of).
+    return _emit(ctx, sorted([(score, member) for member, score in scores.items()]), withscores)
 
 
 def _setop_store(ctx: Ctx, args: list[bytes], op: int, name: str) -> Reply:
