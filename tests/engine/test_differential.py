@@ -213,6 +213,23 @@ _LIST_PARTS = [
     S.keyspace(),
 ]
 
+_LIST_MOVE_PARTS = [
+    S.list_moves(),
+    S.list_moves(),
+    S.list_moves(),
+    S.lists(),
+    S.keyspace(),
+]
+
+_SET_ALGEBRA_PARTS = [
+    S.set_algebra(),
+    S.set_algebra(),
+    S.set_algebra(),
+    S.sets(),
+    S.zsets(),
+    S.keyspace(),
+]
+
 _RANDOM_SCAN_PARTS = [
     S.random_and_scans(),
     S.random_and_scans(),
@@ -328,6 +345,30 @@ def test_list_commands_match_redis(
     """LPOS, LSET, LINSERT, LMPOP and BLMPOP (served or timing out at once) beside the other
     list commands."""
     _check(columns, tally_report, "lists", program)
+
+
+@_budget(150)
+@given(program=S.programs(_LIST_MOVE_PARTS, setup=_STREAM_SETUP, max_steps=20))
+def test_list_move_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """LREM, LMOVE, RPOPLPUSH, BLMOVE and BRPOPLPUSH (served or timing out at once), the same
+    list as source and destination, keys of other types."""
+    _check(columns, tally_report, "list-moves", program)
+
+
+@_budget(150)
+@given(program=S.programs(_SET_ALGEBRA_PARTS, setup=_STREAM_SETUP, max_steps=20))
+def test_set_algebra_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """SMOVE, the set STORE commands, ZUNION/ZINTER/ZDIFF and their STORE forms (WEIGHTS,
+    AGGREGATE, infinite scores, sets as inputs, errors)."""
+    _check(columns, tally_report, "set-algebra", program)
 
 
 @_budget(150)

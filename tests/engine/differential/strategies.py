@@ -675,6 +675,67 @@ def list_positions(draw: Draw) -> Command:
 
 
 @st.composite
+def list_moves(draw: Draw) -> Command:
+    """LREM, LMOVE, RPOPLPUSH, and BLMOVE / BRPOPLPUSH that never wait long (0.01 s)."""
+    keys = ["k", "k", "l", "h", "s", "nokey"]
+    vals = ["a", "b", "1"]
+    which = int(draw(st.integers(0, 5)))
+    if which == 0:
+        vs = draw(st.lists(st.sampled_from(vals), min_size=1, max_size=4))
+        return _b([_pick(draw, ["RPUSH", "LPUSH"]), _pick(draw, ["k", "l"]), *vs])
+    if which == 1:
+        count = _pick(draw, ["0", "1", "-1", "2", "-2", "x", "-9223372036854775808"])
+        return _b(["LREM", _pick(draw, keys), count, _pick(draw, vals)])
+    src, dst = _pick(draw, keys), _pick(draw, keys)
+    ends = [_pick(draw, ["LEFT", "RIGHT", "left", "MID"]) for _ in range(2)]
+    if which == 2:
+        return _b(["LMOVE", src, dst, *ends])
+    if which == 3:
+        return _b(["RPOPLPUSH", src, dst])
+    timeout = _pick(draw, ["0.01", "0.01", "x", "-1"])
+    if which == 4:
+        return _b(["BLMOVE", src, dst, *ends, timeout])
+    return _b(["BRPOPLPUSH", src, dst, timeout])
+
+
+@st.composite
+def set_algebra(draw: Draw) -> Command:
+    """SMOVE, SINTERSTORE / SUNIONSTORE / SDIFFSTORE, ZUNION / ZINTER / ZDIFF and their STORE
+    forms over sets, sorted sets (infinite scores too) and other types."""
+    keys = ["s", "s2", "z", "z2", "k", "nokey"]
+    which = int(draw(st.integers(0, 5)))
+    if which == 0:
+        ms = draw(st.lists(st.sampled_from(["a", "b", "1", "2"]), min_size=1, max_size=3))
+        return _b(["SADD", _pick(draw, ["s", "s2"]), *ms])
+    if which == 1:
+        n = int(draw(st.integers(1, 2)))
+        scores = ["1", "2", "-1", "0", "+inf", "-inf", "0.5"]
+        pairs = [t for _ in range(n) for t in (_pick(draw, scores), _pick(draw, ["a", "b", "c"]))]
+        return _b(["ZADD", _pick(draw, ["z", "z2"]), *pairs])
+    if which == 2:
+        return _b(["SMOVE", _pick(draw, keys), _pick(draw, keys), _pick(draw, ["a", "b", "1"])])
+    ks = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=3))
+    dst = _pick(draw, ["d", "s", "z", "k"])
+    if which == 3:
+        name = _pick(draw, ["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"])
+        return _b([name, dst, *ks])
+    numkeys = str(len(ks)) if _chance(draw, 85) else _pick(draw, ["0", "-1", "x", "9"])
+    op = _pick(draw, ["UNION", "INTER", "DIFF"])
+    opts: list[list[str]] = []
+    if op != "DIFF" or _chance(draw, 10):
+        if _chance(draw, 40):
+            ws = [_pick(draw, ["1", "2", "0", "-1", "inf", "x"]) for _ in ks]
+            opts.append(["WEIGHTS", *ws])
+        if _chance(draw, 40):
+            opts.append(["AGGREGATE", _pick(draw, ["SUM", "MIN", "MAX", "max", "AVG"])])
+    if which == 4:
+        if _chance(draw, 60):
+            opts.append(["WITHSCORES"])
+        return _b([f"Z{op}", numkeys, *ks, *_shuffled(draw, opts)])
+    return _b([f"Z{op}STORE", dst, numkeys, *ks, *_shuffled(draw, opts)])
+
+
+@st.composite
 def random_and_scans(draw: Draw) -> Command:
     """SSCAN/HSCAN/ZSCAN (COUNT large enough to see small collections whole) and
     ZRANDMEMBER/HRANDFIELD with counts whose reply chance does not decide (0, past the size,
