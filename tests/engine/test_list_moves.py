@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from streamworker.engine import Engine
+from streamworker.engine import Engine, msgs
 from streamworker.engine.aof import iter_records, open_persistent
 from streamworker.engine.context import Blocked
+from streamworker.engine.errors import CommandError
 from streamworker.engine.replies import NULL_ARRAY
 from tests.engine.aof_support import Session, dump_state
 from tests.engine.conftest import pack, read_raw_reply
@@ -219,17 +220,31 @@ def test_blocked_movers_and_poppers_are_served_in_arrival_order() -> None:
     assert engine.execute(pusher, [b"LRANGE", b"out", b"0", b"-1"]) == [b"c", b"b"]
 
 
-def test_blmove_to_a_key_of_another_type_stays_blocked_and_leaves_the_list() -> None:
-    """Redis 7.0 undoes the pop and keeps the client blocked; the next waiter is served."""
+def test_blmove_to_a_key_of_another_type_is_answered_wrongtype_when_served() -> None:
+    """Redis 7.0 answers the waiter WRONGTYPE without touching the list; the next waiter gets
+    the element."""
     engine = Engine()
     mover, popper, other = engine.connect(), engine.connect(), engine.connect()
     engine.execute(other, [b"SET", b"str", b"x"])
     w = _blocked(engine.execute(mover, [b"BLMOVE", b"q", b"str", b"LEFT", b"RIGHT", b"0"]))
     p = _blocked(engine.execute(popper, [b"BLPOP", b"q", b"0"]))
     engine.execute(other, [b"RPUSH", b"q", b"a", b"b"])
+    error = engine.wait(w, 1)
+    assert isinstance(error, CommandError)
+    assert error.text == msgs.WRONGTYPE
     assert engine.wait(p, 1) == [b"q", b"a"]
-    assert not w.resolved
     assert engine.execute(other, [b"LRANGE", b"q", b"0", b"-1"]) == [b"b"]
+
+
+def test_blmove_stays_blocked_while_its_source_is_another_type() -> None:
+    engine = Engine()
+    mover, other = engine.connect(), engine.connect()
+    w = _blocked(engine.execute(mover, [b"BLMOVE", b"q", b"d", b"LEFT", b"RIGHT", b"0"]))
+    engine.execute(other, [b"SET", b"q", b"x"])
+    assert not w.resolved
+    engine.execute(other, [b"DEL", b"q"])
+    engine.execute(other, [b"RPUSH", b"q", b"v"])
+    assert engine.wait(w, 1) == b"v"
 
 
 def test_blmove_chain_serves_a_client_blocked_on_the_destination() -> None:
@@ -369,6 +384,36 @@ def test_blocked_wake_up_over_tcp_matches_redis(redis_server: RedisServer, resp:
     try:
         assert _wake_up_transcript(server.port, resp) == _wake_up_transcript(
             redis_server.port, resp
+        )
+    finally:
+        server.close()
+
+
+def _wrong_destination_transcript(port: int) -> list[bytes]:
+    """A BLMOVE waits on a list whose destination holds a string; a push arrives, then the
+    destination is deleted and another push arrives."""
+    waiter, pusher = _Raw(port), _Raw(port)
+    try:
+        pusher.call("DEL", "{w}q", "{w}str")
+        pusher.call("SET", "{w}str", "x")
+        waiter.send("BLMOVE", "{w}q", "{w}str", "LEFT", "RIGHT", "5")
+        time.sleep(0.05)
+        out = [pusher.call("RPUSH", "{w}q", "a"), waiter.read()]
+        out.append(pusher.call("LRANGE", "{w}q", "0", "-1"))
+        out.append(pusher.call("GET", "{w}str"))
+        pusher.call("DEL", "{w}q", "{w}str")
+        return out
+    finally:
+        waiter.sock.close()
+        pusher.sock.close()
+
+
+@pytest.mark.redis
+def test_blmove_to_a_wrong_type_over_tcp_matches_redis(redis_server: RedisServer) -> None:
+    server = ThreadedServer()
+    try:
+        assert _wrong_destination_transcript(server.port) == _wrong_destination_transcript(
+            redis_server.port
         )
     finally:
         server.close()

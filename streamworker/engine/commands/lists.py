@@ -496,12 +496,11 @@ def _blocking_move(
         return value
 
     def retry(c: Ctx) -> Reply | None:
-        # A destination (or source) of another type leaves the client blocked and the list
-        # untouched, as Redis 7.0 undoes the pop when it cannot serve a BLMOVE.
-        try:
-            return attempt(c)
-        except CommandError:
+        # Redis serves a waiter only when the source is a list; then a destination of another
+        # type answers it with WRONGTYPE (the list untouched) and unblocks it.
+        if type(c.db.get(src)) is not deque:
             return None
+        return attempt(c)
 
     reply = attempt(ctx)
     if reply is not None:
