@@ -417,3 +417,117 @@ def test_blmove_to_a_wrong_type_over_tcp_matches_redis(redis_server: RedisServer
         )
     finally:
         server.close()
+
+
+# Four clients; each step is (client, "send" | "call" | "read", *argv). "send" does not wait
+# for a reply (the client may block), "read" takes the reply of the client's last send.
+_SCENARIOS: dict[str, list[tuple[object, ...]]] = {
+    "same-list-rotation": [
+        (0, "send", "BLMOVE", "r", "r", "LEFT", "RIGHT", "0"),
+        (1, "send", "BLMOVE", "r", "r", "RIGHT", "LEFT", "0"),
+        (3, "call", "RPUSH", "r", "1", "2", "3"),
+        (0, "read"),
+        (1, "read"),
+        (3, "call", "LRANGE", "r", "0", "-1"),
+    ],
+    "chain-of-moves": [
+        (0, "send", "BLMOVE", "k2", "k3", "LEFT", "LEFT", "0"),
+        (1, "send", "BLMOVE", "k1", "k2", "RIGHT", "LEFT", "0"),
+        (3, "call", "RPUSH", "k1", "a", "b"),
+        (0, "read"),
+        (1, "read"),
+        (3, "call", "LRANGE", "k1", "0", "-1"),
+        (3, "call", "LRANGE", "k2", "0", "-1"),
+        (3, "call", "LRANGE", "k3", "0", "-1"),
+    ],
+    "pushes-in-a-transaction": [
+        (0, "send", "BRPOPLPUSH", "q", "d", "0"),
+        (1, "send", "BLMOVE", "q", "d", "LEFT", "LEFT", "0"),
+        (3, "call", "MULTI"),
+        (3, "call", "LPUSH", "q", "a"),
+        (3, "call", "LPUSH", "q", "b"),
+        (3, "call", "RPUSH", "q", "c"),
+        (3, "call", "EXEC"),
+        (0, "read"),
+        (1, "read"),
+        (3, "call", "LRANGE", "q", "0", "-1"),
+        (3, "call", "LRANGE", "d", "0", "-1"),
+    ],
+    "mixed-waiters": [
+        (0, "send", "BLPOP", "q", "0"),
+        (1, "send", "BRPOPLPUSH", "q", "q", "0"),
+        (2, "send", "BRPOP", "q", "0"),
+        (3, "call", "RPUSH", "q", "x", "y"),
+        (0, "read"),
+        (1, "read"),
+        (2, "read"),
+        (3, "call", "LRANGE", "q", "0", "-1"),
+    ],
+    "served-move-touches-a-watched-destination": [
+        (2, "call", "WATCH", "d"),
+        (0, "send", "BLMOVE", "q", "d", "LEFT", "LEFT", "0"),
+        (3, "call", "RPUSH", "q", "x"),
+        (0, "read"),
+        (2, "call", "MULTI"),
+        (2, "call", "PING"),
+        (2, "call", "EXEC"),
+    ],
+    "lmove-wakes-a-waiter-on-its-destination": [
+        (0, "send", "BLPOP", "d", "0"),
+        (3, "call", "RPUSH", "q", "a", "b"),
+        (3, "call", "LMOVE", "q", "d", "LEFT", "LEFT"),
+        (0, "read"),
+        (3, "call", "LRANGE", "d", "0", "-1"),
+    ],
+    "zunionstore-wakes-a-bzpopmin": [
+        (0, "send", "BZPOPMIN", "z", "0"),
+        (3, "call", "ZADD", "a", "1", "m"),
+        (3, "call", "ZUNIONSTORE", "z", "1", "a"),
+        (0, "read"),
+        (3, "call", "EXISTS", "z"),
+    ],
+    "move-wakes-a-waiter-in-the-target-db": [
+        (0, "send", "BLPOP", "l", "0"),
+        (3, "call", "SELECT", "1"),
+        (3, "call", "RPUSH", "l", "v"),
+        (3, "call", "MOVE", "l", "0"),
+        (0, "read"),
+    ],
+}
+
+
+def _scenario_transcript(port: int, steps: list[tuple[object, ...]]) -> list[bytes]:
+    clients = [_Raw(port) for _ in range(4)]
+    try:
+        clients[3].call("FLUSHALL")
+        out: list[bytes] = []
+        for step in steps:
+            who, what, *words = step
+            client = clients[int(str(who))]
+            argv = [str(w) for w in words]
+            if what == "send":
+                client.send(*argv)
+                time.sleep(0.05)
+            elif what == "call":
+                out.append(client.call(*argv))
+            else:
+                out.append(client.read())
+        clients[3].call("FLUSHALL")
+        return out
+    finally:
+        for c in clients:
+            c.sock.close()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("name", sorted(_SCENARIOS))
+def test_blocking_scenario_over_tcp_matches_redis(redis_server: RedisServer, name: str) -> None:
+    """The same clients, in the same order, on the TCP engine server and on redis-server get
+    the same replies and leave the same lists."""
+    server = ThreadedServer()
+    try:
+        steps = _SCENARIOS[name]
+        expected = _scenario_transcript(redis_server.port, steps)
+        assert _scenario_transcript(server.port, steps) == expected
+    finally:
+        server.close()
