@@ -983,7 +983,15 @@ def mutated(draw: Draw, base: st.SearchStrategy[Command]) -> Command:
         cmd.insert(i, junk)
     else:
         del cmd[i:]
+    if len(cmd) == 2 and cmd[0].upper() in _CHANCE_WITHOUT_COUNT:
+        # Without its count the command picks one member by chance on both sides: not
+        # comparable. A count of 0 keeps the mutation's other effects (key, type errors).
+        cmd.append(b"0")
     return tuple(cmd)
+
+
+# Commands whose reply chance decides when the count is left out.
+_CHANCE_WITHOUT_COUNT = frozenset({b"HRANDFIELD", b"ZRANDMEMBER", b"SRANDMEMBER", b"SPOP"})
 
 
 def commands(
