@@ -251,6 +251,10 @@ class ScriptRuntime:
     Not thread-safe by itself: every method runs under the engine lock (commands do).
     """
 
+    functions_mode: bool = False
+    """True for the Redis Functions state (:mod:`.functions`): the sandbox then has no
+    KEYS/ARGV globals, runs ``fn(keys, args)`` and offers ``load_library``."""
+
     def __init__(self, engine: Engine) -> None:
         if _lua51 is None:
             raise RuntimeError(LUA_UNAVAILABLE)
@@ -274,6 +278,7 @@ class ScriptRuntime:
         self._compile: Callable[..., Any]
         self._callsite: Callable[..., Any]
         self._clear_hook: Callable[[], None]
+        self._load_library: Callable[..., Any] | None = None
         self._lua_array: Callable[..., Any]
         self._lua_row: Callable[..., Any]
         self._lua_rows: Callable[..., Any]
@@ -314,13 +319,19 @@ class ScriptRuntime:
             b"bit": libs.bit,
             b"struct": libs.struct,
             b"cmsgpack": libs.cmsgpack,
+            b"functions": self.functions_mode,
+            b"load_expired": self._load_expired,
         }
-        self._run, self._compile, self._callsite, self._clear_hook = lua.execute(
-            _lua_source("sandbox"), lua.table_from(api), name="=streamworker"
-        )
+        returned = lua.execute(_lua_source("sandbox"), lua.table_from(api), name="=streamworker")
+        self._run, self._compile, self._callsite, self._clear_hook = returned[:4]
+        self._load_library = returned[4] if self.functions_mode else None
         # Recompile the cached scripts in the new state (SCRIPT FLUSH clears the cache first).
         for script in self.scripts.values():
             script.fn = self._compile_chunk(script)
+
+    def _load_expired(self) -> bool:
+        # FUNCTION LOAD's time limit (only the functions state loads libraries).
+        return False
 
     # -- cache -------------------------------------------------------------------------------
 
@@ -365,6 +376,11 @@ class ScriptRuntime:
     def running(self) -> bool:
         """Whether a script is running now (always False outside the engine lock)."""
         return self._st.running
+
+    @property
+    def running_name(self) -> str:
+        """The running script's sha1 (a function's name for FCALL); "" when none runs."""
+        return self._st.sha if self._st.running else ""
 
     @property
     def written(self) -> bool:
