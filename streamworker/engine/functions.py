@@ -366,14 +366,36 @@ def _payload_codes(payload: bytes) -> Iterator[bytes]:
         kind = payload[pos]
         pos += 1
         if kind == _OPCODE_FUNCTION_PRE_GA:
-            raise CommandError("ERR Pre-GA function format not supported")
+            code, pos = _pre_ga_library(payload, pos)
+            yield code
+            continue
         if kind != _OPCODE_FUNCTION2:
             raise CommandError("ERR given type is not a function")
-        try:
-            code, pos = read_rdb_string(payload, pos)
-        except ValueError:
-            raise CommandError("ERR Failed loading library payload") from None
+        code, pos = _string_or(payload, pos, "Failed loading library payload")
         yield code
+
+
+def _string_or(payload: bytes, pos: int, what: str) -> tuple[bytes, int]:
+    try:
+        return read_rdb_string(payload, pos)
+    except ValueError:
+        raise CommandError("ERR " + what) from None
+
+
+def _pre_ga_library(payload: bytes, pos: int) -> tuple[bytes, int]:
+    # Redis 7.0 release candidates' format: name, engine, [description], code; 7.0 rebuilds
+    # the "#!<engine> name=<name>" line from them (as C strings: a NUL ends each).
+    name, pos = _string_or(payload, pos, "Failed loading library name")
+    engine, pos = _string_or(payload, pos, "Failed loading engine name")
+    try:
+        has_desc, _, pos = _read_length(payload, pos)
+    except ValueError:
+        raise CommandError("ERR Failed loading library description indicator") from None
+    if has_desc:
+        _, pos = _string_or(payload, pos, "Failed loading library description")
+    blob, pos = _string_or(payload, pos, "Failed loading library blob")
+    parts = [x.split(b"\0", 1)[0] for x in (engine, name, blob)]
+    return b"#!%b name=%b\n%b" % tuple(parts), pos
 
 
 def rdb_length(n: int) -> bytes:

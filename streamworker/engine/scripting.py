@@ -279,6 +279,7 @@ class ScriptRuntime:
         self._callsite: Callable[..., Any]
         self._clear_hook: Callable[[], None]
         self._load_library: Callable[..., Any] | None = None
+        self._register_or_error: Callable[..., Any] | None = None
         self._lua_array: Callable[..., Any]
         self._lua_row: Callable[..., Any]
         self._lua_rows: Callable[..., Any]
@@ -321,13 +322,23 @@ class ScriptRuntime:
             b"cmsgpack": libs.cmsgpack,
             b"functions": self.functions_mode,
             b"load_expired": self._load_expired,
+            b"register_function": self._register_function,
         }
         returned = lua.execute(_lua_source("sandbox"), lua.table_from(api), name="=streamworker")
         self._run, self._compile, self._callsite, self._clear_hook = returned[:4]
-        self._load_library = returned[4] if self.functions_mode else None
+        if self.functions_mode:
+            self._load_library, self._register_or_error = returned[4:6]
         # Recompile the cached scripts in the new state (SCRIPT FLUSH clears the cache first).
         for script in self.scripts.values():
             script.fn = self._compile_chunk(script)
+
+    def _register_function(self, *args: Any) -> None:
+        # redis.register_function (functions state only): the sandbox does the work and
+        # returns an error text, raised here so that the error comes from a "C function".
+        assert self._register_or_error is not None
+        err = self._register_or_error(*args)
+        if err is not False:
+            raise ScriptCallError(self._err_table(err))
 
     def _load_expired(self) -> bool:
         # FUNCTION LOAD's time limit (only the functions state loads libraries).

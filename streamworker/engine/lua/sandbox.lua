@@ -680,17 +680,34 @@ local function register_function(...)
   LOADING[#LOADING + 1] = {name, fn, flags, desc}
 end
 
+-- What the Python redis.register_function calls: it raises the error itself, so that to Lua
+-- the error comes from a C function (Redis's is one), reported at the caller's line.
+local function register_or_error(...)
+  local ok, e = pcall(register_function, ...)
+  if ok then
+    return false
+  end
+  if type(e) == 'table' then
+    return e.err
+  end
+  return 'ERR ' .. tostring(e)
+end
+
 local lib_redis = setmetatable({
-  register_function = register_function, log = py.log,
+  register_function = py.register_function, log = py.log,
   LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
   REDIS_VERSION = py.version, REDIS_VERSION_NUM = py.version_num,
 }, {__index = missing_global})
 local LIBG = setmetatable({redis = readonly(lib_redis)}, {__index = missing_global})
 
+-- Past the time limit, fail the library's code at every instruction (never this chunk's).
 local function load_tick()
   if py.load_expired() then
-    sethook(load_tick, '', 1)
-    error({err = 'ERR FUNCTION LOAD timeout'}, 0)
+    local info = getinfo(2, 'S')
+    if info and info.source ~= INTERNAL then
+      sethook(load_tick, '', 1)
+      error({err = 'ERR FUNCTION LOAD timeout'}, 0)
+    end
   end
 end
 
@@ -730,4 +747,4 @@ local function run_function(fn, keys, argv, hook)
   return run(function() return (fn(keys, argv)) end, keys, argv, hook)
 end
 
-return run_function, compile, callsite, clear_hook, load_library
+return run_function, compile, callsite, clear_hook, load_library, register_or_error

@@ -1,0 +1,438 @@
+"""Redis 7.0 Functions (FUNCTION LOAD/DELETE/LIST/FLUSH/STATS/KILL/DUMP/RESTORE, FCALL,
+FCALL_RO) side by side with redis-server 7.0.15 in RESP2 and RESP3, with the edge cases of
+Redis's ``unit/functions.tcl``: the ``#!lua name=`` line, what a library sees while it loads,
+both forms of ``redis.register_function`` and their errors, flags, FCALL's numkeys and its
+read-only variant; DUMP payloads byte-identical to redis-server's and restorable both ways;
+libraries surviving an append-only file reload and rewrite.
+
+Redis lists libraries and a library's functions in hash order (seeded at start-up), so the
+scripts compare FUNCTION LIST only where one library with one function is listed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamworker.engine import Engine
+from streamworker.engine.aof import open_persistent
+from streamworker.engine.crc64 import crc64_bytes
+from streamworker.engine.errors import CommandError
+from streamworker.engine.functions import Library, dump_payload, rdb_string
+from streamworker.engine.lzf import compress, decompress
+from streamworker.engine.replies import OK
+from tests.engine.aof_support import Session
+from tests.engine.differential.backends import EngineBackend, RedisBackend
+from tests.engine.differential.resp import RawConnection
+from tests.engine.differential.scripts import mismatches
+
+LIB = (
+    '"#!lua name=lib1\\n'
+    "redis.register_function('f1', function(keys, args) return {keys, args} end)\\n"
+    "redis.register_function{function_name='f2', callback=function(keys, args) "
+    "return redis.call('set', keys[1], args[1]) end, flags={'no-writes'}, "
+    "description='desc'}\\n"
+    "redis.register_function{function_name='f3', callback=function(keys, args) "
+    "return redis.call('set', keys[1], args[1]) end}\\n"
+    "redis.register_function('f4', function(keys, args) return redis.call('get', keys[1]) end)\\n"
+    "redis.register_function('fail', function(keys, args) return redis.error_reply('MY boom') end)\\n"
+    "redis.register_function('raise', function(keys, args) error('raised') end)\\n"
+    "redis.register_function('callerr', function(keys, args) return redis.call('incr', 'str') end)"
+    '"'
+)
+
+
+def _one(name: str, body: str = "return 1", extra: str = "") -> str:
+    return f"\"#!lua name={name}{extra}\\nredis.register_function('{name}_f', function(keys, args) {body} end)\""
+
+
+def _escaped(data: bytes) -> str:
+    return "".join(f"\\x{b:02x}" for b in data)
+
+
+def _payload(*codes: bytes, version: int = 10, opcode: int = 245) -> bytes:
+    body = b"".join(bytes([opcode]) + rdb_string(c) for c in codes)
+    body += version.to_bytes(2, "little")
+    return body + crc64_bytes(body)
+
+
+_GOOD = b"#!lua name=plib\nredis.register_function('pf', function() return 'restored' end)"
+
+CASES = {
+    "load": [
+        f"FUNCTION LOAD {LIB}",
+        f"FUNCTION LOAD {LIB}",
+        "FUNCTION LOAD \"#!lua name=lib2\\nredis.call('ping')\"",
+        "FUNCTION LOAD \"#!lua name=lib2\\nlocal x = string.len('a')\"",
+        '"FUNCTION" LOAD "#!lua name=lib2\\nreturn KEYS"',
+        'FUNCTION LOAD "#!lua name=lib2\\nx = 1"',
+        "FUNCTION LOAD \"#!lua name=lib2\\nerror('x')\"",
+        'FUNCTION LOAD "#!lua name=lib2\\nlocal x = = 1"',
+        'FUNCTION LOAD "#!lua name=lib2\\n"',
+        'FUNCTION LOAD "#!lua name=lib2 x=y\\n"',
+        'FUNCTION LOAD "#!lua\\n"',
+        'FUNCTION LOAD "#!lua name=a-b\\n"',
+        'FUNCTION LOAD "#!lua name=a name=b\\n"',
+        'FUNCTION LOAD "#!python name=p\\n"',
+        'FUNCTION LOAD "#!lua name=p"',
+        'FUNCTION LOAD "lua name=p\\n"',
+        'FUNCTION LOAD ""',
+        "FUNCTION LOAD REPLACE " + _one("r1"),
+        "FUNCTION LOAD replace " + _one("r1", "return 2"),
+        "FCALL r1_f 0",
+        "FUNCTION LOAD FOO " + _one("r2"),
+        "FUNCTION LOAD REPLACE",
+        "FUNCTION LOAD",
+        "FUNCTION LOAD REPLACE REPLACE " + _one("r3"),
+        _one("NAME_CASE", extra="").replace('"#!lua name=', 'FUNCTION LOAD "#!LUA NAME='),
+        "FUNCTION LOAD \"#!lua name=dup\\nredis.register_function('f1', function() end)\"",
+        "FUNCTION LOAD \"#!lua name=dup\\nredis.register_function('F1', function() end)\"",
+        "FUNCTION LOAD REPLACE \"#!lua name=r1\\nredis.register_function('f1', function() end)\"",
+        "FCALL r1_f 0",
+    ],
+    "register": [
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function('a', function() end)\\nredis.register_function('a', function() end)\"",
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function('a-b', function() end)\"",
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function('', function() end)\"",
+        'FUNCTION LOAD "#!lua name=a\\nredis.register_function()"',
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function('a', function() end, 1)\"",
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function('a')\"",
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function('a', 'b')\"",
+        'FUNCTION LOAD "#!lua name=a\\nredis.register_function({}, function() end)"',
+        'FUNCTION LOAD "#!lua name=a\\nredis.register_function(5)"',
+        'FUNCTION LOAD "#!lua name=a\\nredis.register_function{}"',
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function{function_name='x'}\"",
+        'FUNCTION LOAD "#!lua name=a\\nredis.register_function{callback=function() end}"',
+        'FUNCTION LOAD "#!lua name=a\\nredis.register_function{function_name={}, callback=function() end}"',
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function{function_name='x', callback='y'}\"",
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function{function_name='x', callback=function() end, flags='no-writes'}\"",
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function{function_name='x', callback=function() end, flags={'bad'}}\"",
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function{function_name='x', callback=function() end, flags={{}}}\"",
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function{function_name='x', callback=function() end, description={}}\"",
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function{function_name='x', callback=function() end, other=1}\"",
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function{function_name='x', callback=function() end, [1]=2}\"",
+        "FUNCTION LOAD \"#!lua name=a\\nredis.register_function{FUNCTION_NAME='x', CallBack=function() return 'up' end, FLAGS={'NO-WRITES', 'allow-oom', 'allow-stale', 'no-cluster', 'allow-cross-slot-keys'}, Description='d'}\"",
+        "FUNCTION LIST",
+        "FCALL_RO x 0",
+        "FUNCTION LOAD \"#!lua name=b\\nredis.register_function(12, function() return 'twelve' end)\"",
+        "FCALL 12 0",
+        "FUNCTION LOAD \"#!lua name=c\\nlocal reg = redis.register_function\\nreg('c1', function() return reg('c2', function() end) end)\"",
+        "FCALL c1 0",
+        "FUNCTION LOAD \"#!lua name=d\\nredis.register_function('d1', function() return redis.register_function end)\"",
+        "FCALL d1 0",
+        "EVAL \"return redis.register_function('x', function() end)\" 0",
+        "FUNCTION LOAD \"#!lua name=e\\nredis.log(redis.LOG_NOTICE, 'loading')\\nredis.register_function('e1', function() return {redis.REDIS_VERSION_NUM > 0} end)\"",
+        "FCALL e1 0",
+        'FUNCTION LOAD "#!lua name=g\\nlocal v = redis.setresp"',
+        'FUNCTION LOAD "#!lua name=g\\nlocal v = redis.pcall"',
+        'FUNCTION LOAD "#!lua name=g\\nredis.log(redis.LOG_NOTICE)"',
+        'FUNCTION LOAD "#!lua name=g\\nredis.math = 1"',
+    ],
+    "fcall": [
+        f"FUNCTION LOAD {LIB}",
+        "FCALL f1 2 a b c d",
+        "FCALL f1 0",
+        "FCALL f1 0 x y",
+        "FCALL F1 1 k",
+        "FCALL f1 3 a b",
+        "FCALL f1 -1 a",
+        "FCALL f1 x a",
+        "FCALL f1 1.5 a",
+        "FCALL f1 9223372036854775808",
+        "FCALL nosuch 0",
+        "FCALL nosuch x",
+        "FCALL f2 1 k v",
+        "FCALL f3 1 k v",
+        "FCALL f4 1 k",
+        "FCALL_RO f4 1 k",
+        "FCALL_RO f3 1 k v",
+        "FCALL_RO f2 1 k v",
+        "FCALL_RO f1 0",
+        "FCALL_RO nosuch 0",
+        "FCALL fail 0",
+        "FCALL raise 0",
+        "SET str abc",
+        "FCALL callerr 0",
+        "MULTI",
+        "FCALL f1 1 a",
+        "FCALL f3 1 m 1",
+        "EXEC",
+        "EVAL \"return redis.call('fcall', 'f1', 0)\" 0",
+        "FCALL",
+        "FCALL f1",
+    ],
+    "list": [
+        "FUNCTION LIST",
+        "FUNCTION LOAD \"#!lua name=only\\nredis.register_function{function_name='one', callback=function() return 1 end, flags={'no-writes', 'no-cluster'}, description='the only one'}\"",
+        "FUNCTION LIST",
+        "FUNCTION LIST WITHCODE",
+        "FUNCTION LIST withcode LIBRARYNAME on*",
+        "FUNCTION LIST LIBRARYNAME ON*",
+        "FUNCTION LIST LIBRARYNAME x*",
+        "FUNCTION LIST LIBRARYNAME",
+        "FUNCTION LIST WITHCODE WITHCODE",
+        "FUNCTION LIST LIBRARYNAME a LIBRARYNAME b",
+        "FUNCTION LIST FOO",
+        "FUNCTION LOAD " + _one("second"),
+        "FUNCTION LIST LIBRARYNAME sec*",
+        "FUNCTION STATS",
+        "FUNCTION DELETE only",
+        "FUNCTION DELETE only",
+        "FUNCTION DELETE",
+        "FUNCTION DELETE a b",
+        "FUNCTION LIST",
+        "FUNCTION STATS",
+        "FUNCTION STATS x",
+        "FUNCTION FLUSH",
+        "FUNCTION LIST",
+        "FUNCTION FLUSH ASYNC",
+        "FUNCTION FLUSH sync",
+        "FUNCTION FLUSH foo",
+        "FUNCTION FLUSH SYNC ASYNC",
+        "FUNCTION STATS",
+        "FUNCTION KILL",
+        "FUNCTION KILL x",
+        "FUNCTION HELP",
+        "FUNCTION FOO",
+        "FUNCTION",
+    ],
+    "script_flush": [
+        "FUNCTION LOAD " + _one("kept", "return 'still here'"),
+        "SCRIPT FLUSH",
+        "FCALL kept_f 0",
+        "FLUSHALL",
+        "FCALL kept_f 0",
+        'EVAL "return 1" 0',
+    ],
+    "dump_restore": [
+        "FUNCTION DUMP",
+        "FUNCTION RESTORE " + _escaped(_payload(_GOOD)),
+        "FCALL pf 0",
+        "FUNCTION RESTORE " + _escaped(_payload(_GOOD)),
+        "FUNCTION RESTORE " + _escaped(_payload(_GOOD)) + " APPEND",
+        "FUNCTION RESTORE " + _escaped(_payload(_GOOD)) + " replace",
+        "FUNCTION RESTORE " + _escaped(_payload(_GOOD)) + " FLUSH",
+        "FUNCTION RESTORE " + _escaped(_payload(_GOOD)) + " foo",
+        "FUNCTION RESTORE " + _escaped(_payload(_GOOD)) + " FLUSH x",
+        "FUNCTION RESTORE",
+        "FUNCTION RESTORE x",
+        "FUNCTION RESTORE 0123456789",
+        "FUNCTION RESTORE " + _escaped(_payload(_GOOD)[:-1] + b"\x00"),
+        "FUNCTION RESTORE " + _escaped(_payload(_GOOD, version=11)),
+        "FUNCTION RESTORE " + _escaped(_payload(_GOOD, opcode=0)),
+        "FUNCTION RESTORE " + _escaped(_payload(_GOOD, opcode=246)),
+        "FUNCTION RESTORE " + _escaped(_payload(b"#!lua name=bad\\nreturn 1")),
+        "FUNCTION RESTORE " + _escaped(_payload(b"no shebang")),
+        "FUNCTION RESTORE " + _escaped(_payload(_GOOD, _GOOD)) + " FLUSH",
+        "FUNCTION RESTORE " + _escaped(_payload(_GOOD.replace(b"plib", b"other"))) + " APPEND",
+        "FUNCTION RESTORE "
+        + _escaped(_payload(_GOOD.replace(b"plib", b"other").replace(b"'pf'", b"'pg'")))
+        + " APPEND",
+        "FCALL pg 0",
+        "FUNCTION RESTORE " + _escaped(_payload()) + " FLUSH",
+        "FUNCTION LIST",
+        "FUNCTION DUMP",
+        "FUNCTION LOAD " + _one("dumped"),
+        "FUNCTION DUMP",
+    ],
+}
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("conn", [0, 1], ids=["resp2", "resp3"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_functions_reply_as_redis_does(
+    both: tuple[RedisBackend, EngineBackend], case: str, conn: int
+) -> None:
+    """Every reply of the case equals redis-server 7.0.15's, byte for byte."""
+    failures = mismatches(*both, CASES[case], conn)
+    assert not failures, "engine differs from redis-server 7.0:\n" + "\n".join(failures)
+
+
+# --- DUMP / RESTORE across servers -----------------------------------------------------------
+
+_CROSS_CODES = [
+    b"#!lua name=small\nredis.register_function('s', function() return 's' end)",
+    b"#!lua name=lib1\n"
+    + b"\n".join(
+        b"redis.register_function('f%d', function(keys, args) return {%d, keys, args} end)" % (i, i)
+        for i in range(200)
+    ),
+    b"#!lua name=text\n-- "
+    + b"lorem ipsum dolor sit amet " * 40
+    + b"\nredis.register_function('t', function() return 't' end)",
+]
+
+
+def _engine_call(engine: Engine, *argv: bytes) -> object:
+    return engine.execute(engine.connect(), list(argv))
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("code", _CROSS_CODES, ids=["small", "many-functions", "text"])
+def test_function_dump_is_byte_identical_to_redis_servers(
+    redis_server: object, code: bytes
+) -> None:
+    """The same library dumps to the same bytes on both (LZF included)."""
+    real = RawConnection(redis_server.port)  # type: ignore[attr-defined]
+    try:
+        real.call([b"FUNCTION", b"FLUSH"])
+        real.call([b"FUNCTION", b"LOAD", code])
+        expected = real.call([b"FUNCTION", b"DUMP"])
+        real.call([b"FUNCTION", b"FLUSH"])
+    finally:
+        real.close()
+    engine = Engine()
+    assert (
+        _engine_call(engine, b"FUNCTION", b"LOAD", code) == code.split(b"=", 1)[1].split(b"\n")[0]
+    )
+    dumped = _engine_call(engine, b"FUNCTION", b"DUMP")
+    assert isinstance(dumped, bytes)
+    assert b"$%d\r\n%b\r\n" % (len(dumped), dumped) == expected
+
+
+@pytest.mark.redis
+def test_the_engine_restores_what_redis_server_dumped_and_vice_versa(redis_server: object) -> None:
+    port = redis_server.port  # type: ignore[attr-defined]
+    real = RawConnection(port)
+    try:
+        real.call([b"FUNCTION", b"FLUSH"])
+        for code in _CROSS_CODES:
+            real.call([b"FUNCTION", b"LOAD", code])
+        raw = real.call([b"FUNCTION", b"DUMP"])
+        payload = raw.split(b"\r\n", 1)[1][:-2]
+        engine = Engine()
+        assert _engine_call(engine, b"FUNCTION", b"RESTORE", payload) == OK
+        assert _engine_call(engine, b"FCALL", b"f199", b"1", b"k", b"a") == [199, [b"k"], [b"a"]]
+        assert _engine_call(engine, b"FCALL", b"t", b"0") == b"t"
+        # And back: the engine's dump of the restored libraries loads on redis-server.
+        back = _engine_call(engine, b"FUNCTION", b"DUMP")
+        assert isinstance(back, bytes)
+        assert real.call([b"FUNCTION", b"RESTORE", back, b"FLUSH"]) == b"+OK\r\n"
+        assert real.call([b"FCALL", b"s", b"0"]) == b"$1\r\ns\r\n"
+        listed = real.call([b"FUNCTION", b"LIST", b"LIBRARYNAME", b"lib1", b"WITHCODE"])
+        assert _CROSS_CODES[1] in listed
+    finally:
+        real.call([b"FUNCTION", b"FLUSH"])
+        real.close()
+
+
+# --- LZF ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"a" * 1000, b"abcdefgh" * 300, bytes(range(256)) * 4, b"x" * 21 + b"yz" * 50],
+    ids=["run", "period-8", "incompressible", "mixed"],
+)
+def test_lzf_round_trips(data: bytes) -> None:
+    packed = compress(data, len(data) + 64)
+    assert packed is not None
+    assert decompress(packed, len(data)) == data
+
+
+def test_lzf_gives_up_when_the_output_would_not_be_smaller() -> None:
+    data = bytes(range(64))
+    assert compress(data, len(data) - 4) is None
+
+
+def test_a_payload_whose_lzf_string_is_damaged_is_refused() -> None:
+    body = bytes([245]) + b"\xc3\x05\x40\x90" + b"\x1f\x00\x00\x00\x00" + (10).to_bytes(2, "little")
+    payload = body + crc64_bytes(body)
+    engine = Engine()
+    reply = _engine_call(engine, b"FUNCTION", b"RESTORE", payload)
+    assert isinstance(reply, CommandError)
+    assert reply.text == "ERR Failed loading library payload"
+
+
+def test_dump_of_no_libraries_is_the_footer_alone() -> None:
+    payload = dump_payload([])
+    assert payload[:2] == b"\x0a\x00"
+    assert len(payload) == 10
+    assert payload[2:] == crc64_bytes(payload[:2])
+    assert dump_payload([Library(b"x", b"")])[:2] == b"\xf5\x00"
+
+
+# --- persistence ---------------------------------------------------------------------------------
+
+_AOF_LIB = b"#!lua name=keep\nredis.register_function('kept', function(keys, args) return 'kept ' .. args[1] end)"
+_AOF_LIB2 = b"#!lua name=gone\nredis.register_function('gone', function() return 1 end)"
+
+
+def _reopened(tmp_path: Path, steps: list[list[bytes]], rewrite: bool = False) -> Session:
+    aof = open_persistent(tmp_path / "data", appendfsync="always")
+    s = Session(aof.engine)
+    for argv in steps:
+        assert not isinstance(s(*argv), CommandError), argv
+    if rewrite:
+        aof.rewrite()
+    aof.close()
+    again = open_persistent(tmp_path / "data", appendfsync="always")
+    return Session(again.engine)
+
+
+def test_a_loaded_library_survives_an_aof_reload(tmp_path: Path) -> None:
+    s = _reopened(tmp_path, [[b"FUNCTION", b"LOAD", _AOF_LIB]])
+    assert s("FCALL", "kept", "0", "x") == b"kept x"
+
+
+def test_function_delete_flush_and_restore_survive_an_aof_reload(tmp_path: Path) -> None:
+    payload = _payload(_GOOD)
+    s = _reopened(
+        tmp_path,
+        [
+            [b"FUNCTION", b"LOAD", _AOF_LIB2],
+            [b"FUNCTION", b"DELETE", b"gone"],
+            [b"FUNCTION", b"LOAD", _AOF_LIB2],
+            [b"FUNCTION", b"FLUSH"],
+            [b"FUNCTION", b"RESTORE", payload],
+            [b"FUNCTION", b"LOAD", _AOF_LIB],
+        ],
+    )
+    assert s("FCALL", "pf", "0") == b"restored"
+    assert s("FCALL", "kept", "0", "y") == b"kept y"
+    assert s("FCALL", "gone", "0") == CommandError("ERR Function not found")
+
+
+def test_a_functions_writes_survive_an_aof_reload(tmp_path: Path) -> None:
+    lib = b"#!lua name=w\nredis.register_function('w', function(keys, args) return redis.call('set', keys[1], args[1]) end)"
+    s = _reopened(tmp_path, [[b"FUNCTION", b"LOAD", lib], [b"FCALL", b"w", b"1", b"k", b"v"]])
+    assert s("GET", "k") == b"v"
+
+
+def test_an_aof_rewrite_keeps_the_libraries(tmp_path: Path) -> None:
+    s = _reopened(
+        tmp_path,
+        [[b"FUNCTION", b"LOAD", _AOF_LIB], [b"FUNCTION", b"LOAD", _AOF_LIB2], [b"SET", b"a", b"1"]],
+        rewrite=True,
+    )
+    assert s("FCALL", "kept", "0", "z") == b"kept z"
+    assert s("FCALL", "gone", "0") == 1
+    assert s("GET", "a") == b"1"
+
+
+# --- the engine alone ------------------------------------------------------------------------------
+
+
+def test_a_library_that_runs_too_long_at_load_is_refused() -> None:
+    engine = Engine()
+    code = b"#!lua name=slow\nlocal i = 0\nwhile true do i = i + 1 end"
+    reply = _engine_call(engine, b"FUNCTION", b"LOAD", code)
+    assert reply == CommandError("ERR Error registering functions: ERR FUNCTION LOAD timeout")
+    assert _engine_call(engine, b"FUNCTION", b"LIST") == []
+
+
+def test_info_memory_counts_the_functions() -> None:
+    engine = Engine()
+    _engine_call(engine, b"FUNCTION", b"LOAD", _AOF_LIB)
+    info = _engine_call(engine, b"INFO", b"memory")
+    text = info.text if hasattr(info, "text") else info  # type: ignore[union-attr]
+    assert b"number_of_functions:1\r\n" in text
+    assert b"used_memory_functions:" in text
+
+
+def test_script_flush_keeps_the_functions_lua_state() -> None:
+    engine = Engine()
+    _engine_call(engine, b"FUNCTION", b"LOAD", _AOF_LIB)
+    assert _engine_call(engine, b"SCRIPT", b"FLUSH") == OK
+    assert _engine_call(engine, b"FCALL", b"kept", b"0", b"a") == b"kept a"
