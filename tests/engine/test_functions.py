@@ -10,6 +10,9 @@ scripts compare FUNCTION LIST only where one library with one function is listed
 
 from __future__ import annotations
 
+import re
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,9 +25,13 @@ from streamworker.engine.functions import Library, dump_payload, rdb_string
 from streamworker.engine.lzf import compress, decompress
 from streamworker.engine.replies import OK
 from tests.engine.aof_support import Session
+from tests.engine.conftest import pack, read_raw_reply
 from tests.engine.differential.backends import EngineBackend, RedisBackend
 from tests.engine.differential.resp import RawConnection
 from tests.engine.differential.scripts import mismatches
+from tests.engine.test_hostile_clients import Raw
+from tests.support.engine_server import EngineServerProcess
+from tests.support.servers import RedisServer
 
 LIB = (
     '"#!lua name=lib1\\n'
@@ -436,3 +443,87 @@ def test_script_flush_keeps_the_functions_lua_state() -> None:
     _engine_call(engine, b"FUNCTION", b"LOAD", _AOF_LIB)
     assert _engine_call(engine, b"SCRIPT", b"FLUSH") == OK
     assert _engine_call(engine, b"FCALL", b"kept", b"0", b"a") == b"kept a"
+
+
+# --- a busy function -------------------------------------------------------------------------------
+
+_RUNAWAY_LIB = (
+    b"#!lua name=busy\n"
+    b"redis.register_function('spin', function(keys, args) while true do end end)\n"
+    b"redis.register_function('spin_writer', function(keys, args)"
+    b" redis.call('SET', 'w', '1') while true do end end)"
+)
+
+
+@pytest.fixture
+def busy_servers(tmp_path: Path) -> Iterator[list[tuple[str, int]]]:
+    """A redis-server and an engine server of the test's own, lua-time-limit 500 ms, with the
+    runaway library loaded."""
+    real = RedisServer(tmp_path / "redis").start()
+    fake = EngineServerProcess().start()
+    servers = [("redis", real.port), ("engine", fake.port)]
+    for _, port in servers:
+        conn = Raw(port)
+        assert conn.call("CONFIG", "SET", "lua-time-limit", "500") == b"+OK\r\n"
+        assert conn.call("FUNCTION", "LOAD", _RUNAWAY_LIB) == b"$4\r\nbusy\r\n"
+        conn.close()
+    yield servers
+    fake.stop()
+    real.stop()
+
+
+def _start_fcall(port: int, name: str) -> Raw:
+    conn = Raw(port, timeout_s=30)
+    conn.sock.sendall(pack(("FCALL", name, "1", "key", "arg")))
+    return conn
+
+
+def _masked_duration(reply: bytes) -> bytes:
+    # FUNCTION STATS's duration_ms is the clock's.
+    return re.sub(rb"duration_ms\r\n:\d+", b"duration_ms\r\n:N", reply)
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_function_kill_stops_a_busy_function_as_on_redis(
+    busy_servers: list[tuple[str, int]],
+) -> None:
+    replies: dict[str, list[bytes]] = {}
+    for name, port in busy_servers:
+        connected = Raw(port)
+        runner = _start_fcall(port, "spin")
+        time.sleep(0.8)  # past lua-time-limit
+        got = [
+            connected.call("GET", "k"),
+            _masked_duration(connected.call("FUNCTION", "STATS")),
+            connected.call("SCRIPT", "KILL"),
+            connected.call("FUNCTION", "KILL"),
+            read_raw_reply(runner.sock, runner.buf),
+            connected.call("FUNCTION", "KILL"),
+            connected.call("PING"),
+        ]
+        replies[name] = got
+        connected.close()
+        runner.close()
+    assert replies["engine"] == replies["redis"]
+    assert replies["engine"][0].startswith(
+        b"-BUSY Redis is busy running a script. You can only call FUNCTION KILL"
+    )
+    assert replies["engine"][3] == b"+OK\r\n"
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_a_function_that_wrote_is_unkillable(busy_servers: list[tuple[str, int]]) -> None:
+    replies: dict[str, list[bytes]] = {}
+    for name, port in busy_servers:
+        connected = Raw(port)
+        runner = _start_fcall(port, "spin_writer")
+        time.sleep(0.8)
+        got = [connected.call("FUNCTION", "KILL"), connected.call("SCRIPT", "KILL")]
+        connected.sock.sendall(pack(("SHUTDOWN", "NOSAVE")))
+        assert connected.sock.recv(100) == b""
+        assert runner.sock.recv(100) == b""
+        replies[name] = got
+    assert replies["engine"] == replies["redis"]
+    assert replies["engine"][0].startswith(b"-UNKILLABLE Sorry the script already executed")
