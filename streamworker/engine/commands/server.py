@@ -565,14 +565,27 @@ def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.GETKEYS_WRONG_ARITY)
     movable = _movable_keys(spec.name, args)
     if movable is not None:
-        if not movable:
+        if not movable and "no-mandatory-keys" not in spec.flags:
             raise CommandError(msgs.GETKEYS_INVALID_ARGUMENTS)
         return movable
     return [args[p] for p in spec.key_positions(n)]
 
 
 # Commands whose keys follow a numkeys argument: the argv position of numkeys.
-_NUMKEYS_AT = {"lmpop": 1, "blmpop": 2, "zmpop": 1, "bzmpop": 2, "zintercard": 1, "sintercard": 1}
+_NUMKEYS_AT = {
+    "lmpop": 1,
+    "blmpop": 2,
+    "zmpop": 1,
+    "bzmpop": 2,
+    "zintercard": 1,
+    "sintercard": 1,
+    "eval": 2,
+    "evalsha": 2,
+    "eval_ro": 2,
+    "evalsha_ro": 2,
+    "fcall": 2,
+    "fcall_ro": 2,
+}
 _SORT_SKIPS = {b"limit": 2, b"get": 1, b"by": 1}
 
 
