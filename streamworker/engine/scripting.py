@@ -265,9 +265,11 @@ class ScriptRuntime:
         self.client.ctx = self.ctx
         self.ctx.in_script = True
         self.scripts: dict[str, Script] = {}
-        # math.random's generator lives outside the Lua state (SCRIPT FLUSH keeps it), as
-        # Redis's does.
-        self.rand = lualibs.Rand48()
+        # math.random's generator lives outside the Lua state (SCRIPT FLUSH keeps it), one
+        # per engine, shared by EVAL and functions, as Redis's is one per process.
+        if engine.lua_rand is None:
+            engine.lua_rand = lualibs.Rand48()
+        self.rand: lualibs.Rand48 = engine.lua_rand
         self._st = _RunState()
         self._kill = False
         # Held by request_kill and by a script's redis.call until its first write: "has the

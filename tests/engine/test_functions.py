@@ -216,6 +216,47 @@ CASES = {
         "COMMAND GETKEYS EVAL_RO s 0 a",
         "COMMAND GETKEYS FUNCTION LOAD x",
     ],
+    "runtime": [
+        "FUNCTION LOAD \"#!lua name=t\\nredis.register_function('r3', function(k, a) redis.setresp(3) return redis.call('hgetall', k[1]) end)\\nredis.register_function('pc', function(k, a) return redis.pcall('incr', k[1]) end)\\nredis.register_function('st', function(k, a) return redis.status_reply('FINE') end)\\nredis.register_function('tb', function(k, a) return {1, 'two', {3}, false, true, 3.7} end)\\nredis.register_function('errt', function(k, a) return {err='CUSTOM thing'} end)\\nredis.register_function('nilret', function(k, a) return nil end)\\nredis.register_function('fc', function(k, a) return redis.call('fcall', 'st', 0) end)\\nredis.register_function('glob', function(k, a) x = 5 end)\\nredis.register_function('argsn', function(k, a) return #a end)\\nredis.register_function('dbl', function(k, a) redis.setresp(3) return {double=3.5} end)\\nredis.register_function('sha', function(k, a) return redis.sha1hex('x') end)\\nredis.register_function('rnd', function(k, a) return math.random(100) end)\\nredis.register_function('keysarg', function(k, a) return {k[1], a[1], KEYS} end)\"",
+        "HSET h a 1 b 2",
+        "FCALL r3 1 h",
+        "SET s abc",
+        "FCALL pc 1 s",
+        "FCALL st 0",
+        "FCALL tb 0",
+        "FCALL errt 0",
+        "FCALL nilret 0",
+        "FCALL fc 0",
+        "FCALL glob 0",
+        "FCALL argsn 0 a b c",
+        "FCALL dbl 0",
+        "FCALL sha 0",
+        "FCALL keysarg 1 k a",
+        "FUNCTION LOAD REPLACE \"#!lua name=t\\nredis.register_function('x', function() end)\\nerror\"",
+        "FCALL st 0",
+        "FUNCTION LOAD \"#!lua name=u\\nredis.register_function('st', function() end)\"",
+        "FUNCTION LOAD REPLACE \"#!lua name=t\\nredis.register_function('nt', function() return 'new' end)\"",
+        "FCALL st 0",
+        "FCALL nt 0",
+        "FUNCTION LOAD REPLACE \"#!lua name=t\\nredis.register_function('nt', function() return 'new' end)\\nlocal t = {} for i = 1, 10 do t[i] = i end\"",
+        "FUNCTION LOAD \"#!lua name=v\\nlocal a = redis.LOG_WARNING\\nlocal b = redis.REDIS_VERSION\\nredis.register_function('ver', function() return {a, b} end)\"",
+        "FCALL ver 0",
+        "FUNCTION LOAD \"#!lua name=w\\nredis.register_function('w', function() return 1 end)\\nreturn 5\"",
+        'FUNCTION LOAD "#!lua name=w2\\nlocal r = redis\\nredis = nil"',
+        "FUNCTION LOAD \"#!lua name=w3\\nredis.register_function('w3', function() return getmetatable('').__index == string end)\"",
+        "FCALL w3 0",
+        "FUNCTION LOAD \"#!lua name=w4\\nlocal f = function() return 1 end\\nredis.register_function('w4', f)\\nredis.register_function('w5', f)\"",
+        "FCALL w5 0",
+        "FUNCTION LOAD \"#!lua name=w6 \\nredis.register_function('w6', function() return 1 end)\"",
+        "FUNCTION LOAD \"#!lua  name=w7\\r\\nredis.register_function('w7', function() return 1 end)\"",
+        "FUNCTION LOAD \"#!lua name=w8\\n#\\nredis.register_function('w8', function() return 1 end)\"",
+        'FUNCTION LOAD "#!lua name=\\"w 9\\"\\nredis.register_function(\'w9\', function() return 1 end)"',
+        'FUNCTION LOAD "#!lua name=\\"w9\\nredis.register_function(\'w9\', function() return 1 end)"',
+        'FUNCTION LOAD "#!lua name=w10\\n\\x1bLua"',
+        "FUNCTION LOAD \"#!lua name=w11\\nredis.register_function('w11', function() return redis.setresp(3) end)\"",
+        "FCALL w11 0",
+        "FCALL_RO w11 0",
+    ],
     "script_flush": [
         "FUNCTION LOAD " + _one("kept", "return 'still here'"),
         "SCRIPT FLUSH",
@@ -540,3 +581,15 @@ def test_a_function_that_wrote_is_unkillable(busy_servers: list[tuple[str, int]]
         replies[name] = got
     assert replies["engine"] == replies["redis"]
     assert replies["engine"][0].startswith(b"-UNKILLABLE Sorry the script already executed")
+
+
+def test_eval_and_functions_draw_from_one_random_generator() -> None:
+    """Redis's math.random state is the process's: a function continues EVAL's sequence."""
+    lib = b"#!lua name=r\nredis.register_function('r', function() return math.random(1000000) end)"
+    mixed = Engine()
+    _engine_call(mixed, b"FUNCTION", b"LOAD", lib)
+    first = _engine_call(mixed, b"EVAL", b"return math.random(1000000)", b"0")
+    second = _engine_call(mixed, b"FCALL", b"r", b"0")
+    evals = Engine()
+    script = b"return math.random(1000000)"
+    assert [_engine_call(evals, b"EVAL", script, b"0") for _ in range(2)] == [first, second]
