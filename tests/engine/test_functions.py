@@ -257,6 +257,16 @@ CASES = {
         "FCALL w11 0",
         "FCALL_RO w11 0",
     ],
+    "multi": [
+        "MULTI",
+        "FUNCTION LOAD " + _one("inmulti", "return redis.call('incr', keys[1])"),
+        "FCALL inmulti_f 1 counter",
+        "FCALL_RO inmulti_f 1 counter",
+        "FUNCTION DELETE inmulti",
+        "FCALL inmulti_f 1 counter",
+        "EXEC",
+        "GET counter",
+    ],
     "script_flush": [
         "FUNCTION LOAD " + _one("kept", "return 'still here'"),
         "SCRIPT FLUSH",
@@ -593,3 +603,29 @@ def test_eval_and_functions_draw_from_one_random_generator() -> None:
     evals = Engine()
     script = b"return math.random(1000000)"
     assert [_engine_call(evals, b"EVAL", script, b"0") for _ in range(2)] == [first, second]
+
+
+def test_load_replace_and_restore_policies_survive_an_aof_reload(tmp_path: Path) -> None:
+    newer = _AOF_LIB.replace(b"'kept ' ..", b"'newer ' ..")
+    other = _GOOD.replace(b"plib", b"olib").replace(b"'pf'", b"'of'")
+    s = _reopened(
+        tmp_path,
+        [
+            [b"FUNCTION", b"LOAD", _AOF_LIB],
+            [b"FUNCTION", b"LOAD", b"REPLACE", newer],
+            [b"FUNCTION", b"RESTORE", _payload(other), b"FLUSH"],
+            [b"FUNCTION", b"RESTORE", _payload(_GOOD), b"APPEND"],
+            [b"FUNCTION", b"RESTORE", _payload(_GOOD), b"REPLACE"],
+        ],
+    )
+    assert s("FCALL", "kept", "0", "x") == CommandError("ERR Function not found")
+    assert s("FCALL", "of", "0") == b"restored"
+    assert s("FCALL", "pf", "0") == b"restored"
+
+
+def test_load_replace_is_what_an_aof_reload_runs(tmp_path: Path) -> None:
+    newer = _AOF_LIB.replace(b"'kept ' ..", b"'newer ' ..")
+    s = _reopened(
+        tmp_path, [[b"FUNCTION", b"LOAD", _AOF_LIB], [b"FUNCTION", b"LOAD", b"REPLACE", newer]]
+    )
+    assert s("FCALL", "kept", "0", "x") == b"newer x"
