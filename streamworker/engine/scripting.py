@@ -37,6 +37,10 @@ differential tests:
 * Replies: Redis's conversion rules both ways, for ``redis.setresp(2)`` and ``(3)``; errors
   carry `` script: <sha1>, on @user_script:<line>.`` as Redis 7.0 appends them.
 
+Redis Functions (:mod:`.functions`) run on a second runtime of this class in functions mode
+(:attr:`ScriptRuntime.functions_mode`): its own Lua state, no KEYS/ARGV globals, a function
+called as ``fn(keys, args)``, errors reported as ``script: <function>, on @user_function:<n>.``.
+
 Every command a script runs goes through :meth:`Engine.call_from_script
 <streamworker.engine.core.Engine.call_from_script>`.
 

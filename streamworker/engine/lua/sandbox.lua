@@ -1,4 +1,4 @@
--- The engine's Lua 5.1 sandbox (scripting.py runs it once per state as chunk '=streamworker'): receives a table of Python functions (py.*), builds Redis 7.0's globals and returns run, compile, callsite, clear_hook. Keep this header one line: the chunk's line numbers are those of the code.
+-- The engine's Lua 5.1 sandbox (scripting.py runs it once per state as chunk '=streamworker'): receives a table of Python functions (py.*), builds Redis 7.0's globals and returns run, compile, callsite, clear_hook (a functions state, py.functions: run_function, compile, callsite, clear_hook, load_library, register_or_error). Keep this header one line: the chunk's line numbers are those of the code.
 local py = ...
 local type, tostring, error, select, next, ipairs, unpack = type, tostring, error, select, next, ipairs, unpack
 local rawget, rawset, setmetatable, getmetatable = rawget, rawset, setmetatable, getmetatable
