@@ -290,6 +290,12 @@ CASES = {
         "FCALL kept_f 0",
         'EVAL "return 1" 0',
     ],
+    "c_callbacks": [
+        "FUNCTION LOAD \"#!lua name=c\\nredis.register_function('logger', redis.log)\"",
+        "FCALL logger 0",
+        "FUNCTION LOAD \"#!lua name=d\\nredis.register_function{function_name='reg', callback=redis.register_function}\"",
+        "FCALL reg 0",
+    ],
     "dump_restore": [
         "FUNCTION DUMP",
         "FUNCTION RESTORE " + _escaped(_payload(_GOOD)),

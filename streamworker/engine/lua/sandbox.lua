@@ -1,4 +1,4 @@
--- The engine's Lua 5.1 sandbox (scripting.py runs it once per state as chunk '=streamworker'): receives a table of Python functions (py.*), builds Redis 7.0's globals and returns run, compile, callsite, clear_hook (a functions state, py.functions: run_function, compile, callsite, clear_hook, load_library, register_or_error). Keep this header one line: the chunk's line numbers are those of the code.
+-- The engine's Lua 5.1 sandbox (scripting.py runs it once per state as chunk '=streamworker'): receives a table of Python functions (py.*), builds Redis 7.0's globals and returns run, compile, callsite, clear_hook (a functions state, py.functions: run, compile, callsite, clear_hook, load_library, register_or_error). Keep this header one line: the chunk's line numbers are those of the code.
 local py = ...
 local type, tostring, error, select, next, ipairs, unpack = type, tostring, error, select, next, ipairs, unpack
 local rawget, rawset, setmetatable, getmetatable = rawget, rawset, setmetatable, getmetatable
@@ -484,6 +484,11 @@ local function run(fn, keys, argv, hook)
   if hook then
     sethook(tick, '', hook)
   end
+  if FUNCTIONS then
+    -- FCALL: the function gets KEYS and ARGV as its two arguments.
+    local f = fn
+    fn = function() return (f(keys, argv)) end
+  end
   local ok, res = xpcall(fn, err_handler)
   if hook then
     sethook()
@@ -576,6 +581,12 @@ local function is_text(v)
   return t == 'string' or t == 'number'
 end
 
+-- lua_isfunction: Lua functions and the API's Python functions (C functions in Redis).
+local function is_function(v)
+  local t = type(v)
+  return t == 'function' or (t == 'userdata' and HIDDEN[raw_getmetatable(v)] == true)
+end
+
 -- Flags as a comma-separated list of canonical names, or nil for an unknown flag.
 local function read_flags(t)
   local seen, j = {}, 1
@@ -638,7 +649,7 @@ local function register_function(...)
         end
         desc = tostring(v)
       elseif key == 'callback' then
-        if type(v) ~= 'function' then
+        if not is_function(v) then
           reg_error('callback argument given to redis.register_function must be a function')
         end
         fn = v
@@ -665,7 +676,7 @@ local function register_function(...)
     if not is_text(a) then
       reg_error('first argument to redis.register_function must be a string')
     end
-    if type(b) ~= 'function' then
+    if not is_function(b) then
       reg_error('second argument to redis.register_function must be a function')
     end
     name, fn = tostring(a), b
@@ -742,9 +753,4 @@ local function load_library(code)
   return true, registered
 end
 
--- FCALL: the function gets KEYS and ARGV as its two arguments.
-local function run_function(fn, keys, argv, hook)
-  return run(function() return (fn(keys, argv)) end, keys, argv, hook)
-end
-
-return run_function, compile, callsite, clear_hook, load_library, register_or_error
+return run, compile, callsite, clear_hook, load_library, register_or_error
