@@ -650,3 +650,23 @@ def test_load_replace_is_what_an_aof_reload_runs(tmp_path: Path) -> None:
         tmp_path, [[b"FUNCTION", b"LOAD", _AOF_LIB], [b"FUNCTION", b"LOAD", b"REPLACE", newer]]
     )
     assert s("FCALL", "kept", "0", "x") == b"newer x"
+
+
+def test_redis_pys_function_api_works_on_an_in_process_engine() -> None:
+    from streamworker.engine.inproc import forget_engine, sync_client
+
+    url = "engine://memory"
+    forget_engine(url)
+    r = sync_client(url)
+    try:
+        lib = "#!lua name=m\nredis.register_function{function_name='echo', callback=function(k, a) return {k[1], a[1]} end, flags={'no-writes'}}"
+        assert r.function_load(lib) == b"m"
+        assert r.fcall_ro("echo", 1, "k", "v") == [b"k", b"v"]
+        listed = r.function_list(withcode=True)
+        assert listed[0][1] == b"m"
+        assert listed[0][-1] == lib.encode()
+        assert r.function_restore(r.function_dump(), "REPLACE") is True
+        assert r.function_stats()[b"engines"][b"LUA"][b"functions_count"] == 1
+    finally:
+        r.close()
+        forget_engine(url)
