@@ -63,6 +63,14 @@ def _payload(*codes: bytes, version: int = 10, opcode: int = 245) -> bytes:
     return body + crc64_bytes(body)
 
 
+def _raw_payload(records: bytes) -> bytes:
+    body = records + (10).to_bytes(2, "little")
+    return body + crc64_bytes(body)
+
+
+_PRE_GA_CODE = b"\nredis.register_function('pre', function() return 'pre-ga' end)"
+_PRE_GA = b"\xf6\x05prelb\x03LUA\x01\x04desc" + bytes([len(_PRE_GA_CODE)]) + _PRE_GA_CODE
+
 _GOOD = b"#!lua name=plib\nredis.register_function('pf', function() return 'restored' end)"
 
 CASES = {
@@ -321,6 +329,16 @@ CASES = {
         + _escaped(_payload(_GOOD.replace(b"plib", b"other").replace(b"'pf'", b"'pg'")))
         + " APPEND",
         "FCALL pg 0",
+        "FUNCTION RESTORE " + _escaped(_raw_payload(b"\xf5\xc3\x05\x40\x90\x1f\x00\x00\x00\x00")),
+        "FUNCTION RESTORE " + _escaped(_raw_payload(b"\xf5\x85")),
+        "FUNCTION RESTORE " + _escaped(_raw_payload(b"\xf5\xc0\x05")),
+        "FUNCTION RESTORE " + _escaped(_raw_payload(b"\xf5\x3f")),
+        "FUNCTION RESTORE " + _escaped(_raw_payload(b"\xf6\x01a\x03LUA\x00\x05hello")),
+        "FUNCTION RESTORE " + _escaped(_raw_payload(b"\xf6\x01a\x03LUA\x01")),
+        "FUNCTION RESTORE " + _escaped(_raw_payload(b"\xf6\x01a")),
+        "FUNCTION RESTORE " + _escaped(_raw_payload(_PRE_GA)),
+        "FCALL pre 0",
+        "FUNCTION LIST LIBRARYNAME prelb WITHCODE",
         "FUNCTION RESTORE " + _escaped(_payload()) + " FLUSH",
         "FUNCTION LIST",
         "FUNCTION DUMP",
