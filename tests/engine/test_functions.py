@@ -10,6 +10,7 @@ scripts compare FUNCTION LIST only where one library with one function is listed
 
 from __future__ import annotations
 
+import random
 import re
 import time
 from collections.abc import Iterator
@@ -399,6 +400,43 @@ def test_function_dump_is_byte_identical_to_redis_servers(
     dumped = _engine_call(engine, b"FUNCTION", b"DUMP")
     assert isinstance(dumped, bytes)
     assert b"$%d\r\n%b\r\n" % (len(dumped), dumped) == expected
+
+
+def _random_library(rng: random.Random, n: int) -> bytes:
+    words = [b"a", b"b", b"ab", b"aaaa", b" ", b"xyz", b"--", b"\xff\x00", b"redis", b"0123"]
+    comment = b"".join(rng.choice(words) for _ in range(rng.randrange(1, 2500)))
+    return b"#!lua name=r%d\n--%b\nredis.register_function('rf%d', function() return 1 end)" % (
+        n,
+        comment,
+        n,
+    )
+
+
+@pytest.mark.redis
+def test_function_dump_matches_redis_server_on_random_libraries(redis_server: object) -> None:
+    """LZF's matches, runs and literal limits land where liblzf puts them (seeded)."""
+    rng = random.Random(20261126)
+    real = RawConnection(redis_server.port)  # type: ignore[attr-defined]
+    differ = []
+    try:
+        for n in range(25):
+            code = _random_library(rng, n)
+            real.call([b"FUNCTION", b"FLUSH"])
+            assert real.call([b"FUNCTION", b"LOAD", code]) == b"$%d\r\nr%d\r\n" % (
+                len(b"r%d" % n),
+                n,
+            )
+            expected = real.call([b"FUNCTION", b"DUMP"])
+            engine = Engine()
+            assert _engine_call(engine, b"FUNCTION", b"LOAD", code) == b"r%d" % n
+            dumped = _engine_call(engine, b"FUNCTION", b"DUMP")
+            assert isinstance(dumped, bytes)
+            if b"$%d\r\n%b\r\n" % (len(dumped), dumped) != expected:
+                differ.append(n)
+    finally:
+        real.call([b"FUNCTION", b"FLUSH"])
+        real.close()
+    assert differ == []
 
 
 @pytest.mark.redis
