@@ -66,6 +66,10 @@ def rewrite_records(engine: Engine, now_ms: int) -> Iterator[RewriteItem]:
     from streamworker.engine.model.stream import Stream
 
     yield b"#T:%d\r\n" % now_ms
+    # Functions first, as Redis's rewrite writes them: one FUNCTION LOAD per library.
+    from streamworker.engine.functions import rewrite_commands
+
+    yield from rewrite_commands(engine)
     for db in engine.keyspace.dbs:
         if not db.data:
             continue

@@ -124,6 +124,10 @@ class Engine:
         self.persistence: AppendOnlyFile | None = None
         # Lua scripting (a scripting.ScriptRuntime), created by the first EVAL/SCRIPT command.
         self.scripting: Any = None
+        # Redis Functions (a functions.FunctionRuntime), created by the first FUNCTION/FCALL.
+        self.functions: Any = None
+        # math.random's generator (a lualibs.Rand48), shared by EVAL and functions.
+        self.lua_rand: Any = None
         # Called from a running script's count hook (every 100,000 Lua instructions, engine
         # lock held) with the seconds the script has run: the server answers other clients
         # BUSY from there once lua-time-limit has passed. None: nothing to do.

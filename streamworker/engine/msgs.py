@@ -322,6 +322,9 @@ UNKILLABLE = (
 BUSY_SCRIPT = (
     "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
 )
+BUSY_FUNCTION = (
+    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
+)
 SCRIPT_FLUSH_OPTION = "ERR SCRIPT FLUSH only support SYNC|ASYNC option"
 SCRIPT_DEBUG_OPTION = "ERR Use SCRIPT DEBUG YES/SYNC/NO"
 SCRIPT_DEBUG_UNSUPPORTED = (

@@ -37,6 +37,10 @@ differential tests:
 * Replies: Redis's conversion rules both ways, for ``redis.setresp(2)`` and ``(3)``; errors
   carry `` script: <sha1>, on @user_script:<line>.`` as Redis 7.0 appends them.
 
+Redis Functions (:mod:`.functions`) run on a second runtime of this class in functions mode
+(:attr:`ScriptRuntime.functions_mode`): its own Lua state, no KEYS/ARGV globals, a function
+called as ``fn(keys, args)``, errors reported as ``script: <function>, on @user_function:<n>.``.
+
 Every command a script runs goes through :meth:`Engine.call_from_script
 <streamworker.engine.core.Engine.call_from_script>`.
 
@@ -251,6 +255,10 @@ class ScriptRuntime:
     Not thread-safe by itself: every method runs under the engine lock (commands do).
     """
 
+    functions_mode: bool = False
+    """True for the Redis Functions state (:mod:`.functions`): the sandbox then has no
+    KEYS/ARGV globals, runs ``fn(keys, args)`` and offers ``load_library``."""
+
     def __init__(self, engine: Engine) -> None:
         if _lua51 is None:
             raise RuntimeError(LUA_UNAVAILABLE)
@@ -261,9 +269,11 @@ class ScriptRuntime:
         self.client.ctx = self.ctx
         self.ctx.in_script = True
         self.scripts: dict[str, Script] = {}
-        # math.random's generator lives outside the Lua state (SCRIPT FLUSH keeps it), as
-        # Redis's does.
-        self.rand = lualibs.Rand48()
+        # math.random's generator lives outside the Lua state (SCRIPT FLUSH keeps it), one
+        # per engine, shared by EVAL and functions, as Redis's is one per process.
+        if engine.lua_rand is None:
+            engine.lua_rand = lualibs.Rand48()
+        self.rand: lualibs.Rand48 = engine.lua_rand
         self._st = _RunState()
         self._kill = False
         # Held by request_kill and by a script's redis.call until its first write: "has the
@@ -274,6 +284,8 @@ class ScriptRuntime:
         self._compile: Callable[..., Any]
         self._callsite: Callable[..., Any]
         self._clear_hook: Callable[[], None]
+        self._load_library: Callable[..., Any] | None = None
+        self._register_or_error: Callable[..., Any] | None = None
         self._lua_array: Callable[..., Any]
         self._lua_row: Callable[..., Any]
         self._lua_rows: Callable[..., Any]
@@ -314,13 +326,29 @@ class ScriptRuntime:
             b"bit": libs.bit,
             b"struct": libs.struct,
             b"cmsgpack": libs.cmsgpack,
+            b"functions": self.functions_mode,
+            b"load_expired": self._load_expired,
+            b"register_function": self._register_function,
         }
-        self._run, self._compile, self._callsite, self._clear_hook = lua.execute(
-            _lua_source("sandbox"), lua.table_from(api), name="=streamworker"
-        )
+        returned = lua.execute(_lua_source("sandbox"), lua.table_from(api), name="=streamworker")
+        self._run, self._compile, self._callsite, self._clear_hook = returned[:4]
+        if self.functions_mode:
+            self._load_library, self._register_or_error = returned[4:6]
         # Recompile the cached scripts in the new state (SCRIPT FLUSH clears the cache first).
         for script in self.scripts.values():
             script.fn = self._compile_chunk(script)
+
+    def _register_function(self, *args: Any) -> None:
+        # redis.register_function (functions state only): the sandbox does the work and
+        # returns an error text, raised here so that the error comes from a "C function".
+        assert self._register_or_error is not None
+        err = self._register_or_error(*args)
+        if err is not False:
+            raise ScriptCallError(self._err_table(err))
+
+    def _load_expired(self) -> bool:
+        # FUNCTION LOAD's time limit (only the functions state loads libraries).
+        return False
 
     # -- cache -------------------------------------------------------------------------------
 
@@ -365,6 +393,11 @@ class ScriptRuntime:
     def running(self) -> bool:
         """Whether a script is running now (always False outside the engine lock)."""
         return self._st.running
+
+    @property
+    def running_name(self) -> str:
+        """The running script's sha1 (a function's name for FCALL); "" when none runs."""
+        return self._st.sha if self._st.running else ""
 
     @property
     def written(self) -> bool:

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamworker.engine import msgs
 from streamworker.engine.aof import AppendOnlyFile, open_persistent
+from streamworker.engine.commands.functions import stats_reply
 from streamworker.engine.config import parse_client_output_buffer_limit
 from streamworker.engine.context import Blocked
 from streamworker.engine.core import Engine
@@ -739,19 +740,30 @@ class EngineServer:
             cmds = exc.commands
         out = bytearray()
         resp = conn.client.resp if conn.client is not None else 2
-        runtime = self.engine.scripting
+        # EVAL's runtime or the functions' one runs (never both: FCALL is noscript).
+        scripts = self.engine.scripting
+        functions = self.engine.functions
+        runtime = scripts if scripts is not None and scripts.running else functions
+        is_eval = runtime is scripts
+        busy = msgs.BUSY_SCRIPT if is_eval else msgs.BUSY_FUNCTION
         for argv in cmds:
             name = argv[0].lower()
             words = [a.lower() for a in argv[1:]]
-            if name == b"script" and words == [b"kill"] and runtime is not None:
-                reply = runtime.request_kill()
-            elif name == b"function" and words == [b"kill"] and runtime is not None:
-                # Redis's scriptKill: "has it written?" first, then "not a function".
-                reply = CommandError(msgs.UNKILLABLE if runtime.written else msgs.BUSY_SCRIPT)
+            reply: Reply
+            if runtime is None or not runtime.running:
+                reply = CommandError(busy)
+            elif name in (b"script", b"function") and words == [b"kill"]:
+                if is_eval == (name == b"script"):
+                    reply = runtime.request_kill()
+                else:
+                    # Redis's scriptKill: "has it written?" first, then "the other kind".
+                    reply = CommandError(msgs.UNKILLABLE if runtime.written else busy)
+            elif name == b"function" and words == [b"stats"]:
+                reply = CommandError(busy) if is_eval else stats_reply(runtime)
             elif name == b"shutdown" and b"nosave" in words:
                 self.exit_now("SHUTDOWN NOSAVE during a busy script")
             else:
-                reply = CommandError(msgs.BUSY_SCRIPT)
+                reply = CommandError(busy)
             encode_into(out, reply, resp)
         return bytes(out)
 

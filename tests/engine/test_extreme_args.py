@@ -109,6 +109,7 @@ class SideBySide:
 
     def close(self) -> None:
         self.real.call([b"FLUSHALL"])
+        self.real.call([b"FUNCTION", b"FLUSH"])
         self.real.close()
         self.engine.disconnect(self.client)
 

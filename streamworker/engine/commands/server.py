@@ -172,6 +172,30 @@ def _section_clients(ctx: Ctx) -> list[str]:
     ]
 
 
+def _memory_scripts(ctx: Ctx) -> list[str]:
+    # Redis 7.0's scripting lines: EVAL's Lua state and cache, then the functions' ones.
+    scripts = ctx.engine.scripting
+    functions = ctx.engine.functions
+    cached = len(scripts.scripts) if scripts is not None else 0
+    vm_functions = functions.lua_memory() if functions is not None else 0
+    n_functions = functions.current.function_count() if functions is not None else 0
+    mem_functions = functions.memory_estimate() if functions is not None else 184
+    return [
+        "used_memory_lua:0",
+        "used_memory_vm_eval:0",
+        "used_memory_lua_human:0B",
+        "used_memory_scripts_eval:0",
+        f"number_of_cached_scripts:{cached}",
+        f"number_of_functions:{n_functions}",
+        f"used_memory_vm_functions:{vm_functions}",
+        f"used_memory_vm_total:{vm_functions}",
+        f"used_memory_vm_total_human:{_human_bytes(vm_functions)}",
+        f"used_memory_functions:{mem_functions}",
+        f"used_memory_scripts:{mem_functions}",
+        f"used_memory_scripts_human:{_human_bytes(mem_functions)}",
+    ]
+
+
 def _section_memory(ctx: Ctx) -> list[str]:
     rss = _rss_bytes()
     maxmemory = int(ctx.engine.config.get("maxmemory") or 0)
@@ -190,9 +214,7 @@ def _section_memory(ctx: Ctx) -> list[str]:
         "used_memory_dataset_perc:100.00%",
         f"total_system_memory:{total}",
         f"total_system_memory_human:{_human_bytes(total)}",
-        "used_memory_lua:0",
-        "used_memory_scripts:0",
-        "number_of_cached_scripts:0",
+        *_memory_scripts(ctx),
         f"maxmemory:{maxmemory}",
         f"maxmemory_human:{_human_bytes(maxmemory)}",
         f"maxmemory_policy:{ctx.engine.config.get('maxmemory-policy')}",
@@ -543,7 +565,7 @@ def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.GETKEYS_WRONG_ARITY)
     movable = _movable_keys(spec.name, args)
     if movable is not None:
-        if not movable:
+        if not movable and "no-mandatory-keys" not in spec.flags:
             raise CommandError(msgs.GETKEYS_INVALID_ARGUMENTS)
         return movable
     return [args[p] for p in spec.key_positions(n)]
@@ -563,6 +585,12 @@ _NUMKEYS_AT = {
     "zunionstore": 2,
     "zinterstore": 2,
     "zdiffstore": 2,
+    "eval": 2,
+    "evalsha": 2,
+    "eval_ro": 2,
+    "evalsha_ro": 2,
+    "fcall": 2,
+    "fcall_ro": 2,
 }
 # Of those, the ones whose destination key comes first (argv[1]).
 _NUMKEYS_WITH_DESTINATION = frozenset({"zunionstore", "zinterstore", "zdiffstore"})
@@ -622,12 +650,3 @@ def bgrewriteaof(ctx: Ctx, args: list[bytes]) -> Reply:
     if not started:
         raise CommandError(msgs.BGREWRITEAOF_IN_PROGRESS)
     return Status("Background append only file rewriting started")
-
-
-@command("function|flush", arity=-2, flags=("write", "noscript"))
-def function_flush(ctx: Ctx, args: list[bytes]) -> Reply:
-    """FUNCTION FLUSH [ASYNC|SYNC] -> OK. The engine has no functions (only EVAL scripts), so
-    there is nothing to delete; test suites call it between tests."""
-    _flush_mode(args)
-    ctx.no_propagate()
-    return OK

@@ -1,4 +1,4 @@
--- The engine's Lua 5.1 sandbox (scripting.py runs it once per state as chunk '=streamworker'): receives a table of Python functions (py.*), builds Redis 7.0's globals and returns run, compile, callsite, clear_hook. Keep this header one line: the chunk's line numbers are those of the code.
+-- The engine's Lua 5.1 sandbox (scripting.py runs it once per state as chunk '=streamworker'): receives a table of Python functions (py.*), builds Redis 7.0's globals and returns run, compile, callsite, clear_hook (a functions state, py.functions: run, compile, callsite, clear_hook, load_library, register_or_error). Keep this header one line: the chunk's line numbers are those of the code.
 local py = ...
 local type, tostring, error, select, next, ipairs, unpack = type, tostring, error, select, next, ipairs, unpack
 local rawget, rawset, setmetatable, getmetatable = rawget, rawset, setmetatable, getmetatable
@@ -8,6 +8,8 @@ local concat = table.concat
 local byte, format = string.byte, string.format
 local co_resume = coroutine.resume
 local INTERNAL = '=streamworker'
+-- A state for Redis Functions (FUNCTION LOAD / FCALL) rather than EVAL.
+local FUNCTIONS = py.functions
 local py_unwrap, py_tick = py.unwrap, py.tick
 
 -- Read-only tables are empty proxies; REAL maps a proxy to its table, VIEW to what
@@ -310,7 +312,9 @@ end
 
 -- The globals: a fresh table with Redis's names only, seen through a read-only proxy.
 local RG = {}
-G = setmetatable({}, {__index = RG, __newindex = ro_newindex})
+-- GMT.__index is RG, or LIBG while a function library loads (FUNCTION LOAD).
+local GMT = {__index = RG, __newindex = ro_newindex}
+G = setmetatable({}, GMT)
 REAL[G] = RG
 VIEW[G] = readonly({__index = missing_global, __newindex = ro_newindex})
 setmetatable(RG, {__index = missing_global})
@@ -474,9 +478,16 @@ local function tick()
 end
 
 local function run(fn, keys, argv, hook)
-  RG.KEYS, RG.ARGV = keys, argv
+  if not FUNCTIONS then
+    RG.KEYS, RG.ARGV = keys, argv
+  end
   if hook then
     sethook(tick, '', hook)
+  end
+  if FUNCTIONS then
+    -- FCALL: the function gets KEYS and ARGV as its two arguments.
+    local f = fn
+    fn = function() return (f(keys, argv)) end
   end
   local ok, res = xpcall(fn, err_handler)
   if hook then
@@ -542,4 +553,204 @@ local function callsite()
   return where, n and n.name or '?', n and n.namewhat or ''
 end
 
-return run, compile, callsite, function() sethook() end
+local function clear_hook()
+  sethook()
+end
+
+if not FUNCTIONS then
+  return run, compile, callsite, clear_hook
+end
+
+-- Redis Functions. A function state has no KEYS/ARGV globals (a function gets keys and args as
+-- its arguments) and no EVAL error-handler global. A library's code runs once, at FUNCTION
+-- LOAD, seeing only LIBG: a `redis` table with register_function, log and the constants; any
+-- other name fails as a nonexistent global, as in Redis 7.0.
+RG.KEYS, RG.ARGV, RG.__redis__err__handler = nil, nil, nil
+
+local lower, find = string.lower, string.find
+-- Redis's scripts_flags_def, in its order (FUNCTION LIST reports flags in this order).
+local FLAGS = {'no-writes', 'allow-oom', 'allow-stale', 'no-cluster', 'allow-cross-slot-keys'}
+local LOADING -- while a library loads: its registered functions, in order, and their names
+
+local function reg_error(msg)
+  error({err = 'ERR ' .. msg}, 0)
+end
+
+local function is_text(v)
+  local t = type(v)
+  return t == 'string' or t == 'number'
+end
+
+-- lua_isfunction: Lua functions and the API's Python functions (C functions in Redis).
+local function is_function(v)
+  local t = type(v)
+  return t == 'function' or (t == 'userdata' and HIDDEN[raw_getmetatable(v)] == true)
+end
+
+-- Flags as a comma-separated list of canonical names, or nil for an unknown flag.
+local function read_flags(t)
+  local seen, j = {}, 1
+  while true do
+    local v = t[j]
+    if v == nil then
+      break
+    end
+    if not is_text(v) then
+      return nil
+    end
+    local l, found = lower(tostring(v)), false
+    for _, name in ipairs(FLAGS) do
+      if l == name then
+        seen[name], found = true, true
+        break
+      end
+    end
+    if not found then
+      return nil
+    end
+    j = j + 1
+  end
+  local out = {}
+  for _, name in ipairs(FLAGS) do
+    if seen[name] then
+      out[#out + 1] = name
+    end
+  end
+  return concat(out, ',')
+end
+
+local function register_function(...)
+  if not LOADING then
+    reg_error('redis.register_function can only be called on FUNCTION LOAD command')
+  end
+  local n = select('#', ...)
+  if n < 1 or n > 2 then
+    reg_error('wrong number of arguments to redis.register_function')
+  end
+  local name, fn, flags, desc = nil, nil, '', false
+  if n == 1 then
+    local t = ...
+    if type(t) ~= 'table' then
+      reg_error('calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments).')
+    end
+    for k, v in next, REAL[t] or t do
+      if not is_text(k) then
+        reg_error('named argument key given to redis.register_function is not a string')
+      end
+      local key = lower(tostring(k))
+      if key == 'function_name' then
+        if not is_text(v) then
+          reg_error('function_name argument given to redis.register_function must be a string')
+        end
+        name = tostring(v)
+      elseif key == 'description' then
+        if not is_text(v) then
+          reg_error('description argument given to redis.register_function must be a string')
+        end
+        desc = tostring(v)
+      elseif key == 'callback' then
+        if not is_function(v) then
+          reg_error('callback argument given to redis.register_function must be a function')
+        end
+        fn = v
+      elseif key == 'flags' then
+        if type(v) ~= 'table' then
+          reg_error('flags argument to redis.register_function must be a table representing function flags')
+        end
+        flags = read_flags(v)
+        if not flags then
+          reg_error('unknown flag given')
+        end
+      else
+        reg_error('unknown argument given to redis.register_function')
+      end
+    end
+    if not name then
+      reg_error('redis.register_function must get a function name argument')
+    end
+    if not fn then
+      reg_error('redis.register_function must get a callback argument')
+    end
+  else
+    local a, b = ...
+    if not is_text(a) then
+      reg_error('first argument to redis.register_function must be a string')
+    end
+    if not is_function(b) then
+      reg_error('second argument to redis.register_function must be a function')
+    end
+    name, fn = tostring(a), b
+  end
+  if not find(name, '^[a-zA-Z0-9_]+$') then
+    reg_error('Library names can only contain letters, numbers, or underscores(_) and must be at least one character long')
+  end
+  if LOADING.names[name] then
+    reg_error('Function already exists in the library')
+  end
+  LOADING.names[name] = true
+  LOADING[#LOADING + 1] = {name, fn, flags, desc}
+end
+
+-- What the Python redis.register_function calls: it raises the error itself, so that to Lua
+-- the error comes from a C function (Redis's is one), reported at the caller's line.
+local function register_or_error(...)
+  local ok, e = pcall(register_function, ...)
+  if ok then
+    return false
+  end
+  if type(e) == 'table' then
+    return e.err
+  end
+  return 'ERR ' .. tostring(e)
+end
+
+local lib_redis = setmetatable({
+  register_function = py.register_function, log = py.log,
+  LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
+  REDIS_VERSION = py.version, REDIS_VERSION_NUM = py.version_num,
+}, {__index = missing_global})
+local LIBG = setmetatable({redis = readonly(lib_redis)}, {__index = missing_global})
+
+-- Past the time limit, fail the library's code at every instruction (never this chunk's).
+local function load_tick()
+  if py.load_expired() then
+    local info = getinfo(2, 'S')
+    if info and info.source ~= INTERNAL then
+      sethook(load_tick, '', 1)
+      error({err = 'ERR FUNCTION LOAD timeout'}, 0)
+    end
+  end
+end
+
+-- FUNCTION LOAD's engine part: compile the library's code and run it with LIBG as globals.
+-- Returns true and the registered functions ({name, fn, flags, description or false} each),
+-- or false and Redis's error text.
+local function load_library(code)
+  local fn, err = loadstring(code, '@user_function')
+  if not fn then
+    return false, 'Error compiling function: ' .. err
+  end
+  setfenv(fn, G)
+  LOADING = {names = {}}
+  GMT.__index = LIBG
+  sethook(load_tick, '', 100000)
+  local ok, e = pcall(fn)
+  sethook()
+  GMT.__index = RG
+  local registered = LOADING
+  LOADING = nil
+  if not ok then
+    e = unwrap(e)
+    local msg
+    if type(e) == 'table' then
+      msg = as_text(e.err) or tostring(e.err)
+    else
+      msg = 'ERR ' .. tostring(e)
+    end
+    return false, 'Error registering functions: ' .. msg
+  end
+  registered.names = nil
+  return true, registered
+end
+
+return run, compile, callsite, clear_hook, load_library, register_or_error

@@ -52,6 +52,7 @@ class RedisBackend:
             # A program always closes its MULTI blocks; UNWATCH drops WATCHes it left behind.
             conn.call([b"UNWATCH"])
         self.conns[0].call([b"FLUSHALL"])
+        self.conns[0].call([b"FUNCTION", b"FLUSH"])  # FLUSHALL keeps the libraries
         self.conns[0].call(RESET_CONFIG)
 
     def call(self, conn: int, argv: list[bytes]) -> bytes:

@@ -74,6 +74,15 @@ SETUP: tuple[tuple[bytes, ...], ...] = (
     (b"XADD", b"stream", b"2-1", b"f", b"v"),
     (b"XGROUP", b"CREATE", b"stream", b"g", b"0"),
     (b"XREADGROUP", b"GROUP", b"g", b"c", b"STREAMS", b"stream", b">"),
+    (
+        b"FUNCTION",
+        b"LOAD",
+        b"REPLACE",
+        b"#!lua name=ext\n"
+        b"redis.register_function('echo', function(k, a) return {#k, #a} end)\n"
+        b"redis.register_function{function_name='ro', callback=function(k, a) return #k end,"
+        b" flags={'no-writes'}}",
+    ),
 )
 
 # Shapes per command (argv after the name). ``N`` is a numeric slot, ``K`` a key slot.
@@ -288,6 +297,8 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "eval_ro": ("'return 1' N",),
     "evalsha": ("0000000000000000000000000000000000000000 N",),
     "evalsha_ro": ("0000000000000000000000000000000000000000 N",),
+    "fcall": ("echo N", "echo N K", "nofunc N"),
+    "fcall_ro": ("ro N", "ro N K", "echo N"),
     "command": ("GETKEYS GET N", "INFO N"),
     "config": ("GET N",),
     "xgroup": (
@@ -318,7 +329,7 @@ SKIPPED: dict[str, str] = {
     "bgrewriteaof": "persistence",
     "debug": "DEBUG can stop or crash redis-server",
     "script": "script cache, no numeric argument",
-    "function": "FUNCTION FLUSH only, no numeric argument",
+    "function": "libraries, no numeric argument (tests/engine/test_functions.py)",
     "keys": "no numeric argument",
     "info": "the reply is the server's state (INFO errorstats has its own test)",
     "time": "the reply is the clock",
