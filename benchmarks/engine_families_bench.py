@@ -69,12 +69,14 @@ class Op:
     """One command of a family's mix: ``argv(i)`` is its i-th call.
 
     ``sequential`` ops (a SCAN cursor loop) depend on the previous reply, so they run one
-    round trip per call in both modes.
+    round trip per call in both modes; ``weight`` is the op's share of calls in the family's
+    mix relative to the others (1: as many calls as every other op).
     """
 
     name: str
     argv: Callable[[int], Argv]
     sequential: bool = False
+    weight: float = 1.0
 
 
 @dataclass
@@ -255,7 +257,7 @@ FAMILIES: list[Family] = [
         [
             Op("EXPIRE", lambda i: ("EXPIRE", f"k:{i % 1000}", 1000 + i)),
             Op("TTL", lambda i: ("TTL", f"k:{i * 7 % 1000}")),
-            Op("SCAN COUNT 100 (cursor loop)", lambda i: ("SCAN",), sequential=True),
+            Op("SCAN COUNT 100 (cursor loop)", lambda i: ("SCAN",), sequential=True, weight=0.1),
         ],
     ),
     Family(
@@ -299,7 +301,7 @@ FAMILIES: list[Family] = [
     ),
     Family(
         "functions",
-        ("fcall", "function"),
+        ("fcall", "function|load"),
         _setup_function,
         [Op("FCALL (INCR)", lambda i: ("FCALL", "bench_incr", 1, f"f:{i % 10}"))],
     ),
@@ -307,10 +309,16 @@ FAMILIES: list[Family] = [
 
 
 def engine_table() -> frozenset[str]:
-    """The lowercase names in the engine's command table, as this checkout registers them."""
+    """The lowercase names in the engine's command table, as this checkout registers them;
+    subcommands as ``container|sub`` (``function|load``)."""
     from streamworker.engine.commands import load_commands
 
-    return frozenset(name.decode() for name in load_commands())
+    names: set[str] = set()
+    for name, spec in load_commands().items():
+        names.add(name.decode())
+        for sub in spec.subcommands or {}:
+            names.add(f"{name.decode()}|{sub.decode()}")
+    return frozenset(names)
 
 
 def available_families(table: frozenset[str]) -> tuple[list[Family], list[Family]]:
@@ -328,6 +336,7 @@ class Rate:
 
     ops: int = 0
     seconds: float = 0.0
+    capped: bool = False
     error: str | None = None
 
     @property
@@ -335,38 +344,52 @@ class Rate:
         return self.ops / self.seconds if self.seconds > 0 and self.error is None else 0.0
 
 
-def _scan_loop(client: redis.Redis, calls: int) -> None:
-    cursor: Any = 0
-    for _ in range(calls):
-        cursor, _keys = client.execute_command("SCAN", cursor, "COUNT", 100)
-        if int(cursor) == 0:
-            cursor = 0
-
-
-def _run_op(client: redis.Redis, op: Op, n: int, pipelined: bool) -> float:
-    """Seconds taken by ``n`` calls of ``op`` (argument tuples built before the clock starts)."""
+def _run_op(client: redis.Redis, op: Op, n: int, pipelined: bool, budget_s: float) -> Rate:
+    """Up to ``n`` calls of ``op``, stopping at ``budget_s`` (argument tuples are built before
+    the clock starts; the budget is checked every call, or every pipeline of 100)."""
     if op.sequential:
-        start = time.perf_counter()
-        _scan_loop(client, n)
-        return time.perf_counter() - start
+        return _scan_loop(client, n, budget_s)
     argvs = [op.argv(i) for i in range(n)]
+    done = 0
+    start = time.perf_counter()
+    deadline = start + budget_s
     if not pipelined:
         call = client.execute_command
-        start = time.perf_counter()
         for argv in argvs:
             call(*argv)
-        return time.perf_counter() - start
+            done += 1
+            if time.perf_counter() > deadline:
+                break
+    else:
+        for k in range(0, n, PIPELINE):
+            pipe = client.pipeline(transaction=False)
+            for argv in argvs[k : k + PIPELINE]:
+                pipe.execute_command(*argv)
+            pipe.execute()
+            done = min(n, k + PIPELINE)
+            if time.perf_counter() > deadline:
+                break
+    return Rate(done, time.perf_counter() - start, capped=done < n)
+
+
+def _scan_loop(client: redis.Redis, calls: int, budget_s: float) -> Rate:
+    """``calls`` SCAN COUNT 100 calls following the cursor (from 0 again after each end)."""
+    cursor: Any = 0
+    done = 0
     start = time.perf_counter()
-    for k in range(0, n, PIPELINE):
-        pipe = client.pipeline(transaction=False)
-        for argv in argvs[k : k + PIPELINE]:
-            pipe.execute_command(*argv)
-        pipe.execute()
-    return time.perf_counter() - start
+    deadline = start + budget_s
+    while done < calls:
+        cursor, _keys = client.execute_command("SCAN", cursor, "COUNT", 100)
+        done += 1
+        if time.perf_counter() > deadline:
+            break
+    return Rate(done, time.perf_counter() - start, capped=done < calls)
 
 
-def _run_transactions(client: redis.Redis, fam: Family, n: int, pipelined: bool) -> float:
-    """Seconds for ``n`` MULTI/EXEC transactions of ``fam.transaction_size`` commands.
+def _run_transactions(
+    client: redis.Redis, fam: Family, n: int, pipelined: bool, budget_s: float
+) -> Rate:
+    """Up to ``n`` MULTI/EXEC transactions of ``fam.transaction_size`` commands.
 
     Unpipelined: one redis-py transactional pipeline per transaction (MULTI, the commands and
     EXEC go in one round trip, as redis-py always sends them). Pipelined: MULTI ... EXEC
@@ -374,55 +397,65 @@ def _run_transactions(client: redis.Redis, fam: Family, n: int, pipelined: bool)
     op = fam.ops[0]
     size = fam.transaction_size
     argvs = [[op.argv(t * size + j) for j in range(size)] for t in range(n)]
+    per_batch = max(1, PIPELINE // (size + 2)) if pipelined else 1
+    done = 0
     start = time.perf_counter()
-    if not pipelined:
-        for tx in argvs:
-            pipe = client.pipeline(transaction=True)
-            for argv in tx:
-                pipe.execute_command(*argv)
-            pipe.execute()
-        return time.perf_counter() - start
-    per_batch = max(1, PIPELINE // (size + 2))
+    deadline = start + budget_s
     for k in range(0, n, per_batch):
-        pipe = client.pipeline(transaction=False)
-        for tx in argvs[k : k + per_batch]:
-            pipe.execute_command("MULTI")
-            for argv in tx:
+        if pipelined:
+            pipe = client.pipeline(transaction=False)
+            for tx in argvs[k : k + per_batch]:
+                pipe.execute_command("MULTI")
+                for argv in tx:
+                    pipe.execute_command(*argv)
+                pipe.execute_command("EXEC")
+        else:
+            pipe = client.pipeline(transaction=True)
+            for argv in argvs[k]:
                 pipe.execute_command(*argv)
-            pipe.execute_command("EXEC")
         pipe.execute()
-    return time.perf_counter() - start
+        done = min(n, k + per_batch)
+        if time.perf_counter() > deadline:
+            break
+    return Rate(done, time.perf_counter() - start, capped=done < n)
 
 
 @dataclass
 class Measured:
-    """One family on one column in one mode: the total and each op's own rate."""
+    """One family on one column in one mode: the mix's rate and each op's own rate."""
 
     total: Rate
     per_op: dict[str, Rate] = field(default_factory=dict)
 
 
-def measure(client: redis.Redis, fam: Family, n: int, pipelined: bool) -> Measured:
-    """Set the family up on an empty ``client`` and time ``n`` calls of each of its ops."""
+def mix_rate(fam: Family, per_op: dict[str, Rate]) -> float:
+    """Operations per second of the family's mix: ``weight`` calls of each op, in turn."""
+    seconds = sum(op.weight / max(per_op[op.name].per_s, 1e-9) for op in fam.ops)
+    return sum(op.weight for op in fam.ops) / seconds
+
+
+def measure(
+    client: redis.Redis, fam: Family, n: int, pipelined: bool, budget_s: float = 60.0
+) -> Measured:
+    """Set the family up on an empty ``client`` and time up to ``n`` calls of each op (fewer
+    for a ``weight`` below 1), each op stopping at ``budget_s``."""
     try:
         fam.setup(client)
         # A few untimed calls first: script compilation, a Lua interpreter's start and
         # first-use caches then stay out of the figures on every backend alike.
         if fam.transaction_size:
-            _run_transactions(client, fam, WARMUP // 10, pipelined)
-        else:
-            for op in fam.ops:
-                _run_op(client, op, WARMUP, pipelined)
-        if fam.transaction_size:
-            seconds = _run_transactions(client, fam, n, pipelined)
-            return Measured(Rate(n, seconds))
+            _run_transactions(client, fam, WARMUP // 10, pipelined, budget_s)
+            return Measured(_run_transactions(client, fam, n, pipelined, budget_s))
+        for op in fam.ops:
+            _run_op(client, op, WARMUP, pipelined, budget_s)
         per_op: dict[str, Rate] = {}
         for op in fam.ops:
-            calls = max(1, n // 10) if op.sequential else n
-            per_op[op.name] = Rate(calls, _run_op(client, op, calls, pipelined))
+            calls = max(1, round(n * op.weight))
+            per_op[op.name] = _run_op(client, op, calls, pipelined, budget_s)
     except redis.RedisError as exc:
         return Measured(Rate(error=f"{type(exc).__name__}: {exc}"))
-    total = Rate(sum(r.ops for r in per_op.values()), sum(r.seconds for r in per_op.values()))
+    # The mix's rate as a Rate over one second, so it prints and compares like the others.
+    total = Rate(1, 1 / mix_rate(fam, per_op), capped=any(r.capped for r in per_op.values()))
     return Measured(total, per_op)
 
 
@@ -548,6 +581,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--ops", type=int, default=3000, help="calls of each op per measurement")
     p.add_argument("--repeat", type=int, default=2, help="rounds; the best one is reported")
+    p.add_argument("--budget-s", type=float, default=2.0, help="time cap of each op's timed loop")
     p.add_argument(
         "--members-total",
         type=int,
@@ -569,6 +603,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.quick:
         args.ops = min(args.ops, 200)
         args.repeat = 1
+        args.budget_s = min(args.budget_s, 0.5)
         args.members_total = min(args.members_total, 2000)
     if args.ops < 1 or args.repeat < 1 or args.members_total < 1000:
         p.error("--ops and --repeat must be >= 1, --members-total >= 1000")
@@ -578,7 +613,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def _fmt(rate: Rate | None) -> str:
     if rate is None:
         return "-"
-    return "error" if rate.error else f"{rate.per_s:,.0f}"
+    if rate.error:
+        return "error"
+    return f"{rate.per_s:,.0f}" + ("*" if rate.capped else "")
 
 
 def _ratio(a: Rate | None, b: Rate | None) -> str:
@@ -662,7 +699,10 @@ def _run(
                 for col in columns:
                     with _opened(col) as c:
                         result.keep(
-                            fam.name, pipelined, col.name, measure(c, fam, args.ops, pipelined)
+                            fam.name,
+                            pipelined,
+                            col.name,
+                            measure(c, fam, args.ops, pipelined, args.budget_s),
                         )
 
     names = [c.name for c in columns]
@@ -700,6 +740,7 @@ def _run(
     _print_table(table)
     print("  engine = in-process client; engine-tcp = redis-py over TCP to `engine serve`.")
     print("  SCAN follows its cursor (one round trip per call) in both modes.")
+    print("  * = an op was stopped by --budget-s; its rate is over the calls done.")
     for line in errors:
         print(f"  error: {line}")
 
