@@ -23,9 +23,12 @@ Memory: bytes per member of small hashes, sets (integer and string members) and 
 of N = 10, 100, 1000 members (below and above Redis's listpack/intset thresholds of 128/512):
 for the engine, tracemalloc's traced-memory delta over loading K keys of N members into a
 fresh ``Engine`` in this process (every argument a fresh ``bytes``, as when parsed off the
-wire), divided by K*N; for redis-server, the ``INFO memory`` ``used_memory`` delta over the same
-load divided by K*N, and ``MEMORY USAGE key SAMPLES 0`` averaged over the keys, divided by N.
-Both include each key's own overhead spread over its members.
+wire), divided by K*N; and (unless ``--no-engine-tcp`` or ``--quick``) the RSS delta of a fresh
+``streamworker engine serve`` process over the same load sent through redis-py, divided by
+K*N (allocator overhead included; coarse). For redis-server, the ``INFO memory``
+``used_memory`` delta over the same load divided by K*N, and ``MEMORY USAGE key SAMPLES 0``
+averaged over the keys, divided by N. All include each key's own overhead spread over its
+members.
 """
 
 from __future__ import annotations
@@ -597,7 +600,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--detail", action="store_true", help="also print each command's own rate")
     p.add_argument(
-        "--quick", action="store_true", help="small sizes: a smoke run (figures meaningless)"
+        "--quick",
+        action="store_true",
+        help="small sizes, no RSS column: a smoke run (figures meaningless)",
     )
     args = p.parse_args(list(argv) if argv is not None else None)
     if args.quick:
@@ -746,7 +751,8 @@ def _run(
 
     slow = _per_op_table(have, result, names, args.detail)
     print()
-    _print_memory(args.members_total, server)
+    # A fresh server per case; the quick run's loads are too small for pages to show.
+    _print_memory(args.members_total, server, rss=not (args.no_engine_tcp or args.quick))
     if slow:
         print()
         print("  commands > 10x slower in the engine (in-process) than in fakeredis, unpipelined:")
@@ -791,8 +797,36 @@ def _per_op_table(have: list[Family], result: Result, names: list[str], detail: 
     return slow
 
 
-def _print_memory(total: int, server: RedisServerProcess | None) -> None:
-    header = ["memory: bytes per member", "N", "keys", "engine (tracemalloc)"]
+def _rss_bytes(pid: int) -> int:
+    """Resident set size of process ``pid`` (Linux ``/proc``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def engine_rss_bytes_per_member(case: MemoryCase) -> float:
+    """RSS delta of a fresh ``streamworker engine serve`` over loading ``case`` (through
+    redis-py, pipelines of 1000) / members: what the process really takes from the OS,
+    allocator overhead included (coarse: pages, and pymalloc arenas are never given back)."""
+    workdir = Path(tempfile.mkdtemp(prefix="families-bench-rss-"))
+    server = start_engine("memory", workdir)
+    try:
+        with server.client() as client:
+            client.set("warmup", "x")
+            before = _rss_bytes(server.proc.pid)
+            _fill(client, list(case.commands()))
+            after = _rss_bytes(server.proc.pid)
+        return (after - before) / (case.keys * case.members)
+    finally:
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _print_memory(total: int, server: RedisServerProcess | None, rss: bool) -> None:
+    header = ["memory: bytes per member", "N", "keys", "engine tracemalloc"]
+    if rss:
+        header.append("engine RSS delta")
     if server:
         header += ["redis used_memory delta", "redis MEMORY USAGE", "engine/redis (used_memory)"]
     table = [header]
@@ -802,6 +836,8 @@ def _print_memory(total: int, server: RedisServerProcess | None) -> None:
             print(f"  memory: {kind}, N={n} ...", flush=True)
             eng = engine_bytes_per_member(case)
             row = [kind, str(n), f"{case.keys:,}", f"{eng:.0f}"]
+            if rss:
+                row.append(f"{engine_rss_bytes_per_member(case):.0f}")
             if server:
                 used, usage = redis_bytes_per_member(server, case)
                 row += [f"{used:.0f}", f"{usage:.0f}", f"{eng / used:.1f}x" if used > 0 else "-"]
