@@ -15,6 +15,9 @@ protocol, RESP3; response callbacks run as usual):
 Each family is a small mix of its commands on small keys (see :data:`FAMILIES`); the rate is
 commands per second over the whole mix (transactions per second for MULTI/EXEC), measured
 unpipelined (one round trip per command) and in non-transactional pipelines of 100 commands.
+Ratios are by wall clock, and by CPU time ("CPU" columns), which load from other jobs on a
+shared machine moves much less: for the in-process columns this process's CPU time; for the
+two servers this process's plus the server's (``INFO cpu`` ``used_cpu_user + used_cpu_sys``).
 Families whose commands are not in the engine's command table when the script runs (Pub/Sub,
 HyperLogLog, geo, FUNCTION are being added) are left out and listed as such, so their rows
 appear once they land. A column whose backend refuses a family's commands shows ``error``.
@@ -59,6 +62,8 @@ from benchmarks.engine_bench import (
 from benchmarks.server_bench import Server, start_engine
 
 PIPELINE = 100
+# Columns whose CPU time includes a server process's (INFO cpu).
+SERVER_COLUMNS = frozenset({"engine-tcp", "redis-server"})
 WARMUP = 20
 
 Argv = tuple[Any, ...]
@@ -356,13 +361,23 @@ class Rate:
         return self.ops / self.cpu_s if self.cpu_s > 0 and self.error is None else 0.0
 
 
-class _Clock:
-    """Wall clock and process CPU time since construction."""
+@dataclass
+class Limits:
+    """How a timed loop is bounded and what counts as its CPU time: this process's alone
+    (in-process backends), or this process's plus the server's (``INFO cpu``) for a server."""
 
-    def __init__(self, budget_s: float) -> None:
+    budget_s: float
+    cpu: Callable[[], float] = time.process_time
+
+
+class _Clock:
+    """Wall clock and CPU time (``limits.cpu``) since construction."""
+
+    def __init__(self, limits: Limits) -> None:
         self.start = time.perf_counter()
-        self.cpu = time.process_time()
-        self.deadline = self.start + budget_s
+        self.cpu_of = limits.cpu
+        self.cpu = limits.cpu()
+        self.deadline = self.start + limits.budget_s
 
     def over(self) -> bool:
         return time.perf_counter() > self.deadline
@@ -371,19 +386,19 @@ class _Clock:
         return Rate(
             done,
             time.perf_counter() - self.start,
-            time.process_time() - self.cpu,
+            self.cpu_of() - self.cpu,
             capped=done < wanted,
         )
 
 
-def _run_op(client: redis.Redis, op: Op, n: int, pipelined: bool, budget_s: float) -> Rate:
+def _run_op(client: redis.Redis, op: Op, n: int, pipelined: bool, limits: Limits) -> Rate:
     """Up to ``n`` calls of ``op``, stopping at ``budget_s`` (argument tuples are built before
     the clock starts; the budget is checked every call, or every pipeline of 100)."""
     if op.sequential:
-        return _scan_loop(client, n, budget_s)
+        return _scan_loop(client, n, limits)
     argvs = [op.argv(i) for i in range(n)]
     done = 0
-    clock = _Clock(budget_s)
+    clock = _Clock(limits)
     if not pipelined:
         call = client.execute_command
         for argv in argvs:
@@ -403,11 +418,11 @@ def _run_op(client: redis.Redis, op: Op, n: int, pipelined: bool, budget_s: floa
     return clock.rate(done, n)
 
 
-def _scan_loop(client: redis.Redis, calls: int, budget_s: float) -> Rate:
+def _scan_loop(client: redis.Redis, calls: int, limits: Limits) -> Rate:
     """``calls`` SCAN COUNT 100 calls following the cursor (from 0 again after each end)."""
     cursor: Any = 0
     done = 0
-    clock = _Clock(budget_s)
+    clock = _Clock(limits)
     while done < calls:
         cursor, _keys = client.execute_command("SCAN", cursor, "COUNT", 100)
         done += 1
@@ -417,7 +432,7 @@ def _scan_loop(client: redis.Redis, calls: int, budget_s: float) -> Rate:
 
 
 def _run_transactions(
-    client: redis.Redis, fam: Family, n: int, pipelined: bool, budget_s: float
+    client: redis.Redis, fam: Family, n: int, pipelined: bool, limits: Limits
 ) -> Rate:
     """Up to ``n`` MULTI/EXEC transactions of ``fam.transaction_size`` commands.
 
@@ -429,7 +444,7 @@ def _run_transactions(
     argvs = [[op.argv(t * size + j) for j in range(size)] for t in range(n)]
     per_batch = max(1, PIPELINE // (size + 2)) if pipelined else 1
     done = 0
-    clock = _Clock(budget_s)
+    clock = _Clock(limits)
     for k in range(0, n, per_batch):
         if pipelined:
             pipe = client.pipeline(transaction=False)
@@ -468,26 +483,41 @@ def mix_rate(fam: Family, per_op: dict[str, Rate]) -> Rate:
 
 
 def measure(
-    client: redis.Redis, fam: Family, n: int, pipelined: bool, budget_s: float = 60.0
+    client: redis.Redis,
+    fam: Family,
+    n: int,
+    pipelined: bool,
+    budget_s: float = 60.0,
+    server_cpu: bool = False,
 ) -> Measured:
     """Set the family up on an empty ``client`` and time up to ``n`` calls of each op (fewer
-    for a ``weight`` below 1), each op stopping at ``budget_s``."""
+    for a ``weight`` below 1), each op stopping at ``budget_s``. With ``server_cpu`` (a
+    server backend), CPU time is this process's plus the server's ``used_cpu_user`` +
+    ``used_cpu_sys`` (``INFO cpu``, asked once before and once after each loop)."""
+    limits = Limits(budget_s)
+    if server_cpu:
+        limits.cpu = lambda: time.process_time() + _server_cpu_s(client)
     try:
         fam.setup(client)
         # A few untimed calls first: script compilation, a Lua interpreter's start and
         # first-use caches then stay out of the figures on every backend alike.
         if fam.transaction_size:
-            _run_transactions(client, fam, WARMUP // 10, pipelined, budget_s)
-            return Measured(_run_transactions(client, fam, n, pipelined, budget_s))
+            _run_transactions(client, fam, WARMUP // 10, pipelined, limits)
+            return Measured(_run_transactions(client, fam, n, pipelined, limits))
         for op in fam.ops:
-            _run_op(client, op, WARMUP, pipelined, budget_s)
+            _run_op(client, op, WARMUP, pipelined, limits)
         per_op: dict[str, Rate] = {}
         for op in fam.ops:
             calls = max(1, round(n * op.weight))
-            per_op[op.name] = _run_op(client, op, calls, pipelined, budget_s)
+            per_op[op.name] = _run_op(client, op, calls, pipelined, limits)
     except redis.RedisError as exc:
         return Measured(Rate(error=f"{type(exc).__name__}: {exc}"))
     return Measured(mix_rate(fam, per_op), per_op)
+
+
+def _server_cpu_s(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 # --- the TCP engine column -----------------------------------------------------------------
@@ -610,13 +640,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.engine_families_bench", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--ops", type=int, default=2000, help="calls of each op per measurement")
+    p.add_argument("--ops", type=int, default=1500, help="calls of each op per measurement")
     p.add_argument("--repeat", type=int, default=2, help="rounds; the best one is reported")
     p.add_argument("--budget-s", type=float, default=1.5, help="time cap of each op's timed loop")
     p.add_argument(
         "--members-total",
         type=int,
-        default=100_000,
+        default=50_000,
         help="members loaded per memory case (K keys x N members)",
     )
     p.add_argument(
@@ -735,7 +765,14 @@ def _run(
                             fam.name,
                             pipelined,
                             col.name,
-                            measure(c, fam, args.ops, pipelined, args.budget_s),
+                            measure(
+                                c,
+                                fam,
+                                args.ops,
+                                pipelined,
+                                args.budget_s,
+                                server_cpu=col.name in SERVER_COLUMNS,
+                            ),
                         )
 
     names = [c.name for c in columns]
@@ -746,9 +783,11 @@ def _run(
             "unit",
             *names,
             "engine/redis-server",
+            "engine/redis-server CPU",
             "engine/fakeredis",
             "engine/fakeredis CPU",
             "engine-tcp/redis-server",
+            "engine-tcp/redis-server CPU",
         ]
     ]
     errors: list[str] = []
@@ -766,9 +805,11 @@ def _run(
                     fam.unit,
                     *[_fmt(totals[n]) for n in names],
                     _ratio(totals.get("engine"), totals.get("redis-server")),
+                    _ratio(totals.get("engine"), totals.get("redis-server"), cpu=True),
                     _ratio(totals.get("engine"), totals.get("fakeredis")),
                     _ratio(totals.get("engine"), totals.get("fakeredis"), cpu=True),
                     _ratio(totals.get("engine-tcp"), totals.get("redis-server")),
+                    _ratio(totals.get("engine-tcp"), totals.get("redis-server"), cpu=True),
                 ]
             )
     print()
@@ -812,6 +853,7 @@ def _per_op_table(have: list[Family], result: Result, names: list[str], detail: 
             "engine/redis-server",
             "engine/fakeredis",
             "engine/fakeredis CPU",
+            "engine-tcp/redis-server CPU",
         ]
     ]
     slow: list[str] = []
@@ -838,6 +880,7 @@ def _per_op_table(have: list[Family], result: Result, names: list[str], detail: 
                         _ratio(eng, rates.get("redis-server")),
                         _ratio(eng, fake),
                         _ratio(eng, fake, cpu=True),
+                        _ratio(rates.get("engine-tcp"), rates.get("redis-server"), cpu=True),
                     ]
                 )
     if detail:
