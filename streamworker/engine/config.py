@@ -253,6 +253,7 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "cluster-enabled": ("no", None),
     "daemonize": ("no", None),
     "protected-mode": ("yes", _bool),
+    "enable-protected-configs": ("no", None),
     "requirepass": ("", _any),
     "maxmemory-samples": ("5", _int_range(1, 2**31 - 1)),
     "latency-tracking": ("yes", _bool),
@@ -276,6 +277,11 @@ _FIXED = {
     "appendonly": "persistence is chosen when the engine starts "
     "(streamworker engine serve --dir, engine:///path)",
 }
+
+
+# Redis 7.0's PROTECTED_CONFIG parameters (CONFIG SET refused by default): SAVE writes
+# dir/dbfilename, so a client must not point them elsewhere (engine serve --dir sets dir).
+_PROTECTED = frozenset({"dir", "dbfilename"})
 
 
 class EngineConfig:
@@ -313,6 +319,9 @@ class EngineConfig:
         validator = entry[1]
         if validator is None:
             raise CommandError(msgs.config_set_failed(name, "can't set immutable config"))
+        if name in _PROTECTED and self.values.get("enable-protected-configs") == "no":
+            # Redis 7.0 refuses these unless started with enable-protected-configs.
+            raise CommandError(msgs.config_set_failed(name, "can't set protected config"))
         try:
             checked = validator(value)
         except ValueError as exc:

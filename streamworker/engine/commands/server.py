@@ -253,6 +253,8 @@ def _section_persistence(ctx: Ctx) -> list[str]:
         "loading:0",
         "async_loading:0",
         *_rdb_lines(ctx),
+        "rdb_last_cow_size:0",
+        *_rdb_load_lines(ctx),
         f"aof_enabled:{1 if ctx.engine.config.get('appendonly') == 'yes' else 0}",
         "aof_rewrite_in_progress:0",
         "aof_rewrite_scheduled:0",
