@@ -153,6 +153,23 @@ def test_bgsave_writes_the_file_in_the_background_as_redis_replies(tmp_path: Pat
     assert dump_state(fresh) == dump_state(e)
 
 
+def test_bgsave_writes_the_data_as_of_the_command_not_later_writes(tmp_path: Path) -> None:
+    e = Engine()
+    e.config.set("enable-protected-configs", "yes")
+    s = Session(e)
+    s("CONFIG", "SET", "dir", str(tmp_path))
+    s("SET", "before", "1")
+    assert s("BGSAVE").text == "Background saving started"
+    s("SET", "after", "1")
+    s("DEL", "before")
+    from streamworker.engine.commands.rdb import wait_bgsave
+
+    wait_bgsave(e, 30)
+    fresh = Engine()
+    load_rdb(fresh, tmp_path / "dump.rdb")
+    assert Session(fresh)("KEYS", "*") == [b"before"]
+
+
 def test_bgsave_refuses_arguments_other_than_schedule() -> None:
     s = Session(Engine())
     assert s("BGSAVE", "NOW") == CommandError("ERR syntax error")

@@ -6,13 +6,17 @@ the payload's version and CRC-64, then its contents ("Bad data format"). A relat
 logged to the append-only file as an absolute one (``ABSTTL``), as Redis propagates it. The
 engine tracks no access times, so IDLETIME and FREQ are checked and otherwise ignored.
 
-BGSAVE serializes the data while holding the engine lock (the engine has no fork to take a
-copy-on-write snapshot) and writes the file from a background thread; SAVE does both inline.
+BGSAVE forks, as Redis does: the child encodes and writes the data as of the fork
+(copy-on-write) while the engine serves on, and a thread waits for it and records the outcome
+(LASTSAVE, INFO ``rdb_*``). SAVE encodes and writes inline, holding the engine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -154,17 +158,24 @@ def bgsave(ctx: Ctx, args: list[bytes]) -> Reply:
     if _bgsave_running(engine):
         raise CommandError(msgs.BGSAVE_IN_PROGRESS)
     st = snapshot_state(engine)
-    data = build_rdb(engine)
     path = _target(engine)
     started = time.monotonic()
+    pid = _fork_writer(engine, path)
+    data = build_rdb(engine) if pid is None else b""
 
     def write() -> None:
         ok = True
-        try:
-            save_rdb(data, path)
-        except OSError as exc:
-            ok = False
-            _log.warning("BGSAVE: cannot write %s: %s", path, exc)
+        if pid is not None:
+            _, status = os.waitpid(pid, 0)
+            ok = os.waitstatus_to_exitcode(status) == 0
+            if not ok:
+                _log.warning("BGSAVE: the child writing %s failed (status %d)", path, status)
+        else:
+            try:
+                save_rdb(data, path)
+            except OSError as exc:
+                ok = False
+                _log.warning("BGSAVE: cannot write %s: %s", path, exc)
         with engine.lock:
             st.last_status_ok = ok
             st.last_bgsave_time_s = int(time.monotonic() - started)
@@ -179,6 +190,30 @@ def bgsave(ctx: Ctx, args: list[bytes]) -> Reply:
     thread.start()
     ctx.no_propagate()
     return Status("Background saving started")
+
+
+def _fork_writer(engine: Engine, path: Path) -> int | None:
+    """Fork a child that writes the RDB of the data as of now (copy-on-write, like Redis), so
+    the engine serves on while the file is encoded and written; None where there is no fork
+    (the caller then encodes under the lock and writes from a thread)."""
+    if not hasattr(os, "fork"):
+        return None
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child; its exit status says how it went
+        code = 1
+        try:
+            # Hold nothing of the parent's (sockets, the data directory lock).
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(ValueError, OSError):
+                    signal.signal(sig, signal.SIG_DFL)
+            with contextlib.suppress(ValueError, OSError):
+                signal.set_wakeup_fd(-1)
+            save_rdb(build_rdb(engine), path)
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
 
 
 def wait_bgsave(engine: Engine, timeout_s: float | None = None) -> None:
