@@ -100,3 +100,13 @@ def test_payload_checks_length_version_and_checksum() -> None:
     newer = bytearray(good)
     newer[-10] = 11
     assert not codec.payload_ok(bytes(newer))
+
+
+def test_strings_past_the_lzf_limit_are_written_uncompressed_and_still_read_back() -> None:
+    from streamworker.engine.rdb.primitives import LZF_MAX_INPUT
+
+    big = b"a" * (LZF_MAX_INPUT + 1)
+    encoded = save_string(big)
+    assert encoded == save_len(len(big)) + big
+    assert Reader(encoded).string() == big
+    assert save_string(big[:-1])[0] == 0xC3  # at the limit: LZF, as redis-server

@@ -19,6 +19,8 @@ Decompression checks every reference and length against the buffers and raises
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["LzfError", "compress", "decompress"]
 
 _HSIZE_MASK = 0xFFFF
@@ -38,24 +40,27 @@ def compress(data: bytes, out_len: int) -> bytes | None:
     in_len = len(data)
     if not in_len or out_len <= 0:
         return None
-    htab: dict[int, int] = {}
+    # The hash table: a list for big inputs (indexing beats dict lookups), a dict for the
+    # many short strings (no 64K-slot list to build each time). -1: an empty slot.
+    htab: Any = [-1] * (_HSIZE_MASK + 1) if in_len > 4096 else _Slots()
     # Room for the few bytes liblzf may write past its checks before it notices.
     out = bytearray(out_len + 8)
     out_end = out_len
     ip = 0
     op = 1  # byte 0 is the first literal run's control byte
     lit = 0
+    lit_start = 0  # where the open literal run starts in data (copied when it closes)
     in_end = in_len
+    limit = in_end - 2
     hval = (data[0] << 8) | data[1] if in_len > 1 else data[0] << 8
-    while ip < in_end - 2:
-        hval = ((hval << 8) | data[ip + 2]) & 0xFFFFFFFF
+    while ip < limit:
+        hval = ((hval << 8) | data[ip + 2]) & 0xFFFFFF  # IDX reads only the low 24 bits
         slot = ((hval >> 8) - hval * 5) & _HSIZE_MASK
-        ref = htab.get(slot)
+        ref = htab[slot]
         htab[slot] = ip
         if (
-            ref is not None
-            and ip - ref - 1 < _MAX_OFF
-            and ref > 0
+            ref > 0
+            and ip - ref <= _MAX_OFF
             and data[ref] == data[ip]
             and data[ref + 1] == data[ip + 1]
             and data[ref + 2] == data[ip + 2]
@@ -68,8 +73,10 @@ def compress(data: bytes, out_len: int) -> bytes | None:
             # liblzf 3.6's room check: conservative first, exact when the run is empty.
             if op + 3 + 1 >= out_end and op - (0 if lit else 1) + 3 + 1 >= out_end:
                 return None
-            out[op - lit - 1] = (lit - 1) & 0xFF  # close the literal run
-            if not lit:
+            if lit:
+                out[op - lit - 1] = lit - 1  # close the literal run
+                out[op - lit : op] = data[lit_start:ip]
+            else:
                 op -= 1  # an empty run is dropped
             # liblzf compares 16 bytes unconditionally when more than 16 may match, then
             # one by one up to maxlen: the same lengths come out of this loop.
@@ -97,42 +104,54 @@ def compress(data: bytes, out_len: int) -> bytes | None:
             op += 2  # the byte after is the next literal run's control byte
             lit = 0
             ip += length + 1
-            if ip >= in_end - 2:
+            lit_start = ip
+            if ip >= limit:
                 break
             ip -= 2
             hval = (data[ip] << 8) | data[ip + 1]
-            hval = ((hval << 8) | data[ip + 2]) & 0xFFFFFFFF
+            hval = ((hval << 8) | data[ip + 2]) & 0xFFFFFF
             htab[((hval >> 8) - hval * 5) & _HSIZE_MASK] = ip
             ip += 1
-            hval = ((hval << 8) | data[ip + 2]) & 0xFFFFFFFF
+            hval = ((hval << 8) | data[ip + 2]) & 0xFFFFFF
             htab[((hval >> 8) - hval * 5) & _HSIZE_MASK] = ip
             ip += 1
         else:
             if op >= out_end:
                 return None
             lit += 1
-            out[op] = data[ip]
             op += 1
             ip += 1
             if lit == _MAX_LIT:
                 out[op - lit - 1] = lit - 1
+                out[op - lit : op] = data[lit_start:ip]
                 lit = 0
                 op += 1
+                lit_start = ip
     if op + 3 > out_end:
         return None
     while ip < in_end:
         lit += 1
-        out[op] = data[ip]
         op += 1
         ip += 1
         if lit == _MAX_LIT:
             out[op - lit - 1] = lit - 1
+            out[op - lit : op] = data[lit_start:ip]
             lit = 0
             op += 1
-    out[op - lit - 1] = (lit - 1) & 0xFF
-    if not lit:
+            lit_start = ip
+    if lit:
+        out[op - lit - 1] = lit - 1
+        out[op - lit : op] = data[lit_start:ip]
+    else:
         op -= 1
     return bytes(out[:op])
+
+
+class _Slots(dict[int, int]):
+    """A sparse hash table whose empty slots read as -1."""
+
+    def __missing__(self, key: int) -> int:
+        return -1
 
 
 def decompress(data: bytes | memoryview, out_len: int) -> bytes:

@@ -26,6 +26,11 @@ __all__ = [
     "save_string",
 ]
 
+# Strings longer than this are written uncompressed: pure-Python LZF costs about 1-2 us per
+# byte, and a DUMP or SAVE must not hold the engine for seconds per value. Below it (every
+# listpack node, stream node and ordinary value), the bytes are redis-server's.
+LZF_MAX_INPUT = 1 << 20
+
 _ENC_INT8 = 0
 _ENC_INT16 = 1
 _ENC_INT32 = 2
@@ -71,13 +76,13 @@ def _int_encoding(s: bytes) -> bytes | None:
 def save_string(s: bytes, compress: bool = True) -> bytes:
     """``rdbSaveRawString``: an int8/16/32 encoding for short canonical integers, LZF for
     strings over 20 bytes that shrink by at least 4 bytes (when ``compress``, Redis's
-    ``rdbcompression``), else the length and the bytes."""
+    ``rdbcompression``; not past :data:`LZF_MAX_INPUT`), else the length and the bytes."""
     n = len(s)
     if n <= 11:
         enc = _int_encoding(s)
         if enc is not None:
             return enc
-    if compress and n > 20:
+    if compress and 20 < n <= LZF_MAX_INPUT:
         packed = lzf.compress(s, n - 4)
         if packed is not None:
             return b"\xc3" + save_len(len(packed)) + save_len(n) + packed
