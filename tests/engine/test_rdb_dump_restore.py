@@ -579,3 +579,17 @@ def test_a_restored_stream_goes_on_exactly_as_on_redis(differ: Differ) -> None:
     ]
     assert views[0] == views[1]
     differ.both("CONFIG", "SET", "stream-node-max-entries", "100")
+
+
+def test_engine_restores_a_redis_list_with_compressed_nodes(differ: Differ) -> None:
+    """With list-compress-depth, redis-server writes inner quicklist nodes as its own LZF
+    blobs; the engine reads them (its own lists are never compressed in memory)."""
+    differ.real.call("CONFIG", "SET", "list-compress-depth", "1")
+    try:
+        items = [f"item{i}" * 5 for i in range(3000)]
+        differ.real.call("RPUSH", "l", *items)
+        blob = _bulk(differ.real.call("DUMP", "l"))
+    finally:
+        differ.real.call("CONFIG", "SET", "list-compress-depth", "0")
+    assert differ.fake.call("RESTORE", "l", "0", blob) == b"+OK\r\n"
+    differ.check("LRANGE", "l", "0", "-1")

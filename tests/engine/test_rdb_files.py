@@ -309,3 +309,18 @@ def test_load_rdb_into_a_data_directory_persists_through_its_aof(
     )
     assert refused.returncode != 0
     assert "only into an empty data directory" in refused.stderr
+
+
+def test_function_libraries_in_a_redis_rdb_are_skipped_and_the_keys_loaded(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        c = server.client()
+        c.function_load("#!lua name=lib\nredis.register_function('f', function() return 1 end)")
+        c.set("k", "v")
+        assert c.save()
+    finally:
+        server.stop()
+    e = Engine()
+    stats = load_rdb(e, server.dir / "dump.rdb")
+    assert (stats.keys_loaded, stats.functions_skipped) == (1, 1)
+    assert Session(e)("GET", "k") == b"v"
