@@ -71,6 +71,31 @@ def test_listpack_refuses_damaged_bytes(damage: object) -> None:
         listpack_decode(damage(lp))  # type: ignore[operator]
 
 
+@pytest.mark.parametrize(
+    "blob", [b"\x01\x01f", b"\x01\x01f\x01", b"\x01\x01f\x05\x00v", b"\x01\xfe\x00"]
+)
+def test_zipmap_refuses_truncated_bytes(blob: bytes) -> None:
+    from streamworker.engine.rdb.listpack import zipmap_decode
+
+    with pytest.raises(PackedFormatError):
+        zipmap_decode(blob)
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        b"\x0b\x00\x00\x00\x0a\x00\x00\x00\x01\x00\xff",  # a count without the entry
+        b"\x0d\x00\x00\x00\x0a\x00\x00\x00\x01\x00\x00\x05\xff",  # entry past the end
+        b"\x0c\x00\x00\x00\x0a\x00\x00\x00\x01\x00\x00\xff",  # an entry cut after its prevlen
+    ],
+)
+def test_ziplist_refuses_damaged_bytes(blob: bytes) -> None:
+    from streamworker.engine.rdb.listpack import ziplist_decode
+
+    with pytest.raises(PackedFormatError):
+        ziplist_decode(blob)
+
+
 def test_intset_picks_the_narrowest_width_and_refuses_unsorted_members() -> None:
     assert intset_encode([3, 1])[:4] == b"\x02\x00\x00\x00"
     assert intset_encode([1, 40000])[:4] == b"\x04\x00\x00\x00"
@@ -110,3 +135,52 @@ def test_strings_past_the_lzf_limit_are_written_uncompressed_and_still_read_back
     assert encoded == save_len(len(big)) + big
     assert Reader(encoded).string() == big
     assert save_string(big[:-1])[0] == 0xC3  # at the limit: LZF, as redis-server
+
+
+def _sample_values() -> list[object]:
+    from collections import deque
+
+    from streamworker.engine import Engine
+    from tests.engine.aof_support import Session
+
+    e = Engine()
+    s = Session(e)
+    s("XADD", "st", "1-1", "f", "v", "g", "12")
+    s("XADD", "st", "2-1", "f", "v", "g", "13")
+    s("XADD", "st", "3-1", "other", "x")
+    s("XDEL", "st", "2-1")
+    s("XGROUP", "CREATE", "st", "g", "0")
+    s("XREADGROUP", "GROUP", "g", "c", "STREAMS", "st", ">")
+    s("ZADD", "z", "1", "a", "2.5", "b")
+    s("ZADD", "zs", *[x for i in range(200) for x in (str(i), f"m{i}")])
+    s("HSET", "h", "f", "v", "n", "1")
+    z = e.keyspace.dbs[0]
+    return [
+        b"hello" * 10,
+        deque([b"a", b"1", b"b" * 70]),
+        {b"1", b"2", b"-3"},
+        {b"a", b"b"},
+        {b"f": b"v", b"n": b"1"},
+        {f"f{i}".encode(): b"v" * 70 for i in range(3)},
+        z.data[b"z"],
+        z.data[b"zs"],
+        z.data[b"st"],
+    ]
+
+
+def test_damaged_payloads_fail_as_bad_data_never_as_another_exception() -> None:
+    rnd = random.Random(5)
+    limits = codec.EncodingLimits()
+    for value in _sample_values():
+        good = codec.dump_payload(value, limits)[:-10]
+        for _ in range(300):
+            data = bytearray(good)
+            if rnd.random() < 0.3:
+                data = data[: rnd.randrange(len(data))]
+            else:
+                for _ in range(rnd.randint(1, 3)):
+                    data[rnd.randrange(len(data))] = rnd.randrange(256)
+            try:
+                codec.parse_payload(bytes(data))
+            except RdbFormatError:
+                pass

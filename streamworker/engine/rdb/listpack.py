@@ -273,6 +273,8 @@ def zipmap_decode(zm: bytes) -> list[bytes]:
         if b == 0xFF:
             break
         for is_value in (False, True):
+            if p >= n:
+                raise PackedFormatError("zipmap entry past the end")
             b = zm[p]
             if b < 254:
                 k, p = b, p + 1
