@@ -219,7 +219,7 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     # No automatic snapshots: SAVE/BGSAVE write dir/dbfilename on request (engine.rdb).
     "save": ("", _any),
     "rdbcompression": ("yes", _bool),
-    "rdbchecksum": ("yes", _bool),
+    "rdbchecksum": ("yes", None),
     "databases": ("16", None),
     "timeout": ("0", _int_range(0, 2**31 - 1)),
     "hz": ("10", _hz),

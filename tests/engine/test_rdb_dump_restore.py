@@ -593,3 +593,14 @@ def test_engine_restores_a_redis_list_with_compressed_nodes(differ: Differ) -> N
         differ.real.call("CONFIG", "SET", "list-compress-depth", "0")
     assert differ.fake.call("RESTORE", "l", "0", blob) == b"+OK\r\n"
     differ.check("LRANGE", "l", "0", "-1")
+
+
+def test_dump_without_rdbcompression_matches_redis(differ: Differ) -> None:
+    differ.both("CONFIG", "SET", "rdbcompression", "no")
+    try:
+        differ.both("SET", "s", "abc" * 30)
+        differ.both("RPUSH", "l", *["abc" * 10] * 20)
+        check_dumps(differ, "s", "l")
+        differ.check("CONFIG", "SET", "rdbchecksum", "no")
+    finally:
+        differ.both("CONFIG", "SET", "rdbcompression", "yes")
