@@ -604,3 +604,19 @@ def test_dump_without_rdbcompression_matches_redis(differ: Differ) -> None:
         differ.check("CONFIG", "SET", "rdbchecksum", "no")
     finally:
         differ.both("CONFIG", "SET", "rdbcompression", "yes")
+
+
+def test_dump_and_restore_inside_multi_and_scripts_behave_as_redis(differ: Differ) -> None:
+    good = payload(0, save_string(b"v"))
+    for args in (
+        ("MULTI",),
+        ("RESTORE", "m", "0", good),
+        ("DUMP", "m"),
+        ("RESTORE", "m", "0", good),
+        ("EXEC",),
+        ("EVAL", "return redis.call('RESTORE', KEYS[1], 0, ARGV[1])", "1", "e", good),
+        ("EVAL", "return redis.pcall('RESTORE', KEYS[1], 0, ARGV[1])", "1", "e", good),
+        ("EVAL", "return redis.call('DUMP', KEYS[1])", "1", "e"),
+        ("GET", "e"),
+    ):
+        differ.check(*args)
