@@ -13,6 +13,7 @@ from streamworker.errors import ConfigError, StreamworkerError
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from streamworker.engine.aof import PersistenceError
+    from streamworker.engine.rdb.files import RdbLoadError
     from streamworker.engine.server import ListenError, ProtectedModeError, ServerOptions, serve
 
     logging.basicConfig(
@@ -26,12 +27,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         appendfsync=args.appendfsync,
         requirepass=args.requirepass or None,
         aof_skip_damaged=args.aof_skip_damaged,
+        load_rdb=Path(args.load_rdb) if args.load_rdb else None,
     )
     try:
         return serve(options)
     except ProtectedModeError as exc:
         raise ConfigError(str(exc)) from None
-    except (PersistenceError, ListenError) as exc:
+    except (PersistenceError, ListenError, RdbLoadError) as exc:
         raise StreamworkerError(str(exc)) from None
     except OSError as exc:
         # Say what failed (exc names the file, if any), not where the server would listen.
@@ -81,5 +83,12 @@ def add_engine_commands(sub: Any) -> None:
         action="store_true",
         help="load past damaged records of DIR/appendonly.aof, logging each with its offset, "
         "instead of refusing to start (their writes are lost)",
+    )
+    serve.add_argument(
+        "--load-rdb",
+        metavar="FILE",
+        help="load an RDB file (redis-server 7.0's dump.rdb, or the engine's SAVE) at start; "
+        "with --dir only into an empty data directory, whose append-only file then holds "
+        "the data",
     )
     serve.set_defaults(func=_cmd_serve)

@@ -6,6 +6,7 @@ Values are kept as Redis renders them in CONFIG GET. Typed attributes used on ho
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from streamworker.engine import msgs
@@ -109,6 +110,24 @@ def _strtoll_to_int(text: str) -> int | None:
     return n - 2**32 if n >= 2**31 else n
 
 
+def _dir(value: str) -> str:
+    # Redis chdir()s and reports strerror(errno); the engine only records the directory
+    # (SAVE writes there), since changing the process's directory would affect its host.
+    try:
+        if os.path.isdir(value):
+            return os.path.abspath(value)
+        exists = os.path.exists(value)
+    except ValueError:  # an embedded NUL byte
+        exists = False
+    raise ValueError("Not a directory" if exists else "No such file or directory")
+
+
+def _dbfilename(value: str) -> str:
+    if "/" in value or "\\" in value:
+        raise ValueError("dbfilename can't be a path, just a filename")
+    return value
+
+
 def _bool(value: str) -> str:
     low = value.lower()
     if low in ("yes", "no"):
@@ -197,8 +216,10 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
         "normal 268435456 67108864 60 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
         _client_output_buffer_limit,
     ),
-    # No snapshots: the engine is in-memory (persistence is AOF, part 2).
+    # No automatic snapshots: SAVE/BGSAVE write dir/dbfilename on request (engine.rdb).
     "save": ("", _any),
+    "rdbcompression": ("yes", _bool),
+    "rdbchecksum": ("yes", None),
     "databases": ("16", None),
     "timeout": ("0", _int_range(0, 2**31 - 1)),
     "hz": ("10", _hz),
@@ -226,12 +247,13 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "loglevel": ("notice", _enum("debug", "verbose", "notice", "warning")),
     "port": ("6379", None),
     "bind": ("* -::*", None),
-    "dir": ("/", None),
-    "dbfilename": ("dump.rdb", _any),
+    "dir": ("/", _dir),
+    "dbfilename": ("dump.rdb", _dbfilename),
     "appendfilename": ("appendonly.aof", None),
     "cluster-enabled": ("no", None),
     "daemonize": ("no", None),
     "protected-mode": ("yes", _bool),
+    "enable-protected-configs": ("no", None),
     "requirepass": ("", _any),
     "maxmemory-samples": ("5", _int_range(1, 2**31 - 1)),
     "latency-tracking": ("yes", _bool),
@@ -257,6 +279,11 @@ _FIXED = {
 }
 
 
+# Redis 7.0's PROTECTED_CONFIG parameters (CONFIG SET refused by default): SAVE writes
+# dir/dbfilename, so a client must not point them elsewhere (engine serve --dir sets dir).
+_PROTECTED = frozenset({"dir", "dbfilename"})
+
+
 class EngineConfig:
     """CONFIG parameters of one engine. Not thread-safe alone (the engine lock guards it)."""
 
@@ -265,6 +292,8 @@ class EngineConfig:
     def __init__(self, databases: int = 16) -> None:
         self.values: dict[str, str] = {name: default for name, (default, _) in _PARAMS.items()}
         self.values["databases"] = str(databases)
+        # Redis's dir is its working directory: the engine starts with the process's.
+        self.values["dir"] = os.getcwd()
         self.stream_node_max_entries = 100
         self.stream_node_max_bytes = 4096
         # Bumped by every set(): transports cache parsed values and re-read them on change.
@@ -290,6 +319,9 @@ class EngineConfig:
         validator = entry[1]
         if validator is None:
             raise CommandError(msgs.config_set_failed(name, "can't set immutable config"))
+        if name in _PROTECTED and self.values.get("enable-protected-configs") == "no":
+            # Redis 7.0 refuses these unless started with enable-protected-configs.
+            raise CommandError(msgs.config_set_failed(name, "can't set protected config"))
         try:
             checked = validator(value)
         except ValueError as exc:

@@ -122,6 +122,8 @@ class Engine:
         self._wakeups: list[tuple[Blocked, Reply]] = []
         # The append-only file (for INFO and BGREWRITEAOF); None in memory.
         self.persistence: AppendOnlyFile | None = None
+        # SAVE/BGSAVE bookkeeping (an rdb.files.SnapshotState), created by the first use.
+        self.rdb_state: Any = None
         # Lua scripting (a scripting.ScriptRuntime), created by the first EVAL/SCRIPT command.
         self.scripting: Any = None
         # Redis Functions (a functions.FunctionRuntime), created by the first FUNCTION/FCALL.

@@ -24,10 +24,10 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
-from streamworker.engine import lzf
 from streamworker.engine.crc64 import crc64_bytes
 from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import parse_inline_args
+from streamworker.engine.rdb.primitives import RdbFormatError, Reader, save_string
 from streamworker.engine.scripting import Script, ScriptRuntime
 
 if TYPE_CHECKING:
@@ -342,7 +342,7 @@ def dump_payload(libraries: Sequence[Library]) -> bytes:
     out = bytearray()
     for lib in libraries:
         out.append(_OPCODE_FUNCTION2)
-        out += rdb_string(lib.code)
+        out += save_string(lib.code)
     out += _RDB_VERSION.to_bytes(2, "little")
     out += crc64_bytes(out)
     return bytes(out)
@@ -376,9 +376,10 @@ def _payload_codes(payload: bytes) -> Iterator[bytes]:
 
 
 def _string_or(payload: bytes, pos: int, what: str) -> tuple[bytes, int]:
+    reader = Reader(payload, pos)
     try:
-        return read_rdb_string(payload, pos)
-    except ValueError:
+        return reader.string(), reader.pos
+    except RdbFormatError:
         raise CommandError("ERR " + what) from None
 
 
@@ -387,106 +388,14 @@ def _pre_ga_library(payload: bytes, pos: int) -> tuple[bytes, int]:
     # the "#!<engine> name=<name>" line from them (as C strings: a NUL ends each).
     name, pos = _string_or(payload, pos, "Failed loading library name")
     engine, pos = _string_or(payload, pos, "Failed loading engine name")
+    reader = Reader(payload, pos)
     try:
-        has_desc, _, pos = _read_length(payload, pos)
-    except ValueError:
+        has_desc = reader.length()
+    except RdbFormatError:
         raise CommandError("ERR Failed loading library description indicator") from None
+    pos = reader.pos
     if has_desc:
         _, pos = _string_or(payload, pos, "Failed loading library description")
     blob, pos = _string_or(payload, pos, "Failed loading library blob")
     parts = [x.split(b"\0", 1)[0] for x in (engine, name, blob)]
     return b"#!%b name=%b\n%b" % tuple(parts), pos
-
-
-def rdb_length(n: int) -> bytes:
-    """Redis's rdbSaveLen."""
-    if n < 1 << 6:
-        return bytes([n])
-    if n < 1 << 14:
-        return bytes([0x40 | (n >> 8), n & 0xFF])
-    if n <= 0xFFFFFFFF:
-        return b"\x80" + n.to_bytes(4, "big")
-    return b"\x81" + n.to_bytes(8, "big")
-
-
-def rdb_string(data: bytes) -> bytes:
-    """Redis's rdbSaveRawString with ``rdbcompression yes``: an integer encoding for short
-    decimal strings, LZF when it saves at least 5 bytes (strings over 20 bytes), else raw."""
-    n = len(data)
-    if n <= 11:
-        enc = _int_encoding(data)
-        if enc is not None:
-            return enc
-    if n > 20:
-        packed = lzf.compress(data, n - 4)
-        if packed is not None:
-            return b"\xc3" + rdb_length(len(packed)) + rdb_length(n) + packed
-    return rdb_length(n) + data
-
-
-def _int_encoding(data: bytes) -> bytes | None:
-    # rdbTryIntegerEncoding: only strings that print back the same as an integer.
-    try:
-        value = int(data)
-    except ValueError:
-        return None
-    if b"%d" % value != data:
-        return None
-    if -(1 << 7) <= value < 1 << 7:
-        return b"\xc0" + value.to_bytes(1, "little", signed=True)
-    if -(1 << 15) <= value < 1 << 15:
-        return b"\xc1" + value.to_bytes(2, "little", signed=True)
-    if -(1 << 31) <= value < 1 << 31:
-        return b"\xc2" + value.to_bytes(4, "little", signed=True)
-    return None
-
-
-def _read_length(data: bytes, pos: int) -> tuple[int, bool, int]:
-    # (length or encoding type, is an encoding, new position); ValueError past the end.
-    if pos >= len(data):
-        raise ValueError("truncated")
-    first = data[pos]
-    kind = first >> 6
-    if kind == 0:
-        return first & 0x3F, False, pos + 1
-    if kind == 1:
-        if pos + 2 > len(data):
-            raise ValueError("truncated")
-        return ((first & 0x3F) << 8) | data[pos + 1], False, pos + 2
-    if kind == 3:
-        return first & 0x3F, True, pos + 1
-    if first == 0x80:
-        if pos + 5 > len(data):
-            raise ValueError("truncated")
-        return int.from_bytes(data[pos + 1 : pos + 5], "big"), False, pos + 5
-    if first == 0x81:
-        if pos + 9 > len(data):
-            raise ValueError("truncated")
-        return int.from_bytes(data[pos + 1 : pos + 9], "big"), False, pos + 9
-    raise ValueError("unknown length encoding")
-
-
-def read_rdb_string(data: bytes, pos: int) -> tuple[bytes, int]:
-    """An RDB string at ``pos`` (raw, integer or LZF) and the position after it; ValueError
-    if it is malformed or runs past the end of ``data``."""
-    length, encoded, pos = _read_length(data, pos)
-    if not encoded:
-        if pos + length > len(data):
-            raise ValueError("truncated")
-        return data[pos : pos + length], pos + length
-    if length in (0, 1, 2):
-        size = 1 << length
-        if pos + size > len(data):
-            raise ValueError("truncated")
-        value = int.from_bytes(data[pos : pos + size], "little", signed=True)
-        return b"%d" % value, pos + size
-    if length == 3:
-        clen, enc1, pos = _read_length(data, pos)
-        ulen, enc2, pos = _read_length(data, pos)
-        if enc1 or enc2 or pos + clen > len(data):
-            raise ValueError("bad LZF string")
-        # Bounded by the payload: LZF expands at most ~256/3 times per input byte.
-        if ulen > clen * 90 + 64:
-            raise ValueError("bad LZF string")
-        return lzf.decompress(data[pos : pos + clen], ulen), pos + clen
-    raise ValueError("unknown string encoding")

@@ -471,3 +471,13 @@ OBJECT_IDLETIME_LFU = (
     "ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when "
     "switching between policies at runtime LRU and LFU data will take some time to adjust."
 )
+
+# --- DUMP / RESTORE / SAVE (commands/rdb.py) ----------------------------------------------
+
+BUSYKEY = "BUSYKEY Target key name already exists."
+DUMP_PAYLOAD = "ERR DUMP payload version or checksum are wrong"
+BAD_DATA_FORMAT = "ERR Bad data format"
+RESTORE_TTL = "ERR Invalid TTL value, must be >= 0"
+RESTORE_IDLETIME = "ERR Invalid IDLETIME value, must be >= 0"
+RESTORE_FREQ = "ERR Invalid FREQ value, must be >= 0 and <= 255"
+BGSAVE_IN_PROGRESS = "ERR Background save already in progress"

@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamworker.engine import msgs
-from streamworker.engine.aof import AppendOnlyFile, open_persistent
+from streamworker.engine.aof import AppendOnlyFile, PersistenceError, open_persistent
 from streamworker.engine.commands.functions import stats_reply
 from streamworker.engine.config import parse_client_output_buffer_limit
 from streamworker.engine.context import Blocked
@@ -112,6 +112,10 @@ class ServerOptions:
     aof_skip_damaged: bool = False
     """Load past damaged append-only file records (each logged at error level) instead of
     refusing to start."""
+    load_rdb: Path | None = None
+    """An RDB file (redis-server 7.0's SAVE, or the engine's) to load at start. With a data
+    directory, only into an empty one: the loaded data is then written to its append-only
+    file, which is what later starts replay (the RDB file is not read again)."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -838,10 +842,36 @@ def open_engine(options: ServerOptions) -> tuple[Engine, AppendOnlyFile | None]:
         )
     else:
         engine.config.set("appendfsync", options.appendfsync)
+    if options.load_rdb is not None:
+        _load_rdb_at_start(engine, aof, options.load_rdb)
     if options.requirepass:
         engine.config.set("requirepass", options.requirepass)
     engine.config.set("protected-mode", "yes")
     return engine, aof
+
+
+def _load_rdb_at_start(engine: Engine, aof: AppendOnlyFile | None, path: Path) -> None:
+    # Raises RdbLoadError (file, offset, reason) or OSError (cannot read the file).
+    from streamworker.engine.rdb.files import load_rdb
+
+    with engine.lock:
+        held = sum(len(db) for db in engine.keyspace.dbs)
+        if held:
+            where = aof.path if aof is not None else "memory"
+            raise PersistenceError(
+                f"--load-rdb {path}: the data directory already holds {held} keys ({where}); "
+                "an RDB file is loaded only into an empty data directory"
+            )
+        stats = load_rdb(engine, path)
+        _log.info(
+            "loaded %d keys from RDB file %s (%d already expired, skipped)",
+            stats.keys_loaded,
+            path,
+            stats.keys_expired,
+        )
+        if aof is not None:
+            # From now on the append-only file is the data: write what was loaded into it.
+            aof.rewrite()
 
 
 async def run_server(

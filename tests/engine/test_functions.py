@@ -22,8 +22,9 @@ from streamworker.engine import Engine
 from streamworker.engine.aof import open_persistent
 from streamworker.engine.crc64 import crc64_bytes
 from streamworker.engine.errors import CommandError
-from streamworker.engine.functions import Library, dump_payload, rdb_string
-from streamworker.engine.lzf import compress, decompress
+from streamworker.engine.functions import Library, dump_payload
+from streamworker.engine.rdb.lzf import compress, decompress
+from streamworker.engine.rdb.primitives import save_string as rdb_string
 from streamworker.engine.replies import OK
 from tests.engine.aof_support import Session
 from tests.engine.conftest import pack, read_raw_reply

@@ -68,6 +68,7 @@ _MODULES = (
     "streams",
     "scripting",
     "functions",
+    "rdb",
 )
 _OPTIONAL_MODULES = frozenset({"streams"})
 

@@ -97,8 +97,11 @@ def time_(ctx: Ctx, args: list[bytes]) -> Reply:
 
 @command("lastsave", arity=1, flags=("loading", "stale", "fast"))
 def lastsave(ctx: Ctx, args: list[bytes]) -> Reply:
-    """LASTSAVE -> Unix time of the engine's start (no persistence yet)."""
-    return ctx.engine.started_ms // 1000
+    """LASTSAVE -> Unix time of the last successful SAVE/BGSAVE (or RDB load), else of the
+    engine's start."""
+    from streamworker.engine.rdb.files import snapshot_state
+
+    return snapshot_state(ctx.engine).last_save_s
 
 
 # --- INFO ----------------------------------------------------------------------------------
@@ -224,6 +227,33 @@ def _section_memory(ctx: Ctx) -> list[str]:
     ]
 
 
+def _rdb_lines(ctx: Ctx) -> list[str]:
+    from streamworker.engine.rdb.files import snapshot_state
+
+    st = snapshot_state(ctx.engine)
+    running = st.bgsave_started is not None
+    current = int(time.monotonic() - st.bgsave_started) if st.bgsave_started is not None else -1
+    return [
+        "rdb_changes_since_last_save:0",
+        f"rdb_bgsave_in_progress:{1 if running else 0}",
+        f"rdb_last_save_time:{st.last_save_s}",
+        f"rdb_last_bgsave_status:{'ok' if st.last_status_ok else 'err'}",
+        f"rdb_last_bgsave_time_sec:{st.last_bgsave_time_s}",
+        f"rdb_current_bgsave_time_sec:{current}",
+        f"rdb_saves:{st.saves}",
+    ]
+
+
+def _rdb_load_lines(ctx: Ctx) -> list[str]:
+    from streamworker.engine.rdb.files import snapshot_state
+
+    st = snapshot_state(ctx.engine)
+    return [
+        f"rdb_last_load_keys_expired:{st.keys_expired}",
+        f"rdb_last_load_keys_loaded:{st.keys_loaded}",
+    ]
+
+
 def _section_persistence(ctx: Ctx) -> list[str]:
     aof = ctx.engine.persistence
     if aof is not None:
@@ -236,28 +266,17 @@ def _section_persistence(ctx: Ctx) -> list[str]:
             "current_fork_perc:0.00",
             "current_save_keys_processed:0",
             "current_save_keys_total:0",
-            "rdb_changes_since_last_save:0",
-            "rdb_bgsave_in_progress:0",
-            f"rdb_last_save_time:{ctx.engine.started_ms // 1000}",
-            "rdb_last_bgsave_status:ok",
-            "rdb_last_bgsave_time_sec:-1",
-            "rdb_current_bgsave_time_sec:-1",
-            "rdb_saves:0",
+            *_rdb_lines(ctx),
             "rdb_last_cow_size:0",
-            "rdb_last_load_keys_expired:0",
-            "rdb_last_load_keys_loaded:0",
+            *_rdb_load_lines(ctx),
             *aof.info_lines(),
         ]
     return [
         "loading:0",
         "async_loading:0",
-        "rdb_changes_since_last_save:0",
-        "rdb_bgsave_in_progress:0",
-        f"rdb_last_save_time:{ctx.engine.started_ms // 1000}",
-        "rdb_last_bgsave_status:ok",
-        "rdb_last_bgsave_time_sec:-1",
-        "rdb_current_bgsave_time_sec:-1",
-        "rdb_saves:0",
+        *_rdb_lines(ctx),
+        "rdb_last_cow_size:0",
+        *_rdb_load_lines(ctx),
         f"aof_enabled:{1 if ctx.engine.config.get('appendonly') == 'yes' else 0}",
         "aof_rewrite_in_progress:0",
         "aof_rewrite_scheduled:0",

@@ -112,6 +112,17 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "decr": ("K",),
     "decrby": ("K N", "int N"),
     "copy": ("K copied DB N", "K copied DB N REPLACE", "K K"),
+    # DUMP of the keys whose bytes are deterministic on redis-server (its hashtable sets and
+    # the stream's delivery times are not); RESTORE's option and check order.
+    "dump": ("str", "int", "list", "hash", "zset", "none"),
+    "restore": (
+        "K N junk",
+        "fresh N junk",
+        "fresh 0 junk IDLETIME N",
+        "fresh 0 junk FREQ N",
+        "K 0 junk REPLACE FREQ N",
+        "fresh 0 junk IDLETIME 1 FREQ N",
+    ),
     "del": ("K",),
     "echo": ("N",),
     "exists": ("K",),
@@ -327,6 +338,8 @@ SKIPPED: dict[str, str] = {
     "flushall": "would empty the fixture keys",
     "flushdb": "would empty the fixture keys",
     "bgrewriteaof": "persistence",
+    "save": "persistence (writes the server's dump.rdb; tests/engine/test_rdb_files.py)",
+    "bgsave": "persistence (writes the server's dump.rdb; tests/engine/test_rdb_files.py)",
     "debug": "DEBUG can stop or crash redis-server",
     "script": "script cache, no numeric argument",
     "function": "libraries, no numeric argument (tests/engine/test_functions.py)",
