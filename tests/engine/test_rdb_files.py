@@ -15,8 +15,16 @@ import pytest
 import redis
 
 from streamworker.engine import Engine
+from streamworker.engine.crc64 import crc64_bytes
 from streamworker.engine.errors import CommandError
-from streamworker.engine.rdb.files import RdbLoadError, build_rdb, load_rdb
+from streamworker.engine.rdb.files import (
+    RdbLoadError,
+    build_rdb,
+    load_rdb,
+    load_rdb_bytes,
+    save_rdb,
+)
+from streamworker.engine.rdb.primitives import RdbFormatError
 from tests.engine.aof_support import Session, dump_state
 from tests.support.engine_server import EngineServerProcess
 from tests.support.proc import ROOT
@@ -335,7 +343,7 @@ def test_load_rdb_into_a_data_directory_persists_through_its_aof(tmp_path: Path)
     assert "only into an empty data directory" in refused.stderr
 
 
-def test_function_libraries_in_a_redis_rdb_are_skipped_and_the_keys_loaded(tmp_path: Path) -> None:
+def test_function_libraries_in_a_redis_rdb_are_loaded_with_the_keys(tmp_path: Path) -> None:
     server = RedisServer(tmp_path / "redis").start()
     try:
         c = server.client()
@@ -346,5 +354,39 @@ def test_function_libraries_in_a_redis_rdb_are_skipped_and_the_keys_loaded(tmp_p
         server.stop()
     e = Engine()
     stats = load_rdb(e, server.dir / "dump.rdb")
-    assert (stats.keys_loaded, stats.functions_skipped) == (1, 1)
-    assert Session(e)("GET", "k") == b"v"
+    assert (stats.keys_loaded, stats.functions_loaded) == (1, 1)
+    s = Session(e)
+    assert s("GET", "k") == b"v"
+    assert s("FCALL", "f", "0") == 1
+
+
+def test_an_engine_save_with_libraries_is_loaded_by_redis_server(tmp_path: Path) -> None:
+    e = Engine()
+    s = Session(e)
+    code = "#!lua name=mylib\nredis.register_function('double', function(k, a) return a[1] * 2 end)"
+    assert s("FUNCTION", "LOAD", code) == b"mylib"
+    s("SET", "k", "v")
+    (tmp_path / "redis").mkdir()
+    save_rdb(build_rdb(e), tmp_path / "redis" / "dump.rdb")
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        c = server.client()
+        assert c.fcall("double", 0, "21") == 42
+        assert c.get("k") == b"v"
+    finally:
+        server.stop()
+
+
+def test_an_rdb_whose_library_does_not_compile_loads_nothing(tmp_path: Path) -> None:
+    e = Engine()
+    s = Session(e)
+    s("FUNCTION", "LOAD", "#!lua name=lib\nredis.register_function('f', function() return 1 end)")
+    s("SET", "k", "v")
+    s("CONFIG", "SET", "rdbcompression", "no")  # the code as plain bytes in the image
+    image = build_rdb(e)
+    assert b"function() return 1 end" in image
+    body = image[:-8].replace(b"function() return 1 end", b"function() return 1 )))")  # same length
+    fresh = Engine()
+    with pytest.raises(RdbFormatError, match="function library cannot be loaded"):
+        load_rdb_bytes(fresh, body + crc64_bytes(body))
+    assert Session(fresh)("DBSIZE") == 0

@@ -4,11 +4,12 @@ version 10).
 Layout written: ``REDIS0010``; aux fields ``redis-ver`` (7.0.15), ``redis-bits``, ``ctime``,
 ``used-mem``, ``aof-base`` (0); per non-empty database ``SELECTDB`` and ``RESIZEDB``, then each
 live key as [``EXPIRETIME_MS``] type, key, value (:mod:`.codec`); ``EOF``; the CRC-64 of all of
-it (8 bytes LE; zero when ``rdbchecksum`` is ``no``, as Redis writes it). The engine has no
-functions (FUNCTION LOAD), so no ``FUNCTION2`` records are written.
+it (8 bytes LE; zero when ``rdbchecksum`` is ``no``, as Redis writes it). Function libraries
+(FUNCTION LOAD) go after the aux fields, one ``FUNCTION2`` record of their code each, as
+redis-server 7.0 writes them.
 
 Reading accepts RDB versions 1 to 10, every opcode Redis 7.0 writes (aux fields are read and
-ignored; ``FUNCTION2`` libraries are skipped with a warning since the engine cannot run them),
+ignored; ``FUNCTION2`` libraries are loaded as FUNCTION LOAD would, after the keys),
 skips keys that are already expired and empty collections (as a Redis master does), and fails
 with :class:`RdbLoadError` naming the file, the byte offset and the reason for anything else:
 a truncated or damaged file, a wrong checksum, a version newer than 10, module data.
@@ -118,6 +119,10 @@ def build_rdb(engine: Engine) -> bytes:
         _aux(b"used-mem", b"%d" % used),
         _aux(b"aof-base", b"0"),
     ]
+    runtime = engine.functions
+    if runtime is not None:
+        for lib in runtime.current.libraries.values():
+            out.append(bytes((OP_FUNCTION2,)) + save_string(lib.code, compress))
     for db in engine.keyspace.dbs:
         items = list(db.iter_items())
         if not items:
@@ -174,7 +179,8 @@ class LoadStats:
 
     keys_loaded: int = 0
     keys_expired: int = 0
-    functions_skipped: int = 0
+    functions_loaded: int = 0
+    libraries: list[bytes] = field(default_factory=list)
 
 
 def load_rdb(engine: Engine, path: Path) -> LoadStats:
@@ -238,8 +244,7 @@ def load_rdb_bytes(engine: Engine, data: bytes) -> LoadStats:
             r.byte()
             continue
         if op == OP_FUNCTION2:
-            r.string()
-            stats.functions_skipped += 1
+            stats.libraries.append(r.string())
             continue
         if op in (OP_FUNCTION_PRE_GA, OP_MODULE_AUX):
             raise RdbFormatError("module or pre-release function data cannot be loaded", at)
@@ -259,6 +264,8 @@ def load_rdb_bytes(engine: Engine, data: bytes) -> LoadStats:
         stored = r.read(8)
         if stored != bytes(8) and stored != crc64(data[:end]).to_bytes(8, "little"):
             raise RdbFormatError("wrong RDB checksum", at)
+    if stats.libraries:
+        _load_libraries(engine, stats)
     dbs = engine.keyspace.dbs
     for dbi, key, value, when in loaded:
         db = dbs[dbi]
@@ -268,16 +275,28 @@ def load_rdb_bytes(engine: Engine, data: bytes) -> LoadStats:
         if when is not None:
             db.set_expire(key, when)
         stats.keys_loaded += 1
-    if stats.functions_skipped:
-        _log.warning(
-            "RDB: %d function libraries skipped (the engine has no FUNCTION support)",
-            stats.functions_skipped,
-        )
     st = snapshot_state(engine)
     st.keys_loaded = stats.keys_loaded
     st.keys_expired = stats.keys_expired
     st.last_save_s = int(time.time())
     return stats
+
+
+def _load_libraries(engine: Engine, stats: LoadStats) -> None:
+    # Before any key is stored, all or none, as FUNCTION LOAD would run each (a name twice, a
+    # library that does not compile: the load fails like any other damage).
+    from streamworker.engine.errors import CommandError
+    from streamworker.engine.functions import LibraryCtx, functions_for
+
+    try:
+        runtime = functions_for(engine)
+        staged = LibraryCtx()
+        for code in stats.libraries:
+            runtime.create(code, False, staged)
+    except (CommandError, ImportError) as exc:
+        raise RdbFormatError(f"function library cannot be loaded: {exc}", 0) from None
+    runtime.current = staged
+    stats.functions_loaded = len(stats.libraries)
 
 
 def decode_or_none(kind: int, r: Reader) -> object | None:
