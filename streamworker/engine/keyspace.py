@@ -59,6 +59,7 @@ class Database:
         "_key_event",
         "data",
         "expired_count",
+        "expired_event",
         "expires",
         "flush_event",
         "index",
@@ -85,6 +86,8 @@ class Database:
         # Called with the db index after FLUSHDB/FLUSHALL/SWAPDB instead of one key_event per
         # key (the engine re-checks only the keys somebody waits on).
         self.flush_event: Callable[[int], None] | None = None
+        # Called with (db index, key) after a key is reclaimed by expiry (keyspace events).
+        self.expired_event: Callable[[int, bytes], None] | None = None
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -243,6 +246,8 @@ class Database:
         if self.watchers:
             self.touch(key)
         self._key_event(self.index, key)
+        if self.expired_event is not None:
+            self.expired_event(self.index, key)
 
     def active_expire(self, now_ms: int, budget: int = 1000) -> int:
         """Delete up to ``budget`` due keys; returns how many were deleted."""

@@ -149,6 +149,7 @@ class _Connection(asyncio.Protocol):
         "out",
         "parser",
         "proto_error",
+        "push_scheduled",
         "queued",
         "queued_bytes",
         "server",
@@ -175,6 +176,7 @@ class _Connection(asyncio.Protocol):
         self.proto_error: ProtocolError | None = None
         self.closing = False
         self.soft_since = 0.0
+        self.push_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
 
     # -- ClientIO (CLIENT LIST) -----------------------------------------------------------
@@ -214,6 +216,7 @@ class _Connection(asyncio.Protocol):
             client.fd = sock.fileno()
         client.authenticated = not cfg.get("requirepass")
         client.io = self
+        client.push_out = self._push
         self.parser.authenticated = client.authenticated
         self.parser.max_bulk_len = server.max_bulk_len
         server.connections.add(self)
@@ -266,6 +269,33 @@ class _Connection(asyncio.Protocol):
             return
         if self.out:
             server.send(self)
+
+    # -- Pub/Sub --------------------------------------------------------------------------
+
+    def _push(self, reply: Reply) -> None:
+        # A message for this client (engine lock held, usually while another client's PUBLISH
+        # runs): it joins the output buffer at once, as in Redis, so it precedes the reply of
+        # a command this client is running; the socket gets it when the loop turn ends. The
+        # buffer is checked against the client's class limit on every message, so a
+        # subscriber that does not read is dropped as soon as it passes the hard limit.
+        if self.closing:
+            return
+        client = self.client
+        assert client is not None
+        encode_into(self.out, reply, client.resp)
+        server = self.server
+        if server.executing is not self and not self.push_scheduled:
+            self.push_scheduled = True
+            with contextlib.suppress(RuntimeError):  # the loop is closing: nothing to flush
+                server.loop.call_soon_threadsafe(self._flush_pushed)
+        transport = self.transport
+        if transport is not None:
+            server.check_output_limit(self, len(self.out) + transport.get_write_buffer_size())
+
+    def _flush_pushed(self) -> None:
+        self.push_scheduled = False
+        if self.out and not self.closing and self.server.executing is not self:
+            self.server.send(self)
 
     # -- running commands ---------------------------------------------------------------
 
@@ -464,9 +494,8 @@ class EngineServer:
         self.maxclients = 10000
         self.max_bulk_len = 512 * 1024 * 1024
         self.query_buffer_limit = 1024 * 1024 * 1024
-        self.obuf_hard = 0
-        self.obuf_soft = 0
-        self.obuf_soft_s = 0
+        # client-output-buffer-limit by class ("normal", "pubsub"): (hard, soft, soft s).
+        self.obuf_limits: dict[str, tuple[int, int, int]] = {}
         self.idle_timeout_s = 0
         self.busy_after_s = 5.0
         # Busy mode (a script past lua-time-limit): the connection running it, the sockets
@@ -495,8 +524,9 @@ class EngineServer:
         self.maxclients = int(cfg.get("maxclients") or 10000)
         self.max_bulk_len = int(cfg.get("proto-max-bulk-len") or 512 * 1024 * 1024)
         self.query_buffer_limit = int(cfg.get("client-query-buffer-limit") or 1 << 30)
-        limits = parse_client_output_buffer_limit(cfg.get("client-output-buffer-limit") or "")
-        self.obuf_hard, self.obuf_soft, self.obuf_soft_s = limits.get("normal", (0, 0, 0))
+        self.obuf_limits = parse_client_output_buffer_limit(
+            cfg.get("client-output-buffer-limit") or ""
+        )
         self.idle_timeout_s = int(cfg.get("timeout") or 0)
         self.busy_after_s = int(cfg.get("lua-time-limit") or 0) / 1000
         for conn in self.connections:
@@ -610,9 +640,15 @@ class EngineServer:
             conn.write_out()
 
     def check_output_limit(self, conn: _Connection, pending: int) -> None:
-        """Disconnect ``conn`` when its unsent replies pass the normal-class limits."""
-        self.refresh_config()
-        hard, soft, soft_s = self.obuf_hard, self.obuf_soft, self.obuf_soft_s
+        """Disconnect ``conn`` when its unsent replies pass the limits of its class: pubsub
+        for a client with a subscription (Redis's CLIENT_PUBSUB, either protocol), else
+        normal. The hard limit closes at once, the soft one once it has been passed
+        continuously for its seconds."""
+        if self.engine.config.version != self.cfg_version:
+            self.refresh_config()
+        client = conn.client
+        cls = "pubsub" if client is not None and client.pubsub else "normal"
+        hard, soft, soft_s = self.obuf_limits.get(cls, (0, 0, 0))
         over = False
         if hard and pending >= hard:
             over = True
@@ -625,7 +661,6 @@ class EngineServer:
         else:
             conn.soft_since = 0.0
         if over:
-            client = conn.client
             _log.warning(
                 "Client id=%d addr=%s closed for overcoming of output buffer limits (omem=%d)",
                 client.id if client else -1,

@@ -67,6 +67,7 @@ _MODULES = (
     "transactions",
     "streams",
     "scripting",
+    "pubsub",
 )
 _OPTIONAL_MODULES = frozenset({"streams"})
 
