@@ -26,6 +26,7 @@ __all__ = [
     "PubSub",
     "keyspace_events_from_string",
     "keyspace_events_to_string",
+    "stringmatch",
 ]
 
 _MESSAGE = b"message"
@@ -92,6 +93,14 @@ _RENDER_ORDER = (
     ("d", NOTIFY_MODULE),
     ("n", NOTIFY_NEW),
 )
+
+
+def stringmatch(pattern: bytes, channel: bytes) -> bool:
+    """Redis's ``stringmatchlen`` as Pub/Sub uses it: :func:`glob_match` without the ``*``
+    shortcut of KEYS and SCAN, so that no non-empty pattern matches the empty channel."""
+    if not channel:
+        return not pattern
+    return glob_match(pattern, channel)
 
 
 def keyspace_events_from_string(text: str) -> int | None:
@@ -204,7 +213,7 @@ class PubSub:
                 receivers += 1
         if self.patterns:
             for pattern, psubs in list(self.patterns.items()):
-                if not glob_match(pattern, channel):
+                if not stringmatch(pattern, channel):
                     continue
                 frame = Push([_PMESSAGE, pattern, channel, message])
                 for client in list(psubs):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.errors import CommandError
-from streamworker.engine.keyspace import glob_match
+from streamworker.engine.pubsub import stringmatch
 from streamworker.engine.replies import NULL_BULK, Frames, Push, Status
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def _channel_list(
     if not args:
         return list(table)
     pattern = args[0]
-    return [channel for channel in table if glob_match(pattern, channel)]
+    return [channel for channel in table if stringmatch(pattern, channel)]
 
 
 @command("pubsub|channels", arity=-2, flags=("pubsub", "loading", "stale"))
