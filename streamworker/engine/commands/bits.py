@@ -20,6 +20,7 @@ from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import parse_int
+from streamworker.engine.pubsub import NOTIFY_STRING
 from streamworker.engine.replies import NULL_BULK
 
 if TYPE_CHECKING:
@@ -150,7 +151,9 @@ def setbit(ctx: Ctx, args: list[bytes]) -> Reply:
     overlay = _Overlay(old if old is not None else b"", (offset >> 3) + 1)
     before = overlay.get_bits(offset, 1)
     overlay.set_bits(offset, 1, on)
-    if not _store(ctx, key, old is not None, overlay):
+    if _store(ctx, key, old is not None, overlay):
+        ctx.notify(NOTIFY_STRING, b"setbit", key)
+    else:
         ctx.no_propagate()
     return before
 
