@@ -22,8 +22,13 @@ process). What it does as Redis does:
 * **Limits**: malformed input gets Redis's protocol error and the connection is closed
   (others are unaffected); bulk and multibulk lengths are bounded (``proto-max-bulk-len``,
   the 10-argument / 16 KB bounds before AUTH); a client whose unread replies exceed
-  ``client-output-buffer-limit`` (normal class) or whose unparsed input exceeds
-  ``client-query-buffer-limit`` is disconnected; ``maxclients``; idle ``timeout``.
+  ``client-output-buffer-limit`` (the pubsub class for a client with a subscription, else
+  normal) or whose unparsed input exceeds ``client-query-buffer-limit`` is disconnected;
+  ``maxclients``; idle ``timeout``.
+* **Pub/Sub**: a message for a connection is encoded into its output buffer at once, under
+  the engine lock of the PUBLISH that sent it (so it precedes the reply of a command the
+  subscriber is running), checked against the output limit, and handed to the socket when
+  the event loop turn ends.
 * **Protected mode**: binding a non-loopback address without ``requirepass`` is refused.
 
 * **Runaway scripts** (busy mode): a script that has run ``lua-time-limit`` ms (5000, CONFIG

@@ -12,14 +12,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
 
+from streamworker.engine.aof import open_persistent
 from streamworker.engine.inproc import async_client, forget_engine, sync_client
+from tests.engine.aof_support import Session
 from tests.engine.pubsub_support import Pair, Side, engine_server, pair, steps
+from tests.engine.test_aof import records
 from tests.support.engine_server import ThreadedServer
 from tests.support.servers import RedisServer
 
@@ -560,3 +564,40 @@ def test_in_process_unsubscribed_pubsub_connection_is_forgotten(inproc_url: str)
     assert r.pubsub_numsub("gone") == [(b"gone", 1)]
     p.close()
     assert r.pubsub_numsub("gone") == [(b"gone", 0)]
+
+
+# --- persistence --------------------------------------------------------------------------
+
+
+def test_pubsub_commands_are_not_logged_and_a_reload_starts_unsubscribed(tmp_path: Path) -> None:
+    server = ThreadedServer.persistent(tmp_path / "data")
+    try:
+        side = Side(server.port)
+        side.send("a", ("SUBSCRIBE", "x"))
+        side.send("a", ("SSUBSCRIBE", "s"))
+        side.collect("a")
+        for args in (
+            ("CONFIG", "SET", "notify-keyspace-events", "KEA"),
+            ("PUBLISH", "x", "m"),
+            ("SPUBLISH", "s", "m"),
+            ("SET", "k", "v"),
+            ("EVAL", "return redis.call('publish', 'x', 'lua')", 0),
+        ):
+            side.send("p", args)
+            side.collect("p")
+        side.close()
+        assert server.aof is not None
+        path = server.aof.path
+    finally:
+        server.close()
+    logged = [argv[0].upper() for argv in records(path)]
+    assert b"SET" in logged
+    assert not {b"PUBLISH", b"SPUBLISH", b"SUBSCRIBE", b"SSUBSCRIBE", b"EVAL"} & set(logged)
+    reloaded = open_persistent(tmp_path / "data", appendfsync="always")
+    try:
+        s = Session(reloaded.engine)
+        assert s("GET", "k") == b"v"
+        assert s("PUBSUB", "NUMSUB", "x") == [b"x", 0]
+        assert s("PUBSUB", "SHARDNUMSUB", "s") == [b"s", 0]
+    finally:
+        reloaded.close()
