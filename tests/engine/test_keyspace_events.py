@@ -167,6 +167,35 @@ SCRIPTS = {
         c: XSETID x 10-1
         c: XGROUP CREATE y g $ MKSTREAM
     """,
+    "consumers": """
+        c: XADD x 1-1 f v
+        c: XADD x 2-1 f v
+        c: XGROUP CREATE x g 0
+        c: XREADGROUP GROUP g bob COUNT 1 STREAMS x >
+        c: XREADGROUP GROUP g bob COUNT 1 STREAMS x >
+        c: XCLAIM x g carol 0 1-1
+        c: XCLAIM x g erin 0 9-9
+        c: XAUTOCLAIM x g dave 0 0
+        c: XAUTOCLAIM x g frank 0 9-9
+        c: XACK x g 1-1
+        c: XGROUP DELCONSUMER x g nobody
+        c: XGROUP DELCONSUMER x g bob
+    """,
+    "bits_and_sort": """
+        c: SET a 1
+        c: SET b 2
+        c: BITOP AND d a b
+        c: BITOP AND d none1 none2
+        c: BITOP AND d none1 none2
+        c: BITFIELD bf SET u8 0 1
+        c: BITFIELD bf SET u8 0 1
+        c: BITFIELD bf GET u8 0
+        c: BITFIELD bf OVERFLOW FAIL INCRBY u2 0 9
+        c: RPUSH l 3 1 2
+        c: SORT l STORE so
+        c: SORT nolist STORE so
+        c: SORT nolist STORE so
+    """,
     "db": """
         c: SELECT 3
         c: SET k v

@@ -141,6 +141,13 @@ def _streams_reply(ctx: Ctx, served: list[tuple[bytes, list[Any]]], plain: bool 
     return [[key, entries] for key, entries in served]
 
 
+def _consumer(ctx: Ctx, key: bytes, g: ConsumerGroup, name: bytes, now_ms: int) -> Consumer:
+    # XREADGROUP, XCLAIM and XAUTOCLAIM create a missing consumer, with Redis's event.
+    if name not in g.consumers:
+        ctx.notify(NOTIFY_STREAM, b"xgroup-createconsumer", key)
+    return g.get_or_create_consumer(name, now_ms)
+
+
 def _lookup_group(s: Stream | None, name: bytes) -> ConsumerGroup | None:
     return None if s is None else s.groups.get(name)
 
@@ -690,7 +697,7 @@ def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blo
             created = logged and consumername not in g.consumers
             last_before = g.last_id
             delivered: list[int] | None = [] if logged else None
-            consumer = g.get_or_create_consumer(consumername, ctx.engine.clock())
+            consumer = _consumer(ctx, keys[k], g, consumername, ctx.engine.clock())
             if history:
                 entries = _read_group_history(ctx, s, consumer, gt + 1, count, delivered)
             else:
@@ -771,7 +778,7 @@ class _Waiter:
             created = logged and self.consumer not in g.consumers
             last_before = g.last_id
             delivered: list[int] | None = [] if logged else None
-            consumer = g.get_or_create_consumer(self.consumer, ctx.engine.clock())
+            consumer = _consumer(ctx, key, g, self.consumer, ctx.engine.clock())
             entries = _read_group_new(ctx, s, g, consumer, self.count, self.noack, delivered)
             if delivered is not None:
                 moved = g.last_id != last_before
@@ -957,7 +964,7 @@ def xclaim(ctx: Ctx, args: list[bytes]) -> Reply:
         if pe.consumer is not None and minidle and now - pe.delivery_time < minidle:
             continue
         if consumer is None:
-            consumer = g.get_or_create_consumer(name, now)
+            consumer = _consumer(ctx, args[0], g, name, now)
         g.transfer(sid, pe, consumer)
         pe.delivery_time = deliverytime
         if retrycount >= 0:
@@ -1059,7 +1066,7 @@ def xautoclaim(ctx: Ctx, args: list[bytes]) -> Reply:
         if minidle and now - pe.delivery_time < minidle:
             continue
         if consumer is None:
-            consumer = g.get_or_create_consumer(name, now)
+            consumer = _consumer(ctx, args[0], g, name, now)
         g.transfer(sid, pe, consumer)
         pe.delivery_time = now
         if not justid:
@@ -1199,8 +1206,10 @@ def xgroup_delconsumer(ctx: Ctx, args: list[bytes]) -> Reply:
     unknown consumer); those entries leave the group PEL too."""
     _, g = _xgroup_group(ctx, args)
     pending = g.delete_consumer(args[2])
+    if pending is None:
+        return 0
     ctx.notify(NOTIFY_STREAM, b"xgroup-delconsumer", args[0])
-    return 0 if pending is None else pending
+    return pending
 
 
 _XGROUP_HELP: Final = (
