@@ -382,8 +382,27 @@ class _EngineSession:
         # A command answering several frames (SUBSCRIBE a b) answers several replies.
         if type(reply) is Frames:
             self.replies.extend(reply.items)
+        elif type(reply) is list and self.client.pubsub:
+            self.replies.append(self._lift_frames(reply))
         else:
             self.replies.append(reply)
+
+    def _lift_frames(self, reply: list[Any]) -> list[Any]:
+        # EXEC's array of a subscriber may hold several frames for one command (SUBSCRIBE
+        # inside MULTI, a message it sent itself): on a socket redis-py hands the extra
+        # pushes to its push handler while it reads the array. Here they go ahead of the
+        # array, as messages, and the command's own reply stays in place.
+        if not any(type(x) is Frames for x in reply):
+            return reply
+        out: list[Any] = []
+        for item in reply:
+            if type(item) is Frames and item.items:
+                *extra, last = item.items
+                self.replies.extend(extra)
+                out.append(last)
+            else:
+                out.append(item)
+        return out
 
     def close(self) -> None:
         self.replies.clear()
@@ -401,8 +420,9 @@ class _EngineSession:
         replies = self.replies
         if len(cmds) == 1:
             reply = engine.execute(client, cmds[0])
-            if type(reply) is Frames:
-                replies.extend(reply.items)
+            t = type(reply)
+            if t is Frames or (t is list and client.pubsub):
+                self._append(reply)
             else:
                 replies.append(reply)
             return

@@ -364,6 +364,25 @@ def test_subscribe_inside_multi_runs_and_ssubscribe_is_refused(pair: Pair) -> No
     )
 
 
+def test_a_message_to_itself_inside_exec_lands_in_the_exec_array(pair: Pair) -> None:
+    # Redis 7.0 writes EXEC's array header first: the push precedes PUBLISH's reply inside it.
+    _hello(pair, 3, "a")
+    pair.run(
+        steps(
+            """
+            a: SUBSCRIBE ps26:x
+            a: MULTI
+            a: SET ps26:k v
+            a: PUBLISH ps26:x m
+            a: SUBSCRIBE ps26:y ps26:z
+            a: PUBLISH ps26:z n
+            a: EXEC
+            """
+        )
+    )
+    pair.step("a", "EVAL", "return redis.call('publish', 'ps26:x', 'lua')", 0)
+
+
 def test_publish_from_a_script_reaches_subscribers(pair: Pair) -> None:
     pair.step("a", "SUBSCRIBE", "ps20:x")
     pair.step("p", "EVAL", "return redis.call('publish', KEYS[1], ARGV[1])", 1, "ps20:x", "lua")
