@@ -208,9 +208,12 @@ class PubSub:
         subs = self.channels.get(channel)
         if subs:
             frame = Push([_MESSAGE, channel, message])
+            receivers = len(subs)
+            # A copy: a push may close a subscriber (output limit), which leaves the dict.
             for client in list(subs):
-                _deliver(client, frame)
-                receivers += 1
+                push = client.push_out
+                if push is not None and not client.closed:
+                    push(frame)
         if self.patterns:
             for pattern, psubs in list(self.patterns.items()):
                 if not stringmatch(pattern, channel):

@@ -197,12 +197,16 @@ class Verbatim:
 
 class Push:
     """An out-of-band message (Pub/Sub ``message``, ``subscribe``...): an array in RESP2, a
-    ``>`` push frame in RESP3."""
+    ``>`` push frame in RESP3.
 
-    __slots__ = ("items",)
+    ``wire`` caches the encoded frame by protocol: one PUBLISH sends the same frame to every
+    subscriber, and a transport encodes it once per protocol (the items must not change)."""
+
+    __slots__ = ("items", "wire")
 
     def __init__(self, items: Iterable[Reply]) -> None:
         self.items: list[Reply] = list(items)
+        self.wire: dict[int, bytes] = {}
 
     def __repr__(self) -> str:
         return f"Push({self.items!r})"

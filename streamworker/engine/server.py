@@ -68,7 +68,8 @@ from streamworker.engine.config import parse_client_output_buffer_limit
 from streamworker.engine.context import Blocked
 from streamworker.engine.core import Engine
 from streamworker.engine.errors import CommandError
-from streamworker.engine.protocol import ProtocolError, RequestParser, encode_into
+from streamworker.engine.protocol import ProtocolError, RequestParser, encode, encode_into
+from streamworker.engine.replies import Push
 
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState
@@ -287,7 +288,14 @@ class _Connection(asyncio.Protocol):
             return
         client = self.client
         assert client is not None
-        encode_into(self.out, reply, client.resp)
+        if type(reply) is Push:
+            resp = client.resp
+            data = reply.wire.get(resp)
+            if data is None:
+                data = reply.wire[resp] = encode(reply, resp)
+            self.out += data
+        else:
+            encode_into(self.out, reply, client.resp)
         server = self.server
         if server.executing is not self and not self.push_scheduled:
             self.push_scheduled = True

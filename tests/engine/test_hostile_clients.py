@@ -243,7 +243,7 @@ def test_client_output_buffer_limit_values_are_read_as_redis(pair: tuple[Raw, Ra
     real, fake = pair
     param = "client-output-buffer-limit"
     original = fake.call("CONFIG", "GET", param).split(b"\r\n")[4].decode()
-    # The engine bounds normal clients by default (Redis does not): start from the same.
+    # Both start from the engine's value (Redis's defaults since the engine adopted them).
     real.call("CONFIG", "SET", param, original)
     try:
         for value in BUFFER_LIMITS:
