@@ -166,6 +166,20 @@ def test_pubsub_numsub_numpat_and_shard_introspection_match_redis(pair: Pair) ->
     )
 
 
+def test_command_getkeys_finds_no_key_in_pubsub_commands(pair: Pair) -> None:
+    pair.run(
+        steps(
+            """
+            q: COMMAND GETKEYS SPUBLISH s m
+            q: COMMAND GETKEYS SSUBSCRIBE s t
+            q: COMMAND GETKEYS SUNSUBSCRIBE s
+            q: COMMAND GETKEYS PUBLISH c m
+            q: COMMAND GETKEYS SUBSCRIBE c
+            """
+        )
+    )
+
+
 def test_pubsub_numpat_counts_distinct_patterns(pair: Pair) -> None:
     before = _call(pair.real, "q", "PUBSUB", "NUMPAT")
     _call(pair.fake, "q", "PUBSUB", "NUMPAT")

@@ -529,6 +529,11 @@ def command_docs(ctx: Ctx, args: list[bytes]) -> Reply:
     return Map(items)
 
 
+# Commands whose key specs are all flagged not_key (shard channels: the slot matters, there
+# is no key): COMMAND INFO shows their positions, GETKEYS finds no key.
+_NOT_KEYS = frozenset({"ssubscribe", "sunsubscribe", "spublish"})
+
+
 @command("command|getkeys", arity=-4, flags=("loading", "stale", "sentinel"))
 def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
     """COMMAND GETKEYS command [arg ...] -> the key arguments (legacy key specs)."""
@@ -537,7 +542,7 @@ def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.GETKEYS_INVALID_COMMAND)
     if spec.subcommands and len(args) >= 2:
         spec = spec.subcommands.get(args[1].lower(), spec)
-    if spec.first_key <= 0 and "movablekeys" not in spec.flags:
+    if (spec.first_key <= 0 and "movablekeys" not in spec.flags) or spec.name in _NOT_KEYS:
         raise CommandError(msgs.GETKEYS_NO_KEYS)
     n = len(args)
     if (spec.arity > 0 and spec.arity != n) or n < -spec.arity:
