@@ -811,7 +811,9 @@ class AsyncEngineConnection(_AsyncAbstractConnection):
         fut: asyncio.Future[None] = loop.create_future()
 
         def wake() -> None:
-            loop.call_soon_threadsafe(_set_done, fut)
+            # Runs in the publisher's thread: a closed loop must not fail its PUBLISH.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_set_done, fut)
 
         session.wakers.append(wake)
         try:
