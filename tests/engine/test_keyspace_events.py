@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from streamworker.engine.inproc import forget_engine, sync_client
 from tests.engine.conftest import RawRedis
 from tests.engine.pubsub_support import Pair, engine_server, steps
 from tests.support.engine_server import ThreadedServer
@@ -250,3 +251,22 @@ def test_events_from_a_transaction_and_a_script_arrive_in_order(notified: Pair) 
     )
     script = "redis.call('SET', KEYS[1], 'v'); return redis.call('DEL', KEYS[1])"
     notified.step("c", "EVAL", script, 1, "t3")
+
+
+def test_in_process_subscribers_get_keyspace_events() -> None:
+    url = "engine://memory/test-keyspace-events"
+    try:
+        r = sync_client(url, protocol=2)
+        r.config_set(PARAM, "Kg$")
+        p = r.pubsub(ignore_subscribe_messages=True)
+        p.psubscribe("__keyspace@0__:*")
+        r.set("k", "v")
+        r.delete("k")
+        got = [p.get_message(timeout=2) for _ in range(2)]
+        assert [(m["channel"], m["data"]) for m in got if m] == [
+            (b"__keyspace@0__:k", b"set"),
+            (b"__keyspace@0__:k", b"del"),
+        ]
+        p.close()
+    finally:
+        forget_engine(url)
