@@ -130,6 +130,13 @@ def _any(value: str) -> str:
     return value
 
 
+class _EventClasses(str):
+    """notify-keyspace-events as CONFIG GET shows it, carrying the class bits it was parsed
+    from: the text can hide a class ('A' hides 'n', as in Redis 7.0), the bits do not."""
+
+    flags: int
+
+
 def _keyspace_events(value: str) -> str:
     # Imported here: pubsub imports keyspace, which config must not pull in at import time.
     from streamworker.engine.pubsub import keyspace_events_from_string, keyspace_events_to_string
@@ -137,7 +144,9 @@ def _keyspace_events(value: str) -> str:
     flags = keyspace_events_from_string(value)
     if flags is None:
         raise ValueError(msgs.NOTIFY_KEYSPACE_EVENTS_INVALID)
-    return keyspace_events_to_string(flags)
+    shown = _EventClasses(keyspace_events_to_string(flags))
+    shown.flags = flags
+    return shown
 
 
 _LLONG_MAX = 2**63 - 1
@@ -329,6 +338,10 @@ class EngineConfig:
         elif name == "stream-node-max-bytes":
             self.stream_node_max_bytes = int(value)
         elif name == "notify-keyspace-events":
-            from streamworker.engine.pubsub import keyspace_events_from_string
+            if isinstance(value, _EventClasses):
+                self.notify_flags = value.flags
+                self.values[name] = str(value)
+            else:
+                from streamworker.engine.pubsub import keyspace_events_from_string
 
-            self.notify_flags = keyspace_events_from_string(value) or 0
+                self.notify_flags = keyspace_events_from_string(value) or 0

@@ -20,7 +20,7 @@ from streamworker.engine.config import EngineConfig
 from streamworker.engine.context import Blocked, ClientState, Ctx, OnReady
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import Keyspace, unwatch_all
-from streamworker.engine.pubsub import NOTIFY_EXPIRED, PubSub
+from streamworker.engine.pubsub import NOTIFY_EXPIRED, NOTIFY_NEW, PubSub
 from streamworker.engine.replies import QUEUED
 
 if TYPE_CHECKING:
@@ -116,6 +116,7 @@ class Engine:
         self.pubsub = PubSub(self.config)
         for db in self.keyspace.dbs:
             db.expired_event = self._key_expired
+            db.new_event = self._key_new
         self.table: dict[bytes, CommandSpec] = load_commands()
         self.clients: dict[int, ClientState] = {}
         self._next_client_id = 1
@@ -258,6 +259,11 @@ class Engine:
         # A key reclaimed by expiry (lazily or by the cron): Redis's "expired" event.
         if self.config.notify_flags & NOTIFY_EXPIRED:
             self.pubsub.notify(NOTIFY_EXPIRED, b"expired", key, db_index)
+
+    def _key_new(self, db_index: int, key: bytes) -> None:
+        # A key created (Redis's dbAdd): the "new" event, asked for with the 'n' class.
+        if self.config.notify_flags & NOTIFY_NEW:
+            self.pubsub.notify(NOTIFY_NEW, b"new", key, db_index)
 
     def _after_execute(self) -> None:
         assert self.propagator is not None

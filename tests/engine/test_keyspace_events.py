@@ -229,6 +229,31 @@ def test_classes_filter_which_events_are_sent(notified: Pair) -> None:
     )
 
 
+def test_new_keys_send_new_when_asked_for(notified: Pair) -> None:
+    notified.run(
+        steps(
+            """
+            c: CONFIG SET notify-keyspace-events KEAn
+            c: CONFIG GET notify-keyspace-events
+            c: SET n1 v
+            c: SET n1 w
+            c: LPUSH n2 a
+            c: RENAME n1 n3
+            c: COPY n3 n4
+            c: SADD n5 a
+            c: ZADD n6 1 a
+            c: XADD n7 1-1 f v
+            c: HSET n8 f v
+            c: SETBIT n9 1 1
+            c: INCR n10
+            c: CONFIG SET notify-keyspace-events En
+            c: APPEND n11 x
+            c: SET n12 v PX 100000
+            """
+        )
+    )
+
+
 def test_a_key_reclaimed_by_expiry_sends_expired(notified: Pair) -> None:
     # One key: Redis's active expiry samples keys at random, so with several the order of
     # their "expired" events is chance's. Whether the read or the expiry cycle reclaims it,
