@@ -10,6 +10,7 @@ both servers too, and against the in-process client (``engine://``).
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
 from pathlib import Path
@@ -634,3 +635,54 @@ def test_pubsub_commands_are_not_logged_and_a_reload_starts_unsubscribed(tmp_pat
         assert s("PUBSUB", "SHARDNUMSUB", "s") == [b"s", 0]
     finally:
         reloaded.close()
+
+
+# --- random programs ----------------------------------------------------------------------
+
+# Each channel matches at most one pattern, so a client's pmessages never depend on the
+# order Redis keeps its patterns in.
+_CHANNELS = ["r:a1", "r:a2", "r:b2", "r:cx", "r:dx", "r:zz"]
+_PATTERNS = ["r:a*", "r:b?", "r:[cd]x", "r:q*"]
+
+
+def _random_program(rng: random.Random, length: int) -> list[tuple[str, tuple[str, ...]]]:
+    program: list[tuple[str, tuple[str, ...]]] = []
+    for _ in range(length):
+        conn = rng.choice("abc")
+        roll = rng.random()
+        if roll < 0.2:
+            step = ("SUBSCRIBE", rng.choice(_CHANNELS))
+        elif roll < 0.3:
+            step = ("PSUBSCRIBE", rng.choice(_PATTERNS))
+        elif roll < 0.38:
+            step = ("SSUBSCRIBE", rng.choice(_CHANNELS))
+        elif roll < 0.48:
+            step = ("UNSUBSCRIBE", rng.choice(_CHANNELS))
+        elif roll < 0.53:
+            step = ("PUNSUBSCRIBE", rng.choice(_PATTERNS))
+        elif roll < 0.57:
+            step = ("SUNSUBSCRIBE", rng.choice(_CHANNELS))
+        elif roll < 0.8:
+            conn = "p"
+            step = ("PUBLISH", rng.choice(_CHANNELS), f"m{len(program)}")
+        elif roll < 0.86:
+            conn = "p"
+            step = ("SPUBLISH", rng.choice(_CHANNELS), f"s{len(program)}")
+        elif roll < 0.9:
+            step = ("PING",)
+        elif roll < 0.94:
+            step = ("GET", "r:key")
+        else:
+            conn = "p"
+            step = ("PUBSUB", "NUMSUB", *rng.sample(_CHANNELS, 2))
+        program.append((conn, step))
+    return program
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_subscription_programs_match_redis(pair: Pair, seed: int) -> None:
+    rng = random.Random(seed)
+    # Connections a, b, c in RESP2 or RESP3 as the seed says; p publishes.
+    _hello(pair, 3, *[name for name in "abc" if rng.random() < 0.5])
+    for conn, step in _random_program(rng, 150):
+        pair.step(conn, *step)
