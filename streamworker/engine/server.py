@@ -89,6 +89,8 @@ _log = logging.getLogger("streamworker.engine.server")
 _CRON_INTERVAL_S = 0.1
 # Replies are handed to the socket once this many bytes wait (and the output limit checked).
 _WRITE_CHUNK = 64 * 1024
+# An output buffer size no client reaches (a class without limits).
+_NO_LIMIT = float("inf")
 # After SIGTERM/SIGINT, a process still running this much later is ended by a watchdog.
 _SHUTDOWN_WATCHDOG_S = 10.0
 
@@ -303,7 +305,16 @@ class _Connection(asyncio.Protocol):
                 server.loop.call_soon_threadsafe(self._flush_pushed)
         transport = self.transport
         if transport is not None:
-            server.check_output_limit(self, len(self.out) + transport.get_write_buffer_size())
+            pending = len(self.out) + transport.get_write_buffer_size()
+            if server.engine.config.version != server.cfg_version:
+                server.refresh_config()
+            # Below the lower of the class's limits nothing can be over: the full check (and
+            # its bookkeeping) only runs past it.
+            floor = server.obuf_floor.get("pubsub" if client.pubsub else "normal", _NO_LIMIT)
+            if pending >= floor:
+                server.check_output_limit(self, pending)
+            else:
+                self.soft_since = 0.0
 
     def _flush_pushed(self) -> None:
         self.push_scheduled = False
@@ -509,6 +520,8 @@ class EngineServer:
         self.query_buffer_limit = 1024 * 1024 * 1024
         # client-output-buffer-limit by class ("normal", "pubsub"): (hard, soft, soft s).
         self.obuf_limits: dict[str, tuple[int, int, int]] = {}
+        # By class: the lower of its non-zero hard and soft limits (_NO_LIMIT without any).
+        self.obuf_floor: dict[str, float] = {}
         self.idle_timeout_s = 0
         self.busy_after_s = 5.0
         # Busy mode (a script past lua-time-limit): the connection running it, the sockets
@@ -540,6 +553,10 @@ class EngineServer:
         self.obuf_limits = parse_client_output_buffer_limit(
             cfg.get("client-output-buffer-limit") or ""
         )
+        self.obuf_floor = {
+            cls: min((n for n in (hard, soft) if n), default=_NO_LIMIT)
+            for cls, (hard, soft, _) in self.obuf_limits.items()
+        }
         self.idle_timeout_s = int(cfg.get("timeout") or 0)
         self.busy_after_s = int(cfg.get("lua-time-limit") or 0) / 1000
         for conn in self.connections:
