@@ -149,6 +149,25 @@ def _any(value: str) -> str:
     return value
 
 
+class _EventClasses(str):
+    """notify-keyspace-events as CONFIG GET shows it, carrying the class bits it was parsed
+    from: the text can hide a class ('A' hides 'n', as in Redis 7.0), the bits do not."""
+
+    flags: int
+
+
+def _keyspace_events(value: str) -> str:
+    # Imported here: pubsub imports keyspace, which config must not pull in at import time.
+    from streamworker.engine.pubsub import keyspace_events_from_string, keyspace_events_to_string
+
+    flags = keyspace_events_from_string(value)
+    if flags is None:
+        raise ValueError(msgs.NOTIFY_KEYSPACE_EVENTS_INVALID)
+    shown = _EventClasses(keyspace_events_to_string(flags))
+    shown.flags = flags
+    return shown
+
+
 _LLONG_MAX = 2**63 - 1
 
 _OBUF_CLASSES = {"normal": "normal", "slave": "slave", "replica": "slave", "pubsub": "pubsub"}
@@ -211,7 +230,8 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "aof-load-truncated": ("yes", _bool),
     "aof-timestamp-enabled": ("no", None),
     # Unlike Redis (normal 0 0 0), normal clients are bounded by default: a client that
-    # never reads its replies is disconnected instead of exhausting memory.
+    # never reads its replies is disconnected instead of exhausting memory. Subscribers as
+    # Redis (32 MB hard, 8 MB for 60 s soft).
     "client-output-buffer-limit": (
         "normal 268435456 67108864 60 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
         _client_output_buffer_limit,
@@ -224,7 +244,7 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "timeout": ("0", _int_range(0, 2**31 - 1)),
     "hz": ("10", _hz),
     "maxclients": ("10000", _int_range(1, 2**32 - 1, unsigned=True)),
-    "notify-keyspace-events": ("", _any),
+    "notify-keyspace-events": ("", _keyspace_events),
     "lua-time-limit": ("5000", _int_range(0, _LLONG_MAX)),
     "busy-reply-threshold": ("5000", _int_range(0, _LLONG_MAX)),
     "proto-max-bulk-len": ("536870912", _memory(1024 * 1024, _LLONG_MAX, unsigned=False)),
@@ -287,7 +307,13 @@ _PROTECTED = frozenset({"dir", "dbfilename"})
 class EngineConfig:
     """CONFIG parameters of one engine. Not thread-safe alone (the engine lock guards it)."""
 
-    __slots__ = ("stream_node_max_bytes", "stream_node_max_entries", "values", "version")
+    __slots__ = (
+        "notify_flags",
+        "stream_node_max_bytes",
+        "stream_node_max_entries",
+        "values",
+        "version",
+    )
 
     def __init__(self, databases: int = 16) -> None:
         self.values: dict[str, str] = {name: default for name, (default, _) in _PARAMS.items()}
@@ -296,6 +322,8 @@ class EngineConfig:
         self.values["dir"] = os.getcwd()
         self.stream_node_max_entries = 100
         self.stream_node_max_bytes = 4096
+        # notify-keyspace-events as class bits (pubsub.NOTIFY_*), 0 = off.
+        self.notify_flags = 0
         # Bumped by every set(): transports cache parsed values and re-read them on change.
         self.version = 0
 
@@ -342,3 +370,11 @@ class EngineConfig:
             self.stream_node_max_entries = int(value)
         elif name == "stream-node-max-bytes":
             self.stream_node_max_bytes = int(value)
+        elif name == "notify-keyspace-events":
+            if isinstance(value, _EventClasses):
+                self.notify_flags = value.flags
+                self.values[name] = str(value)
+            else:
+                from streamworker.engine.pubsub import keyspace_events_from_string
+
+                self.notify_flags = keyspace_events_from_string(value) or 0

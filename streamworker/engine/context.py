@@ -51,7 +51,12 @@ class ClientState:
         "multi_error",
         "multi_queue",
         "name",
+        "pubsub",
+        "push_out",
         "resp",
+        "sub_channels",
+        "sub_patterns",
+        "sub_shard",
         "watched",
     )
 
@@ -83,6 +88,14 @@ class ClientState:
         self.fd = -1
         # The transport's buffer sizes for CLIENT LIST (qbuf, obl, oll, omem), if any.
         self.io: ClientIO | None = None
+        # Pub/Sub: the channels, patterns and shard channels this client listens to; pubsub
+        # is Redis's CLIENT_PUBSUB flag (set by a (P|S)SUBSCRIBE, cleared when the last
+        # subscription goes); push_out is set by a transport that can deliver messages.
+        self.sub_channels: dict[bytes, None] = {}
+        self.sub_patterns: dict[bytes, None] = {}
+        self.sub_shard: dict[bytes, None] = {}
+        self.pubsub = False
+        self.push_out: Callable[[Reply], None] | None = None
         self.ctx: Ctx
 
     def __repr__(self) -> str:
@@ -183,6 +196,13 @@ class Ctx:
         """Do not log the running command (it changed nothing, or logged its effects with
         :meth:`also_propagate`)."""
         self.prop_custom = True
+
+    def notify(self, kind: int, event: bytes, key: bytes) -> None:
+        """A keyspace event on ``key`` of the current db (Redis's notifyKeyspaceEvent):
+        ``kind`` is a :mod:`.pubsub` ``NOTIFY_*`` class, ``event`` Redis's event name. Costs
+        one AND when ``notify-keyspace-events`` leaves the class off."""
+        if self.engine.config.notify_flags & kind:
+            self.engine.pubsub.notify(kind, event, key, self.db.index)
 
     def signal_key_ready(self, key: bytes) -> None:
         """Mark ``key`` (in the current db) ready: after the current command, clients blocked on

@@ -20,6 +20,7 @@ from streamworker.engine.config import EngineConfig
 from streamworker.engine.context import Blocked, ClientState, Ctx, OnReady
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import Keyspace, unwatch_all
+from streamworker.engine.pubsub import NOTIFY_EXPIRED, NOTIFY_NEW, PubSub
 from streamworker.engine.replies import QUEUED
 
 if TYPE_CHECKING:
@@ -41,6 +42,22 @@ _CRON_INTERVAL_S = 0.1  # Redis's default hz 10
 # Commands never logged as received: what they run is logged command by command (a script's
 # effects, EXEC's queued commands), as Redis 7.0 propagates them.
 _EFFECTS_ONLY = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro", "exec"})
+
+
+# What a RESP2 client in subscribed mode may still run.
+_SUBSCRIBED_OK = frozenset(
+    {
+        "subscribe",
+        "ssubscribe",
+        "unsubscribe",
+        "sunsubscribe",
+        "psubscribe",
+        "punsubscribe",
+        "ping",
+        "quit",
+        "reset",
+    }
+)
 
 
 def uses_wall_clock(engine: Engine) -> bool:
@@ -96,6 +113,10 @@ class Engine:
         for db in self.keyspace.dbs:
             db.flush_event = self.signal_db_ready
         self.config = EngineConfig(databases=databases)
+        self.pubsub = PubSub(self.config)
+        for db in self.keyspace.dbs:
+            db.expired_event = self._key_expired
+            db.new_event = self._key_new
         self.table: dict[bytes, CommandSpec] = load_commands()
         self.clients: dict[int, ClientState] = {}
         self._next_client_id = 1
@@ -162,6 +183,9 @@ class Engine:
                 self._unblock(client.blocked)
             client.blocked = None
             unwatch_all(client)
+            if client.pubsub:
+                self.pubsub.drop_client(client)
+            client.push_out = None
             client.in_multi = False
             client.multi_queue = []
             self.clients.pop(client.id, None)
@@ -237,6 +261,16 @@ class Engine:
                     self._after_execute()
         return done
 
+    def _key_expired(self, db_index: int, key: bytes) -> None:
+        # A key reclaimed by expiry (lazily or by the cron): Redis's "expired" event.
+        if self.config.notify_flags & NOTIFY_EXPIRED:
+            self.pubsub.notify(NOTIFY_EXPIRED, b"expired", key, db_index)
+
+    def _key_new(self, db_index: int, key: bytes) -> None:
+        # A key created (Redis's dbAdd): the "new" event, asked for with the 'n' class.
+        if self.config.notify_flags & NOTIFY_NEW:
+            self.pubsub.notify(NOTIFY_NEW, b"new", key, db_index)
+
     def _after_execute(self) -> None:
         assert self.propagator is not None
         self.propagator.after_execute()
@@ -269,6 +303,9 @@ class Engine:
             return self._reject(client, msgs.wrong_arity(spec.name))
         if not client.authenticated and "no-auth" not in spec.flags:
             return self._reject(client, msgs.NOAUTH)
+        if client.pubsub and client.resp == 2 and spec.name not in _SUBSCRIBED_OK:
+            # RESP2 has no way to tell a reply from a message: Redis refuses the rest.
+            return self._reject(client, msgs.subscribed_context(spec.name))
         ctx = client.ctx
         if client.in_multi:
             if spec.no_multi:

@@ -20,6 +20,7 @@ This is the only engine module that imports redis-py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import deque
@@ -54,9 +55,11 @@ from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import RequestParser
 from streamworker.engine.replies import (
     Double,
+    Frames,
     Map,
     NullArray,
     NullBulk,
+    Push,
     SetReply,
     Status,
     Verbatim,
@@ -305,6 +308,9 @@ class _Converter:
                 return [conv(x) for x in v.items]
             if t is Verbatim:
                 return text(v.text)
+            if t is Push or t is Frames:
+                # Frames only get here nested (SUBSCRIBE inside EXEC): one list per command.
+                return [conv(x) for x in v.items]
             if t is CommandError:
                 return error(v)
             if t is bool:
@@ -325,9 +331,23 @@ class _Converter:
 
 class _EngineSession:
     """The engine side of one connection: its ClientState, pending replies, deferred
-    commands (queued behind a blocked one) and the reply converter."""
+    commands (queued behind a blocked one) and the reply converter.
 
-    __slots__ = ("client", "conv", "conv_resp", "deferred", "engine", "replies")
+    Pub/Sub messages (pushed by other clients' PUBLISH, from any thread, engine lock held)
+    join :attr:`replies` in arrival order, as they would join a socket's byte stream; a
+    reader waiting for one waits on :attr:`arrived` (threads) or registers a waker in
+    :attr:`wakers` (asyncio)."""
+
+    __slots__ = (
+        "arrived",
+        "client",
+        "conv",
+        "conv_resp",
+        "deferred",
+        "engine",
+        "replies",
+        "wakers",
+    )
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -337,10 +357,57 @@ class _EngineSession:
         # Reply converter for the protocol ``conv_resp``; rebuilt when HELLO/RESET change it.
         self.conv: Callable[[Any], Any] | None = None
         self.conv_resp = 0
+        self.arrived = threading.Condition()
+        self.wakers: list[Callable[[], None]] = []
+        self.client.push_out = self._push
+
+    def _push(self, reply: Any) -> None:
+        self.replies.append(reply)
+        with self.arrived:
+            self.arrived.notify_all()
+        for wake in list(self.wakers):
+            wake()
+
+    def wait_for_reply(self, timeout_s: float | None) -> bool:
+        """Wait (thread) until a reply or message is there, ``timeout_s`` at most (None:
+        forever); True if one is. Only a subscribed client can receive anything unasked."""
+        if self.replies:
+            return True
+        if not self.client.pubsub:
+            return False
+        with self.arrived:
+            return self.arrived.wait_for(lambda: bool(self.replies), timeout_s)
+
+    def _append(self, reply: Any) -> None:
+        # A command answering several frames (SUBSCRIBE a b) answers several replies.
+        if type(reply) is Frames:
+            self.replies.extend(reply.items)
+        elif type(reply) is list and self.client.pubsub:
+            self.replies.append(self._lift_frames(reply))
+        else:
+            self.replies.append(reply)
+
+    def _lift_frames(self, reply: list[Any]) -> list[Any]:
+        # EXEC's array of a subscriber may hold several frames for one command (SUBSCRIBE
+        # inside MULTI, a message it sent itself): on a socket redis-py hands the extra
+        # pushes to its push handler while it reads the array. Here they go ahead of the
+        # array, as messages, and the command's own reply stays in place.
+        if not any(type(x) is Frames for x in reply):
+            return reply
+        out: list[Any] = []
+        for item in reply:
+            if type(item) is Frames and item.items:
+                *extra, last = item.items
+                self.replies.extend(extra)
+                out.append(last)
+            else:
+                out.append(item)
+        return out
 
     def close(self) -> None:
         self.replies.clear()
         self.deferred = []
+        self.wakers.clear()
         self.engine.disconnect(self.client)
 
     def run(self, cmds: list[list[bytes]]) -> None:
@@ -352,13 +419,19 @@ class _EngineSession:
         client = self.client
         replies = self.replies
         if len(cmds) == 1:
-            replies.append(engine.execute(client, cmds[0]))
+            reply = engine.execute(client, cmds[0])
+            t = type(reply)
+            if t is Frames or (t is list and client.pubsub):
+                self._append(reply)
+            else:
+                replies.append(reply)
             return
         if _may_switch_resp(cmds):
             self._run_switching(cmds)
             return
         out = engine.execute_many(client, cmds)
-        replies.extend(out)
+        for reply in out:
+            self._append(reply)
         if len(out) < len(cmds):
             self.deferred = cmds[len(out) :]
 
@@ -374,7 +447,9 @@ class _EngineSession:
                 break
         final = client.resp
         for reply, resp in produced:
-            self.replies.append(reply if resp == final else _WithResp(reply, resp))
+            items = reply.items if type(reply) is Frames else [reply]
+            for item in items:
+                self.replies.append(item if resp == final else _WithResp(item, resp))
 
     def after_blocked(self) -> None:
         """Run the commands that were queued behind a served blocked command."""
@@ -547,12 +622,17 @@ class EngineConnection(_SyncAbstractConnection):
         cmds = command if type(command) is _Batch else _unpack_raw(command)
         session.run(cmds)
 
-    def can_read(self, timeout: float = 0) -> bool:
+    def can_read(self, timeout: float | None = 0) -> bool:
         if not self._sock:
             conn: Any = self
             conn.connect()
         session = self._session
-        return bool(session is not None and session.replies)
+        if session is None:
+            return False
+        if session.replies:
+            return True
+        # A subscriber waits for a message as a socket read would (PubSub.get_message).
+        return bool(timeout != 0 and session.wait_for_reply(timeout))
 
     def read_response(
         self,
@@ -563,23 +643,39 @@ class EngineConnection(_SyncAbstractConnection):
         push_request: bool = False,
     ) -> Any:
         session = self._session
-        if session is None or not session.replies:
-            if timeout is not _SENTINEL:
-                return None
-            raise RedisConnectionError(f"Error while reading from {self._engine_url}: no reply")
-        item = session.replies.popleft()
-        t = type(item)
-        if (t is bytes and not self._decode) or t is int:
-            response: Any = item
-        else:
-            if t is Blocked:
-                item = self._await_blocked(item, timeout, disconnect_on_error)
-                session.after_blocked()
-            response = session.convert(
-                item, self.encoder, self._parser.parse_error, disable_decoding
-            )
-            if isinstance(response, Exception):
-                raise response
+        while True:
+            if session is None or not session.replies:
+                if session is not None and session.client.pubsub:
+                    # A subscriber's read waits for the next message (None: for ever).
+                    wait_s = self.socket_timeout if timeout is _SENTINEL else timeout
+                    if session.wait_for_reply(wait_s):
+                        continue
+                    if timeout is _SENTINEL:
+                        raise RedisTimeoutError(f"Timeout reading from {self._engine_url}")
+                if timeout is not _SENTINEL:
+                    return None
+                raise RedisConnectionError(f"Error while reading from {self._engine_url}: no reply")
+            item = session.replies.popleft()
+            t = type(item)
+            if (t is bytes and not self._decode) or t is int:
+                response: Any = item
+            else:
+                if t is Blocked:
+                    item = self._await_blocked(item, timeout, disconnect_on_error)
+                    session.after_blocked()
+                response = session.convert(
+                    item, self.encoder, self._parser.parse_error, disable_decoding
+                )
+                if isinstance(response, Exception):
+                    raise response
+                if t is Push and session.client.resp >= 3:
+                    # A RESP3 push goes to the parser's push handlers, as off a socket: a
+                    # read that did not ask for one goes on to the next reply.
+                    parser: Any = self._parser
+                    response = parser.handle_push_response(response)
+                    if not push_request:
+                        continue
+            break
         if self.health_check_interval:
             conn: Any = self
             conn.next_health_check = time.monotonic() + self.health_check_interval
@@ -706,6 +802,32 @@ class AsyncEngineConnection(_AsyncAbstractConnection):
         session = self._session
         return bool(session is not None and session.replies)
 
+    async def _wait_for_push(self, session: _EngineSession, timeout_s: float | None) -> bool:
+        # A subscriber's read: wait for the next message (pushed from any thread) without
+        # blocking the event loop; True once one is there, False at the timeout.
+        if session.replies:
+            return True
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            # Runs in the publisher's thread: a closed loop must not fail its PUBLISH.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_set_done, fut)
+
+        session.wakers.append(wake)
+        try:
+            if session.replies:  # arrived between the check and the registration
+                return True
+            try:
+                await asyncio.wait_for(fut, timeout_s)
+            except TimeoutError:
+                return bool(session.replies)
+            return True
+        finally:
+            with contextlib.suppress(ValueError):
+                session.wakers.remove(wake)
+
     async def can_read(self) -> bool:
         session = self._session
         return bool(session is not None and session.replies)
@@ -719,23 +841,38 @@ class AsyncEngineConnection(_AsyncAbstractConnection):
         push_request: bool | None = False,
     ) -> Any:
         session = self._session
-        if session is None or not session.replies:
-            if timeout is not None:
-                return None
-            raise RedisConnectionError(f"Error while reading from {self._engine_url}: no reply")
-        item = session.replies.popleft()
-        t = type(item)
-        if (t is bytes and not self._decode) or t is int:
-            response: Any = item
-        else:
-            if t is Blocked:
-                item = await self._await_blocked(session, item, timeout, disconnect_on_error)
-                session.after_blocked()
-            response = session.convert(
-                item, self.encoder, self._parser.parse_error, disable_decoding
-            )
-            if isinstance(response, Exception):
-                raise response from None
+        while True:
+            if session is None or not session.replies:
+                # A subscriber's read waits for the next message, ``timeout`` at most.
+                if (
+                    session is not None
+                    and session.client.pubsub
+                    and await self._wait_for_push(session, timeout)
+                ):
+                    continue
+                if timeout is not None:
+                    return None
+                raise RedisConnectionError(f"Error while reading from {self._engine_url}: no reply")
+            item = session.replies.popleft()
+            t = type(item)
+            if (t is bytes and not self._decode) or t is int:
+                response: Any = item
+            else:
+                if t is Blocked:
+                    item = await self._await_blocked(session, item, timeout, disconnect_on_error)
+                    session.after_blocked()
+                response = session.convert(
+                    item, self.encoder, self._parser.parse_error, disable_decoding
+                )
+                if isinstance(response, Exception):
+                    raise response from None
+                if t is Push and session.client.resp >= 3:
+                    # A RESP3 push goes to the parser's push handlers, as off a socket.
+                    aparser: Any = self._parser
+                    response = await aparser.handle_push_response(response)
+                    if not push_request:
+                        continue
+            break
         if self.health_check_interval:
             self.next_health_check = asyncio.get_running_loop().time() + self.health_check_interval
         return response

@@ -59,10 +59,12 @@ class Database:
         "_key_event",
         "data",
         "expired_count",
+        "expired_event",
         "expires",
         "flush_event",
         "index",
         "member_scans",
+        "new_event",
         "scan_cache",
         "watchers",
     )
@@ -85,6 +87,10 @@ class Database:
         # Called with the db index after FLUSHDB/FLUSHALL/SWAPDB instead of one key_event per
         # key (the engine re-checks only the keys somebody waits on).
         self.flush_event: Callable[[int], None] | None = None
+        # Called with (db index, key) after a key is reclaimed by expiry / after a key is
+        # created (keyspace events "expired" and "new").
+        self.expired_event: Callable[[int, bytes], None] | None = None
+        self.new_event: Callable[[int, bytes], None] | None = None
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -162,6 +168,8 @@ class Database:
             self.touch(key)
         if old is not None and old is not value:
             self._key_event(self.index, key)
+        elif old is None and self.new_event is not None:
+            self.new_event(self.index, key)
 
     def delete(self, key: bytes) -> bool:
         """Delete ``key``; True if it existed (and was not expired). Touches WATCHers."""
@@ -243,6 +251,8 @@ class Database:
         if self.watchers:
             self.touch(key)
         self._key_event(self.index, key)
+        if self.expired_event is not None:
+            self.expired_event(self.index, key)
 
     def active_expire(self, now_ms: int, budget: int = 1000) -> int:
         """Delete up to ``budget`` due keys; returns how many were deleted."""

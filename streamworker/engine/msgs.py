@@ -481,3 +481,25 @@ RESTORE_TTL = "ERR Invalid TTL value, must be >= 0"
 RESTORE_IDLETIME = "ERR Invalid IDLETIME value, must be >= 0"
 RESTORE_FREQ = "ERR Invalid FREQ value, must be >= 0 and <= 255"
 BGSAVE_IN_PROGRESS = "ERR Background save already in progress"
+
+
+# --- Pub/Sub -------------------------------------------------------------------------------
+
+
+def subscribed_context(cmd: str) -> str:
+    """A RESP2 client in subscribed mode ran something else (``cmd`` is the full name,
+    ``client|list`` for a subcommand)."""
+    return (
+        f"ERR Can't execute '{cmd}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / "
+        "RESET are allowed in this context"
+    )
+
+
+def deny_blocking_subscribe(cmd_upper: str) -> str:
+    """SSUBSCRIBE inside EXEC (Redis 7.0 refuses it; SUBSCRIBE and PSUBSCRIBE are allowed)."""
+    return f"ERR {cmd_upper} isn't allowed for a DENY BLOCKING client"
+
+
+# CONFIG SET notify-keyspace-events with a letter outside A g $ l s h z x e K E t m d n
+# (the reason part of the CONFIG SET error).
+NOTIFY_KEYSPACE_EVENTS_INVALID = "Invalid event class character. Use 'Ag$lshzxeKEtmdn'."

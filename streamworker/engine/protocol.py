@@ -15,9 +15,11 @@ from streamworker.engine import msgs
 from streamworker.engine.errors import CommandError
 from streamworker.engine.replies import (
     Double,
+    Frames,
     Map,
     NullArray,
     NullBulk,
+    Push,
     SetReply,
     Status,
     Verbatim,
@@ -415,6 +417,17 @@ def _enc_verbatim(out: bytearray, value: Verbatim, resp: int) -> None:
         _enc_bytes(out, value.text, resp)
 
 
+def _enc_push(out: bytearray, value: Push, resp: int) -> None:
+    out += (b">%d\r\n" if resp >= 3 else b"*%d\r\n") % len(value.items)
+    for item in value.items:
+        _ENCODERS.get(type(item), _enc_fallback)(out, item, resp)
+
+
+def _enc_frames(out: bytearray, value: Frames, resp: int) -> None:
+    for item in value.items:
+        _ENCODERS.get(type(item), _enc_fallback)(out, item, resp)
+
+
 def _enc_fallback(out: bytearray, value: Any, resp: int) -> None:
     for cls, enc in _ENCODERS.items():
         if isinstance(value, cls):
@@ -437,6 +450,8 @@ _ENCODERS: dict[type, _Enc] = {
     Double: _enc_double,
     SetReply: _enc_set,
     Verbatim: _enc_verbatim,
+    Push: _enc_push,
+    Frames: _enc_frames,
     CommandError: _enc_error,
     str: _enc_str,
     bytearray: _enc_bytes,

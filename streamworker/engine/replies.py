@@ -16,6 +16,8 @@ Python value               RESP2                       RESP3
 :class:`Double`            bulk string (``%.17g``)     double ``,``
 :class:`SetReply`          array                       set ``~``
 :class:`Verbatim`          bulk string                 verbatim ``=`` (``txt:``)
+:class:`Push`              array                       push ``>``
+:class:`Frames`            each item in turn           each item in turn
 :class:`~.errors.CommandError`  error ``-``            error ``-``
 =========================  ==========================  ==========================
 
@@ -40,9 +42,11 @@ __all__ = [
     "PONG",
     "QUEUED",
     "Double",
+    "Frames",
     "Map",
     "NullArray",
     "NullBulk",
+    "Push",
     "Reply",
     "SetReply",
     "Status",
@@ -191,9 +195,50 @@ class Verbatim:
     __hash__ = None  # type: ignore[assignment]
 
 
+class Push:
+    """An out-of-band message (Pub/Sub ``message``, ``subscribe``...): an array in RESP2, a
+    ``>`` push frame in RESP3.
+
+    ``wire`` caches the encoded frame by protocol: one PUBLISH sends the same frame to every
+    subscriber, and a transport encodes it once per protocol (the items must not change)."""
+
+    __slots__ = ("items", "wire")
+
+    def __init__(self, items: Iterable[Reply]) -> None:
+        self.items: list[Reply] = list(items)
+        self.wire: dict[int, bytes] = {}
+
+    def __repr__(self) -> str:
+        return f"Push({self.items!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Push) and other.items == self.items
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Frames:
+    """Several top-level replies written back to back for one command: SUBSCRIBE a b
+    answers one ``subscribe`` frame per channel. Inside EXEC's array they are written in
+    place, so the array holds more frames than its length says, as in Redis."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Iterable[Reply]) -> None:
+        self.items: list[Reply] = list(items)
+
+    def __repr__(self) -> str:
+        return f"Frames({self.items!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Frames) and other.items == self.items
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 Reply: TypeAlias = (
     "bytes | int | Status | list[Any] | tuple[Any, ...] | NullBulk | NullArray | Map | Double"
-    " | SetReply | Verbatim | CommandError"
+    " | SetReply | Verbatim | Push | Frames | CommandError"
 )
 """Any value a command may return (nested containers hold Replies)."""
 

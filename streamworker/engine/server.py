@@ -22,8 +22,13 @@ process). What it does as Redis does:
 * **Limits**: malformed input gets Redis's protocol error and the connection is closed
   (others are unaffected); bulk and multibulk lengths are bounded (``proto-max-bulk-len``,
   the 10-argument / 16 KB bounds before AUTH); a client whose unread replies exceed
-  ``client-output-buffer-limit`` (normal class) or whose unparsed input exceeds
-  ``client-query-buffer-limit`` is disconnected; ``maxclients``; idle ``timeout``.
+  ``client-output-buffer-limit`` (the pubsub class for a client with a subscription, else
+  normal) or whose unparsed input exceeds ``client-query-buffer-limit`` is disconnected;
+  ``maxclients``; idle ``timeout``.
+* **Pub/Sub**: a message for a connection is encoded into its output buffer at once, under
+  the engine lock of the PUBLISH that sent it (so it precedes the reply of a command the
+  subscriber is running), checked against the output limit, and handed to the socket when
+  the event loop turn ends.
 * **Protected mode**: binding a non-loopback address without ``requirepass`` is refused.
 
 * **Runaway scripts** (busy mode): a script that has run ``lua-time-limit`` ms (5000, CONFIG
@@ -64,7 +69,8 @@ from streamworker.engine.config import parse_client_output_buffer_limit
 from streamworker.engine.context import Blocked
 from streamworker.engine.core import Engine
 from streamworker.engine.errors import CommandError
-from streamworker.engine.protocol import ProtocolError, RequestParser, encode_into
+from streamworker.engine.protocol import ProtocolError, RequestParser, encode, encode_into
+from streamworker.engine.replies import Push
 
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState
@@ -84,6 +90,8 @@ _log = logging.getLogger("streamworker.engine.server")
 _CRON_INTERVAL_S = 0.1
 # Replies are handed to the socket once this many bytes wait (and the output limit checked).
 _WRITE_CHUNK = 64 * 1024
+# An output buffer size no client reaches (a class without limits).
+_NO_LIMIT = float("inf")
 # After SIGTERM/SIGINT, a process still running this much later is ended by a watchdog.
 _SHUTDOWN_WATCHDOG_S = 10.0
 
@@ -154,6 +162,7 @@ class _Connection(asyncio.Protocol):
         "out",
         "parser",
         "proto_error",
+        "push_scheduled",
         "queued",
         "queued_bytes",
         "server",
@@ -180,6 +189,7 @@ class _Connection(asyncio.Protocol):
         self.proto_error: ProtocolError | None = None
         self.closing = False
         self.soft_since = 0.0
+        self.push_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
 
     # -- ClientIO (CLIENT LIST) -----------------------------------------------------------
@@ -219,6 +229,7 @@ class _Connection(asyncio.Protocol):
             client.fd = sock.fileno()
         client.authenticated = not cfg.get("requirepass")
         client.io = self
+        client.push_out = self._push
         self.parser.authenticated = client.authenticated
         self.parser.max_bulk_len = server.max_bulk_len
         server.connections.add(self)
@@ -271,6 +282,49 @@ class _Connection(asyncio.Protocol):
             return
         if self.out:
             server.send(self)
+
+    # -- Pub/Sub --------------------------------------------------------------------------
+
+    def _push(self, reply: Reply) -> None:
+        # A message for this client (engine lock held, usually while another client's PUBLISH
+        # runs): it joins the output buffer at once, as in Redis, so it precedes the reply of
+        # a command this client is running; the socket gets it when the loop turn ends. The
+        # buffer is checked against the client's class limit on every message, so a
+        # subscriber that does not read is dropped as soon as it passes the hard limit.
+        if self.closing:
+            return
+        client = self.client
+        assert client is not None
+        if type(reply) is Push:
+            resp = client.resp
+            data = reply.wire.get(resp)
+            if data is None:
+                data = reply.wire[resp] = encode(reply, resp)
+            self.out += data
+        else:
+            encode_into(self.out, reply, client.resp)
+        server = self.server
+        if server.executing is not self and not self.push_scheduled:
+            self.push_scheduled = True
+            with contextlib.suppress(RuntimeError):  # the loop is closing: nothing to flush
+                server.loop.call_soon_threadsafe(self._flush_pushed)
+        transport = self.transport
+        if transport is not None:
+            pending = len(self.out) + transport.get_write_buffer_size()
+            if server.engine.config.version != server.cfg_version:
+                server.refresh_config()
+            # Below the lower of the class's limits nothing can be over: the full check (and
+            # its bookkeeping) only runs past it.
+            floor = server.obuf_floor.get("pubsub" if client.pubsub else "normal", _NO_LIMIT)
+            if pending >= floor:
+                server.check_output_limit(self, pending)
+            else:
+                self.soft_since = 0.0
+
+    def _flush_pushed(self) -> None:
+        self.push_scheduled = False
+        if self.out and not self.closing and self.server.executing is not self:
+            self.server.send(self)
 
     # -- running commands ---------------------------------------------------------------
 
@@ -469,9 +523,10 @@ class EngineServer:
         self.maxclients = 10000
         self.max_bulk_len = 512 * 1024 * 1024
         self.query_buffer_limit = 1024 * 1024 * 1024
-        self.obuf_hard = 0
-        self.obuf_soft = 0
-        self.obuf_soft_s = 0
+        # client-output-buffer-limit by class ("normal", "pubsub"): (hard, soft, soft s).
+        self.obuf_limits: dict[str, tuple[int, int, int]] = {}
+        # By class: the lower of its non-zero hard and soft limits (_NO_LIMIT without any).
+        self.obuf_floor: dict[str, float] = {}
         self.idle_timeout_s = 0
         self.busy_after_s = 5.0
         # Busy mode (a script past lua-time-limit): the connection running it, the sockets
@@ -500,8 +555,13 @@ class EngineServer:
         self.maxclients = int(cfg.get("maxclients") or 10000)
         self.max_bulk_len = int(cfg.get("proto-max-bulk-len") or 512 * 1024 * 1024)
         self.query_buffer_limit = int(cfg.get("client-query-buffer-limit") or 1 << 30)
-        limits = parse_client_output_buffer_limit(cfg.get("client-output-buffer-limit") or "")
-        self.obuf_hard, self.obuf_soft, self.obuf_soft_s = limits.get("normal", (0, 0, 0))
+        self.obuf_limits = parse_client_output_buffer_limit(
+            cfg.get("client-output-buffer-limit") or ""
+        )
+        self.obuf_floor = {
+            cls: min((n for n in (hard, soft) if n), default=_NO_LIMIT)
+            for cls, (hard, soft, _) in self.obuf_limits.items()
+        }
         self.idle_timeout_s = int(cfg.get("timeout") or 0)
         self.busy_after_s = int(cfg.get("lua-time-limit") or 0) / 1000
         for conn in self.connections:
@@ -615,9 +675,15 @@ class EngineServer:
             conn.write_out()
 
     def check_output_limit(self, conn: _Connection, pending: int) -> None:
-        """Disconnect ``conn`` when its unsent replies pass the normal-class limits."""
-        self.refresh_config()
-        hard, soft, soft_s = self.obuf_hard, self.obuf_soft, self.obuf_soft_s
+        """Disconnect ``conn`` when its unsent replies pass the limits of its class: pubsub
+        for a client with a subscription (Redis's CLIENT_PUBSUB, either protocol), else
+        normal. The hard limit closes at once, the soft one once it has been passed
+        continuously for its seconds."""
+        if self.engine.config.version != self.cfg_version:
+            self.refresh_config()
+        client = conn.client
+        cls = "pubsub" if client is not None and client.pubsub else "normal"
+        hard, soft, soft_s = self.obuf_limits.get(cls, (0, 0, 0))
         over = False
         if hard and pending >= hard:
             over = True
@@ -630,7 +696,6 @@ class EngineServer:
         else:
             conn.soft_since = 0.0
         if over:
-            client = conn.client
             _log.warning(
                 "Client id=%d addr=%s closed for overcoming of output buffer limits (omem=%d)",
                 client.id if client else -1,

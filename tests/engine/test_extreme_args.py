@@ -52,6 +52,8 @@ _ERROR_OR_SHAPE = frozenset({b"scan", b"sscan", b"command", b"client"})
 _IDLE_TIMED = frozenset({b"xautoclaim", b"xclaim", b"xpending"})
 # Peak RSS may grow by this much over a whole run (the engine's fixture data is a few bytes).
 _MEMORY_JUMP_LIMIT_BYTES = 200 * 1024 * 1024
+# Commands answering one frame per argument (several replies to one command).
+_MULTI_FRAME = frozenset({"unsubscribe", "punsubscribe", "sunsubscribe"})
 # Commands that change state: the fixture is rebuilt after each of them.
 _STATEFUL = frozenset({b"select", b"swapdb", b"client", b"config", b"eval", b"xgroup"})
 
@@ -239,6 +241,9 @@ def test_random_extreme_argument_lists_answer_at_once_as_redis_does(
     if name.encode() in REPEATING_COMMANDS and any(a in REPEATING_COUNTS for a in args):
         return
     if _allocates(argv):
+        return
+    if name in _MULTI_FRAME and len(args) > 1:
+        # One frame per channel: this harness reads one reply per command.
         return
     sides.reset()
     sides.compare(argv)

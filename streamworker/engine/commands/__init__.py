@@ -69,6 +69,7 @@ _MODULES = (
     "scripting",
     "functions",
     "rdb",
+    "pubsub",
 )
 _OPTIONAL_MODULES = frozenset({"streams"})
 

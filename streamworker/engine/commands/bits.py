@@ -20,6 +20,7 @@ from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import parse_int
+from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_STRING
 from streamworker.engine.replies import NULL_BULK
 
 if TYPE_CHECKING:
@@ -150,7 +151,9 @@ def setbit(ctx: Ctx, args: list[bytes]) -> Reply:
     overlay = _Overlay(old if old is not None else b"", (offset >> 3) + 1)
     before = overlay.get_bits(offset, 1)
     overlay.set_bits(offset, 1, on)
-    if not _store(ctx, key, old is not None, overlay):
+    if _store(ctx, key, old is not None, overlay):
+        ctx.notify(NOTIFY_STRING, b"setbit", key)
+    else:
         ctx.no_propagate()
     return before
 
@@ -304,7 +307,8 @@ def bitop(ctx: Ctx, args: list[bytes]) -> Reply:
     sources = [_string(ctx, key) or b"" for key in args[2:]]
     maxlen = max(len(s) for s in sources)
     if not maxlen:
-        ctx.db.delete(dest)
+        if ctx.db.delete(dest):
+            ctx.notify(NOTIFY_GENERIC, b"del", dest)
         return 0
     if op == b"not":
         result = _invert(sources[0])
@@ -325,6 +329,7 @@ def bitop(ctx: Ctx, args: list[bytes]) -> Reply:
             pieces.append(acc.to_bytes(size, "big"))
         result = b"".join(pieces)
     ctx.db.set(dest, result)
+    ctx.notify(NOTIFY_STRING, b"set", dest)
     return maxlen
 
 
@@ -476,7 +481,10 @@ def _bitfield(ctx: Ctx, args: list[bytes], readonly_cmd: bool) -> Reply:
             continue
         out.append(ret)
         overlay.set_bits(offset, bits, new & ((1 << bits) - 1))
-    if readonly or not _store(ctx, key, value is not None, overlay):
+    if not readonly and _store(ctx, key, value is not None, overlay):
+        # As SETBIT: the event only when the string changed.
+        ctx.notify(NOTIFY_STRING, b"setbit", key)
+    else:
         ctx.no_propagate()
     return out
 

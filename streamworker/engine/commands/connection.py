@@ -25,6 +25,9 @@ def ping(ctx: Ctx, args: list[bytes]) -> Reply:
     """PING [message] -> PONG or the message."""
     if len(args) > 1:
         raise CommandError(msgs.wrong_arity("ping"))
+    if ctx.client.pubsub and ctx.client.resp == 2:
+        # Subscribed RESP2 clients read every frame as a message: PING answers in that shape.
+        return [b"pong", args[0] if args else b""]
     return args[0] if args else PONG
 
 
@@ -143,6 +146,9 @@ def reset(ctx: Ctx, args: list[bytes]) -> Reply:
     """RESET -> +RESET; drops MULTI, WATCHes, the name, selects db 0, back to RESP2."""
     client = ctx.client
     discard_transaction(client)
+    if client.pubsub:
+        # Redis's clearClientConnectionState: every subscription goes, without frames.
+        ctx.engine.pubsub.drop_client(client)
     ctx.select(0)
     client.resp = 2
     client.name = None
@@ -162,6 +168,8 @@ def client_info_line(ctx: Ctx, client: ClientState) -> str:
     age = max(0, (now_ms - client.created_ms) // 1000)
     idle = max(0, (now_ms - client.last_interaction_ms) // 1000)
     flags = ""
+    if client.pubsub:
+        flags += "P"
     if client.in_multi:
         flags += "x"
     if client.blocked is not None:
@@ -181,7 +189,8 @@ def client_info_line(ctx: Ctx, client: ClientState) -> str:
     tot_mem = 1024 + qbuf + qbuf_free + omem
     return (
         f"id={client.id} addr={client.addr} laddr={client.laddr} fd={client.fd} name={name} "
-        f"age={age} idle={idle} flags={flags or 'N'} db={client.db_index} sub=0 psub=0 ssub=0 "
+        f"age={age} idle={idle} flags={flags or 'N'} db={client.db_index} sub={len(client.sub_channels)} "
+        f"psub={len(client.sub_patterns)} ssub={len(client.sub_shard)} "
         f"multi={multi} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem=0 multi-mem=0 rbs=16384 "
         f"rbp=0 obl={obl} oll={oll} omem={omem if oll else 0} tot-mem={tot_mem} events=r "
         f"cmd={client.last_cmd} user=default redir=-1 resp={client.resp}"
@@ -228,7 +237,11 @@ def client_list(ctx: Ctx, args: list[bytes]) -> Reply:
             kind = args[i + 1].lower()
             if kind not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
                 raise CommandError(msgs.unknown_client_type(to_str(args[i + 1])))
-            if kind != b"normal":
+            if kind == b"normal":
+                clients = [c for c in clients if not c.pubsub]
+            elif kind == b"pubsub":
+                clients = [c for c in clients if c.pubsub]
+            else:
                 clients = []
             i += 2
         elif opt == b"id" and i + 1 < len(args):

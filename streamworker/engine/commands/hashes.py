@@ -17,6 +17,7 @@ from streamworker.engine.numbers import (
     ld_parse,
     parse_int,
 )
+from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_HASH
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_BULK, OK, Map
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ def hset(ctx: Ctx, args: list[bytes]) -> Reply:
             added += 1
         h[args[i]] = args[i + 1]
     ctx.touch(args[0])
+    ctx.notify(NOTIFY_HASH, b"hset", args[0])
     return added
 
 
@@ -72,6 +74,7 @@ def hsetnx(ctx: Ctx, args: list[bytes]) -> Reply:
     h = _hash_for_write(ctx, key)
     h[field] = value
     ctx.touch(key)
+    ctx.notify(NOTIFY_HASH, b"hset", key)
     return 1
 
 
@@ -115,8 +118,10 @@ def hdel(ctx: Ctx, args: list[bytes]) -> Reply:
             if not h:
                 break
     if removed:
+        ctx.notify(NOTIFY_HASH, b"hdel", key)
         if not h:
             ctx.db.delete(key)
+            ctx.notify(NOTIFY_GENERIC, b"del", key)
         else:
             ctx.touch(key)
     return removed
@@ -178,6 +183,7 @@ def hincrby(ctx: Ctx, args: list[bytes]) -> Reply:
     value += incr
     h[field] = str(value).encode()
     ctx.touch(key)
+    ctx.notify(NOTIFY_HASH, b"hincrby", key)
     return value
 
 
@@ -201,6 +207,7 @@ def hincrbyfloat(ctx: Ctx, args: list[bytes]) -> Reply:
     text = ld_format_human(result)
     h[field] = text
     ctx.touch(key)
+    ctx.notify(NOTIFY_HASH, b"hincrbyfloat", key)
     ctx.propagate([b"HSET", key, field, text])
     return text
 

@@ -16,6 +16,7 @@ from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import glob_match, type_name
 from streamworker.engine.model.zset import ZSet
 from streamworker.engine.numbers import LLONG_MAX, parse_int
+from streamworker.engine.pubsub import NOTIFY_GENERIC
 from streamworker.engine.replies import NULL_BULK, OK, Status
 
 if TYPE_CHECKING:
@@ -28,7 +29,12 @@ if TYPE_CHECKING:
 def del_(ctx: Ctx, args: list[bytes]) -> Reply:
     """DEL key [key ...] -> number of keys removed."""
     db = ctx.db
-    return sum(1 for key in args if db.delete(key))
+    removed = 0
+    for key in args:
+        if db.delete(key):
+            removed += 1
+            ctx.notify(NOTIFY_GENERIC, b"del", key)
+    return removed
 
 
 @command("unlink", arity=-2, flags=("write", "fast"), first_key=1, last_key=-1, step=1)
@@ -113,10 +119,12 @@ def _expire_generic(ctx: Ctx, args: list[bytes], name: str, basetime: int, secon
     if when <= ctx.now_ms():
         db.delete(key)
         ctx.propagate([b"DEL", key])
+        ctx.notify(NOTIFY_GENERIC, b"del", key)
         return 1
     db.set_expire(key, when)
     ctx.touch(key)
     ctx.propagate([b"PEXPIREAT", key, b"%d" % when])
+    ctx.notify(NOTIFY_GENERIC, b"expire", key)
     return 1
 
 
@@ -189,6 +197,7 @@ def persist(ctx: Ctx, args: list[bytes]) -> Reply:
     if db.get(key) is None or not db.persist(key):
         return 0
     ctx.touch(key)
+    ctx.notify(NOTIFY_GENERIC, b"persist", key)
     return 1
 
 
@@ -322,6 +331,8 @@ def _rename(ctx: Ctx, args: list[bytes], nx: bool) -> Reply:
         db.set_expire(dst, when)
     db.delete(src)
     ctx.signal_key_ready(dst)
+    ctx.notify(NOTIFY_GENERIC, b"rename_from", src)
+    ctx.notify(NOTIFY_GENERIC, b"rename_to", dst)
     return 1 if nx else OK
 
 
@@ -378,6 +389,7 @@ def copy_(ctx: Ctx, args: list[bytes]) -> Reply:
     if when is not None:
         dst.set_expire(dst_key, when)
     ctx.engine.signal_key_ready(dst.index, dst_key)
+    ctx.engine.pubsub.notify(NOTIFY_GENERIC, b"copy_to", dst_key, dst.index)
     return 1
 
 

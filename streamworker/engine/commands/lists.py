@@ -11,6 +11,7 @@ from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int, to_long_in, to_timeout_ms
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import LLONG_MAX, LLONG_MIN
+from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_LIST
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, OK
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ def _push(ctx: Ctx, args: list[bytes], left: bool, only_existing: bool) -> Reply
         lst.extend(args[1:])
     ctx.touch(key)
     ctx.signal_key_ready(key)
+    ctx.notify(NOTIFY_LIST, b"lpush" if left else b"rpush", key)
     return len(lst)
 
 
@@ -85,11 +87,18 @@ def _pop(ctx: Ctx, args: list[bytes], left: bool, name: str) -> Reply:
         take = min(count, len(lst))
         pop = lst.popleft if left else lst.pop
         out = [pop() for _ in range(take)]
+    _popped(ctx, key, lst, left)
+    return out
+
+
+def _popped(ctx: Ctx, key: bytes, lst: deque[bytes], left: bool) -> None:
+    # After a pop: the empty list goes, and the events say so (Redis's order).
+    ctx.notify(NOTIFY_LIST, b"lpop" if left else b"rpop", key)
     if not lst:
         ctx.db.delete(key)
+        ctx.notify(NOTIFY_GENERIC, b"del", key)
     else:
         ctx.touch(key)
-    return out
 
 
 @command("lpop", arity=-2, flags=("write", "fast"), first_key=1, last_key=1, step=1)
@@ -160,8 +169,10 @@ def ltrim(ctx: Ctx, args: list[bytes]) -> Reply:
     if lst is None:
         return OK
     rng = _norm_range(start, end, len(lst))
+    ctx.notify(NOTIFY_LIST, b"ltrim", key)
     if rng is None:
         ctx.db.delete(key)
+        ctx.notify(NOTIFY_GENERIC, b"del", key)
         return OK
     kept = deque(islice(lst, rng[0], rng[1] + 1))
     if len(kept) != len(lst):
@@ -180,10 +191,7 @@ def _bpop(ctx: Ctx, args: list[bytes], left: bool) -> Reply | Blocked:
             lst = c.db.get_typed(key, deque)
             if lst:
                 value = lst.popleft() if left else lst.pop()
-                if not lst:
-                    c.db.delete(key)
-                else:
-                    c.touch(key)
+                _popped(c, key, lst, left)
                 # Logged as the pop it amounted to (Redis rewrites BLPOP to LPOP): a client
                 # served later by another's push is not logged as a command of its own.
                 c.propagate([b"LPOP" if left else b"RPOP", key])
@@ -284,6 +292,7 @@ def lset(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.INDEX_OUT_OF_RANGE)
     lst[index] = args[2]
     ctx.touch(key)
+    ctx.notify(NOTIFY_LIST, b"lset", key)
     return OK
 
 
@@ -305,6 +314,7 @@ def linsert(ctx: Ctx, args: list[bytes]) -> Reply:
         return -1
     lst.insert(index + 1 if where == b"after" else index, args[3])
     ctx.touch(key)
+    ctx.notify(NOTIFY_LIST, b"linsert", key)
     return len(lst)
 
 
@@ -339,10 +349,7 @@ def _mpop_from(c: Ctx, keys: list[bytes], left: bool, count: int) -> Reply | Non
         take = min(count, len(lst))
         pop = lst.popleft if left else lst.pop
         out: list[Reply] = [pop() for _ in range(take)]
-        if not lst:
-            c.db.delete(key)
-        else:
-            c.touch(key)
+        _popped(c, key, lst, left)
         c.propagate([b"LPOP" if left else b"RPOP", key, str(take).encode()])
         return [key, out]
     return None

@@ -302,8 +302,9 @@ def _section_stats(ctx: Ctx) -> list[str]:
         "evicted_keys:0",
         "keyspace_hits:0",
         "keyspace_misses:0",
-        "pubsub_channels:0",
-        "pubsub_patterns:0",
+        f"pubsub_channels:{len(engine.pubsub.channels)}",
+        f"pubsub_patterns:{len(engine.pubsub.patterns)}",
+        f"pubsubshard_channels:{len(engine.pubsub.shard)}",
         "latest_fork_usec:0",
         "total_forks:0",
         f"total_error_replies:{engine.stats_errors + engine.stats_rejected}",
@@ -569,6 +570,11 @@ def command_docs(ctx: Ctx, args: list[bytes]) -> Reply:
     return Map(items)
 
 
+# Commands whose key specs are all flagged not_key (shard channels: the slot matters, there
+# is no key): COMMAND INFO shows their positions, GETKEYS finds no key.
+_NOT_KEYS = frozenset({"ssubscribe", "sunsubscribe", "spublish"})
+
+
 @command("command|getkeys", arity=-4, flags=("loading", "stale", "sentinel"))
 def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
     """COMMAND GETKEYS command [arg ...] -> the key arguments (legacy key specs)."""
@@ -577,7 +583,7 @@ def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.GETKEYS_INVALID_COMMAND)
     if spec.subcommands and len(args) >= 2:
         spec = spec.subcommands.get(args[1].lower(), spec)
-    if spec.first_key <= 0 and "movablekeys" not in spec.flags:
+    if (spec.first_key <= 0 and "movablekeys" not in spec.flags) or spec.name in _NOT_KEYS:
         raise CommandError(msgs.GETKEYS_NO_KEYS)
     n = len(args)
     if (spec.arity > 0 and spec.arity != n) or n < -spec.arity:

@@ -10,6 +10,7 @@ from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import LLONG_MAX, LLONG_MIN, parse_int
+from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_SET
 from streamworker.engine.replies import NULL_BULK, SetReply
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ def sadd(ctx: Ctx, args: list[bytes]) -> Reply:
     added = len(s) - before
     if added:
         ctx.touch(key)
+        ctx.notify(NOTIFY_SET, b"sadd", key)
     return added
 
 
@@ -65,11 +67,18 @@ def srem(ctx: Ctx, args: list[bytes]) -> Reply:
     s.difference_update(args[1:])
     removed = before - len(s)
     if removed:
-        if not s:
-            ctx.db.delete(key)
-        else:
-            ctx.touch(key)
+        _removed(ctx, key, s, b"srem")
     return removed
+
+
+def _removed(ctx: Ctx, key: bytes, members: set[bytes], event: bytes) -> None:
+    # After removing members: the event, then the empty set goes with a "del".
+    ctx.notify(NOTIFY_SET, event, key)
+    if not members:
+        ctx.db.delete(key)
+        ctx.notify(NOTIFY_GENERIC, b"del", key)
+    else:
+        ctx.touch(key)
 
 
 @command("smembers", arity=2, flags=("readonly",), first_key=1, last_key=1, step=1)
@@ -124,10 +133,7 @@ def spop(ctx: Ctx, args: list[bytes]) -> Reply:
         s.difference_update(popped)
         out = SetReply(popped)
     if popped:
-        if not s:
-            ctx.db.delete(key)
-        else:
-            ctx.touch(key)
+        _removed(ctx, key, s, b"spop")
         # The members chance picked are logged, not the draw.
         ctx.propagate([b"SREM", key, *popped])
     else:

@@ -17,6 +17,7 @@ from streamworker.engine.commands.sets import _ordered
 from streamworker.engine.errors import CommandError
 from streamworker.engine.model.zset import ZSet
 from streamworker.engine.numbers import strtod_prefix
+from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_LIST
 from streamworker.engine.replies import NULL_BULK
 
 if TYPE_CHECKING:
@@ -152,8 +153,9 @@ def _sort(ctx: Ctx, args: list[bytes], readonly: bool) -> Reply:
     if result:
         db.set(store, result)
         ctx.signal_key_ready(store)
-    else:
-        db.delete(store)
+        ctx.notify(NOTIFY_LIST, b"sortstore", store)
+    elif db.delete(store):
+        ctx.notify(NOTIFY_GENERIC, b"del", store)
     return len(result)
 
 

@@ -43,6 +43,7 @@ from streamworker.engine.model.stream import (
     StreamIDTooSmallError,
     StreamSeqOverflowError,
 )
+from streamworker.engine.pubsub import NOTIFY_STREAM
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, OK, Map, Status
 
 if TYPE_CHECKING:
@@ -138,6 +139,13 @@ def _streams_reply(ctx: Ctx, served: list[tuple[bytes, list[Any]]], plain: bool 
     if ctx.client.resp >= 3:
         return Map(served, plain)
     return [[key, entries] for key, entries in served]
+
+
+def _consumer(ctx: Ctx, key: bytes, g: ConsumerGroup, name: bytes, now_ms: int) -> Consumer:
+    # XREADGROUP, XCLAIM and XAUTOCLAIM create a missing consumer, with Redis's event.
+    if name not in g.consumers:
+        ctx.notify(NOTIFY_STREAM, b"xgroup-createconsumer", key)
+    return g.get_or_create_consumer(name, now_ms)
 
 
 def _lookup_group(s: Stream | None, name: bytes) -> ConsumerGroup | None:
@@ -303,8 +311,9 @@ def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
     s.append(sid, args[idpos + 1 :], cfg.stream_node_max_entries, cfg.stream_node_max_bytes)
     if db.watchers:
         db.touch(key)
-    if p is not None and p.strategy != _TRIM_NONE:
-        _trim(s, p)
+    ctx.notify(NOTIFY_STREAM, b"xadd", key)
+    if p is not None and p.strategy != _TRIM_NONE and _trim(s, p):
+        ctx.notify(NOTIFY_STREAM, b"xtrim", key)
     ctx.signal_key_ready(key)
     idb = b"%d-%d" % (sid >> 64, sid & MASK64)
     if ctx.propagating:
@@ -332,6 +341,7 @@ def xtrim(ctx: Ctx, args: list[bytes]) -> Reply:
     deleted = _trim(s, p)
     if deleted:
         ctx.touch(args[0])
+        ctx.notify(NOTIFY_STREAM, b"xtrim", args[0])
         if p.approx:
             ctx.propagate([b"XTRIM", args[0], *_exact_trim_args(s, p)])
     else:
@@ -384,6 +394,7 @@ def xdel(ctx: Ctx, args: list[bytes]) -> Reply:
         elif first_deleted:
             s.refresh_first_id()
         ctx.touch(args[0])
+        ctx.notify(NOTIFY_STREAM, b"xdel", args[0])
     return deleted
 
 
@@ -686,7 +697,7 @@ def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blo
             created = logged and consumername not in g.consumers
             last_before = g.last_id
             delivered: list[int] | None = [] if logged else None
-            consumer = g.get_or_create_consumer(consumername, ctx.engine.clock())
+            consumer = _consumer(ctx, keys[k], g, consumername, ctx.engine.clock())
             if history:
                 entries = _read_group_history(ctx, s, consumer, gt + 1, count, delivered)
             else:
@@ -767,7 +778,7 @@ class _Waiter:
             created = logged and self.consumer not in g.consumers
             last_before = g.last_id
             delivered: list[int] | None = [] if logged else None
-            consumer = g.get_or_create_consumer(self.consumer, ctx.engine.clock())
+            consumer = _consumer(ctx, key, g, self.consumer, ctx.engine.clock())
             entries = _read_group_new(ctx, s, g, consumer, self.count, self.noack, delivered)
             if delivered is not None:
                 moved = g.last_id != last_before
@@ -953,7 +964,7 @@ def xclaim(ctx: Ctx, args: list[bytes]) -> Reply:
         if pe.consumer is not None and minidle and now - pe.delivery_time < minidle:
             continue
         if consumer is None:
-            consumer = g.get_or_create_consumer(name, now)
+            consumer = _consumer(ctx, args[0], g, name, now)
         g.transfer(sid, pe, consumer)
         pe.delivery_time = deliverytime
         if retrycount >= 0:
@@ -1055,7 +1066,7 @@ def xautoclaim(ctx: Ctx, args: list[bytes]) -> Reply:
         if minidle and now - pe.delivery_time < minidle:
             continue
         if consumer is None:
-            consumer = g.get_or_create_consumer(name, now)
+            consumer = _consumer(ctx, args[0], g, name, now)
         g.transfer(sid, pe, consumer)
         pe.delivery_time = now
         if not justid:
@@ -1130,6 +1141,7 @@ def xgroup_create(ctx: Ctx, args: list[bytes]) -> Reply:
         ctx.signal_key_ready(args[0])
     if s.create_group(args[1], last_id, entries_read) is None:
         raise CommandError(msgs.BUSYGROUP)
+    ctx.notify(NOTIFY_STREAM, b"xgroup-create", args[0])
     return OK
 
 
@@ -1159,6 +1171,7 @@ def xgroup_setid(ctx: Ctx, args: list[bytes]) -> Reply:
         last_id = sid
     g.last_id = last_id
     g.entries_read = entries_read
+    ctx.notify(NOTIFY_STREAM, b"xgroup-setid", args[0])
     return OK
 
 
@@ -1171,6 +1184,7 @@ def xgroup_destroy(ctx: Ctx, args: list[bytes]) -> Reply:
     if s.groups.pop(args[1], None) is None:
         return 0
     ctx.signal_key_ready(args[0])
+    ctx.notify(NOTIFY_STREAM, b"xgroup-destroy", args[0])
     return 1
 
 
@@ -1180,7 +1194,10 @@ def xgroup_destroy(ctx: Ctx, args: list[bytes]) -> Reply:
 def xgroup_createconsumer(ctx: Ctx, args: list[bytes]) -> Reply:
     """XGROUP CREATECONSUMER key group consumer -> 1 if created, 0 if it existed."""
     _, g = _xgroup_group(ctx, args)
-    return 0 if g.create_consumer(args[2], ctx.engine.clock()) is None else 1
+    if g.create_consumer(args[2], ctx.engine.clock()) is None:
+        return 0
+    ctx.notify(NOTIFY_STREAM, b"xgroup-createconsumer", args[0])
+    return 1
 
 
 @command("xgroup|delconsumer", arity=5, flags=("write",), first_key=2, last_key=2, step=1)
@@ -1189,7 +1206,10 @@ def xgroup_delconsumer(ctx: Ctx, args: list[bytes]) -> Reply:
     unknown consumer); those entries leave the group PEL too."""
     _, g = _xgroup_group(ctx, args)
     pending = g.delete_consumer(args[2])
-    return 0 if pending is None else pending
+    if pending is None:
+        return 0
+    ctx.notify(NOTIFY_STREAM, b"xgroup-delconsumer", args[0])
+    return pending
 
 
 _XGROUP_HELP: Final = (
@@ -1418,4 +1438,5 @@ def xsetid(ctx: Ctx, args: list[bytes]) -> Reply:
         s.entries_added = entries_added
     if max_xdel:
         s.max_deleted_id = max_xdel
+    ctx.notify(NOTIFY_STREAM, b"xsetid", args[0])
     return OK

@@ -17,6 +17,7 @@ from streamworker.engine.numbers import (
     ld_parse,
     parse_int,
 )
+from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_STRING
 from streamworker.engine.replies import NULL_BULK, OK
 
 if TYPE_CHECKING:
@@ -115,8 +116,10 @@ def _set_generic(
         ctx.no_propagate()
         return reply if flags & _GET else NULL_BULK
     db.set(key, value, keep_ttl=bool(flags & _KEEPTTL) or when is not None)
+    ctx.notify(NOTIFY_STRING, b"set", key)
     if when is not None:
         db.set_expire(key, when)
+        ctx.notify(NOTIFY_GENERIC, b"expire", key)
         if ctx.propagating:
             # A relative expiry is logged as the absolute time it resolved to.
             ctx.propagate([b"SET", key, value, b"PXAT", b"%d" % when])
@@ -128,6 +131,7 @@ def set_(ctx: Ctx, args: list[bytes]) -> Reply:
     """SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]."""
     if len(args) == 2:
         ctx.db.set(args[0], args[1])
+        ctx.notify(NOTIFY_STRING, b"set", args[0])
         return OK
     flags, expire = _parse_set_options(args, 2, True)
     return _set_generic(ctx, args[0], args[1], flags, expire, "set")
@@ -140,6 +144,7 @@ def setnx(ctx: Ctx, args: list[bytes]) -> Reply:
     if db.get(args[0]) is not None:
         return 0
     db.set(args[0], args[1])
+    ctx.notify(NOTIFY_STRING, b"set", args[0])
     return 1
 
 
@@ -167,6 +172,7 @@ def getdel(ctx: Ctx, args: list[bytes]) -> Reply:
     reply = get(ctx, args)
     if reply is not NULL_BULK:
         ctx.db.delete(args[0])
+        ctx.notify(NOTIFY_GENERIC, b"del", args[0])
     return reply
 
 
@@ -185,13 +191,16 @@ def getex(ctx: Ctx, args: list[bytes]) -> Reply:
         if when <= ctx.now_ms():
             db.delete(key)
             ctx.propagate([b"DEL", key])
+            ctx.notify(NOTIFY_GENERIC, b"del", key)
         else:
             db.set_expire(key, when)
             ctx.touch(key)
             ctx.propagate([b"PEXPIREAT", key, b"%d" % when])
+            ctx.notify(NOTIFY_GENERIC, b"expire", key)
     elif flags & _PERSIST and db.persist(key):
         ctx.touch(key)
         ctx.propagate([b"PERSIST", key])
+        ctx.notify(NOTIFY_GENERIC, b"persist", key)
     return reply
 
 
@@ -213,6 +222,7 @@ def _incr(ctx: Ctx, key: bytes, incr: int) -> Reply:
         raise CommandError(msgs.OVERFLOW)
     value += incr
     db.set(key, str(value).encode(), keep_ttl=True)
+    ctx.notify(NOTIFY_STRING, b"incrby", key)
     return value
 
 
@@ -262,6 +272,7 @@ def incrbyfloat(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.INCR_NAN_OR_INF)
     text = ld_format_human(result)
     db.set(key, text, keep_ttl=True)
+    ctx.notify(NOTIFY_STRING, b"incrbyfloat", key)
     # Float arithmetic is logged as its result (as Redis does, so replicas agree exactly).
     ctx.propagate([b"SET", key, text, b"KEEPTTL"])
     return text
@@ -286,6 +297,7 @@ def mset(ctx: Ctx, args: list[bytes]) -> Reply:
     db = ctx.db
     for i in range(0, len(args), 2):
         db.set(args[i], args[i + 1])
+        ctx.notify(NOTIFY_STRING, b"set", args[i])
     return OK
 
 
@@ -299,6 +311,7 @@ def msetnx(ctx: Ctx, args: list[bytes]) -> Reply:
         return 0
     for i in range(0, len(args), 2):
         db.set(args[i], args[i + 1])
+        ctx.notify(NOTIFY_STRING, b"set", args[i])
     return 1
 
 
@@ -310,6 +323,7 @@ def append(ctx: Ctx, args: list[bytes]) -> Reply:
     old = db.get(key)
     if old is None:
         db.set(key, args[1])
+        ctx.notify(NOTIFY_STRING, b"append", key)
         return len(args[1])
     if type(old) is not bytes:
         raise CommandError(msgs.WRONGTYPE)
@@ -317,6 +331,7 @@ def append(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.STRING_TOO_LONG)
     new = old + args[1]
     db.set(key, new, keep_ttl=True)
+    ctx.notify(NOTIFY_STRING, b"append", key)
     return len(new)
 
 
@@ -442,4 +457,5 @@ def setrange(ctx: Ctx, args: list[bytes]) -> Reply:
     new = b"".join(pieces)
     view.release()
     db.set(key, new, keep_ttl=True)
+    ctx.notify(NOTIFY_STRING, b"setrange", key)
     return len(new)

@@ -14,7 +14,7 @@ from streamworker.engine.commands import command
 from streamworker.engine.context import WatchedKey
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import unwatch_all
-from streamworker.engine.replies import NULL_ARRAY, OK
+from streamworker.engine.replies import NULL_ARRAY, OK, Frames
 
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState, Ctx
@@ -70,10 +70,25 @@ def exec_(ctx: Ctx, args: list[bytes]) -> Reply:
     client.in_multi = False
     run = ctx.engine.run_queued
     ctx.in_multi = True
+    # Messages a queued command sends this very client (a RESP3 subscriber publishing to
+    # itself) land inside EXEC's array, just before that command's reply: Redis has written
+    # the array's header before it runs the commands.
+    outer = client.push_out
+    pushed: list[Reply] = []
+    if outer is not None:
+        client.push_out = pushed.append
+    replies: list[Reply] = []
     try:
-        replies = [run(ctx, spec, argv) for spec, argv in queue]
+        for spec, argv in queue:
+            reply = run(ctx, spec, argv)
+            if pushed:
+                reply = Frames([*pushed, reply])
+                pushed.clear()
+            replies.append(reply)
     finally:
         ctx.in_multi = False
+        if outer is not None:
+            client.push_out = outer
     discard_transaction(client)
     return replies
 

@@ -13,6 +13,7 @@ from streamworker.engine.commands._args import to_double, to_int, to_long_in, to
 from streamworker.engine.errors import CommandError
 from streamworker.engine.model.zset import LexBound, ScoreBound, ZSet
 from streamworker.engine.numbers import LLONG_MAX, strtod_prefix
+from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_ZSET
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, Double, format_double
 
 if TYPE_CHECKING:
@@ -128,6 +129,7 @@ def _zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
             processed += 1
     if added or updated:
         ctx.touch(key)
+        ctx.notify(NOTIFY_ZSET, b"zincr" if incr else b"zadd", key)
     if incr:
         return Double(score) if processed else NULL_BULK
     return added + updated if ch else added
@@ -233,11 +235,18 @@ def zrem(ctx: Ctx, args: list[bytes]) -> Reply:
             if not len(zs):
                 break
     if removed:
-        if not len(zs):
-            ctx.db.delete(key)
-        else:
-            ctx.touch(key)
+        _removed(ctx, key, zs, b"zrem")
     return removed
+
+
+def _removed(ctx: Ctx, key: bytes, zs: ZSet, event: bytes) -> None:
+    # After removing members: the event, then the empty zset goes with a "del".
+    ctx.notify(NOTIFY_ZSET, event, key)
+    if not len(zs):
+        ctx.db.delete(key)
+        ctx.notify(NOTIFY_GENERIC, b"del", key)
+    else:
+        ctx.touch(key)
 
 
 # --- ranges --------------------------------------------------------------------------------
@@ -419,11 +428,15 @@ def _zrem_range(ctx: Ctx, args: list[bytes], rangetype: int) -> Reply:
     for _, m in victims:
         zs.remove(m)
     if victims:
-        if not len(zs):
-            ctx.db.delete(key)
-        else:
-            ctx.touch(key)
+        _removed(ctx, key, zs, _ZREM_RANGE_EVENTS[rangetype])
     return len(victims)
+
+
+_ZREM_RANGE_EVENTS = {
+    _RANK: b"zremrangebyrank",
+    _SCORE: b"zremrangebyscore",
+    _LEX: b"zremrangebylex",
+}
 
 
 @command("zremrangebyscore", arity=4, flags=("write",), first_key=1, last_key=1, step=1)
@@ -464,10 +477,7 @@ def _zpop(ctx: Ctx, args: list[bytes], reverse: bool) -> Reply:
         items.reverse()
     for _, m in items:
         zs.remove(m)
-    if not len(zs):
-        ctx.db.delete(key)
-    else:
-        ctx.touch(key)
+    _removed(ctx, key, zs, b"zpopmax" if reverse else b"zpopmin")
     if has_count and ctx.client.resp > 2:
         return [[m, Double(s)] for s, m in items]
     out: list[Reply] = []
@@ -548,13 +558,15 @@ def zrangestore(ctx: Ctx, args: list[bytes]) -> Reply:
     dst = args[0]
     items, _ = _zrange_select(ctx, args[1:], None, None, store=True)
     if not items:
-        ctx.db.delete(dst)
+        if ctx.db.delete(dst):
+            ctx.notify(NOTIFY_GENERIC, b"del", dst)
         return 0
     zs = ZSet()
     for score, member in items:
         zs.add(member, score)
     ctx.db.set(dst, zs)
     ctx.signal_key_ready(dst)
+    ctx.notify(NOTIFY_ZSET, b"zrangestore", dst)
     return len(items)
 
 
@@ -614,10 +626,7 @@ def _pop_items(c: Ctx, key: bytes, zs: ZSet, count: int, top: bool) -> list[tupl
         items.reverse()
     for _, m in items:
         zs.remove(m)
-    if not len(zs):
-        c.db.delete(key)
-    else:
-        c.touch(key)
+    _removed(c, key, zs, b"zpopmax" if top else b"zpopmin")
     return items
 
 

@@ -322,6 +322,23 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     ),
     "xinfo": ("STREAM K FULL COUNT N", "GROUPS K", "CONSUMERS K N"),
     "client": ("UNBLOCK N", "UNBLOCK N TIMEOUT", "NO-EVICT N", "GETNAME"),
+    # Channel names are strings: the extremes go where a client could put anything.
+    "publish": ("N x", "K N"),
+    "spublish": ("N x", "K N"),
+    # One channel each: several answer one frame per channel, this harness reads one reply.
+    "unsubscribe": ("N",),
+    "punsubscribe": ("N",),
+    "sunsubscribe": ("N",),
+    "pubsub": (
+        "CHANNELS N",
+        "CHANNELS N N",
+        "NUMSUB N",
+        "NUMSUB N N",
+        "SHARDCHANNELS N",
+        "SHARDNUMSUB N",
+        "NUMPAT N",
+        "HELP N",
+    ),
 }
 
 # Commands of the table not driven here, and why.
@@ -348,6 +365,13 @@ SKIPPED: dict[str, str] = {
     "time": "the reply is the clock",
     "lastsave": "the reply is the clock",
     "randomkey": "the reply is chance's",
+    # A subscription turns the connection into a message stream (RESP2 then refuses every
+    # other command) and needs a transport that delivers messages, which this harness's
+    # direct engine calls lack; tests/engine/test_pubsub.py drives them over sockets, with
+    # extreme and binary channel names.
+    "subscribe": "subscribed mode (a message stream), covered by test_pubsub.py",
+    "psubscribe": "subscribed mode (a message stream), covered by test_pubsub.py",
+    "ssubscribe": "subscribed mode (a message stream), covered by test_pubsub.py",
 }
 
 

@@ -1,0 +1,303 @@
+"""Keyspace notifications (``notify-keyspace-events``) on the engine, side by side with
+redis-server 7.0.15 over real sockets: CONFIG SET/GET parse the class letters as Redis, and a
+subscriber to ``__key*__:*`` receives, for every write command, the same ``__keyspace@<db>__``
+and ``__keyevent@<db>__`` messages in the same order (:mod:`.pubsub_support` compares every
+byte each connection receives after each step).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from streamworker.engine.inproc import forget_engine, sync_client
+from tests.engine.conftest import RawRedis
+from tests.engine.pubsub_support import Pair, engine_server, steps
+from tests.support.engine_server import ThreadedServer
+from tests.support.servers import RedisServer
+
+pytestmark = pytest.mark.redis
+
+__all__ = ["engine_server"]
+
+PARAM = "notify-keyspace-events"
+
+
+@pytest.fixture
+def notified(redis_server: RedisServer, engine_server: ThreadedServer) -> Iterator[Pair]:
+    """Both servers with every class on; connection ``s`` subscribed to every key event."""
+    p = Pair(redis_server.port, engine_server.port)
+    p.step("c", "FLUSHALL")
+    p.step("c", "CONFIG", "SET", PARAM, "KEA")
+    p.step("s", "PSUBSCRIBE", "__key*__:*")
+    yield p
+    p.step("c", "CONFIG", "SET", PARAM, "")
+    p.step("c", "FLUSHALL")
+    p.close()
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "K", "E", "A", "KEA", "AKE", "Kx", "x", "KEm", "An", "Agn", "nK", "g$lshzxetdKEm", "KQ"],
+)
+def test_config_set_and_get_read_the_class_letters_as_redis(
+    redis_server: RedisServer, engine_server: ThreadedServer, value: str
+) -> None:
+    real = RawRedis(redis_server.port)
+    fake = RawRedis(engine_server.port)
+    try:
+        for args in (("CONFIG", "SET", PARAM, value), ("CONFIG", "GET", PARAM)):
+            assert fake.call(*args) == real.call(*args), args
+    finally:
+        real.call("CONFIG", "SET", PARAM, "")
+        real.close()
+        fake.close()
+
+
+# Each script: commands on connection "c"; connection "s" gets the events. Grouped by type.
+SCRIPTS = {
+    "strings": """
+        c: SET s1 v
+        c: SET s1 v EX 100
+        c: SET s1 v NX
+        c: SETNX s2 v
+        c: SETEX s3 100 v
+        c: PSETEX s3 100000 v
+        c: GETSET s1 w
+        c: MSET s4 a s5 b
+        c: MSETNX s6 a s7 b
+        c: APPEND s4 more
+        c: APPEND s8 new
+        c: SETRANGE s4 1 xy
+        c: INCR n
+        c: DECRBY n 5
+        c: INCRBYFLOAT f 1.5
+        c: GETEX s1 PERSIST
+        c: GETEX s1 EX 100
+        c: GETDEL s5
+        c: SETBIT b 7 1
+        c: SETBIT b 7 1
+        c: GET s1
+    """,
+    "keys": """
+        c: SET k1 v
+        c: SET k2 v
+        c: EXPIRE k1 100
+        c: PEXPIRE k1 100000
+        c: EXPIRE k1 100 NX
+        c: PERSIST k1
+        c: PERSIST k1
+        c: RENAME k1 k3
+        c: RENAME k3 k2
+        c: RENAMENX k2 k4
+        c: COPY k4 k5
+        c: DEL k4 k5 nosuch
+        c: UNLINK k2
+        c: SET k6 v
+        c: EXPIRE k6 -1
+        c: EXPIREAT k7 1
+    """,
+    "lists": """
+        c: LPUSH l a b c
+        c: RPUSH l d
+        c: LPUSHX l e
+        c: RPUSHX nolist e
+        c: LPOP l
+        c: RPOP l 2
+        c: LSET l 0 x
+        c: LINSERT l BEFORE x y
+        c: LINSERT l BEFORE nope y
+        c: LTRIM l 0 0
+        c: LTRIM l 5 10
+        c: RPUSH l2 a b
+        c: LMPOP 1 l2 LEFT COUNT 5
+        c: RPUSH l3 a
+        c: BLPOP l3 0
+    """,
+    "hashes": """
+        c: HSET h a 1 b 2
+        c: HSET h a 1
+        c: HSETNX h c 3
+        c: HSETNX h c 3
+        c: HMSET h d 4
+        c: HINCRBY h a 5
+        c: HINCRBYFLOAT h a 0.5
+        c: HDEL h a nosuch
+        c: HDEL h nosuch
+        c: HDEL h b c d
+    """,
+    "sets": """
+        c: SADD st a b
+        c: SADD st a
+        c: SREM st a nosuch
+        c: SREM st nosuch
+        c: SREM st b
+        c: SADD st2 only
+        c: SPOP st2
+    """,
+    "zsets": """
+        c: ZADD z 1 a 2 b 3 c 4 d 5 e 6 f
+        c: ZADD z 1 a
+        c: ZADD z INCR 1 a
+        c: ZINCRBY z 1 b
+        c: ZREM z a nosuch
+        c: ZREMRANGEBYSCORE z 2 2
+        c: ZREMRANGEBYRANK z 0 0
+        c: ZREMRANGEBYLEX z [z [z
+        c: ZPOPMIN z
+        c: ZPOPMAX z 5
+        c: ZADD z2 1 a 2 b
+        c: ZRANGESTORE z3 z2 0 -1
+        c: ZRANGESTORE z3 z2 5 6
+        c: ZMPOP 1 z2 MIN COUNT 9
+    """,
+    "streams": """
+        c: XADD x 1-1 f v
+        c: XADD x MAXLEN 1 2-1 f v
+        c: XADD x MAXLEN 5 3-1 f v
+        c: XGROUP CREATE x g 0
+        c: XGROUP SETID x g 0
+        c: XGROUP CREATECONSUMER x g alice
+        c: XGROUP CREATECONSUMER x g alice
+        c: XGROUP DELCONSUMER x g alice
+        c: XGROUP DESTROY x g
+        c: XDEL x 3-1 9-9
+        c: XTRIM x MAXLEN 0
+        c: XSETID x 10-1
+        c: XGROUP CREATE y g $ MKSTREAM
+    """,
+    "consumers": """
+        c: XADD x 1-1 f v
+        c: XADD x 2-1 f v
+        c: XGROUP CREATE x g 0
+        c: XREADGROUP GROUP g bob COUNT 1 STREAMS x >
+        c: XREADGROUP GROUP g bob COUNT 1 STREAMS x >
+        c: XCLAIM x g carol 0 1-1
+        c: XCLAIM x g erin 0 9-9
+        c: XAUTOCLAIM x g dave 0 0
+        c: XAUTOCLAIM x g frank 0 9-9
+        c: XACK x g 1-1
+        c: XGROUP DELCONSUMER x g nobody
+        c: XGROUP DELCONSUMER x g bob
+    """,
+    "bits_and_sort": """
+        c: SET a 1
+        c: SET b 2
+        c: BITOP AND d a b
+        c: BITOP AND d none1 none2
+        c: BITOP AND d none1 none2
+        c: BITFIELD bf SET u8 0 1
+        c: BITFIELD bf SET u8 0 1
+        c: BITFIELD bf GET u8 0
+        c: BITFIELD bf OVERFLOW FAIL INCRBY u2 0 9
+        c: RPUSH l 3 1 2
+        c: SORT l STORE so
+        c: SORT nolist STORE so
+        c: SORT nolist STORE so
+    """,
+    "db": """
+        c: SELECT 3
+        c: SET k v
+        c: DEL k
+        c: SELECT 0
+    """,
+}
+
+
+@pytest.mark.parametrize("family", sorted(SCRIPTS))
+def test_write_commands_notify_the_same_events_as_redis(notified: Pair, family: str) -> None:
+    notified.run(steps(SCRIPTS[family]))
+
+
+def test_classes_filter_which_events_are_sent(notified: Pair) -> None:
+    notified.run(
+        steps(
+            """
+            c: CONFIG SET notify-keyspace-events Kl
+            c: SET k v
+            c: LPUSH l a
+            c: CONFIG SET notify-keyspace-events E$
+            c: SET k v
+            c: LPUSH l a
+            c: DEL k
+            c: CONFIG SET notify-keyspace-events Eg
+            c: DEL k l
+            """
+        )
+    )
+
+
+def test_new_keys_send_new_when_asked_for(notified: Pair) -> None:
+    notified.run(
+        steps(
+            """
+            c: CONFIG SET notify-keyspace-events KEAn
+            c: CONFIG GET notify-keyspace-events
+            c: SET n1 v
+            c: SET n1 w
+            c: LPUSH n2 a
+            c: RENAME n1 n3
+            c: COPY n3 n4
+            c: SADD n5 a
+            c: ZADD n6 1 a
+            c: XADD n7 1-1 f v
+            c: HSET n8 f v
+            c: SETBIT n9 1 1
+            c: INCR n10
+            c: CONFIG SET notify-keyspace-events En
+            c: APPEND n11 x
+            c: SET n12 v PX 100000
+            """
+        )
+    )
+
+
+def test_a_key_reclaimed_by_expiry_sends_expired(notified: Pair) -> None:
+    # One key: Redis's active expiry samples keys at random, so with several the order of
+    # their "expired" events is chance's. Whether the read or the expiry cycle reclaims it,
+    # the subscriber gets the event before the read's marker.
+    notified.step("c", "SET", "e1", "v", "PX", "300")
+    time.sleep(0.8)
+    notified.step("c", "GET", "e1")
+
+
+def test_events_from_a_transaction_and_a_script_arrive_in_order(notified: Pair) -> None:
+    notified.run(
+        steps(
+            """
+            c: MULTI
+            c: SET t1 v
+            c: LPUSH t2 a
+            c: EXEC
+            """
+        )
+    )
+    script = "redis.call('SET', KEYS[1], 'v'); return redis.call('DEL', KEYS[1])"
+    notified.step("c", "EVAL", script, 1, "t3")
+
+
+def test_in_process_subscribers_get_keyspace_events() -> None:
+    url = "engine://memory/test-keyspace-events"
+    try:
+        r = sync_client(url, protocol=2)
+        r.config_set(PARAM, "Kg$")
+        p = r.pubsub(ignore_subscribe_messages=True)
+        p.psubscribe("__keyspace@0__:*")
+        r.set("k", "v")
+        r.delete("k")
+        got = []
+        deadline = time.monotonic() + 5
+        while len(got) < 2 and time.monotonic() < deadline:
+            # The psubscribe confirmation comes back as None (ignored).
+            message = p.get_message(timeout=1)
+            if message is not None:
+                got.append(message)
+        assert [(m["channel"], m["data"]) for m in got] == [
+            (b"__keyspace@0__:k", b"set"),
+            (b"__keyspace@0__:k", b"del"),
+        ]
+        p.close()
+    finally:
+        forget_engine(url)
