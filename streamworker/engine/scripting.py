@@ -595,7 +595,7 @@ class ScriptRuntime:
                     flat.append(conv2(x))
                 return table_from(flat)
             if t is Double:
-                return format_double(v.value)
+                return v.text if v.text is not None else format_double(v.value)
             if t is SetReply:
                 return table_from([conv2(x) for x in v.items])
             if t is Verbatim:
