@@ -1,0 +1,317 @@
+"""Geo commands side by side with redis-server 7.0.15 (RESP2 and RESP3): scores, GEOPOS
+digits, GEOHASH strings, distances with 4 decimals in every unit, radius and box searches over
+random points (poles, the antimeridian, the Mercator latitude limits) with every option, and
+Redis's error texts and their order. Search replies are compared byte for byte including their
+order: without ASC/DESC both servers return members cell by cell in score order. Random points
+are distinct, so no two members are at the same distance from a centre (ties are the only
+place where redis-server's partial quicksort may order members differently); and on the
+engine alone: the writes survive an append-only-file reload."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from streamworker.engine.aof import open_persistent
+from streamworker.engine.model import geohash
+from tests.engine.aof_support import Session, dump_state
+from tests.engine.differential.backends import EngineBackend, RedisBackend
+from tests.engine.differential.scripts import mismatches
+
+CASES = {
+    "geoadd": [
+        "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania",
+        "GEOADD g NX 13.361389 38.115556 Palermo 1 1 new",
+        "GEOADD g XX CH 1 1 Palermo 2 2 nope",
+        "GEOADD g CH XX 1 1 Palermo",
+        "GEOADD g NX XX 1 1 a",
+        "GEOADD g 1 1",
+        "GEOADD g ch ch ch",
+        "GEOADD g GT 1 1 a",
+        "GEOADD g 181 1 a",
+        "GEOADD g -180.5 -85.06 a",
+        "GEOADD g 1 85.05112879 a",
+        "GEOADD g 180 85.05112878 top -180 -85.05112878 bottom",
+        "GEOADD g inf 1 a",
+        "GEOADD g nan 1 a",
+        "GEOADD g x 1 a",
+        "GEOADD g 1 y a",
+        "GEOADD g 1 1 a 2 2",
+        "GEOADD g 1 1 a 999 2 b",
+        "ZRANGE g 0 -1 WITHSCORES",
+        "SET s x",
+        "GEOADD s 1 1 a",
+    ],
+    "geopos-geohash-geodist": [
+        "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania",
+        "GEOADD g 180 85.05112878 top -180 -85.05112878 bottom 0 0 zero",
+        "GEOPOS g Palermo Catania nope top bottom zero",
+        "GEOPOS g",
+        "GEOPOS nokey a b",
+        "GEOHASH g Palermo Catania nope top bottom zero",
+        "GEOHASH g",
+        "GEOHASH nokey a",
+        "GEODIST g Palermo Catania",
+        "GEODIST g Palermo Catania km",
+        "GEODIST g Palermo Catania MI",
+        "GEODIST g Palermo Catania ft",
+        "GEODIST g Palermo Catania m",
+        "GEODIST g Palermo Catania yards",
+        "GEODIST g Palermo Catania km extra",
+        "GEODIST g Palermo nope",
+        "GEODIST nokey a b",
+        "GEODIST nokey a b furlongs",
+        "GEODIST g top bottom",
+        "GEODIST g Palermo Palermo",
+        "ZADD z -1 a 1e300 b -1e300 c 1e19 d 0 e 4503599627370496 f",
+        "GEOPOS z a b c d e f",
+        "GEOHASH z a b c d e f",
+        "GEODIST z a c",
+        "SET s x",
+        "GEOPOS s a",
+        "GEOHASH s a",
+        "GEODIST s a b",
+    ],
+    "georadius": [
+        "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania",
+        "GEOADD g 13.583333 37.316667 Agrigento 12.758489 38.788135 edge1 17.241510 38.788135 e2",
+        "GEORADIUS g 15 37 200 km",
+        "GEORADIUS g 15 37 200 km ASC",
+        "GEORADIUS g 15 37 200 km DESC",
+        "GEORADIUS g 15 37 200 km WITHDIST WITHCOORD WITHHASH",
+        "GEORADIUS g 15 37 200 km withhash withcoord",
+        "GEORADIUS g 15 37 200 km COUNT 1",
+        "GEORADIUS g 15 37 200 km COUNT 2 DESC",
+        "GEORADIUS g 15 37 200 km COUNT 2 ANY",
+        "GEORADIUS g 15 37 200 km ANY",
+        "GEORADIUS g 15 37 200 km COUNT 0",
+        "GEORADIUS g 15 37 200 km COUNT -3",
+        "GEORADIUS g 15 37 200 km COUNT x",
+        "GEORADIUS g 15 37 200 km COUNT",
+        "GEORADIUS g 15 37 200 km STORE",
+        "GEORADIUS g 15 37 200 km BOGUS",
+        "GEORADIUS g 15 37 -1 km",
+        "GEORADIUS g 15 37 x km",
+        "GEORADIUS g 15 37 1 parsec",
+        "GEORADIUS g 200 37 1 km",
+        "GEORADIUS g x 37 1 km",
+        "GEORADIUS g 15 37 0 km",
+        "GEORADIUS g 15 37 20000 km",
+        "GEORADIUS g 15 37 200 km STORE dst",
+        "ZRANGE dst 0 -1 WITHSCORES",
+        "GEORADIUS g 15 37 200 km STOREDIST dst COUNT 2",
+        "ZRANGE dst 0 -1 WITHSCORES",
+        "GEORADIUS g 15 37 200 km STORE dst WITHDIST",
+        "GEORADIUS g 0 0 1 m STORE dst",
+        "EXISTS dst",
+        "GEORADIUS nokey 15 37 200 km STORE dst",
+        "GEORADIUS nokey 15 37 200 km",
+        "GEORADIUS nokey 200 37 200 km",
+        "GEORADIUS_RO g 15 37 200 km WITHDIST",
+        "GEORADIUS_RO g 15 37 200 km STORE dst",
+        "GEORADIUS_RO g 15 37 200 km STOREDIST dst",
+        "SET s x",
+        "GEORADIUS s 200 37 200 km",
+    ],
+    "georadiusbymember": [
+        "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania",
+        "GEOADD g 13.583333 37.316667 Agrigento",
+        "GEORADIUSBYMEMBER g Agrigento 100 km",
+        "GEORADIUSBYMEMBER g Agrigento 100 km WITHDIST DESC",
+        "GEORADIUSBYMEMBER g Agrigento 100000 m WITHCOORD COUNT 1",
+        "GEORADIUSBYMEMBER g nope 100 km",
+        "GEORADIUSBYMEMBER g Agrigento -1 km",
+        "GEORADIUSBYMEMBER g Agrigento 1 lightyear",
+        "GEORADIUSBYMEMBER nokey nope x y",
+        "GEORADIUSBYMEMBER nokey nope x y STORE dst",
+        "GEORADIUSBYMEMBER nokey nope x y BOGUS",
+        "GEORADIUSBYMEMBER g Agrigento 200 km STORE dst",
+        "ZRANGE dst 0 -1 WITHSCORES",
+        "GEORADIUSBYMEMBER g Agrigento 200 km STOREDIST dst",
+        "ZRANGE dst 0 -1 WITHSCORES",
+        "GEORADIUSBYMEMBER_RO g Agrigento 200 km WITHHASH",
+        "GEORADIUSBYMEMBER_RO g Agrigento 200 km STORE dst",
+    ],
+    "geosearch": [
+        "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania",
+        "GEOADD g 12.758489 38.788135 edge1 17.241510 38.788135 edge2",
+        "GEOSEARCH g FROMLONLAT 15 37 BYRADIUS 200 km ASC",
+        "GEOSEARCH g FROMLONLAT 15 37 BYBOX 400 400 km ASC WITHCOORD WITHDIST WITHHASH",
+        "GEOSEARCH g FROMMEMBER Palermo BYBOX 500 300 km DESC WITHDIST",
+        "GEOSEARCH g FROMMEMBER Palermo BYRADIUS 50 mi",
+        "GEOSEARCH g FROMMEMBER Palermo FROMMEMBER Catania BYRADIUS 50 mi",
+        "GEOSEARCH g FROMMEMBER Palermo FROMLONLAT 1 1 BYRADIUS 50 mi",
+        "GEOSEARCH g FROMLONLAT 1 1 FROMMEMBER Palermo BYRADIUS 50 mi",
+        "GEOSEARCH g FROMMEMBER Palermo BYRADIUS 50 mi BYBOX 1 1 km",
+        "GEOSEARCH g FROMMEMBER Palermo BYBOX 1 1 km BYRADIUS 50 mi",
+        "GEOSEARCH g BYRADIUS 50 mi ASC",
+        "GEOSEARCH g FROMMEMBER Palermo ASC COUNT 1",
+        "geosearch g FROMMEMBER Palermo ASC COUNT 1",
+        "GEOSEARCH g FROMMEMBER nope BYRADIUS 50 mi",
+        "GEOSEARCH g FROMMEMBER Palermo BYBOX -1 1 km",
+        "GEOSEARCH g FROMMEMBER Palermo BYBOX x 1 km",
+        "GEOSEARCH g FROMMEMBER Palermo BYBOX 1 y km",
+        "GEOSEARCH g FROMMEMBER Palermo BYBOX 1 1 acre",
+        "GEOSEARCH g FROMMEMBER Palermo BYBOX 1 1",
+        "GEOSEARCH g FROMLONLAT 1 BYRADIUS 1 km",
+        "GEOSEARCH g FROMMEMBER Palermo BYRADIUS 500 km COUNT 2 ANY",
+        "GEOSEARCH g FROMMEMBER Palermo BYRADIUS 500 km ANY",
+        "GEOSEARCH g FROMMEMBER Palermo BYRADIUS 500 km STORE dst",
+        "GEOSEARCH g FROMMEMBER Palermo BYRADIUS 500 km STOREDIST",
+        "GEOSEARCH nokey FROMMEMBER Palermo BYRADIUS 500 km",
+        "GEOSEARCH nokey FROMMEMBER Palermo",
+        "GEOSEARCH nokey FROMLONLAT 500 1 BYRADIUS 1 km",
+        "GEOSEARCHSTORE dst g FROMMEMBER Palermo BYRADIUS 500 km",
+        "ZRANGE dst 0 -1 WITHSCORES",
+        "GEOSEARCHSTORE dst g FROMMEMBER Palermo BYRADIUS 500 km STOREDIST COUNT 2 DESC",
+        "ZRANGE dst 0 -1 WITHSCORES",
+        "GEOSEARCHSTORE dst g FROMMEMBER Palermo BYRADIUS 500 km WITHDIST",
+        "GEOSEARCHSTORE dst g FROMMEMBER Palermo BYRADIUS 500 km STORE x",
+        "geosearchstore dst g BYRADIUS 500 km",
+        "GEOSEARCHSTORE dst g FROMLONLAT 0 0 BYBOX 1 1 m",
+        "EXISTS dst",
+        "GEOSEARCHSTORE dst nokey FROMLONLAT 0 0 BYBOX 1 1 m",
+        "SET s x",
+        "GEOSEARCH s FROMMEMBER Palermo BYRADIUS 1 km",
+        "GEOSEARCHSTORE dst s FROMMEMBER Palermo BYRADIUS 1 km",
+        "GEOSEARCHSTORE s g FROMMEMBER Palermo BYRADIUS 500 km",
+        "TYPE s",
+    ],
+}
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("conn", [0, 1], ids=["resp2", "resp3"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_geo_commands_reply_as_redis_does(
+    both: tuple[RedisBackend, EngineBackend], case: str, conn: int
+) -> None:
+    """Every reply of the case equals redis-server 7.0.15's, byte for byte."""
+    failures = mismatches(*both, CASES[case], conn)
+    assert not failures, "engine differs from redis-server 7.0:\n" + "\n".join(failures)
+
+
+def _coord(rng: random.Random, lo: float, hi: float, edges: tuple[float, ...]) -> float:
+    # Mostly uniform, sometimes exactly at or just inside a limit of the supported area.
+    roll = rng.random()
+    if roll < 0.15:
+        return rng.choice(edges)
+    if roll < 0.3:
+        edge = rng.choice(edges)
+        return edge - rng.uniform(0, 2) if edge > 0 else edge + rng.uniform(0, 2)
+    return rng.uniform(lo, hi)
+
+
+_LON_EDGES = (-180.0, 180.0, -179.999999, 179.999999)
+_LAT_EDGES = (-85.05112878, 85.05112878, -85.0, 85.0, 0.0)
+_UNITS = ("m", "km", "mi", "ft", "KM")
+
+
+def _random_script(seed: int) -> list[str]:
+    rng = random.Random(seed)
+    lines = []
+    names = []
+    # A cluster to make searches dense, plus points spread over the globe and its edges.
+    clon, clat = rng.uniform(-180, 180), rng.uniform(-80, 80)
+    for i in range(60):
+        if i % 3 == 0:
+            lon = min(180.0, max(-180.0, clon + rng.uniform(-3, 3)))
+            lat = min(85.0, max(-85.0, clat + rng.uniform(-3, 3)))
+        else:
+            lon = _coord(rng, -180, 180, _LON_EDGES)
+            lat = _coord(rng, -85.05112878, 85.05112878, _LAT_EDGES)
+        name = f"p{i}"
+        names.append(name)
+        lines.append(f"GEOADD g {lon!r} {lat!r} {name}")
+    lines.append("GEOPOS g " + " ".join(names))
+    lines.append("GEOHASH g " + " ".join(names))
+    for _ in range(15):
+        a, b = rng.sample(names, 2)
+        lines.append(f"GEODIST g {a} {b} {rng.choice(_UNITS)}")
+    for _ in range(40):
+        unit = rng.choice(_UNITS)
+        scale = {"m": 1.0, "km": 1000.0, "mi": 1609.34, "ft": 0.3048, "KM": 1000.0}[unit]
+        radius_m = 10 ** rng.uniform(2, 7.2)
+        size = f"{radius_m / scale!r}"
+        if rng.random() < 0.5:
+            lon, lat = clon + rng.uniform(-2, 2), clat + rng.uniform(-2, 2)
+        else:
+            lon = _coord(rng, -180, 180, _LON_EDGES)
+            lat = _coord(rng, -85.05112878, 85.05112878, _LAT_EDGES)
+        lon = min(180.0, max(-180.0, lon))
+        lat = min(85.05112878, max(-85.05112878, lat))
+        opts = []
+        for word in ("WITHDIST", "WITHCOORD", "WITHHASH"):
+            if rng.random() < 0.4:
+                opts.append(word)
+        if rng.random() < 0.5:
+            opts.append(rng.choice(["ASC", "DESC"]))
+        if rng.random() < 0.3:
+            opts.append(f"COUNT {rng.randint(1, 8)}")
+            if rng.random() < 0.3:
+                opts.append("ANY")
+        tail = " ".join(opts)
+        kind = rng.randrange(4)
+        if kind == 0:
+            lines.append(f"GEORADIUS g {lon!r} {lat!r} {size} {unit} {tail}")
+        elif kind == 1:
+            lines.append(f"GEORADIUSBYMEMBER g {rng.choice(names)} {size} {unit} {tail}")
+        elif kind == 2:
+            lines.append(f"GEOSEARCH g FROMLONLAT {lon!r} {lat!r} BYRADIUS {size} {unit} {tail}")
+        else:
+            w = radius_m * rng.uniform(0.5, 3) / scale
+            h = radius_m * rng.uniform(0.5, 3) / scale
+            center = (
+                f"FROMMEMBER {rng.choice(names)}"
+                if rng.random() < 0.5
+                else f"FROMLONLAT {lon!r} {lat!r}"
+            )
+            lines.append(f"GEOSEARCH g {center} BYBOX {w!r} {h!r} {unit} {tail}")
+    for _ in range(5):
+        member = rng.choice(names)
+        lines.append(f"GEOSEARCHSTORE dst g FROMMEMBER {member} BYRADIUS 3000 km STOREDIST")
+        lines.append("ZRANGE dst 0 -1 WITHSCORES")
+        lines.append(f"GEORADIUSBYMEMBER g {member} 1500 km STORE dst2 COUNT 5")
+        lines.append("ZRANGE dst2 0 -1 WITHSCORES")
+    return lines
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("conn", [0, 1], ids=["resp2", "resp3"])
+@pytest.mark.parametrize("seed", range(6))
+def test_random_points_and_searches_match_redis(
+    both: tuple[RedisBackend, EngineBackend], seed: int, conn: int
+) -> None:
+    """Scores, positions, hashes, distances and search results over random points (with
+    poles, antimeridian and latitude limits) equal redis-server's, in the same order."""
+    failures = mismatches(*both, _random_script(seed), conn)
+    assert not failures, "engine differs from redis-server 7.0:\n" + "\n".join(failures[:5])
+
+
+def test_geoadd_scores_are_52_bit_geohashes_interleaving_latitude_and_longitude() -> None:
+    assert geohash.score_of(-180.0, -85.05112878) == 0
+    assert geohash.score_of(180.0, 85.05112878) >> 52 == 3  # both offsets reach 2**26
+    assert geohash.score_of(0.0, 0.0) == 0b11 << 50
+
+
+def test_geo_writes_replay_from_the_append_only_file(tmp_path: Path) -> None:
+    """GEOADD, GEORADIUS ... STORE/STOREDIST and GEOSEARCHSTORE come back on replay."""
+    aof = open_persistent(tmp_path / "data", appendfsync="always")
+    s = Session(aof.engine)
+    s("GEOADD", "g", "13.361389", "38.115556", "Palermo", "15.087269", "37.502669", "Catania")
+    s("GEOADD", "g", "CH", "XX", "13.4", "38.1", "Palermo")
+    s("GEORADIUS", "g", "15", "37", "200", "km", "STORE", "r1")
+    s("GEORADIUSBYMEMBER", "g", "Palermo", "300", "km", "STOREDIST", "r2")
+    s("GEOSEARCHSTORE", "r3", "g", "FROMLONLAT", "15", "37", "BYBOX", "400", "400", "km")
+    s("GEOSEARCHSTORE", "r4", "g", "FROMLONLAT", "0", "0", "BYRADIUS", "1", "m")
+    before = dump_state(aof.engine)
+    assert set(before) == {(0, b"g"), (0, b"r1"), (0, b"r2"), (0, b"r3")}
+    directory = aof.dir
+    aof.close()
+    again = open_persistent(directory, appendfsync="always")
+    try:
+        assert dump_state(again.engine) == before
+    finally:
+        again.close()
