@@ -477,6 +477,7 @@ def hll_unknown_debug(sub: bytes) -> str:
     """PFDEBUG with an unknown subcommand (echoed as typed)."""
     return "ERR Unknown PFDEBUG subcommand '" + sub.decode("utf-8", "surrogateescape") + "'"
 
+
 # --- geo -----------------------------------------------------------------------------------
 
 GEO_UNIT = "ERR unsupported unit provided. please use M, KM, FT, MI"
@@ -492,7 +493,7 @@ GEO_ANY_NEEDS_COUNT = "ERR the ANY argument requires COUNT argument"
 
 def geo_invalid_pair(lon: float, lat: float) -> str:
     """GEOADD / GEORADIUS / FROMLONLAT outside the supported area (printed with ``%f``)."""
-    return "ERR invalid longitude,latitude pair %f,%f" % (lon, lat)
+    return f"ERR invalid longitude,latitude pair {lon:f},{lat:f}"
 
 
 def geo_store_with(searchstore: bool) -> str:

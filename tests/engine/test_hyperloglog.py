@@ -135,9 +135,9 @@ CASES = {
         f'SET vals "{_HDR_SPARSE}\\xff\\xff\\xff\\xff\\xff\\x7f\\xff"',
         "PFCOUNT vals",
         "PFDEBUG GETREG vals",
-        f'SET enc2 "HYLL\\x02\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x80"',
+        'SET enc2 "HYLL\\x02\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x80"',
         "PFADD enc2 a",
-        f'SET dense "HYLL\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x80abc"',
+        'SET dense "HYLL\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x80abc"',
         "PFCOUNT dense",
         "SET tiny HYLL",
         "PFCOUNT tiny",
@@ -177,7 +177,9 @@ def test_hll_commands_reply_as_redis_does(
 
 
 def _element(rng: random.Random) -> str:
-    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(rng.randint(1, 12)))
+    return "".join(
+        rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(rng.randint(1, 12))
+    )
 
 
 def _random_script(seed: int, max_bytes: int) -> list[str]:

@@ -142,9 +142,7 @@ def pfmerge(ctx: Ctx, args: list[bytes]) -> Reply:
     return OK
 
 
-@command(
-    "pfdebug", arity=3, flags=("write", "denyoom", "admin"), first_key=2, last_key=2, step=1
-)
+@command("pfdebug", arity=3, flags=("write", "denyoom", "admin"), first_key=2, last_key=2, step=1)
 def pfdebug(ctx: Ctx, args: list[bytes]) -> Reply:
     """PFDEBUG GETREG|DECODE|ENCODING|TODENSE key (Redis's internal debugging command)."""
     sub, key = args[0], args[1]

@@ -68,6 +68,22 @@ class Shape(NamedTuple):
     box: bool = False
 
 
+def _cos(x: float) -> float:
+    # C's cos: NaN for an infinite argument (Python raises).
+    return math.cos(x) if math.isfinite(x) else math.nan
+
+
+def _sin(x: float) -> float:
+    return math.sin(x) if math.isfinite(x) else math.nan
+
+
+def _asin_sqrt(a: float) -> float:
+    # C's asin(sqrt(a)): NaN outside the domain (rounding can put a just above 1).
+    if not 0.0 <= a <= 1.0:
+        return math.nan
+    return math.asin(math.sqrt(a))
+
+
 def _spread(v: int) -> int:
     # The 32 bits of v moved to the even bit positions of a 64-bit word.
     v &= 0xFFFFFFFF
@@ -180,9 +196,9 @@ def distance(lon1: float, lat1: float, lon2: float, lat2: float) -> float:
     lon1r = lon1 * _D_R
     lat2r = lat2 * _D_R
     lon2r = lon2 * _D_R
-    u = math.sin((lat2r - lat1r) / 2)
-    v = math.sin((lon2r - lon1r) / 2)
-    return 2.0 * EARTH_RADIUS_M * math.asin(math.sqrt(u * u + math.cos(lat1r) * math.cos(lat2r) * v * v))
+    u = _sin((lat2r - lat1r) / 2)
+    v = _sin((lon2r - lon1r) / 2)
+    return 2.0 * EARTH_RADIUS_M * _asin_sqrt(u * u + _cos(lat1r) * _cos(lat2r) * v * v)
 
 
 def within(shape: Shape, lon: float, lat: float) -> float | None:
@@ -218,10 +234,7 @@ def _move_x(bits: int, step: int, d: int) -> int:
     x = bits & _ODD
     y = bits & _EVEN
     zz = _EVEN >> (64 - step * 2)
-    if d > 0:
-        x = (x + (zz + 1)) & _M64
-    else:
-        x = ((x | zz) - (zz + 1)) & _M64
+    x = (x + (zz + 1)) & _M64 if d > 0 else ((x | zz) - (zz + 1)) & _M64
     x &= _ODD >> (64 - step * 2)
     return x | y
 
@@ -230,10 +243,7 @@ def _move_y(bits: int, step: int, d: int) -> int:
     x = bits & _ODD
     y = bits & _EVEN
     zz = _ODD >> (64 - step * 2)
-    if d > 0:
-        y = (y + (zz + 1)) & _M64
-    else:
-        y = ((y | zz) - (zz + 1)) & _M64
+    y = (y + (zz + 1)) & _M64 if d > 0 else ((y | zz) - (zz + 1)) & _M64
     y &= _EVEN >> (64 - step * 2)
     return x | y
 
@@ -260,10 +270,8 @@ def _bounding_box(shape: Shape) -> tuple[float, float, float, float]:
         height = shape.conversion * shape.radius
         width = shape.conversion * shape.radius
     lat_delta = (height / EARTH_RADIUS_M) / _D_R
-    long_delta_top = (width / EARTH_RADIUS_M / math.cos((shape.lat + lat_delta) * _D_R)) / _D_R
-    long_delta_bottom = (
-        width / EARTH_RADIUS_M / math.cos((shape.lat - lat_delta) * _D_R)
-    ) / _D_R
+    long_delta_top = (width / EARTH_RADIUS_M / _cos((shape.lat + lat_delta) * _D_R)) / _D_R
+    long_delta_bottom = (width / EARTH_RADIUS_M / _cos((shape.lat - lat_delta) * _D_R)) / _D_R
     delta = long_delta_bottom if shape.lat < 0 else long_delta_top
     return shape.lon - delta, shape.lat - lat_delta, shape.lon + delta, shape.lat + lat_delta
 

@@ -25,12 +25,12 @@ __all__ = [
     "HDR_SIZE",
     "REGISTERS",
     "SPARSE",
-    "cardinality",
     "cached_cardinality",
+    "cardinality",
     "decode_sparse",
     "dense_get",
-    "dense_registers",
     "dense_put",
+    "dense_registers",
     "dense_set",
     "estimate",
     "invalidate_cache",
@@ -229,9 +229,7 @@ def sparse_to_dense(buf: bytes | bytearray) -> bytearray | None:
     return dense
 
 
-def sparse_set(
-    buf: bytearray, index: int, count: int, max_bytes: int
-) -> tuple[int, bytearray]:
+def sparse_set(buf: bytearray, index: int, count: int, max_bytes: int) -> tuple[int, bytearray]:
     """Raise register ``index`` of the sparse value ``buf`` to ``count``, as Redis's
     hllSparseSet: returns (1 changed / 0 unchanged / -1 corrupted, the value), the value being
     ``buf`` updated in place or a new dense buffer after a promotion (a count above 32, or a
