@@ -12,6 +12,10 @@ splits or merges opcodes and when it promotes to dense, so that the value of a k
 byte-identical to redis-server's after the same commands. Work is bounded by the length of the
 value: a run never makes a loop iterate more than its opcode's 1..4 registers, and walks stop
 at the end of the string.
+
+A sparse value is valid only if its opcodes cover exactly 16384 registers with no opcode
+running past the last one: Debian's redis-server 7.0.15 carries the fix for CVE-2025-32023,
+which rejects such an overflow wherever a sparse value is decoded (count, merge, conversion).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ __all__ = [
     "dense_registers",
     "dense_set",
     "estimate",
+    "final_value",
     "invalidate_cache",
     "is_hll",
     "merge_max",
@@ -43,6 +48,7 @@ __all__ = [
     "sparse_set",
     "sparse_to_dense",
     "store_cardinality",
+    "work_buffer",
 ]
 
 HDR_SIZE: Final = 16
@@ -181,9 +187,10 @@ def dense_registers(buf: bytes | bytearray) -> list[int]:
 # --- sparse ---------------------------------------------------------------------------------
 
 
-def _xzero_len(buf: bytes | bytearray, p: int, end: int) -> int:
-    # A truncated XZERO reads the string terminator (0) as its second byte, as Redis does.
-    low = buf[p + 1] if p + 1 < end else 0
+def _xzero_len(buf: bytes | bytearray, p: int) -> int:
+    # A truncated XZERO reads the byte after the string as its second byte, as Redis does:
+    # the terminator (0) of a stored value, or a work buffer's tail byte (see sparse_set).
+    low = buf[p + 1] if p + 1 < len(buf) else 0
     return (((buf[p] & 0x3F) << 8) | low) + 1
 
 
@@ -198,45 +205,68 @@ def _zero_seq(length: int) -> bytes:
     return bytes((length - 1,))
 
 
-def sparse_to_dense(buf: bytes | bytearray) -> bytearray | None:
+def sparse_to_dense(buf: bytes | bytearray, end: int | None = None) -> bytearray | None:
     """The dense form of a sparse value (header copied, encoding set to dense), or None when
-    the opcodes do not cover exactly 16384 registers."""
+    the opcodes do not cover exactly 16384 registers. ``end`` is the value's length when
+    ``buf`` is a work buffer with a tail byte."""
     dense = bytearray(DENSE_SIZE)
     dense[0:HDR_SIZE] = buf[0:HDR_SIZE]
     dense[4] = DENSE
     idx = 0
     p = HDR_SIZE
-    end = len(buf)
+    if end is None:
+        end = len(buf)
     while p < end:
         b = buf[p]
         if b & 0xC0 == 0:
-            idx += (b & 0x3F) + 1
+            runlen = (b & 0x3F) + 1
             p += 1
         elif b & 0x80 == 0:
-            idx += _xzero_len(buf, p, end)
+            runlen = _xzero_len(buf, p)
             p += 2
         else:
             runlen = (b & 3) + 1
             value = ((b >> 2) & 0x1F) + 1
             if runlen + idx > REGISTERS:
-                break
+                return None
             for i in range(idx, idx + runlen):
                 dense_put(dense, i, value)
-            idx += runlen
             p += 1
+        if runlen + idx > REGISTERS:
+            return None
+        idx += runlen
     if idx != REGISTERS:
         return None
     return dense
 
 
+def work_buffer(value: bytes | bytearray) -> bytearray:
+    """A mutable copy of an HLL value for :func:`sparse_set`: a sparse value gets one tail
+    byte, the string terminator Redis's in-place updates read and may overwrite."""
+    buf = bytearray(value)
+    if buf[4] == SPARSE:
+        buf.append(0)
+    return buf
+
+
+def final_value(buf: bytearray) -> bytes:
+    """The stored value of a work buffer (without the tail byte of a sparse one)."""
+    if buf[4] == SPARSE:
+        return bytes(buf[:-1])
+    return bytes(buf)
+
+
 def sparse_set(buf: bytearray, index: int, count: int, max_bytes: int) -> tuple[int, bytearray]:
-    """Raise register ``index`` of the sparse value ``buf`` to ``count``, as Redis's
-    hllSparseSet: returns (1 changed / 0 unchanged / -1 corrupted, the value), the value being
-    ``buf`` updated in place or a new dense buffer after a promotion (a count above 32, or a
-    sparse form that would grow past ``max_bytes``)."""
+    """Raise register ``index`` of a sparse :func:`work_buffer` to ``count``, as Redis's
+    hllSparseSet: returns (1 changed / 0 unchanged / -1 corrupted, the buffer), the buffer
+    being ``buf`` updated in place or a new dense value after a promotion (a count above 32,
+    or a sparse form that would grow past ``max_bytes``).
+
+    The tail byte reproduces Redis's memory past the string: a corrupted value ending in half
+    an XZERO is read with that byte, and replacing it writes one byte past the new end."""
     if count > _SPARSE_VAL_MAX_VALUE:
         return _promote(buf, index, count)
-    end = len(buf)
+    end = len(buf) - 1
     p = HDR_SIZE
     first = 0
     prev = -1
@@ -249,7 +279,7 @@ def sparse_set(buf: bytearray, index: int, count: int, max_bytes: int) -> tuple[
         elif b & 0x80:
             span = (b & 3) + 1
         else:
-            span = _xzero_len(buf, p, end)
+            span = _xzero_len(buf, p)
             oplen = 2
         if index <= first + span - 1:
             break
@@ -263,10 +293,11 @@ def sparse_set(buf: bytearray, index: int, count: int, max_bytes: int) -> tuple[
     is_xzero = b & 0xC0 == 0x40
     is_zero = b & 0xC0 == 0
     is_val = bool(b & 0x80)
+    nxt = p + (2 if is_xzero else 1)
     if is_zero:
         runlen = (b & 0x3F) + 1
     elif is_xzero:
-        runlen = _xzero_len(buf, p, end)
+        runlen = _xzero_len(buf, p)
     else:
         runlen = (b & 3) + 1
 
@@ -299,18 +330,32 @@ def sparse_set(buf: bytearray, index: int, count: int, max_bytes: int) -> tuple[
                 seq.append(_val(cur, last - index))
         oldlen = 2 if is_xzero else 1
         delta = len(seq) - oldlen
-        if delta > 0 and len(buf) + delta > max_bytes:
+        if delta > 0 and end + delta > max_bytes:
             return _promote(buf, index, count)
-        buf[p : p + oldlen] = seq
-    _merge_adjacent(buf, prev if prev >= 0 else HDR_SIZE)
+        # Redis: memmove the rest by delta (when an opcode follows), set the new length
+        # (terminator at the new end), then copy the sequence over the old opcode.
+        if delta and nxt < end:
+            rest = bytes(buf[nxt:end])
+            grow = nxt + delta + len(rest) - len(buf)
+            if grow > 0:
+                buf.extend(bytes(grow))
+            buf[nxt + delta : nxt + delta + len(rest)] = rest
+        end += delta
+        if len(buf) < end + 1:
+            buf.extend(bytes(end + 1 - len(buf)))
+        buf[end] = 0
+        if len(buf) < p + len(seq):
+            buf.extend(bytes(p + len(seq) - len(buf)))
+        buf[p : p + len(seq)] = seq
+        del buf[end + 1 :]
+    _merge_adjacent(buf, prev if prev >= 0 else HDR_SIZE, end)
     invalidate_cache(buf)
     return 1, buf
 
 
-def _merge_adjacent(buf: bytearray, p: int) -> None:
+def _merge_adjacent(buf: bytearray, p: int, end: int) -> None:
     # Redis scans up to five opcodes from the one before the update and merges equal
     # neighbouring VALs whose total run fits one opcode.
-    end = len(buf)
     scan = 5
     while p < end and scan:
         scan -= 1
@@ -328,14 +373,17 @@ def _merge_adjacent(buf: bytearray, p: int) -> None:
                 length = (b & 3) + (nb & 3) + 2
                 if length <= _SPARSE_VAL_MAX_LEN:
                     buf[p + 1] = _val(v1, length)
+                    # memmove(p, p + 1, end - p) moves the tail byte down too; the shorter
+                    # string then gets its terminator.
                     del buf[p]
                     end -= 1
+                    buf[end] = 0
                     continue
         p += 1
 
 
 def _promote(buf: bytearray, index: int, count: int) -> tuple[int, bytearray]:
-    dense = sparse_to_dense(buf)
+    dense = sparse_to_dense(buf, len(buf) - 1)
     if dense is None:
         return -1, buf
     dense_set(dense, index, count)
@@ -353,7 +401,7 @@ def decode_sparse(buf: bytes) -> bytes:
             parts.append(b"z:%d" % ((b & 0x3F) + 1))
             p += 1
         elif b & 0x80 == 0:
-            parts.append(b"Z:%d" % _xzero_len(buf, p, end))
+            parts.append(b"Z:%d" % _xzero_len(buf, p))
             p += 2
         else:
             parts.append(b"v:%d,%d" % (((b >> 2) & 0x1F) + 1, (b & 3) + 1))
@@ -379,19 +427,20 @@ def _histogram(buf: bytes | bytearray) -> list[int] | None:
         b = buf[p]
         if b & 0xC0 == 0:
             run = (b & 0x3F) + 1
-            histo[0] += run
-            idx += run
+            bucket = 0
             p += 1
         elif b & 0x80 == 0:
-            run = _xzero_len(buf, p, end)
-            histo[0] += run
-            idx += run
+            run = _xzero_len(buf, p)
+            bucket = 0
             p += 2
         else:
             run = (b & 3) + 1
-            histo[((b >> 2) & 0x1F) + 1] += run
-            idx += run
+            bucket = ((b >> 2) & 0x1F) + 1
             p += 1
+        if run + idx > REGISTERS:
+            return None
+        histo[bucket] += run
+        idx += run
     if idx != REGISTERS:
         return None
     return histo
@@ -464,21 +513,23 @@ def merge_max(registers: bytearray, buf: bytes | bytearray) -> bool:
     while p < end:
         b = buf[p]
         if b & 0xC0 == 0:
-            i += (b & 0x3F) + 1
+            run = (b & 0x3F) + 1
             p += 1
         elif b & 0x80 == 0:
-            i += _xzero_len(buf, p, end)
+            run = _xzero_len(buf, p)
             p += 2
         else:
             run = (b & 3) + 1
             value = ((b >> 2) & 0x1F) + 1
             if run + i > REGISTERS:
-                break
+                return False
             for j in range(i, i + run):
                 if value > registers[j]:
                     registers[j] = value
-            i += run
             p += 1
+        if run + i > REGISTERS:
+            return False
+        i += run
     return i == REGISTERS
 
 
