@@ -2,10 +2,9 @@
 digits, GEOHASH strings, distances with 4 decimals in every unit, radius and box searches over
 random points (poles, the antimeridian, the Mercator latitude limits) with every option, and
 Redis's error texts and their order. Search replies are compared byte for byte including their
-order: without ASC/DESC both servers return members cell by cell in score order. Random points
-are distinct, so no two members are at the same distance from a centre (ties are the only
-place where redis-server's partial quicksort may order members differently); and on the
-engine alone: the writes survive an append-only-file reload."""
+order, ties included: without ASC/DESC both servers return members cell by cell in score
+order, with them the engine sorts as glibc's qsort (stable) or, under COUNT, as Redis's partial
+quicksort does. On the engine alone: the writes survive an append-only-file reload."""
 
 from __future__ import annotations
 
@@ -20,7 +19,28 @@ from tests.engine.aof_support import Session, dump_state
 from tests.engine.differential.backends import EngineBackend, RedisBackend
 from tests.engine.differential.scripts import mismatches
 
+_TIES = [
+    "GEOADD g " + " ".join(f"1 1 t{i:02d}" for i in range(30)),
+    "GEOADD g " + " ".join(f"1.001 1.001 u{i:02d}" for i in range(12)),
+    "GEOADD g " + " ".join(f"0.999 1.0005 v{i:02d}" for i in range(50)),
+]
+
 CASES = {
+    "equal-distances": [
+        *_TIES,
+        "GEORADIUS g 1 1 10 km",
+        "GEORADIUS g 1 1 10 km ASC",
+        "GEORADIUS g 1 1 10 km DESC",
+        "GEORADIUS g 1 1 10 km COUNT 5",
+        "GEORADIUS g 1 1 10 km COUNT 35 DESC",
+        "GEORADIUS g 1.0005 1.0005 10 km COUNT 3",
+        "GEORADIUS g 1.0005 1.0005 10 km COUNT 41 DESC WITHDIST",
+        "GEOSEARCH g FROMMEMBER u03 BYBOX 50 50 km COUNT 60 ASC",
+        "GEOSEARCH g FROMMEMBER v07 BYRADIUS 50 km COUNT 7 DESC",
+        "GEOSEARCH g FROMMEMBER v07 BYRADIUS 50 km COUNT 7 ANY DESC",
+        "GEOSEARCHSTORE dst g FROMMEMBER t00 BYRADIUS 50 km COUNT 13 STOREDIST",
+        "ZRANGE dst 0 -1 WITHSCORES",
+    ],
     "geoadd": [
         "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania",
         "GEOADD g NX 13.361389 38.115556 Palermo 1 1 new",
@@ -212,7 +232,8 @@ _UNITS = ("m", "km", "mi", "ft", "KM")
 def _random_script(seed: int) -> list[str]:
     rng = random.Random(seed)
     lines = []
-    names = []
+    names: list[str] = []
+    placed: list[tuple[float, float]] = []
     # A cluster to make searches dense, plus points spread over the globe and its edges.
     clon, clat = rng.uniform(-180, 180), rng.uniform(-80, 80)
     for i in range(60):
@@ -222,6 +243,10 @@ def _random_script(seed: int) -> list[str]:
         else:
             lon = _coord(rng, -180, 180, _LON_EDGES)
             lat = _coord(rng, -85.05112878, 85.05112878, _LAT_EDGES)
+        if names and rng.random() < 0.1:
+            # Another member at an existing position: equal distances from any centre.
+            lon, lat = placed[rng.randrange(len(placed))]
+        placed.append((lon, lat))
         name = f"p{i}"
         names.append(name)
         lines.append(f"GEOADD g {lon!r} {lat!r} {name}")

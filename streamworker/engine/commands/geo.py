@@ -9,6 +9,7 @@ glibc's qsort is for these sizes), so replies match redis-server 7.0's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from streamworker.engine import msgs
@@ -317,9 +318,15 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
         return EMPTY_ARRAY
     returned = len(points) if not count or len(points) < count else count
     if sort:
-        # Stable in both directions, like glibc's merge-sort qsort with Redis's comparators
-        # (equal distances keep the order they were found in).
-        points.sort(key=lambda p: p.dist, reverse=sort == 2)
+        if returned == len(points):
+            # glibc's qsort is a merge sort: stable, so equal distances keep the order they
+            # were found in (reverse=True keeps it too, as the negated comparator does).
+            points.sort(key=lambda p: p.dist, reverse=sort == 2)
+        else:
+            # Redis sorts only the first `returned` places with its partial quicksort; its
+            # order among equal distances is reproduced by running the same algorithm.
+            cmp = _cmp_asc if sort == 1 else _cmp_desc
+            _pqsort(points, 0, len(points), cmp, returned - 1)
     points = points[:returned]
     for p in points:
         p.dist /= conversion
@@ -351,6 +358,116 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
     elif not ctx.db.delete(storekey):
         ctx.no_propagate()
     return returned
+
+
+def _cmp_asc(a: _Point, b: _Point) -> int:
+    if a.dist > b.dist:
+        return 1
+    if a.dist == b.dist:
+        return 0
+    return -1
+
+
+def _cmp_desc(a: _Point, b: _Point) -> int:
+    return -_cmp_asc(a, b)
+
+
+def _insertion_sort(
+    v: list[_Point], base: int, n: int, cmp: Callable[[_Point, _Point], int]
+) -> None:
+    for m in range(base + 1, base + n):
+        i = m
+        while i > base and cmp(v[i - 1], v[i]) > 0:
+            v[i - 1], v[i] = v[i], v[i - 1]
+            i -= 1
+
+
+def _med3(v: list[_Point], a: int, b: int, c: int, cmp: Callable[[_Point, _Point], int]) -> int:
+    if cmp(v[a], v[b]) < 0:
+        if cmp(v[b], v[c]) < 0:
+            return b
+        return c if cmp(v[a], v[c]) < 0 else a
+    if cmp(v[b], v[c]) > 0:
+        return b
+    return a if cmp(v[a], v[c]) < 0 else c
+
+
+def _vecswap(v: list[_Point], a: int, b: int, n: int) -> None:
+    for i in range(n):
+        v[a + i], v[b + i] = v[b + i], v[a + i]
+
+
+def _pqsort(
+    v: list[_Point], base: int, n: int, cmp: Callable[[_Point, _Point], int], last: int
+) -> None:
+    """Redis's pqsort (Bentley-McIlroy quicksort that only recurses into partitions that
+    overlap places ``0..last``): the same swaps, so the same order among equal keys."""
+    while True:
+        if n < 7:
+            _insertion_sort(v, base, n, cmp)
+            return
+        pm = base + n // 2
+        if n > 7:
+            pl = base
+            pn = base + n - 1
+            if n > 40:
+                d = n // 8
+                pl = _med3(v, pl, pl + d, pl + 2 * d, cmp)
+                pm = _med3(v, pm - d, pm, pm + d, cmp)
+                pn = _med3(v, pn - 2 * d, pn - d, pn, cmp)
+            pm = _med3(v, pl, pm, pn, cmp)
+        v[base], v[pm] = v[pm], v[base]
+        pa = pb = base + 1
+        pc = pd = base + n - 1
+        swapped = False
+        while True:
+            while pb <= pc:
+                r = cmp(v[pb], v[base])
+                if r > 0:
+                    break
+                if r == 0:
+                    swapped = True
+                    v[pa], v[pb] = v[pb], v[pa]
+                    pa += 1
+                pb += 1
+            while pb <= pc:
+                r = cmp(v[pc], v[base])
+                if r < 0:
+                    break
+                if r == 0:
+                    swapped = True
+                    v[pc], v[pd] = v[pd], v[pc]
+                    pd -= 1
+                pc -= 1
+            if pb > pc:
+                break
+            v[pb], v[pc] = v[pc], v[pb]
+            swapped = True
+            pb += 1
+            pc -= 1
+        if not swapped:
+            _insertion_sort(v, base, n, cmp)
+            return
+        pn = base + n
+        r = min(pa - base, pb - pa)
+        _vecswap(v, base, pb - r, r)
+        r = min(pd - pc, pn - pd - 1)
+        _vecswap(v, pb, pn - r, r)
+        r = pb - pa
+        if r > 1 and _overlaps(base, r, last):
+            _pqsort(v, base, r, cmp, last)
+        r = pd - pc
+        if r > 1:
+            base = pn - r
+            n = r
+            if _overlaps(base, n, last):
+                continue
+        return
+
+
+def _overlaps(start: int, n: int, last: int) -> bool:
+    # Places start..start+n-1 meet 0..last (Redis compares the byte addresses; n >= 2).
+    return start <= last
 
 
 def _score_int(score: float) -> int:
