@@ -576,6 +576,18 @@ def _movable_keys(name: str, argv: list[bytes]) -> list[bytes] | None:
                 store = argv[i + 1]
             i += 1
         return keys + ([store] if store is not None else [])
+    if name in ("georadius", "georadiusbymember"):
+        # Key specs: the source, then the word after the first STORE and after the first
+        # STOREDIST found from the options' start (argv 6 / 5), in that order.
+        keys = [argv[1]]
+        start = 6 if name == "georadius" else 5
+        for word in (b"store", b"storedist"):
+            for i in range(start, len(argv)):
+                if argv[i].lower() == word:
+                    if i + 1 < len(argv):
+                        keys.append(argv[i + 1])
+                    break
+        return keys
     return None
 
 
