@@ -301,7 +301,8 @@ class _Converter:
                 return flat
             if t is Double:
                 if resp3:
-                    return v.value
+                    # What a client parses from the wire (the human text rounds tiny values).
+                    return v.value if v.text is None else float(v.text)
                 return text(v.text if v.text is not None else format_double(v.value))
             if t is SetReply:
                 return [conv(x) for x in v.items]
