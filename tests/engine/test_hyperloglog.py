@@ -231,6 +231,34 @@ def test_dense_values_after_thousands_of_elements_are_byte_identical(
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("size", [5, 300, 5000])
+def test_a_value_written_by_redis_server_is_used_as_is(
+    both: tuple[RedisBackend, EngineBackend], size: int
+) -> None:
+    """GET from redis-server, SET into the engine: counts, further PFADDs and merges give
+    redis-server's replies and bytes (sparse and dense values)."""
+    real, engine = both
+    real.reset()
+    engine.reset()
+    real.call(0, [b"PFADD", b"h", *[b"r%d" % i for i in range(size)]])
+    value = real.call(0, [b"GET", b"h"]).split(b"\r\n", 1)[1][:-2]
+    engine.call(0, [b"SET", b"h", value])
+    script = [
+        [b"PFCOUNT", b"h"],
+        [b"GET", b"h"],
+        [b"PFADD", b"h", *[b"s%d" % i for i in range(50)]],
+        [b"GET", b"h"],
+        [b"PFADD", b"o", b"x", b"y"],
+        [b"PFCOUNT", b"h", b"o"],
+        [b"PFMERGE", b"o", b"h"],
+        [b"GET", b"o"],
+        [b"PFDEBUG", b"ENCODING", b"h"],
+    ]
+    for argv in script:
+        assert engine.call(0, argv) == real.call(0, argv), argv[:2]
+
+
+@pytest.mark.redis
 def test_a_sparse_value_claiming_huge_runs_is_rejected_quickly(
     both: tuple[RedisBackend, EngineBackend],
 ) -> None:
