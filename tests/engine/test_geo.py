@@ -154,6 +154,40 @@ CASES = {
         "GEORADIUSBYMEMBER_RO g Agrigento 200 km WITHHASH",
         "GEORADIUSBYMEMBER_RO g Agrigento 200 km STORE dst",
     ],
+    # Search areas at their limits: near the poles the neighbour cells are wide, diagonal
+    # neighbours matter, a radius can cross the pole, a box can be long and narrow.
+    "area-edges": [
+        "GEOADD k1 -0.15307903289794921875 85 n1 0.3515625 85.00019260486917005437 n2",
+        "GEORADIUSBYMEMBER k1 n1 4891.94 m",
+        "GEOADD k2 -4.95211958885192871094 85 n3 11.25 85.0511 n4",
+        "GEORADIUSBYMEMBER k2 n3 156544 m WITHDIST",
+        "GEOADD k3 -45 65.50900022111811438208 n5 90 85.0511 n6",
+        "GEORADIUSBYMEMBER k3 n5 5009431 m WITHCOORD",
+        "GEOADD k4 45 65 n1 -135 85.05 n2",
+        "GEORADIUSBYMEMBER k4 n1 5009431 m",
+        "GEOADD users -47.271613776683807 -54.534504198047678 user_000000",
+        "GEORADIUS users 0 0 50000 km WITHCOORD",
+        "GEORADIUS users 0 0 50000000 km WITHHASH",
+        "GEOADD s 12.75 36.995 t1 12.75 36.50 t2 13.00 36.50 t3 -1 37.00 t4",
+        "GEOSEARCH s FROMLONLAT 15 37 BYBOX 400 2 km",
+        "GEOSEARCH s FROMLONLAT 15 37 BYBOX 3000 2 km ASC WITHDIST",
+        "GEOADD c 12.758489 38.788135 e1 17.241510 38.788135 e2 17.25 35.202 e3 12.75 35.202 e4",
+        "GEOADD c 12.748489955781654 37 e5 15 38.798135872540925 e6 17.251510044218346 37 e7",
+        "GEOADD c 15 35.201864127459075 e8 12.692799634687903 38.798135872540925 c1",
+        "GEOADD c 17.200560937451133 35.201864127459075 c3 12.799439062548865 35.201864127459075 c4",
+        "GEOSEARCH c FROMLONLAT 15 37 BYBOX 400 400 km ASC WITHDIST",
+        "GEOSEARCH c FROMLONLAT 15 37 BYBOX 400 400 km",
+        "GEOADD w 179.9 0 east -179.9 0 west 180 10 e180 -180 10 w180",
+        "GEOSEARCH w FROMLONLAT 180 0 BYBOX 100 3000 km WITHCOORD",
+        "GEOSEARCH w FROMLONLAT -180 0 BYRADIUS 2000 km DESC WITHDIST",
+        "GEORADIUSBYMEMBER w east 50 km WITHDIST",
+        "GEOHASH w east west e180 w180",
+        "GEOADD p -5.6 42.6 wiki 0 85.05112878 north 0 -85.05112878 south",
+        "GEOHASH p wiki north south",
+        "GEORADIUS p 0 85.05112878 1 km WITHCOORD",
+        "GEORADIUS p 90 85 500 km WITHCOORD WITHDIST",
+        "GEODIST p north south km",
+    ],
     "command-getkeys": [
         "COMMAND GETKEYS GEORADIUS g 1 1 1 km STORE d",
         "COMMAND GETKEYS GEORADIUS g 1 1 1 km STOREDIST d2 STORE d",
@@ -241,6 +275,18 @@ def _coord(rng: random.Random, lo: float, hi: float, edges: tuple[float, ...]) -
     return rng.uniform(lo, hi)
 
 
+# Radii (km) and centres where Redis's search areas once missed members (from the regression
+# list of Redis's geo tests).
+_PAST_BUG_CENTRES = [
+    (7083, 81.634948934258375, 30.561509253718668),
+    (5416, -70.863281847379767, -46.347003465679947),
+    (6064, -89.818768962202014, -40.463868561416803),
+    (156, 149.29737817929004, 15.95807862745508),
+    (143, 59.235461856813856, 66.269555127373678),
+    (154, -90.187939661642517, 66.615930412251487),
+    (149, 84.062063109158544, -65.685403922426232),
+    (16751, -1.8175081637769495, 20.665668878082954),
+]
 _LON_EDGES = (-180.0, 180.0, -179.999999, 179.999999)
 _LAT_EDGES = (-85.05112878, 85.05112878, -85.0, 85.0, 0.0)
 _UNITS = ("m", "km", "mi", "ft", "KM")
@@ -272,6 +318,8 @@ def _random_script(seed: int) -> list[str]:
     for _ in range(15):
         a, b = rng.sample(names, 2)
         lines.append(f"GEODIST g {a} {b} {rng.choice(_UNITS)}")
+    for km, lon, lat in _PAST_BUG_CENTRES:
+        lines.append(f"GEORADIUS g {lon} {lat} {km} km ASC WITHDIST")
     for _ in range(40):
         unit = rng.choice(_UNITS)
         scale = {"m": 1.0, "km": 1000.0, "mi": 1609.34, "ft": 0.3048, "KM": 1000.0}[unit]
