@@ -231,6 +231,36 @@ def test_dense_values_after_thousands_of_elements_are_byte_identical(
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("seed", range(2))
+def test_pfmerge_of_random_sparse_and_dense_values_is_byte_identical(
+    both: tuple[RedisBackend, EngineBackend], seed: int
+) -> None:
+    """PFMERGE into a new or an existing key, sparse or dense sources, several
+    hll-sparse-max-bytes: the destination's bytes and the union's count match."""
+    real, engine = both
+    rng = random.Random(seed)
+    for _ in range(40):
+        real.reset()
+        engine.reset()
+        limit = rng.choice([300, 1000, 3000, 12000])
+        script = [[b"CONFIG", b"SET", b"hll-sparse-max-bytes", b"%d" % limit]]
+        for key in (b"a", b"b", b"c", b"d"):
+            n = rng.choice([0, 1, 5, 50, 300, 1500])
+            if n:
+                script.append([b"PFADD", key, *[b"%d" % rng.getrandbits(30) for _ in range(n)]])
+        sources = rng.sample([b"a", b"b", b"c", b"d", b"nokey"], rng.randint(1, 4))
+        script += [
+            [b"PFMERGE", rng.choice([b"a", b"m"]), *sources],
+            [b"GET", b"a"],
+            [b"GET", b"m"],
+            [b"PFCOUNT", b"m", b"a"],
+            [b"CONFIG", b"SET", b"hll-sparse-max-bytes", b"3000"],
+        ]
+        for argv in script:
+            assert engine.call(0, argv) == real.call(0, argv), argv[:3]
+
+
+@pytest.mark.redis
 @pytest.mark.parametrize("size", [5, 300, 5000])
 def test_a_value_written_by_redis_server_is_used_as_is(
     both: tuple[RedisBackend, EngineBackend], size: int

@@ -130,13 +130,14 @@ def pfmerge(ctx: Ctx, args: list[bytes]) -> Reply:
             raise CommandError(msgs.HLL_CORRUPTED)
         buf = dense
     max_bytes = _max_sparse_bytes(ctx)
+    hint = [hll.HDR_SIZE, 0, -1]  # registers are set in increasing order
     for index, count in enumerate(registers):
         if not count:
             continue
         if buf[4] == hll.DENSE:
             hll.dense_set(buf, index, count)
         else:
-            _, buf = hll.sparse_set(buf, index, count, max_bytes)
+            _, buf = hll.sparse_set(buf, index, count, max_bytes, hint)
     hll.invalidate_cache(buf)
     ctx.db.set(dest, hll.final_value(buf), keep_ttl=True)
     return OK

@@ -256,20 +256,30 @@ def final_value(buf: bytearray) -> bytes:
     return bytes(buf)
 
 
-def sparse_set(buf: bytearray, index: int, count: int, max_bytes: int) -> tuple[int, bytearray]:
+def sparse_set(
+    buf: bytearray, index: int, count: int, max_bytes: int, hint: list[int] | None = None
+) -> tuple[int, bytearray]:
     """Raise register ``index`` of a sparse :func:`work_buffer` to ``count``, as Redis's
     hllSparseSet: returns (1 changed / 0 unchanged / -1 corrupted, the buffer), the buffer
     being ``buf`` updated in place or a new dense value after a promotion (a count above 32,
     or a sparse form that would grow past ``max_bytes``).
 
     The tail byte reproduces Redis's memory past the string: a corrupted value ending in half
-    an XZERO is read with that byte, and replacing it writes one byte past the new end."""
+    an XZERO is read with that byte, and replacing it writes one byte past the new end.
+
+    ``hint`` (``[position, first register, previous position]`` of an opcode, initially
+    ``[HDR_SIZE, 0, -1]``) lets calls with increasing indexes (PFMERGE) resume the walk where
+    the previous one left it: an update changes nothing before the opcode preceding the
+    updated one, and that opcode keeps its position and first register, so the walk reaches
+    the same opcode with the same ``prev`` as a walk from the start."""
     if count > _SPARSE_VAL_MAX_VALUE:
         return _promote(buf, index, count)
     end = len(buf) - 1
-    p = HDR_SIZE
-    first = 0
-    prev = -1
+    if hint is not None and index >= hint[1]:
+        p, first, prev = hint
+    else:
+        p, first, prev = HDR_SIZE, 0, -1
+    prev_first = prev_prev = -1
     span = 0
     while p < end:
         b = buf[p]
@@ -283,11 +293,18 @@ def sparse_set(buf: bytearray, index: int, count: int, max_bytes: int) -> tuple[
             oplen = 2
         if index <= first + span - 1:
             break
+        prev_prev = prev
         prev = p
+        prev_first = first
         p += oplen
         first += span
     if span == 0 or p >= end:
         return -1, buf
+    if hint is not None:
+        # Next time, resume at this call's `prev` (its position and first register survive
+        # the update below). When the walk did not move, that opcode's own predecessor is
+        # unknown: start over from the beginning then.
+        hint[:] = [prev, prev_first, prev_prev] if prev_first >= 0 else [HDR_SIZE, 0, -1]
 
     b = buf[p]
     is_xzero = b & 0xC0 == 0x40
