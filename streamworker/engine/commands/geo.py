@@ -175,6 +175,9 @@ _SEARCHSTORE = 16  # GEOSEARCHSTORE
 
 
 class _Point:
+    """A member found by a search: its score, decoded position and distance to the centre
+    (metres, then the reply's unit)."""
+
     __slots__ = ("dist", "lat", "lon", "member", "score")
 
     def __init__(self, member: bytes, score: float, dist: float, lon: float, lat: float) -> None:
@@ -207,6 +210,10 @@ def _collect(zs: ZSet, shape: Shape, limit: int) -> list[_Point]:
 
 
 def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
+    """Redis's georadiusGeneric: the source key's type first, then the centre and radius of
+    the GEORADIUS forms, the options in order (each error as soon as its argument is read),
+    the checks across options, and only then the search (a missing source gives an empty
+    array, or deletes the STORE destination and gives 0)."""
     argv0 = ctx.argv[0] if ctx.argv else b"geosearch"
     # args excludes the command name: argv position n is args[n - 1].
     zs = ctx.db.get_typed(args[src_index - 1], ZSet)
