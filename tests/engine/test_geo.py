@@ -188,6 +188,23 @@ CASES = {
         "GEORADIUS p 90 85 500 km WITHCOORD WITHDIST",
         "GEODIST p north south km",
     ],
+    "from-scripts": [
+        "GEOADD g 13.361389 38.115556 Palermo 0.0000001 0.0000002 tiny",
+        "EVAL \"return redis.call('GEOPOS', KEYS[1], 'Palermo', 'tiny', 'nope')\" 1 g",
+        "EVAL \"redis.setresp(3); return redis.call('GEOPOS', KEYS[1], 'Palermo', 'tiny')\" 1 g",
+        "EVAL \"redis.setresp(3); local p = redis.call('GEOPOS', KEYS[1], 'tiny'); "
+        "return tostring(p[1][1]['double'])\" 1 g",
+        "EVAL \"return redis.call('GEOSEARCH', KEYS[1], 'FROMLONLAT', 13, 38, 'BYRADIUS', 200, "
+        "'km', 'WITHCOORD', 'WITHDIST', 'WITHHASH')\" 1 g",
+        "EVAL \"return redis.call('GEODIST', KEYS[1], 'Palermo', 'tiny', 'km')\" 1 g",
+        "EVAL_RO \"return redis.call('GEORADIUS', KEYS[1], 13, 38, 1, 'km')\" 1 g",
+        "EVAL_RO \"return redis.call('GEORADIUS_RO', KEYS[1], 13, 38, 100, 'km')\" 1 g",
+        "EVAL \"redis.call('PFADD', KEYS[2], 'a', 'b'); return redis.call('PFCOUNT', KEYS[2])\" "
+        "2 g h",
+        "EVAL_RO \"return redis.call('PFCOUNT', KEYS[1])\" 1 h",
+        "EVAL_RO \"return redis.call('PFADD', KEYS[1], 'c')\" 1 h",
+        "GET h",
+    ],
     "command-getkeys": [
         "COMMAND GETKEYS GEORADIUS g 1 1 1 km STORE d",
         "COMMAND GETKEYS GEORADIUS g 1 1 1 km STOREDIST d2 STORE d",

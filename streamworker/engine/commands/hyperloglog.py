@@ -78,7 +78,7 @@ def pfadd(ctx: Ctx, args: list[bytes]) -> Reply:
     return 1
 
 
-@command("pfcount", arity=-2, flags=("readonly",), first_key=1, last_key=-1, step=1)
+@command("pfcount", arity=-2, flags=("readonly", "may-replicate"), first_key=1, last_key=-1, step=1)
 def pfcount(ctx: Ctx, args: list[bytes]) -> Reply:
     """PFCOUNT key [key ...] -> estimated cardinality (of the union for several keys)."""
     if len(args) > 1:

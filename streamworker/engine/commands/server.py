@@ -459,7 +459,8 @@ def _command_info(spec: CommandSpec) -> Reply:
     return [
         spec.name.encode(),
         spec.arity,
-        [Status(f) for f in sorted(spec.flags)],
+        # Redis 7.0 does not list may-replicate.
+        [Status(f) for f in sorted(spec.flags) if f != "may-replicate"],
         spec.first_key,
         spec.last_key,
         spec.step,
