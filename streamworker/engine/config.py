@@ -254,6 +254,7 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "hash-max-listpack-value": ("64", _memory(0, _LLONG_MAX)),
     "zset-max-listpack-entries": ("128", _int_range(0, _LLONG_MAX, unsigned=True)),
     "zset-max-listpack-value": ("64", _memory(0, _LLONG_MAX)),
+    "hll-sparse-max-bytes": ("3000", _memory(0, _LLONG_MAX)),
     "set-max-intset-entries": ("512", _int_range(0, _LLONG_MAX, unsigned=True)),
     "list-max-listpack-size": ("-2", _int_range(-(2**31), 2**31 - 1)),
     # Their Redis 6 names, aliases of the same values (_ALIASES).

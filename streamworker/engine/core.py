@@ -428,7 +428,8 @@ class Engine:
             return CommandError(msgs.SCRIPT_WRONG_ARITY)
         if spec.noscript or spec.func is None:
             return CommandError(msgs.SCRIPT_COMMAND_NOT_ALLOWED)
-        if read_only and "write" in spec.flags:
+        if read_only and ("write" in spec.flags or "may-replicate" in spec.flags):
+            # Redis counts may-replicate commands (PFCOUNT) as writes in read-only scripts.
             return CommandError(msgs.SCRIPT_WRITE_IN_READ_ONLY)
         self.stats_commands += 1
         ctx.client.last_cmd = spec.name

@@ -303,7 +303,10 @@ class _Converter:
                     flat.append(conv(x))
                 return flat
             if t is Double:
-                return v.value if resp3 else text(format_double(v.value))
+                if resp3:
+                    # What a client parses from the wire (the human text rounds tiny values).
+                    return v.value if v.text is None else float(v.text)
+                return text(v.text if v.text is not None else format_double(v.value))
             if t is SetReply:
                 return [conv(x) for x in v.items]
             if t is Verbatim:

@@ -503,3 +503,52 @@ def deny_blocking_subscribe(cmd_upper: str) -> str:
 # CONFIG SET notify-keyspace-events with a letter outside A g $ l s h z x e K E t m d n
 # (the reason part of the CONFIG SET error).
 NOTIFY_KEYSPACE_EVENTS_INVALID = "Invalid event class character. Use 'Ag$lshzxeKEtmdn'."
+
+
+# --- HyperLogLog ---------------------------------------------------------------------------
+
+HLL_WRONGTYPE = "WRONGTYPE Key is not a valid HyperLogLog string value."
+HLL_CORRUPTED = "INVALIDOBJ Corrupted HLL object detected"
+HLL_NO_SUCH_KEY = "ERR The specified key does not exist"
+HLL_NOT_SPARSE = "ERR HLL encoding is not sparse"
+
+
+def hll_unknown_debug(sub: bytes) -> str:
+    """PFDEBUG with an unknown subcommand (echoed as typed)."""
+    return "ERR Unknown PFDEBUG subcommand '" + sub.decode("utf-8", "surrogateescape") + "'"
+
+
+# --- geo -----------------------------------------------------------------------------------
+
+GEO_UNIT = "ERR unsupported unit provided. please use M, KM, FT, MI"
+GEO_NEED_RADIUS = "ERR need numeric radius"
+GEO_NEGATIVE_RADIUS = "ERR radius cannot be negative"
+GEO_NEED_WIDTH = "ERR need numeric width"
+GEO_NEED_HEIGHT = "ERR need numeric height"
+GEO_NEGATIVE_BOX = "ERR height or width cannot be negative"
+GEO_NO_MEMBER = "ERR could not decode requested zset member"
+GEO_COUNT = "ERR COUNT must be > 0"
+GEO_ANY_NEEDS_COUNT = "ERR the ANY argument requires COUNT argument"
+
+
+def geo_invalid_pair(lon: float, lat: float) -> str:
+    """GEOADD / GEORADIUS / FROMLONLAT outside the supported area (printed with ``%f``)."""
+    return f"ERR invalid longitude,latitude pair {lon:f},{lat:f}"
+
+
+def geo_store_with(searchstore: bool) -> str:
+    """STORE / GEOSEARCHSTORE combined with WITHDIST, WITHHASH or WITHCOORD."""
+    what = "GEOSEARCHSTORE" if searchstore else "STORE option in GEORADIUS"
+    return f"ERR {what} is not compatible with WITHDIST, WITHHASH and WITHCOORD options"
+
+
+def geo_need_from(command_name: bytes) -> str:
+    """GEOSEARCH without FROMMEMBER / FROMLONLAT (the command name as typed)."""
+    name = command_name.decode("utf-8", "surrogateescape")
+    return f"ERR exactly one of FROMMEMBER or FROMLONLAT can be specified for {name}"
+
+
+def geo_need_by(command_name: bytes) -> str:
+    """GEOSEARCH without BYRADIUS / BYBOX (the command name as typed)."""
+    name = command_name.decode("utf-8", "surrogateescape")
+    return f"ERR exactly one of BYRADIUS and BYBOX can be specified for {name}"

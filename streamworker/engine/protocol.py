@@ -393,7 +393,7 @@ def _enc_map(out: bytearray, value: Map, resp: int) -> None:
 
 
 def _enc_double(out: bytearray, value: Double, resp: int) -> None:
-    text = format_double(value.value)
+    text = value.text if value.text is not None else format_double(value.value)
     if resp >= 3:
         out += b","
         out += text

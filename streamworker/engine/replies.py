@@ -52,6 +52,7 @@ __all__ = [
     "Status",
     "Verbatim",
     "format_double",
+    "format_human",
 ]
 
 
@@ -143,12 +144,17 @@ class Map:
 
 
 class Double:
-    """A double reply: bulk text in RESP2 (Redis 7.0's ``%.17g``), ``,`` in RESP3."""
+    """A double reply: bulk text in RESP2 (Redis 7.0's ``%.17g``), ``,`` in RESP3.
 
-    __slots__ = ("value",)
+    ``text``, when given, is sent instead of ``%.17g`` in both protocols (Redis's
+    addReplyHumanLongDouble: GEOPOS coordinates).
+    """
 
-    def __init__(self, value: float) -> None:
+    __slots__ = ("text", "value")
+
+    def __init__(self, value: float, text: bytes | None = None) -> None:
         self.value = value
+        self.text = text
 
     def __repr__(self) -> str:
         return f"Double({self.value!r})"
@@ -246,6 +252,15 @@ OK: Final = Status("OK")
 QUEUED: Final = Status("QUEUED")
 PONG: Final = Status("PONG")
 EMPTY_ARRAY: Final[tuple[()]] = ()
+
+
+def format_human(value: float) -> bytes:
+    """Format a double as Redis's human-friendly long double text: ``%.17Lf`` without
+    trailing zeros (``13.36138933897018433``, ``180``); ``-0`` is ``0``."""
+    if not math.isfinite(value):
+        return format_double(value)
+    text = (b"%.17f" % value).rstrip(b"0").rstrip(b".")
+    return b"0" if text == b"-0" else text
 
 
 def format_double(value: float) -> bytes:

@@ -628,7 +628,7 @@ class ScriptRuntime:
                     flat.append(conv2(x))
                 return table_from(flat)
             if t is Double:
-                return format_double(v.value)
+                return v.text if v.text is not None else format_double(v.value)
             if t is SetReply:
                 return table_from([conv2(x) for x in v.items])
             if t is Verbatim:
@@ -656,7 +656,8 @@ class ScriptRuntime:
             if t is Map:
                 return table_from({b"map": table_from({conv3(k): conv3(x) for k, x in v.items})})
             if t is Double:
-                return table_from({b"double": v.value})
+                value = v.value if v.text is None else float(v.text)
+                return table_from({b"double": value})
             if t is SetReply:
                 return table_from({b"set": table_from({conv3(x): True for x in v.items})})
             if t is Verbatim:

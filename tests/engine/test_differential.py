@@ -204,6 +204,21 @@ _BIT_PARTS = [
     S.keyspace(),
 ]
 
+_GEO_PARTS = [
+    S.geo(),
+    S.geo(),
+    S.geo(),
+    S.keyspace(),
+]
+
+_HLL_PARTS = [
+    S.hll(),
+    S.hll(),
+    S.hll(),
+    S.strings(),
+    S.keyspace(),
+]
+
 _LIST_PARTS = [
     S.lists(),
     S.lists(),
@@ -333,6 +348,28 @@ def test_bit_commands_match_redis(
 ) -> None:
     """SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD and BITFIELD_RO beside strings."""
     _check(columns, tally_report, "bits", program)
+
+
+@_budget(150)
+@given(program=S.programs(_GEO_PARTS, setup=_STREAM_SETUP, max_steps=20))
+def test_geo_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """GEOADD, GEOPOS, GEODIST, GEOHASH, GEORADIUS(BYMEMBER)(_RO), GEOSEARCH(STORE)."""
+    _check(columns, tally_report, "geo", program)
+
+
+@_budget(150)
+@given(program=S.programs(_HLL_PARTS, setup=_STREAM_SETUP, max_steps=20))
+def test_hyperloglog_commands_match_redis(
+    columns: tuple[RedisBackend, EngineBackend, FakeredisBackend],
+    tally_report: _TallyReport,
+    program: list[S.Step],
+) -> None:
+    """PFADD, PFCOUNT, PFMERGE, PFDEBUG beside strings (GET of the HLL values)."""
+    _check(columns, tally_report, "hll", program)
 
 
 @_budget(150)

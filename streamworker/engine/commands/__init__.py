@@ -62,6 +62,8 @@ _MODULES = (
     "zsets",
     "lists",
     "sort",
+    "hyperloglog",
+    "geo",
     "server",
     "connection",
     "transactions",

@@ -501,7 +501,8 @@ def _command_info(spec: CommandSpec) -> Reply:
     return [
         spec.name.encode(),
         spec.arity,
-        [Status(f) for f in sorted(spec.flags)],
+        # Redis 7.0 does not list may-replicate.
+        [Status(f) for f in sorted(spec.flags) if f != "may-replicate"],
         spec.first_key,
         spec.last_key,
         spec.step,
@@ -645,6 +646,18 @@ def _movable_keys(name: str, argv: list[bytes]) -> list[bytes] | None:
                 store = argv[i + 1]
             i += 1
         return keys + ([store] if store is not None else [])
+    if name in ("georadius", "georadiusbymember"):
+        # Key specs: the source, then the word after the first STORE and after the first
+        # STOREDIST found from the options' start (argv 6 / 5), in that order.
+        keys = [argv[1]]
+        start = 6 if name == "georadius" else 5
+        for word in (b"store", b"storedist"):
+            for i in range(start, len(argv)):
+                if argv[i].lower() == word:
+                    if i + 1 < len(argv):
+                        keys.append(argv[i + 1])
+                    break
+        return keys
     return None
 
 

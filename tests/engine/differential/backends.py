@@ -23,6 +23,8 @@ RESET_CONFIG = [
     b"100",
     b"stream-node-max-bytes",
     b"4096",
+    b"hll-sparse-max-bytes",
+    b"3000",
 ]
 
 

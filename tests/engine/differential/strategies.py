@@ -530,6 +530,87 @@ def bits(draw: Draw) -> Command:
     return _b([name, k, *ops])
 
 
+GEO_LONS = ["13.361389", "15.087269", "-180", "180", "0", "179.99", "-0.5", "181", "x", "inf"]
+GEO_LATS = ["38.115556", "37.502669", "85.05112878", "-85.05112878", "0", "85.06", "-1", "y"]
+GEO_MEMBERS = ["a", "b", "c", "d"]
+GEO_UNITS = ["m", "km", "mi", "ft", "KM", "yd"]
+GEO_SIZES = ["0", "1", "200", "500", "5000", "20000", "-1", "x", "1e9"]
+
+
+@st.composite
+def geo(draw: Draw) -> Command:
+    """GEOADD, GEOPOS, GEODIST, GEOHASH, GEORADIUS(BYMEMBER)(_RO), GEOSEARCH(STORE)."""
+    g = _pick(draw, ["g", "g", "g", "d", "k", "s"])
+    which = int(draw(st.integers(0, 7)))
+    if which <= 1:
+        opts = draw(st.lists(st.sampled_from(["NX", "XX", "CH"]), max_size=2))
+        triples: list[str] = []
+        for _ in range(int(draw(st.integers(1, 3)))):
+            triples += [_pick(draw, GEO_LONS), _pick(draw, GEO_LATS), _pick(draw, GEO_MEMBERS)]
+        return _b(["GEOADD", g, *opts, *triples])
+    if which == 2:
+        name = _pick(draw, ["GEOPOS", "GEOHASH"])
+        return _b([name, g, *draw(st.lists(st.sampled_from(GEO_MEMBERS), max_size=3))])
+    if which == 3:
+        unit = [_pick(draw, GEO_UNITS)] if _chance(draw, 60) else []
+        return _b(["GEODIST", g, _pick(draw, GEO_MEMBERS), _pick(draw, GEO_MEMBERS), *unit])
+    tail: list[str] = []
+    for word in ("WITHDIST", "WITHCOORD", "WITHHASH", "ASC", "DESC", "ANY"):
+        if _chance(draw, 20):
+            tail.append(word)
+    if _chance(draw, 30):
+        tail += ["COUNT", _pick(draw, ["1", "2", "0", "-1", "x"])]
+    size = [_pick(draw, GEO_SIZES), _pick(draw, GEO_UNITS)]
+    if which == 4:
+        if _chance(draw, 20):
+            tail += [_pick(draw, ["STORE", "STOREDIST"]), "dst"]
+        name = _pick(draw, ["GEORADIUS", "GEORADIUS", "GEORADIUS_RO"])
+        return _b([name, g, _pick(draw, GEO_LONS), _pick(draw, GEO_LATS), *size, *tail])
+    if which == 5:
+        if _chance(draw, 20):
+            tail += [_pick(draw, ["STORE", "STOREDIST"]), "dst"]
+        name = _pick(draw, ["GEORADIUSBYMEMBER", "GEORADIUSBYMEMBER_RO"])
+        return _b([name, g, _pick(draw, GEO_MEMBERS), *size, *tail])
+    parts: list[list[str]] = []
+    if _chance(draw, 50):
+        parts.append(["FROMMEMBER", _pick(draw, GEO_MEMBERS)])
+    if _chance(draw, 50):
+        parts.append(["FROMLONLAT", _pick(draw, GEO_LONS), _pick(draw, GEO_LATS)])
+    if _chance(draw, 50):
+        parts.append(["BYRADIUS", *size])
+    if _chance(draw, 50):
+        parts.append(["BYBOX", _pick(draw, GEO_SIZES), _pick(draw, GEO_SIZES), size[1]])
+    parts.append(tail)
+    words = _shuffled(draw, parts)
+    if which == 6:
+        return _b(["GEOSEARCH", g, *words])
+    if _chance(draw, 30):
+        words.append("STOREDIST")
+    return _b(["GEOSEARCHSTORE", "dst", g, *words])
+
+
+@st.composite
+def hll(draw: Draw) -> Command:
+    """PFADD, PFCOUNT, PFMERGE and PFDEBUG on small HyperLogLogs and other types."""
+    h = _pick(draw, ["h", "h", "h2", "k", "s"])
+    elements = draw(st.lists(st.sampled_from(["a", "b", "c", "x", "", "1", "foo"]), max_size=4))
+    which = int(draw(st.integers(0, 5)))
+    if which <= 1:
+        return _b(["PFADD", h, *elements])
+    if which == 2:
+        keys = draw(
+            st.lists(st.sampled_from(["h", "h2", "k", "s", "nokey"]), min_size=1, max_size=3)
+        )
+        return _b(["PFCOUNT", *keys])
+    if which == 3:
+        keys = draw(st.lists(st.sampled_from(["h", "h2", "k", "nokey"]), max_size=3))
+        return _b(["PFMERGE", _pick(draw, ["h", "h3", "s"]), *keys])
+    if which == 4:
+        sub = _pick(draw, ["ENCODING", "DECODE", "TODENSE", "GETREG", "FOO"])
+        return _b(["PFDEBUG", sub, h])
+    return _b(["GET", h])
+
+
 @st.composite
 def hashes(draw: Draw) -> Command:
     h = _pick(draw, ["h", "h", "k", "s"])
