@@ -458,9 +458,10 @@ def object_encoding(ctx: Ctx, value: object) -> bytes:
     """The encoding Redis 7.0 would report for ``value``, from its contents and the
     ``*-max-listpack-*`` / ``set-max-intset-entries`` parameters.
 
-    Redis converts a value to its big encoding once and never back; the engine keeps no history,
-    so a value that grew past a threshold and shrank again reports the small encoding, and a
-    string changed by APPEND or SETRANGE (``raw`` in Redis) reports what SET would have made.
+    Redis converts a value to its big encoding once and never back: a sorted set carries that
+    history (``ZSet.big``, set where Redis converts); for the other types a value that grew past
+    a threshold and shrank again reports the small encoding, and a string changed by APPEND or
+    SETRANGE (``raw`` in Redis) reports what SET would have made.
     The scan stops at the entries threshold: the work is bounded by the parameter, not the value.
     """
     if isinstance(value, bytes):
@@ -480,6 +481,8 @@ def object_encoding(ctx: Ctx, value: object) -> bytes:
         small = all(len(f) <= limit and len(v) <= limit for f, v in value.items())
         return b"listpack" if small else b"hashtable"
     if isinstance(value, ZSet):
+        if value.big:
+            return b"skiplist"
         limit = _config_int(ctx, "zset-max-listpack-value")
         if len(value) > _config_int(ctx, "zset-max-listpack-entries"):
             return b"skiplist"
