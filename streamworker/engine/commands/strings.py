@@ -317,6 +317,8 @@ def append(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.STRING_TOO_LONG)
     new = old + args[1]
     db.set(key, new, keep_ttl=True)
+    # Redis appends to a private raw copy of the value: OBJECT ENCODING says raw from now on.
+    db.mark_big(key)
     return len(new)
 
 
@@ -442,4 +444,5 @@ def setrange(ctx: Ctx, args: list[bytes]) -> Reply:
     new = b"".join(pieces)
     view.release()
     db.set(key, new, keep_ttl=True)
+    db.mark_big(key)  # written in place in a raw string, as APPEND
     return len(new)
