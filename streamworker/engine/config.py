@@ -257,6 +257,8 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "hll-sparse-max-bytes": ("3000", _memory(0, _LLONG_MAX)),
     "set-max-intset-entries": ("512", _int_range(0, _LLONG_MAX, unsigned=True)),
     "list-max-listpack-size": ("-2", _int_range(-(2**31), 2**31 - 1)),
+    # Accepted for Redis's test suites and config files; the engine's lists are not compressed.
+    "list-compress-depth": ("0", _int_range(0, 2**31 - 1)),
     # Their Redis 6 names, aliases of the same values (_ALIASES).
     "hash-max-ziplist-entries": ("512", _int_range(0, _LLONG_MAX, unsigned=True)),
     "hash-max-ziplist-value": ("64", _memory(0, _LLONG_MAX)),

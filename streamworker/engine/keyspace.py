@@ -57,6 +57,7 @@ class Database:
         "_clock",
         "_heap",
         "_key_event",
+        "big_keys",
         "data",
         "expired_count",
         "expired_event",
@@ -74,6 +75,12 @@ class Database:
         self.data: dict[bytes, Any] = {}
         self.expires: dict[bytes, int] = {}
         self.expired_count = 0  # keys reclaimed by expiry (INFO stats expired_keys)
+        # Keys whose value Redis holds in the encoding it converts to once and never back: a
+        # string made ``raw`` by APPEND/SETRANGE/SETBIT/BITFIELD/BITOP, a hash or set made a
+        # ``hashtable``. Forgotten when the key is deleted or gets another value object (Redis
+        # creates a new value there); RENAME, MOVE, COPY and SWAPDB carry it. Sorted sets carry
+        # their own flag (``ZSet.big``).
+        self.big_keys: set[bytes] = set()
         # key -> WatchedKey entries of the clients WATCHing it
         self.watchers: dict[bytes, list[WatchedKey]] = {}
         self._clock = clock
@@ -162,6 +169,8 @@ class Database:
         Touches WATCHers."""
         old = self.data.get(key)
         self.data[key] = value
+        if self.big_keys and old is not value:
+            self.big_keys.discard(key)
         if not keep_ttl and self.expires:
             self.expires.pop(key, None)
         if self.watchers:
@@ -176,6 +185,7 @@ class Database:
         if self.get(key) is None:
             return False
         del self.data[key]
+        self.big_keys.discard(key)
         if self.expires:
             self.expires.pop(key, None)
         if self.watchers:
@@ -189,6 +199,14 @@ class Database:
         if value is not None:
             self.delete(key)
         return value
+
+    def mark_big(self, key: bytes) -> None:
+        """Record that Redis has converted the value at ``key`` to its big encoding."""
+        self.big_keys.add(key)
+
+    def is_big(self, key: bytes) -> bool:
+        """Whether the value at ``key`` was converted to its big encoding (see ``big_keys``)."""
+        return key in self.big_keys
 
     def get_expire(self, key: bytes) -> int | None:
         """The key's deadline in Unix ms, or None for no TTL (the key must exist)."""
@@ -233,6 +251,7 @@ class Database:
                         mark_dirty(wk.client)
         old = self.data
         self.data = {}
+        self.big_keys = set()
         self.expires = {}
         self._heap = []
         self.scan_cache = None
@@ -247,6 +266,7 @@ class Database:
         # Expiry deletion is a modification for WATCH (signalModifiedKey in Redis 7.0).
         del self.data[key]
         del self.expires[key]
+        self.big_keys.discard(key)
         self.expired_count += 1
         if self.watchers:
             self.touch(key)

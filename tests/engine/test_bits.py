@@ -262,12 +262,8 @@ def test_the_largest_setbit_offset_allocates_the_string_redis_allocates() -> Non
 
 
 @pytest.mark.redis
-@pytest.mark.xfail(
-    strict=True,
-    reason="SETBIT leaves a raw string in Redis (changed in place); the engine reports the "
-    "encoding SET would give the same bytes (embstr), as for APPEND and SETRANGE",
-)
 def test_object_encoding_after_setbit_is_raw(redis_server: RedisServer) -> None:
+    """SETBIT leaves a raw string, as Redis's in-place write does."""
     script = [
         [b"DEL", b"enc:b"],
         [b"SETBIT", b"enc:b", b"1", b"1"],

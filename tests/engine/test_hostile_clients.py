@@ -200,6 +200,7 @@ CONFIG_INTEGER_PARAMS = [
     "stream-node-max-bytes",
     "proto-max-bulk-len",
     "list-max-listpack-size",
+    "list-compress-depth",
     "slowlog-log-slower-than",
 ]
 

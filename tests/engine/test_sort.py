@@ -248,12 +248,8 @@ def test_sort_by_nosort_of_a_hash_table_set_keeps_redis_dict_order(
 
 
 @pytest.mark.redis
-@pytest.mark.xfail(
-    strict=True,
-    reason="Redis converts a small sorted set to a skiplist for good when SORT reads it; the "
-    "engine keeps no encoding history and still reports listpack",
-)
 def test_object_encoding_after_sorting_a_small_zset_is_skiplist(redis_server: RedisServer) -> None:
+    """Redis converts a small sorted set to a skiplist for good when SORT reads it."""
     script = [
         [b"DEL", b"enc:z"],
         [b"ZADD", b"enc:z", b"1", b"a"],

@@ -133,9 +133,12 @@ class _Overlay:
 def _store(ctx: Ctx, key: bytes, existed: bool, overlay: _Overlay) -> bool:
     """Write the overlay back; True if the key changed (created, grown or a byte changed)."""
     new = overlay.build()
+    # Redis writes bits into a private raw copy of the string, changed or not.
     if existed and new is overlay.base:
+        ctx.db.mark_big(key)
         return False
     ctx.db.set(key, new, keep_ttl=True)
+    ctx.db.mark_big(key)
     return True
 
 
@@ -330,6 +333,7 @@ def bitop(ctx: Ctx, args: list[bytes]) -> Reply:
         result = b"".join(pieces)
     ctx.db.set(dest, result)
     ctx.notify(NOTIFY_STRING, b"set", dest)
+    ctx.db.mark_big(dest)  # Redis stores the result as a raw string
     return maxlen
 
 

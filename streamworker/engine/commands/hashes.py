@@ -39,6 +39,21 @@ def _hash_for_write(ctx: Ctx, key: bytes) -> dict[bytes, bytes]:
     return h
 
 
+def _note_conversion(ctx: Ctx, key: bytes, h: dict[bytes, bytes], written: list[bytes]) -> None:
+    """After a write of the fields/values ``written``: Redis converts a listpack hash to a
+    hashtable, for good, when one of them is longer than hash-max-listpack-value or the hash
+    has more fields than hash-max-listpack-entries."""
+    db = ctx.db
+    if db.is_big(key):
+        return
+    config = ctx.engine.config
+    limit = int(config.get("hash-max-listpack-value") or 0)
+    if len(h) > int(config.get("hash-max-listpack-entries") or 0) or any(
+        len(x) > limit for x in written
+    ):
+        db.mark_big(key)
+
+
 @command("hset", arity=-4, flags=_W, first_key=1, last_key=1, step=1)
 def hset(ctx: Ctx, args: list[bytes]) -> Reply:
     """HSET key field value [field value ...] -> number of new fields."""
@@ -50,6 +65,7 @@ def hset(ctx: Ctx, args: list[bytes]) -> Reply:
         if args[i] not in h:
             added += 1
         h[args[i]] = args[i + 1]
+    _note_conversion(ctx, args[0], h, args[1:])
     ctx.touch(args[0])
     ctx.notify(NOTIFY_HASH, b"hset", args[0])
     return added
@@ -73,6 +89,7 @@ def hsetnx(ctx: Ctx, args: list[bytes]) -> Reply:
         return 0
     h = _hash_for_write(ctx, key)
     h[field] = value
+    _note_conversion(ctx, key, h, [field, value])
     ctx.touch(key)
     ctx.notify(NOTIFY_HASH, b"hset", key)
     return 1
@@ -182,6 +199,7 @@ def hincrby(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.OVERFLOW)
     value += incr
     h[field] = str(value).encode()
+    _note_conversion(ctx, key, h, [field])
     ctx.touch(key)
     ctx.notify(NOTIFY_HASH, b"hincrby", key)
     return value
@@ -206,6 +224,7 @@ def hincrbyfloat(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.INCR_NAN_OR_INF)
     text = ld_format_human(result)
     h[field] = text
+    _note_conversion(ctx, key, h, [field, text])
     ctx.touch(key)
     ctx.notify(NOTIFY_HASH, b"hincrbyfloat", key)
     ctx.propagate([b"HSET", key, field, text])
@@ -224,7 +243,7 @@ def hscan(ctx: Ctx, args: list[bytes]) -> Reply:
     if h is None:
         return EMPTY_SCAN
     options = parse_scan_options(args[2:])
-    small = object_encoding(ctx, h) == b"listpack"
+    small = object_encoding(ctx, h, args[0]) == b"listpack"
     next_cursor, found = scan_members(
         ctx, args[0], h, lambda: list(h), h.__contains__, cursor, options, small
     )

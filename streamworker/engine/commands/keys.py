@@ -326,7 +326,10 @@ def _rename(ctx: Ctx, args: list[bytes], nx: bool) -> Reply:
         if nx:
             return 0
         db.delete(dst)
+    big = db.is_big(src)
     db.set(dst, value)
+    if big:
+        db.mark_big(dst)
     if when is not None:
         db.set_expire(dst, when)
     db.delete(src)
@@ -386,6 +389,9 @@ def copy_(ctx: Ctx, args: list[bytes]) -> Reply:
     # Strings are immutable bytes and can be shared; every other type is copied whole, as
     # Redis duplicates the object (work in proportion to the value, like Redis's).
     dst.set(dst_key, value if isinstance(value, bytes) else copy.deepcopy(value))
+    if src.is_big(src_key):
+        # Redis's copy keeps the source's encoding (a raw string, a hashtable).
+        dst.mark_big(dst_key)
     if when is not None:
         dst.set_expire(dst_key, when)
     ctx.engine.signal_key_ready(dst.index, dst_key)
@@ -414,8 +420,11 @@ def move(ctx: Ctx, args: list[bytes]) -> Reply:
         return 0
     when = src.get_expire(key)
     # The value object itself moves (no copy), as Redis moves the pointer.
+    big = src.is_big(key)
     src.delete(key)
     dst.set(key, value)
+    if big:
+        dst.mark_big(key)
     if when is not None:
         dst.set_expire(key, when)
     ctx.engine.signal_key_ready(dst.index, key)
@@ -466,15 +475,23 @@ def _shared_integer(ctx: Ctx, value: object) -> bool:
     return _config_int(ctx, "maxmemory") == 0 or not _policy(ctx).endswith(("-lru", "-lfu"))
 
 
-def object_encoding(ctx: Ctx, value: object) -> bytes:
+def object_encoding(ctx: Ctx, value: object, key: bytes | None = None) -> bytes:
     """The encoding Redis 7.0 would report for ``value``, from its contents and the
     ``*-max-listpack-*`` / ``set-max-intset-entries`` parameters.
 
-    Redis converts a value to its big encoding once and never back; the engine keeps no history,
-    so a value that grew past a threshold and shrank again reports the small encoding, and a
-    string changed by APPEND or SETRANGE (``raw`` in Redis) reports what SET would have made.
+    Redis converts a value to its big encoding once and never back, and only when a command
+    writes it: a sorted set carries that history (``ZSet.big``), strings, hashes and sets have it
+    in ``Database.big_keys`` (passed ``key``), both set where Redis converts. Without history the
+    contents decide, under the parameters as they are now (Redis does not convert a value when
+    CONFIG SET lowers a threshold; it does at the value's next write).
     The scan stops at the entries threshold: the work is bounded by the parameter, not the value.
+    With ``key`` (the value's key in the current database) the conversions Redis made earlier
+    count too (``Database.big_keys``).
     """
+    if key is not None and ctx.db.is_big(key):
+        big = _BIG_ENCODINGS.get(type(value))
+        if big is not None:
+            return big
     if isinstance(value, bytes):
         if len(value) <= 20 and parse_int(value) is not None:
             return b"int"
@@ -492,11 +509,16 @@ def object_encoding(ctx: Ctx, value: object) -> bytes:
         small = all(len(f) <= limit and len(v) <= limit for f, v in value.items())
         return b"listpack" if small else b"hashtable"
     if isinstance(value, ZSet):
+        if value.big:
+            return b"skiplist"
         limit = _config_int(ctx, "zset-max-listpack-value")
         if len(value) > _config_int(ctx, "zset-max-listpack-entries"):
             return b"skiplist"
         return b"listpack" if all(len(m) <= limit for m in value.scores) else b"skiplist"
     return b"stream"
+
+
+_BIG_ENCODINGS: dict[type, bytes] = {bytes: b"raw", dict: b"hashtable", set: b"hashtable"}
 
 
 def _object_value(ctx: Ctx, key: bytes) -> object:
@@ -508,7 +530,7 @@ def _object_value(ctx: Ctx, key: bytes) -> object:
 def object_encoding_cmd(ctx: Ctx, args: list[bytes]) -> Reply:
     """OBJECT ENCODING key -> the internal representation's name, or nil."""
     value = _object_value(ctx, args[0])
-    return NULL_BULK if value is None else object_encoding(ctx, value)
+    return NULL_BULK if value is None else object_encoding(ctx, value, args[0])
 
 
 @command("object|refcount", arity=3, flags=("readonly",), first_key=2, last_key=2, step=1)

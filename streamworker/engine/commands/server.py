@@ -78,6 +78,7 @@ def swapdb(ctx: Ctx, args: list[bytes]) -> Reply:
                     d.touch(key)
         da.data, db_.data = db_.data, da.data
         da.expires, db_.expires = db_.expires, da.expires
+        da.big_keys, db_.big_keys = db_.big_keys, da.big_keys
         da._heap, db_._heap = db_._heap, da._heap
         da.scan_cache = db_.scan_cache = None
         ctx.engine.signal_db_ready(a)

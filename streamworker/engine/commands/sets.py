@@ -39,6 +39,17 @@ def _ordered(members: set[bytes]) -> list[bytes]:
     return list(members)
 
 
+def _note_conversion(ctx: Ctx, key: bytes, s: set[bytes], added: list[bytes]) -> None:
+    """After ``added`` went into ``s``: Redis converts an intset to a hashtable, for good, when
+    a member is not an integer or the set has more members than set-max-intset-entries."""
+    db = ctx.db
+    if db.is_big(key):
+        return
+    limit = int(ctx.engine.config.get("set-max-intset-entries") or 0)
+    if len(s) > limit or any(parse_int(m) is None for m in added):
+        db.mark_big(key)
+
+
 @command("sadd", arity=-3, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
 def sadd(ctx: Ctx, args: list[bytes]) -> Reply:
     """SADD key member [member ...] -> number added."""
@@ -49,6 +60,7 @@ def sadd(ctx: Ctx, args: list[bytes]) -> Reply:
         ctx.db.set(key, s)
     before = len(s)
     s.update(args[1:])
+    _note_conversion(ctx, key, s, args[1:])
     added = len(s) - before
     if added:
         ctx.touch(key)
@@ -202,7 +214,7 @@ def sscan(ctx: Ctx, args: list[bytes]) -> Reply:
     if s is None:
         return EMPTY_SCAN
     options = parse_scan_options(args[2:])
-    small = object_encoding(ctx, s) == b"intset"
+    small = object_encoding(ctx, s, args[0]) == b"intset"
     next_cursor, found = scan_members(
         ctx, args[0], s, lambda: _ordered(s), s.__contains__, cursor, options, small
     )
@@ -259,6 +271,7 @@ def smove(ctx: Ctx, args: list[bytes]) -> Reply:
         ctx.db.set(dst, target)
     if member not in target:
         target.add(member)
+        _note_conversion(ctx, dst, target, [member])
         ctx.touch(dst)
     return 1
 
@@ -268,6 +281,10 @@ def _store_set(ctx: Ctx, dst: bytes, members: set[bytes]) -> Reply:
     empty; the resulting size."""
     if members:
         ctx.db.set(dst, members)
+        if len(members) <= int(ctx.engine.config.get("set-max-intset-entries") or 0):
+            _note_conversion(ctx, dst, members, list(members))
+        else:
+            ctx.db.mark_big(dst)
     elif not ctx.db.delete(dst):
         ctx.no_propagate()
     return len(members)

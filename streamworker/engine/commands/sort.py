@@ -116,6 +116,8 @@ def _sort(ctx: Ctx, args: list[bytes], readonly: bool) -> Reply:
     elif isinstance(value, set):
         elements = _ordered(value)
     elif isinstance(value, ZSet):
+        # Redis converts a sorted set it sorts to a skiplist, for good (SORT_RO too).
+        value.big = True
         elements = [m for _, m in value]
     else:
         elements = list(value)

@@ -332,6 +332,8 @@ def append(ctx: Ctx, args: list[bytes]) -> Reply:
     new = old + args[1]
     db.set(key, new, keep_ttl=True)
     ctx.notify(NOTIFY_STRING, b"append", key)
+    # Redis appends to a private raw copy of the value: OBJECT ENCODING says raw from now on.
+    db.mark_big(key)
     return len(new)
 
 
@@ -458,4 +460,5 @@ def setrange(ctx: Ctx, args: list[bytes]) -> Reply:
     view.release()
     db.set(key, new, keep_ttl=True)
     ctx.notify(NOTIFY_STRING, b"setrange", key)
+    db.mark_big(key)  # written in place in a raw string, as APPEND
     return len(new)

@@ -25,6 +25,27 @@ def _zset(ctx: Ctx, key: bytes) -> ZSet | None:
     return ctx.db.get_typed(key, ZSet)
 
 
+def _listpack_limits(ctx: Ctx) -> tuple[int, int]:
+    """(zset-max-listpack-entries, zset-max-listpack-value) as they are now."""
+    config = ctx.engine.config
+    return (
+        int(config.get("zset-max-listpack-entries") or 0),
+        int(config.get("zset-max-listpack-value") or 0),
+    )
+
+
+def _new_zset(ctx: Ctx, items: Iterable[tuple[bytes, float]]) -> ZSet:
+    """A stored result of ZUNIONSTORE/ZINTERSTORE/ZDIFFSTORE: Redis makes it a skiplist when it has more
+    members than zset-max-listpack-entries or a member longer than zset-max-listpack-value,
+    else a listpack (whose -0 scores become 0)."""
+    pairs = list(items)
+    entries, value = _listpack_limits(ctx)
+    zs = ZSet(big=len(pairs) > entries or any(len(m) > value for m, _ in pairs))
+    for member, score in pairs:
+        zs.add(member, score)
+    return zs
+
+
 def _parse_score_bound(arg: bytes) -> ScoreBound | None:
     if arg[:1] == b"(":
         value = strtod_prefix(arg[1:]) if len(arg) > 1 else 0.0
@@ -107,6 +128,7 @@ def _zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
         zs = ZSet()
         db.set(key, zs)
         ctx.signal_key_ready(key)
+    entries, value = _listpack_limits(ctx)
     for score_in, member in pairs:
         score = score_in
         cur = zs.scores.get(member)
@@ -124,6 +146,10 @@ def _zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
                 zs.add(member, score)
                 updated += 1
         elif not xx:
+            if not zs.big and (len(zs) >= entries or len(member) > value):
+                # Redis converts the listpack before inserting the member that outgrows it
+                # (a new key with zset-max-listpack-entries 0 starts as a skiplist).
+                zs.big = True
             zs.add(member, score)
             added += 1
             processed += 1
@@ -561,8 +587,15 @@ def zrangestore(ctx: Ctx, args: list[bytes]) -> Reply:
         if ctx.db.delete(dst):
             ctx.notify(NOTIFY_GENERIC, b"del", dst)
         return 0
-    zs = ZSet()
+    entries, value = _listpack_limits(ctx)
+    # Redis creates the destination as a skiplist when a rank range gives more members than
+    # zset-max-listpack-entries (a score or lex range has no length hint), else as a listpack
+    # converted when a member outgrows it: the members inserted before keep no -0.
+    by_rank = not any(a.lower() in (b"byscore", b"bylex") for a in args[4:])
+    zs = ZSet(big=by_rank and len(items) > entries)
     for score, member in items:
+        if not zs.big and (len(zs) >= entries or len(member) > value):
+            zs.big = True
         zs.add(member, score)
     ctx.db.set(dst, zs)
     ctx.signal_key_ready(dst)
@@ -877,17 +910,10 @@ def _zdiff(sources: list[_Source]) -> dict[bytes, float]:
     }
 
 
-def _zset_of(scores: dict[bytes, float]) -> ZSet:
-    zs = ZSet()
-    for member, score in scores.items():
-        zs.add(member, score)
-    return zs
-
-
 def _setop_reply(ctx: Ctx, args: list[bytes], op: int, name: str) -> Reply:
     scores, withscores = _setop(ctx, args, op, False, name)
     # Redis replies from the result's skiplist, which keeps a -0 score (a stored result
-    # becomes a listpack when small, and that stores -0 as 0: see _zset_of).
+    # becomes a listpack when small, and that stores -0 as 0: see _new_zset).
     return _emit(ctx, sorted([(score, member) for member, score in scores.items()]), withscores)
 
 
@@ -898,7 +924,7 @@ def _setop_store(ctx: Ctx, args: list[bytes], op: int, name: str) -> Reply:
         if not ctx.db.delete(dst):
             ctx.no_propagate()
         return 0
-    ctx.db.set(dst, _zset_of(scores))
+    ctx.db.set(dst, _new_zset(ctx, scores.items()))
     ctx.signal_key_ready(dst)
     return len(scores)
 

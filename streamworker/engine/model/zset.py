@@ -44,13 +44,20 @@ class LexBound:
 
 
 class ZSet:
-    """Members with float scores, ordered like Redis (score, then member bytewise)."""
+    """Members with float scores, ordered like Redis (score, then member bytewise).
 
-    __slots__ = ("order", "scores")
+    ``big`` is the encoding history Redis keeps: False while Redis would hold the set as a
+    listpack, True once it has been converted to a skiplist (Redis never converts back; the
+    commands set it where Redis converts). A listpack stores a -0 score as 0, a skiplist keeps
+    -0, so :meth:`add` keeps the sign of a zero only when ``big``.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("big", "order", "scores")
+
+    def __init__(self, big: bool = False) -> None:
         self.scores: dict[bytes, float] = {}
         self.order = SortedList()
+        self.big = big
 
     def __len__(self) -> int:
         return len(self.scores)
@@ -64,8 +71,8 @@ class ZSet:
 
     def add(self, member: bytes, score: float) -> bool:
         """Insert or update; True if the member is new."""
-        if score == 0.0:
-            # Redis's listpack encoding stores -0 as 0 (small zsets are listpacks).
+        if score == 0.0 and not self.big:
+            # Redis's listpack encoding stores -0 as 0; its skiplist keeps the sign.
             score = 0.0
         old = self.scores.get(member)
         if old is not None:
