@@ -47,7 +47,8 @@ def dump(ctx: Ctx, args: list[bytes]) -> Reply:
     value = ctx.db.get(args[0])
     if value is None:
         return NULL_BULK
-    return codec.dump_payload(value, codec.EncodingLimits.from_config(ctx.engine.config.get))
+    limits = codec.EncodingLimits.from_config(ctx.engine.config.get)
+    return codec.dump_payload(value, limits, ctx.db.is_big(args[0]))
 
 
 @command("restore", arity=-4, flags=("write", "denyoom"), first_key=1, last_key=1, step=1)

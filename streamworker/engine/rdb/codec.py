@@ -189,22 +189,27 @@ def _is_intset(members: set[bytes], limits: EncodingLimits) -> list[int] | None:
     return out
 
 
-def encode_object(value: object, limits: EncodingLimits) -> tuple[int, bytes]:
-    """``(type byte, object body)`` of a keyspace value, as ``rdbSaveObject`` writes it."""
+def encode_object(value: object, limits: EncodingLimits, big: bool = False) -> tuple[int, bytes]:
+    """``(type byte, object body)`` of a keyspace value, as ``rdbSaveObject`` writes it.
+    ``big``: the key's hash or set was converted to its big encoding (``Database.is_big``),
+    which Redis keeps, and writes, even after the value shrank back (a sorted set carries
+    its own ``ZSet.big``)."""
     c = limits.rdbcompression
     if isinstance(value, bytes):
         return TYPE_STRING, save_string(value, c)
     if isinstance(value, deque):
         return TYPE_LIST_QUICKLIST_2, _quicklist(value, limits.list_max_listpack_size, c)
     if isinstance(value, set):
-        ints = _is_intset(value, limits)
+        ints = None if big else _is_intset(value, limits)
         if ints is not None:
             return TYPE_SET_INTSET, save_string(intset_encode(ints), c)
         return TYPE_SET, save_len(len(value)) + b"".join(save_string(m, c) for m in value)
     if isinstance(value, dict):
         lim = limits.hash_max_listpack_value
-        if len(value) <= limits.hash_max_listpack_entries and all(
-            len(f) <= lim and len(v) <= lim for f, v in value.items()
+        if (
+            not big
+            and len(value) <= limits.hash_max_listpack_entries
+            and all(len(f) <= lim and len(v) <= lim for f, v in value.items())
         ):
             flat = [x for fv in value.items() for x in fv]
             return TYPE_HASH_LISTPACK, save_string(listpack_encode(flat), c)
@@ -213,8 +218,10 @@ def encode_object(value: object, limits: EncodingLimits) -> tuple[int, bytes]:
         )
     if isinstance(value, ZSet):
         lim = limits.zset_max_listpack_value
-        if len(value) <= limits.zset_max_listpack_entries and all(
-            len(m) <= lim for m in value.scores
+        if (
+            not value.big
+            and len(value) <= limits.zset_max_listpack_entries
+            and all(len(m) <= lim for m in value.scores)
         ):
             flat2: list[bytes] = []
             for score, member in value.order:
@@ -230,9 +237,10 @@ def encode_object(value: object, limits: EncodingLimits) -> tuple[int, bytes]:
     raise TypeError(f"no RDB encoding for {type(value).__name__}")
 
 
-def dump_payload(value: object, limits: EncodingLimits) -> bytes:
-    """A DUMP payload: type, object, RDB version (2 bytes LE), CRC-64 (8 bytes LE)."""
-    kind, body = encode_object(value, limits)
+def dump_payload(value: object, limits: EncodingLimits, big: bool = False) -> bytes:
+    """A DUMP payload: type, object, RDB version (2 bytes LE), CRC-64 (8 bytes LE); ``big`` as
+    for :func:`encode_object`."""
+    kind, body = encode_object(value, limits, big)
     data = bytes((kind,)) + body + RDB_VERSION.to_bytes(2, "little")
     return data + crc64_bytes(data)
 

@@ -135,7 +135,7 @@ def build_rdb(engine: Engine) -> bytes:
             when = expires.get(key)
             if when is not None:
                 out.append(bytes((OP_EXPIRETIME_MS,)) + when.to_bytes(8, "little", signed=True))
-            kind, body = encode_object(value, limits)
+            kind, body = encode_object(value, limits, db.is_big(key))
             out.append(bytes((kind,)) + save_string(key, compress) + body)
     out.append(bytes((OP_EOF,)))
     data = b"".join(out)
