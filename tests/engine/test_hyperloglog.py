@@ -161,6 +161,18 @@ CASES = {
         "CONFIG GET hll-sparse-max-bytes",
         "CONFIG SET hll-sparse-max-bytes 3000",
     ],
+    "object-encoding": [
+        "PFADD fresh a b c",
+        "OBJECT ENCODING fresh",
+        "SET shared 1",
+        "OBJECT ENCODING shared",
+        "DEL shared",
+        "PFADD src x",
+        "PFMERGE merged src",
+        "OBJECT ENCODING merged",
+        "PFCOUNT src",
+        "OBJECT ENCODING src",
+    ],
 }
 
 

@@ -47,6 +47,13 @@ def _add(buf: bytearray, element: bytes, max_bytes: int) -> tuple[int, bytearray
     return hll.sparse_set(buf, index, count, max_bytes)
 
 
+def _store(ctx: Ctx, key: bytes, value: bytes) -> None:
+    # Redis keeps an HLL in a raw string (created raw, or unshared before an update), so
+    # OBJECT ENCODING says raw, as for APPEND.
+    ctx.db.set(key, value, keep_ttl=True)
+    ctx.db.mark_big(key)
+
+
 @command("pfadd", arity=-2, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
 def pfadd(ctx: Ctx, args: list[bytes]) -> Reply:
     """PFADD key [element ...] -> 1 if a register changed (or the key was created), else 0."""
@@ -67,14 +74,14 @@ def pfadd(ctx: Ctx, args: list[bytes]) -> Reply:
             # Redis changed the string in place for the elements before the corrupted spot
             # and leaves it so (without logging anything).
             if value is not None and hll.final_value(buf) != value:
-                ctx.db.set(key, hll.final_value(buf), keep_ttl=True)
+                _store(ctx, key, hll.final_value(buf))
             ctx.no_propagate()
             raise CommandError(msgs.HLL_CORRUPTED)
     if not updated:
         ctx.no_propagate()
         return 0
     hll.invalidate_cache(buf)
-    ctx.db.set(key, hll.final_value(buf), keep_ttl=True)
+    _store(ctx, key, hll.final_value(buf))
     return 1
 
 
@@ -102,7 +109,7 @@ def pfcount(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.HLL_CORRUPTED)
     buf = bytearray(value)
     hll.store_cardinality(buf, card)
-    ctx.db.set(key, bytes(buf), keep_ttl=True)
+    _store(ctx, key, bytes(buf))
     # A read-only command that changed the string: Redis propagates it as received.
     ctx.propagate(list(ctx.argv))
     return card
@@ -139,7 +146,7 @@ def pfmerge(ctx: Ctx, args: list[bytes]) -> Reply:
         else:
             _, buf = hll.sparse_set(buf, index, count, max_bytes, hint)
     hll.invalidate_cache(buf)
-    ctx.db.set(dest, hll.final_value(buf), keep_ttl=True)
+    _store(ctx, dest, hll.final_value(buf))
     return OK
 
 
@@ -159,7 +166,7 @@ def pfdebug(ctx: Ctx, args: list[bytes]) -> Reply:
             if dense is None:
                 raise CommandError(msgs.HLL_CORRUPTED)
             value = bytes(dense)
-            ctx.db.set(key, value, keep_ttl=True)
+            _store(ctx, key, value)
         else:
             ctx.no_propagate()
         return hll.dense_registers(value)
@@ -178,7 +185,7 @@ def pfdebug(ctx: Ctx, args: list[bytes]) -> Reply:
         dense = hll.sparse_to_dense(value)
         if dense is None:
             raise CommandError(msgs.HLL_CORRUPTED)
-        ctx.db.set(key, bytes(dense), keep_ttl=True)
+        _store(ctx, key, bytes(dense))
         return 1
     raise CommandError(msgs.hll_unknown_debug(sub))
 
