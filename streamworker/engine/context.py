@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from streamworker.engine.replies import NULL_ARRAY
+from streamworker.engine.replies import NULL_ARRAY, Status
 
 if TYPE_CHECKING:
     from streamworker.engine.commands import CommandSpec
@@ -19,11 +19,38 @@ if TYPE_CHECKING:
     from streamworker.engine.keyspace import Database, Keyspace
     from streamworker.engine.replies import Reply
 
-__all__ = ["Blocked", "ClientIO", "ClientState", "Ctx", "OnReady"]
+__all__ = ["NO_REPLY", "RESUME", "Blocked", "ClientIO", "ClientState", "Ctx", "OnReady"]
 
 OnReady = Callable[["Ctx"], "Reply | None"]
 """Re-run by core when a key a client blocks on is signalled: a reply serves the client,
 ``None`` keeps it blocked. Raising CommandError serves the client with that error."""
+
+
+class _Resume:
+    """The reply of a command postponed by CLIENT PAUSE once the pause ends: not a reply to
+    send but an order to run the command now (:attr:`Blocked.postponed`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RESUME"
+
+
+RESUME: Any = _Resume()
+
+
+class _NoReply(Status):
+    """What a command returns when the client must get no reply at all (CLIENT REPLY OFF and
+    SKIP, a successful SHUTDOWN): the transport sends nothing (it is never encoded: only
+    network connections can get it)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_REPLY"
+
+
+NO_REPLY: Status = _NoReply("")
 
 
 class ClientState:
@@ -43,15 +70,22 @@ class ClientState:
         "id",
         "in_multi",
         "io",
+        "kill",
         "laddr",
         "last_cmd",
         "last_interaction_ms",
         "lib_name",
         "lib_ver",
+        "monitor",
         "multi_error",
         "multi_queue",
         "name",
+        "push",
+        "reply_off",
+        "reply_skip",
+        "reply_skip_next",
         "resp",
+        "tracking",
         "watched",
     )
 
@@ -83,6 +117,20 @@ class ClientState:
         self.fd = -1
         # The transport's buffer sizes for CLIENT LIST (qbuf, obl, oll, omem), if any.
         self.io: ClientIO | None = None
+        # Set by a network transport: ``push(line)`` sends an out-of-band reply (a MONITOR
+        # line) to this connection; ``kill()`` closes it once the running command has been
+        # answered (CLIENT KILL). None for in-process clients.
+        self.push: Callable[[Reply], None] | None = None
+        self.kill: Callable[[], None] | None = None
+        # MONITOR mode: the connection receives every other command (see commands/admin.py).
+        self.monitor = False
+        # CLIENT REPLY: OFF drops every reply, SKIP drops the next command's (the transport
+        # applies them; see server.py).
+        self.reply_off = False
+        self.reply_skip = False
+        self.reply_skip_next = False
+        # CLIENT TRACKING state (commands/connection.py), None while tracking is off.
+        self.tracking: Any = None
         self.ctx: Ctx
 
     def __repr__(self) -> str:
@@ -245,6 +293,7 @@ class Blocked:
         "keys",
         "on_ready",
         "on_timeout_reply",
+        "postponed",
         "reply",
         "resolved",
         "timeout_ms",
@@ -273,6 +322,9 @@ class Blocked:
         self.resolved = False
         self._callbacks: list[Callable[[Blocked], Any]] = []
         self._event: threading.Event | None = None
+        # CLIENT PAUSE: the command that waits for the pause to end (not run yet). Resolved
+        # with :data:`RESUME`, it is to be submitted again by the transport.
+        self.postponed: Sequence[bytes] | None = None
 
     @property
     def client(self) -> ClientState:

@@ -67,6 +67,8 @@ _MODULES = (
     "transactions",
     "streams",
     "scripting",
+    "admin",
+    "acl",
 )
 _OPTIONAL_MODULES = frozenset({"streams"})
 

@@ -281,7 +281,35 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
         "DELCONSUMER K g N",
     ),
     "xinfo": ("STREAM K FULL COUNT N", "GROUPS K", "CONSUMERS K N"),
-    "client": ("UNBLOCK N", "UNBLOCK N TIMEOUT", "NO-EVICT N", "GETNAME"),
+    "client": (
+        "UNBLOCK N",
+        "UNBLOCK N TIMEOUT",
+        "NO-EVICT N",
+        "GETNAME",
+        "TRACKINGINFO",
+        "GETREDIR",
+    ),
+    "acl": (
+        "CAT",
+        "WHOAMI",
+        "USERS",
+        "LIST",
+        "GETUSER default",
+        "GETUSER K",
+        "GENPASS abc",
+        "LOG N",
+        "DRYRUN default GET K",
+        "DRYRUN default LRANGE K N N",
+        "DELUSER K",
+    ),
+    "role": ("",),
+    "failover": ("", "TIMEOUT N", "TO 127.0.0.1 N", "TO 127.0.0.1 N FORCE TIMEOUT N", "ABORT"),
+    "readonly": ("",),
+    "readwrite": ("",),
+    "asking": ("",),
+    "cluster": ("INFO", "KEYSLOT K", "COUNTKEYSINSLOT N", "GETKEYSINSLOT N N", "SETSLOT N"),
+    "module": ("LIST", "UNLOAD K", "LOAD K"),
+    "lolwut": ("", "VERSION N"),
 }
 
 # Commands of the table not driven here, and why.
@@ -306,6 +334,16 @@ SKIPPED: dict[str, str] = {
     "time": "the reply is the clock",
     "lastsave": "the reply is the clock",
     "randomkey": "the reply is chance's",
+    # Administration commands that would change the session's redis-server for good, or hang
+    # it; tests/engine/test_client_admin.py covers their extremes against a server of its own.
+    "shutdown": "would stop redis-server",
+    "monitor": "turns the connection into a MONITOR stream",
+    "wait": "WAIT 1 0 blocks redis-server's connection forever",
+    "replicaof": "REPLICAOF host port would make redis-server a replica",
+    "slaveof": "SLAVEOF host port would make redis-server a replica",
+    "sync": "turns the connection into a replication stream",
+    "psync": "turns the connection into a replication stream",
+    "migrate": "MIGRATE of an existing key connects redis-server to another server",
 }
 
 
