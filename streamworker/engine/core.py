@@ -298,6 +298,7 @@ class Engine:
                 return self._reject(client, msgs.NOT_ALLOWED_IN_MULTI)
             if spec.queueable:
                 client.multi_queue.append((spec, argv))
+                client.last_cmd = spec.name  # CLIENT LIST's cmd= is the queued command
                 return QUEUED
         elif ctx.in_script and spec.noscript:
             return CommandError(msgs.SCRIPT_COMMAND_NOT_ALLOWED)

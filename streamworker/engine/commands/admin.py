@@ -22,7 +22,7 @@ from streamworker.engine.commands._args import to_int, to_timeout_ms
 from streamworker.engine.context import NO_REPLY
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import parse_int
-from streamworker.engine.replies import OK, Status
+from streamworker.engine.replies import OK, Status, Verbatim
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -386,7 +386,7 @@ def lolwut(ctx: Ctx, args: list[bytes]) -> Reply:
         art = "\n".join(
             "".join(chr(0x2800 + rng.randrange(256)) for _ in range(cols)) for _ in range(rows)
         )
-        return (art + "\n\n" + _LOLWUT5_CAPTION + REDIS_VERSION + "\n").encode()
+        return Verbatim(art + "\n\n" + _LOLWUT5_CAPTION + REDIS_VERSION + "\n")
     if version == 6:
         cols = _bounded_arg(args, 0, 80, 1, 1000)
         rows = _bounded_arg(args, 1, 20, 1, 1000)
@@ -399,8 +399,8 @@ def lolwut(ctx: Ctx, args: list[bytes]) -> Reply:
                     for _ in range(cols)
                 )
             )
-        return ("\n".join(lines) + "\n" + _LOLWUT6_CAPTION + REDIS_VERSION + "\n").encode()
-    return f"Redis ver. {REDIS_VERSION}\n".encode()
+        return Verbatim("\n".join(lines) + "\n" + _LOLWUT6_CAPTION + REDIS_VERSION + "\n")
+    return Verbatim(f"Redis ver. {REDIS_VERSION}\n")
 
 
 # --- MIGRATE ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from streamworker.engine.commands.transactions import discard_transaction
 from streamworker.engine.context import NO_REPLY
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import parse_int
-from streamworker.engine.replies import NULL_BULK, OK, PONG, Map, Status, Verbatim
+from streamworker.engine.replies import NULL_BULK, OK, PONG, Map, SetReply, Status, Verbatim
 
 if TYPE_CHECKING:
     from streamworker.engine.core import Engine
@@ -176,7 +176,7 @@ def client_info_line(ctx: Ctx, client: ClientState) -> str:
     tracking = client.tracking
     if tracking is not None:
         flags += "t"
-        if tracking.redirect and tracking.redirect not in ctx.engine.clients:
+        if tracking.broken_redirect:
             flags += "R"
         if tracking.bcast:
             flags += "B"
@@ -198,6 +198,8 @@ def client_info_line(ctx: Ctx, client: ClientState) -> str:
                 len(b"$%d\r\n" % len(a)) + len(a) + 2 for a in argv
             )
     redir = -1 if tracking is None else tracking.redirect
+    # Redis counts each queued command's argument bytes and its argv pointers.
+    multi_mem = sum(sum(len(a) for a in argv) + 8 * len(argv) for _, argv in client.multi_queue)
     # Redis's reply buffer is 16 KB; what does not fit goes to the reply list (oll/omem).
     obl = min(omem, 16384)
     oll = 1 if omem > 16384 else 0
@@ -206,7 +208,7 @@ def client_info_line(ctx: Ctx, client: ClientState) -> str:
     return (
         f"id={client.id} addr={client.addr} laddr={client.laddr} fd={client.fd} name={name} "
         f"age={age} idle={idle} flags={flags or 'N'} db={client.db_index} sub=0 psub=0 ssub=0 "
-        f"multi={multi} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv_mem} multi-mem=0 "
+        f"multi={multi} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv_mem} multi-mem={multi_mem} "
         f"rbs=16384 rbp=16384 obl={obl} oll={oll} omem={omem if oll else 0} "
         f"tot-mem={tot_mem} events=r cmd={client.last_cmd} user=default redir={redir} "
         f"resp={client.resp}"
@@ -286,6 +288,10 @@ def client_unblock(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.SYNTAX)
     target = ctx.engine.clients.get(target_id)
     if target is None or target.blocked is None or target.blocked.resolved:
+        return 0
+    if target.blocked.postponed is not None:
+        # Waiting for CLIENT PAUSE to end is not a blocking command (as in Redis > 7.0.15,
+        # which crashes here).
         return 0
     blocked = target.blocked
     ctx.engine.unblock(
@@ -510,7 +516,16 @@ def client_reply(ctx: Ctx, args: list[bytes]) -> Reply:
 class Tracking:
     """A connection's CLIENT TRACKING options."""
 
-    __slots__ = ("bcast", "caching", "noloop", "optin", "optout", "prefixes", "redirect")
+    __slots__ = (
+        "bcast",
+        "broken_redirect",
+        "caching",
+        "noloop",
+        "optin",
+        "optout",
+        "prefixes",
+        "redirect",
+    )
 
     def __init__(self) -> None:
         self.redirect = 0
@@ -521,6 +536,8 @@ class Tracking:
         self.prefixes: list[bytes] = []
         # CLIENT CACHING yes/no given for the next command (OPTIN / OPTOUT).
         self.caching = False
+        # An invalidation found the redirect client gone (Redis's broken_redirect).
+        self.broken_redirect = False
 
 
 @command("client|tracking", arity=-3, flags=_CLIENT)
@@ -600,14 +617,14 @@ def client_tracking(ctx: Ctx, args: list[bytes]) -> Reply:
 
 
 def _check_prefix_collisions(existing: list[bytes], new: list[bytes]) -> None:
-    # Redis's checkPrefixCollisionsOrReply: no prefix may be a prefix of another (the same
-    # prefix again is fine).
+    # Redis's checkPrefixCollisionsOrReply: no prefix may be a prefix of another, nor be
+    # given twice.
     for i, prefix in enumerate(new):
         for other in existing:
-            if other != prefix and (other.startswith(prefix) or prefix.startswith(other)):
+            if other.startswith(prefix) or prefix.startswith(other):
                 raise CommandError(_overlap(prefix, other, existing=True))
         for other in new[i + 1 :]:
-            if other != prefix and (other.startswith(prefix) or prefix.startswith(other)):
+            if other.startswith(prefix) or prefix.startswith(other):
                 raise CommandError(_overlap(prefix, other, existing=False))
 
 
@@ -624,7 +641,7 @@ def client_trackinginfo(ctx: Ctx, args: list[bytes]) -> Reply:
     """CLIENT TRACKINGINFO -> {flags, redirect, prefixes}."""
     tracking = ctx.client.tracking
     if tracking is None:
-        return Map([(b"flags", [b"off"]), (b"redirect", -1), (b"prefixes", [])])
+        return Map([(b"flags", SetReply([b"off"])), (b"redirect", -1), (b"prefixes", [])])
     flags: list[bytes] = [b"on"]
     if tracking.bcast:
         flags.append(b"bcast")
@@ -638,10 +655,12 @@ def client_trackinginfo(ctx: Ctx, args: list[bytes]) -> Reply:
             flags.append(b"caching-no")
     if tracking.noloop:
         flags.append(b"noloop")
-    if tracking.redirect and tracking.redirect not in ctx.engine.clients:
+    if tracking.broken_redirect:
         flags.append(b"broken_redirect")
     prefixes = list(tracking.prefixes) if tracking.bcast else []
-    return Map([(b"flags", flags), (b"redirect", tracking.redirect), (b"prefixes", prefixes)])
+    return Map(
+        [(b"flags", SetReply(flags)), (b"redirect", tracking.redirect), (b"prefixes", prefixes)]
+    )
 
 
 @command("client|getredir", arity=2, flags=_CLIENT)
@@ -656,7 +675,7 @@ def client_caching(ctx: Ctx, args: list[bytes]) -> Reply:
     """CLIENT CACHING YES|NO -> OK: in OPTIN mode YES tracks the next command's keys, in
     OPTOUT mode NO skips them."""
     tracking = ctx.client.tracking
-    if tracking is None or not (tracking.optin or tracking.optout):
+    if tracking is None:
         raise CommandError(msgs.TRACKING_CACHING_NEEDS_OPT)
     word = args[0].lower()
     if word == b"yes":
