@@ -144,6 +144,7 @@ class _Connection(asyncio.Protocol):
         "blocked",
         "client",
         "closing",
+        "deferred",
         "held",
         "held_bytes",
         "kill_after_reply",
@@ -179,6 +180,9 @@ class _Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         # CLIENT KILL of this very connection: closed once the running commands are answered.
         self.kill_after_reply = False
+        # Out-of-band replies produced while this connection's own command runs (a MONITOR
+        # line for its own command): they go out after that command's reply, as in Redis.
+        self.deferred: list[Reply] = []
 
     # -- ClientIO (CLIENT LIST) -----------------------------------------------------------
 
@@ -196,11 +200,14 @@ class _Connection(asyncio.Protocol):
     def push_reply(self, reply: Reply) -> None:
         """Queue ``reply`` for this connection outside the request/reply flow (a MONITOR
         line); it is sent at the end of this event-loop turn."""
-        if self.closing or self.client is None:
+        client = self.client
+        if self.closing or client is None or client.closed:
             return
-        encode_into(self.out, reply, self.client.resp)
-        if self.server.executing is not self:
-            self.server.loop.call_soon(self._flush_pushed)
+        if self.server.executing is self:
+            self.deferred.append(reply)
+            return
+        encode_into(self.out, reply, client.resp)
+        self.server.loop.call_soon(self._flush_pushed)
 
     def _flush_pushed(self) -> None:
         if self.out and not self.closing:
@@ -339,6 +346,8 @@ class _Connection(asyncio.Protocol):
             done = server.engine.execute_each(client, cmds, self._sink)
         finally:
             server.executing = None
+            if self.deferred:
+                self._flush_deferred()
         self.parser.authenticated = client.authenticated
         if server.engine.shutdown_request is not None:
             server.request_shutdown()
@@ -374,6 +383,7 @@ class _Connection(asyncio.Protocol):
             client.reply_skip = client.reply_skip_next
             client.reply_skip_next = False
             if drop:
+                self._flush_deferred()
                 return not client.closed
         # Bulk strings and integers (XADD's ID, XACK's count) inline: the encoder's dispatch
         # would cost as much as the reply.
@@ -387,11 +397,21 @@ class _Connection(asyncio.Protocol):
         else:
             encode_into(out, reply, client.resp)
             if client.closed:
+                self.deferred.clear()
                 return False
+        if self.deferred:
+            self._flush_deferred()
         if len(out) >= _WRITE_CHUNK:
             self.server.push(self)
             return not self.closing
         return True
+
+    def _flush_deferred(self) -> None:
+        client = self.client
+        if client is not None and not client.closed:
+            for pushed in self.deferred:
+                encode_into(self.out, pushed, client.resp)
+        self.deferred.clear()
 
     def _block(self, blocked: Blocked) -> None:
         self.blocked = blocked
