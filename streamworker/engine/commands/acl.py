@@ -22,7 +22,7 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int, to_str
 from streamworker.engine.errors import CommandError
-from streamworker.engine.replies import NULL_BULK, OK, Map, Status
+from streamworker.engine.replies import NULL_BULK, OK, Map, SetReply, Status
 
 if TYPE_CHECKING:
     from streamworker.engine.commands import CommandSpec
@@ -79,7 +79,11 @@ _MODULE_CATEGORY = {
 # Commands whose categories Redis sets apart from their family's rule.
 _EXTRA = {
     "sort": ("set", "sortedset", "list", "dangerous"),
-    "sort_ro": ("set", "sortedset", "list"),
+    "sort_ro": ("set", "sortedset", "list", "dangerous"),
+    "client|list": ("admin", "dangerous"),
+    "lastsave": ("admin", "dangerous"),
+    "command": ("connection",),
+    "function": ("scripting",),
     "keys": ("dangerous",),
     "flushall": ("keyspace", "dangerous"),
     "flushdb": ("keyspace", "dangerous"),
@@ -158,7 +162,7 @@ def acl_getuser(ctx: Ctx, args: list[bytes]) -> Reply:
     passwords = [hashlib.sha256(password.encode()).hexdigest().encode()] if password else []
     return Map(
         [
-            (b"flags", flags),
+            (b"flags", SetReply(flags)),
             (b"passwords", passwords),
             (b"commands", b"+@all"),
             (b"keys", b"~*"),

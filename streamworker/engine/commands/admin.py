@@ -307,8 +307,31 @@ _CLUSTER_SUBCOMMANDS = {
     "slaves": 3,
     "slots": 2,
 }
+# The subcommands that change the cluster are admin commands (ACL @admin @dangerous).
+_CLUSTER_ADMIN = frozenset(
+    {
+        "addslots",
+        "addslotsrange",
+        "bumpepoch",
+        "count-failure-reports",
+        "delslots",
+        "delslotsrange",
+        "failover",
+        "flushslots",
+        "forget",
+        "meet",
+        "replicas",
+        "replicate",
+        "reset",
+        "saveconfig",
+        "set-config-epoch",
+        "setslot",
+        "slaves",
+    }
+)
 for _sub, _arity in _CLUSTER_SUBCOMMANDS.items():
-    command(f"cluster|{_sub}", arity=_arity, flags=("stale",))(_cluster_disabled)
+    _flags = ("admin", "stale") if _sub in _CLUSTER_ADMIN else ("stale",)
+    command(f"cluster|{_sub}", arity=_arity, flags=_flags)(_cluster_disabled)
 
 
 # --- MODULE ----------------------------------------------------------------------------------
