@@ -58,7 +58,7 @@ class Conn:
         return False
 
     def closed_by_server(self, timeout: float = 5) -> bool:
-        """True when the server closed the connection (EOF) within ``timeout``."""
+        """True when the server closed the connection (EOF or reset) within ``timeout``."""
         self.sock.settimeout(timeout)
         try:
             while True:
@@ -66,7 +66,9 @@ class Conn:
                 if not data:
                     return True
                 self.buf += data
-        except (TimeoutError, ConnectionResetError):
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
             return False
         finally:
             self.sock.settimeout(10)

@@ -750,3 +750,46 @@ def test_nothing_waits_forever_on_a_pause_when_the_server_shuts_down(tmp_path: o
     assert writer.closed_by_server()
     assert server.proc is not None
     assert server.proc.wait(20) == 0
+
+
+# --- query buffer limits set at run time (the querybuf / protocol units) ---------------------
+
+
+def test_proto_max_bulk_len_set_at_run_time_refuses_a_longer_bulk(pair: Pair) -> None:
+    replies = {}
+    for name, port in pair.ports.items():
+        admin = Conn(port)
+        assert admin.call("CONFIG", "SET", "proto-max-bulk-len", "1mb") == b"+OK\r\n"
+        try:
+            conn = Conn(port)
+            conn.sock.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2000000\r\n")
+            replies[name] = conn.read()
+            assert conn.closed_by_server()
+            conn = Conn(port)
+            assert conn.call("SET", "k", "x" * 1_000_000) == b"+OK\r\n"
+        finally:
+            admin.call("CONFIG", "SET", "proto-max-bulk-len", "512mb")
+            admin.close()
+    assert replies["engine"] == replies["redis"]
+
+
+def test_client_query_buffer_limit_set_at_run_time_closes_a_client_past_it(pair: Pair) -> None:
+    for port in pair.ports.values():
+        admin = Conn(port)
+        assert admin.call("CONFIG", "SET", "client-query-buffer-limit", "1mb") == b"+OK\r\n"
+        try:
+            conn = Conn(port)
+            conn.sock.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3000000\r\n")
+            chunk = b"x" * 65536
+            try:
+                for _ in range(40):
+                    conn.sock.sendall(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            assert conn.closed_by_server()
+            ok = Conn(port)
+            assert ok.call("SET", "k", "x" * 100_000) == b"+OK\r\n"
+            ok.close()
+        finally:
+            admin.call("CONFIG", "SET", "client-query-buffer-limit", "1gb")
+            admin.close()
