@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from streamworker.engine.keyspace import Database, Keyspace
     from streamworker.engine.replies import Reply
 
-__all__ = ["NO_REPLY", "RESUME", "Blocked", "ClientIO", "ClientState", "Ctx", "OnReady"]
+__all__ = ["NO_REPLY", "RESUME", "Blocked", "ClientIO", "ClientState", "Ctx", "OnReady", "RawPush"]
 
 OnReady = Callable[["Ctx"], "Reply | None"]
 """Re-run by core when a key a client blocks on is signalled: a reply serves the client,
@@ -51,6 +51,16 @@ class _NoReply(Status):
 
 
 NO_REPLY: Status = _NoReply("")
+
+
+class RawPush:
+    """Out-of-band bytes for a connection, already in its protocol (a RESP3 invalidation
+    push): the transport writes ``data`` as is."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
 
 
 class ClientState:
@@ -120,7 +130,7 @@ class ClientState:
         # Set by a network transport: ``push(line)`` sends an out-of-band reply (a MONITOR
         # line) to this connection; ``kill()`` closes it once the running command has been
         # answered (CLIENT KILL). None for in-process clients.
-        self.push: Callable[[Reply], None] | None = None
+        self.push: Callable[[Reply | RawPush], None] | None = None
         self.kill: Callable[[], None] | None = None
         # MONITOR mode: the connection receives every other command (see commands/admin.py).
         self.monitor = False
@@ -242,8 +252,9 @@ class Ctx:
     def touch(self, key: bytes) -> None:
         """Mark ``key`` (in the current db) modified, for WATCH. ``Database.set``/``delete``
         already do this; call it after modifying a value in place."""
-        if self.db.watchers:
-            self.db.touch(key)
+        db = self.db
+        if db.watchers or db.track_hook is not None:
+            db.touch(key)
 
     def select(self, index: int) -> None:
         """Switch the client's current database (SELECT)."""

@@ -21,6 +21,7 @@ from streamworker.engine.context import RESUME, Blocked, ClientState, Ctx, OnRea
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import Keyspace, unwatch_all
 from streamworker.engine.replies import NULL_BULK, QUEUED
+from streamworker.engine.tracking import Tracker
 
 if TYPE_CHECKING:
     from streamworker.engine.aof import AppendOnlyFile
@@ -138,8 +139,10 @@ class Engine:
         # SHUTDOWN: set by the command for the server, which stops after the reply round.
         # (nosave/save, now, force) words as given; None while no shutdown is asked for.
         self.shutdown_request: tuple[str, ...] | None = None
-        # CLIENT TRACKING: the connections with tracking on, by id.
+        # CLIENT TRACKING: the connections with tracking on, by id, and the tracking table
+        # (created with the first CLIENT TRACKING ON).
         self.tracking_clients: dict[int, ClientState] = {}
+        self.tracker: Tracker | None = None
         # ACL LOG entries (the default user is never denied: the log stays empty).
         self.acl_log: list[Any] = []
 
@@ -309,6 +312,9 @@ class Engine:
             return self._reject(client, msgs.wrong_arity(spec.name))
         args = argv[spec.skip :]
         ctx.argv = argv
+        tracker = self.tracker
+        if tracker is not None:
+            tracker.current = client
         monitors = self.monitors
         if monitors and spec.name in _MONITOR_BEFORE:
             # Redis shows a script's EVAL before the commands the script runs.
@@ -322,6 +328,8 @@ class Engine:
                 self._register(reply)
             if monitors:
                 self.feed_monitors(client, spec, argv, client.db_index)
+            if tracker is not None:
+                self._tracking_after(client, spec, argv)
             return reply
         try:
             reply = func(ctx, args if type(args) is list else list(args))
@@ -334,6 +342,8 @@ class Engine:
             self._register(reply)
         if monitors:
             self.feed_monitors(client, spec, argv, client.db_index)
+        if tracker is not None:
+            self._tracking_after(client, spec, argv)
         return reply
 
     def _call_propagating(
@@ -398,6 +408,8 @@ class Engine:
                 return self._internal_error(spec, exc)
         if self.monitors:
             self.feed_monitors(ctx.client, spec, argv, ctx.client.db_index)
+        if self.tracker is not None and ctx.client.tracking is not None:
+            self.tracker.after_command(ctx.client, spec, argv)
         if type(reply) is Blocked:  # ctx.block returns the timeout reply in MULTI
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
@@ -604,6 +616,26 @@ class Engine:
         if capped:
             return None
         return self.timeout_blocked(blocked)
+
+    # -- CLIENT TRACKING ---------------------------------------------------------------------
+
+    def tracker_for(self) -> Tracker:
+        """The tracking table, created and hooked into the databases on first use."""
+        if self.tracker is None:
+            self.tracker = Tracker(self)
+            self.tracker.install()
+        return self.tracker
+
+    def _tracking_after(
+        self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]
+    ) -> None:
+        tracker = self.tracker
+        assert tracker is not None
+        if client.tracking is not None:
+            tracker.after_command(client, spec, argv)
+        if tracker.pending:
+            tracker.flush_pending()
+        tracker.current = None
 
     # -- MONITOR -----------------------------------------------------------------------------
 

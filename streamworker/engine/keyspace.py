@@ -64,6 +64,7 @@ class Database:
         "index",
         "member_scans",
         "scan_cache",
+        "track_hook",
         "watchers",
     )
 
@@ -85,6 +86,9 @@ class Database:
         # Called with the db index after FLUSHDB/FLUSHALL/SWAPDB instead of one key_event per
         # key (the engine re-checks only the keys somebody waits on).
         self.flush_event: Callable[[int], None] | None = None
+        # CLIENT TRACKING: called with (db index, key) for every modified key and with
+        # (db index, None) for a flush; None while no client tracks keys.
+        self.track_hook: Callable[[int, bytes | None], None] | None = None
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -158,7 +162,7 @@ class Database:
         self.data[key] = value
         if not keep_ttl and self.expires:
             self.expires.pop(key, None)
-        if self.watchers:
+        if self.watchers or self.track_hook is not None:
             self.touch(key)
         if old is not None and old is not value:
             self._key_event(self.index, key)
@@ -170,7 +174,7 @@ class Database:
         del self.data[key]
         if self.expires:
             self.expires.pop(key, None)
-        if self.watchers:
+        if self.watchers or self.track_hook is not None:
             self.touch(key)
         self._key_event(self.index, key)
         return True
@@ -199,7 +203,11 @@ class Database:
         return self.expires.pop(key, None) is not None
 
     def touch(self, key: bytes) -> None:
-        """Signal ``key`` modified to its WATCHers (Redis's touchWatchedKey)."""
+        """Signal ``key`` modified to its WATCHers (Redis's touchWatchedKey) and to client
+        tracking."""
+        hook = self.track_hook
+        if hook is not None:
+            hook(self.index, key)
         entries = self.watchers.get(key)
         if not entries:
             return
@@ -215,6 +223,8 @@ class Database:
         """Delete every key (FLUSHDB); returns how many there were. Touches WATCHers of keys
         that existed."""
         n = len(self.data)
+        if self.track_hook is not None:
+            self.track_hook(self.index, None)
         if self.watchers:
             for key, entries in list(self.watchers.items()):
                 if key in self.data:
@@ -240,7 +250,7 @@ class Database:
         del self.data[key]
         del self.expires[key]
         self.expired_count += 1
-        if self.watchers:
+        if self.watchers or self.track_hook is not None:
             self.touch(key)
         self._key_event(self.index, key)
 

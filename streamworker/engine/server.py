@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 from streamworker.engine import msgs
 from streamworker.engine.aof import AppendOnlyFile, open_persistent
 from streamworker.engine.config import parse_client_output_buffer_limit
-from streamworker.engine.context import NO_REPLY, RESUME, Blocked
+from streamworker.engine.context import NO_REPLY, RESUME, Blocked, RawPush
 from streamworker.engine.core import Engine
 from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import ProtocolError, RequestParser, encode_into
@@ -182,7 +182,7 @@ class _Connection(asyncio.Protocol):
         self.kill_after_reply = False
         # Out-of-band replies produced while this connection's own command runs (a MONITOR
         # line for its own command): they go out after that command's reply, as in Redis.
-        self.deferred: list[Reply] = []
+        self.deferred: list[Reply | RawPush] = []
 
     # -- ClientIO (CLIENT LIST) -----------------------------------------------------------
 
@@ -197,7 +197,7 @@ class _Connection(asyncio.Protocol):
 
     # -- out-of-band replies and CLIENT KILL ------------------------------------------------
 
-    def push_reply(self, reply: Reply) -> None:
+    def push_reply(self, reply: Reply | RawPush) -> None:
         """Queue ``reply`` for this connection outside the request/reply flow (a MONITOR
         line); it is sent at the end of this event-loop turn."""
         client = self.client
@@ -206,7 +206,7 @@ class _Connection(asyncio.Protocol):
         if self.server.executing is self:
             self.deferred.append(reply)
             return
-        encode_into(self.out, reply, client.resp)
+        _encode_push(self.out, reply, client.resp)
         self.server.loop.call_soon(self._flush_pushed)
 
     def _flush_pushed(self) -> None:
@@ -410,7 +410,7 @@ class _Connection(asyncio.Protocol):
         client = self.client
         if client is not None and not client.closed:
             for pushed in self.deferred:
-                encode_into(self.out, pushed, client.resp)
+                _encode_push(self.out, pushed, client.resp)
         self.deferred.clear()
 
     def _block(self, blocked: Blocked) -> None:
@@ -494,6 +494,13 @@ class _Connection(asyncio.Protocol):
         self.closing = True
         if self.transport is not None:
             self.transport.abort()
+
+
+def _encode_push(out: bytearray, reply: Reply | RawPush, resp: int) -> None:
+    if isinstance(reply, RawPush):
+        out += reply.data
+    else:
+        encode_into(out, reply, resp)
 
 
 def _format_addr(addr: Any) -> str:

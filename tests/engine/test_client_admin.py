@@ -793,3 +793,86 @@ def test_client_query_buffer_limit_set_at_run_time_closes_a_client_past_it(pair:
         finally:
             admin.call("CONFIG", "SET", "client-query-buffer-limit", "1gb")
             admin.close()
+
+
+# --- CLIENT TRACKING invalidation (RESP3) ----------------------------------------------------
+
+
+def _tracking_default_mode(port: int) -> list[object]:
+    out: list[object] = []
+    reader, writer = Conn(port, 3), Conn(port, 3)
+    out.append(reader.call("CLIENT", "TRACKING", "on"))
+    out.append(reader.call("GET", "k1"))
+    out.append(reader.call("MGET", "k2", "k3"))
+    writer.call("SET", "k1", "v")
+    out.append(reader.read(2))
+    writer.call("MSET", "k2", "x", "k3", "y")
+    out += [reader.read(2), reader.read(2)]
+    writer.call("SET", "k1", "again")  # not read since: no second invalidation
+    out.append(reader.nothing_within(0.2))
+    out.append(reader.call("GET", "k1"))
+    out.append(reader.call("SET", "k1", "self"))  # the reply, then the push
+    out.append(reader.read(2))
+    writer.call("FLUSHALL")
+    out.append(reader.read(2))
+    reader.close()
+    writer.close()
+    return out
+
+
+def _tracking_bcast(port: int) -> list[object]:
+    out: list[object] = []
+    bcast, writer = Conn(port, 3), Conn(port, 3)
+    out.append(bcast.call("CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "user:", "PREFIX", "job:"))
+    writer.call("MSET", "user:1", "a", "job:2", "b", "user:3", "c", "other", "d")
+    out += [bcast.read(2), bcast.read(2)]
+    out.append(bcast.nothing_within(0.2))
+    writer.call("DEL", "user:1")
+    out.append(bcast.read(2))
+    bcast.close()
+    writer.close()
+    return out
+
+
+def _tracking_noloop_and_optin(port: int) -> list[object]:
+    out: list[object] = []
+    noloop, optin, writer = Conn(port, 3), Conn(port, 3), Conn(port, 3)
+    out.append(noloop.call("CLIENT", "TRACKING", "on", "NOLOOP"))
+    out.append(noloop.call("GET", "n"))
+    out.append(noloop.call("SET", "n", "1"))
+    out.append(noloop.nothing_within(0.2))
+    out.append(optin.call("CLIENT", "TRACKING", "on", "OPTIN"))
+    out.append(optin.call("GET", "o1"))
+    out.append(optin.call("CLIENT", "CACHING", "yes"))
+    out.append(optin.call("GET", "o2"))
+    writer.call("MSET", "o1", "1", "o2", "2")
+    out.append(optin.read(2))
+    out.append(optin.nothing_within(0.2))
+    for c in (noloop, optin, writer):
+        c.close()
+    return out
+
+
+def _tracking_redirect(port: int) -> list[object]:
+    out: list[object] = []
+    sink, tracked, writer = Conn(port, 3), Conn(port, 2), Conn(port)
+    sink_id = _id(sink)
+    out.append(tracked.call("CLIENT", "TRACKING", "on", "REDIRECT", sink_id))
+    out.append(tracked.call("GET", "r"))
+    writer.call("SET", "r", "1")
+    out.append(sink.read(2))
+    out.append(tracked.nothing_within(0.2))
+    for c in (sink, tracked, writer):
+        c.close()
+    return out
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [_tracking_default_mode, _tracking_bcast, _tracking_noloop_and_optin, _tracking_redirect],
+    ids=lambda f: f.__name__.removeprefix("_tracking_"),
+)
+def test_tracking_invalidation_pushes_are_redis_s(pair: Pair, scenario: object) -> None:
+    assert callable(scenario)
+    got = {name: scenario(port) for name, port in pair.ports.items()}
+    assert got["engine"] == got["redis"]

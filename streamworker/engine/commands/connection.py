@@ -608,6 +608,7 @@ def client_tracking(ctx: Ctx, args: list[bytes]) -> Reply:
                 tracking.prefixes.append(prefix)
         client.tracking = tracking
         ctx.engine.tracking_clients[client.id] = client
+        ctx.engine.tracker_for()
     elif mode == b"off":
         client.tracking = None
         ctx.engine.tracking_clients.pop(client.id, None)
