@@ -876,3 +876,37 @@ def test_tracking_invalidation_pushes_are_redis_s(pair: Pair, scenario: object) 
     assert callable(scenario)
     got = {name: scenario(port) for name, port in pair.ports.items()}
     assert got["engine"] == got["redis"]
+
+
+# --- persistence -----------------------------------------------------------------------------
+
+
+def test_migrate_and_the_admin_commands_leave_the_append_only_file_replayable(
+    tmp_path: object,
+) -> None:
+    from pathlib import Path
+
+    from streamworker.engine.aof import open_persistent
+
+    assert isinstance(tmp_path, Path)
+    aof = open_persistent(tmp_path / "data", appendfsync="always")
+    engine = aof.engine
+    client = engine.connect()
+    for argv in (
+        [b"SET", b"k", b"v"],
+        [b"MIGRATE", b"127.0.0.1", b"1", b"nokey", b"0", b"10"],
+        [b"MIGRATE", b"127.0.0.1", b"1", b"k", b"0", b"10"],  # refused, k stays
+        [b"CLIENT", b"PAUSE", b"0"],
+        [b"WAIT", b"0", b"0"],
+        [b"ACL", b"SETUSER", b"default", b"on"],
+        [b"RPUSH", b"l", b"a"],
+    ):
+        engine.execute(client, argv)
+    aof.close()
+    data = b"".join(p.read_bytes() for p in (tmp_path / "data").rglob("*") if p.is_file())
+    assert b"MIGRATE" not in data
+    reopened = open_persistent(tmp_path / "data", appendfsync="always")
+    c2 = reopened.engine.connect()
+    assert reopened.engine.execute(c2, [b"GET", b"k"]) == b"v"
+    assert reopened.engine.execute(c2, [b"LRANGE", b"l", b"0", b"-1"]) == [b"a"]
+    reopened.close()
