@@ -189,6 +189,7 @@ SEQUENCES = [
     ["MULTI", "SHUTDOWN", "EXEC"],
     ["MULTI", "CLIENT PAUSE 10", "EXEC"],
     ["SET k v", "MIGRATE 127.0.0.1 1 '' 0 10 KEYS nokey1 nokey2", "EXISTS k"],
+    ["CLIENT TRACKING on BCAST", "RESET", "CLIENT TRACKINGINFO", "CLIENT TRACKING on"],
 ]
 
 

@@ -207,3 +207,16 @@ def test_monitor_is_refused_in_process() -> None:
     reply = engine.execute(engine.connect(), [b"MONITOR"])
     assert isinstance(reply, CommandError)
     assert "network connection" in reply.text
+
+
+def test_reset_ends_monitor_mode(pair: Pair) -> None:
+    got = {}
+    for name, port in pair.ports.items():
+        mon = Conn(port)
+        mon.call("MONITOR")
+        got[name] = [mon.call("RESET")]
+        Conn(port).call("SET", "k", "v")
+        got[name].append(mon.nothing_within(0.2))
+        got[name].append(mon.call("SET", "k", "w"))
+        mon.close()
+    assert got["engine"] == got["redis"]

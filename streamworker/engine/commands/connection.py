@@ -144,9 +144,17 @@ def quit_(ctx: Ctx, args: list[bytes]) -> Reply:
 
 @command("reset", arity=1, flags=("noscript", "loading", "stale", "fast", "no-auth", "allow-busy"))
 def reset(ctx: Ctx, args: list[bytes]) -> Reply:
-    """RESET -> +RESET; drops MULTI, WATCHes, the name, selects db 0, back to RESP2."""
+    """RESET -> +RESET; drops MULTI, WATCHes, the name, MONITOR mode, CLIENT TRACKING and
+    CLIENT REPLY OFF/SKIP, selects db 0, back to RESP2."""
     client = ctx.client
     discard_transaction(client)
+    engine = ctx.engine
+    if client.monitor:
+        client.monitor = False
+        engine.monitors = [c for c in engine.monitors if c is not client]
+    client.tracking = None
+    engine.tracking_clients.pop(client.id, None)
+    client.reply_off = client.reply_skip = client.reply_skip_next = False
     ctx.select(0)
     client.resp = 2
     client.name = None
