@@ -143,6 +143,9 @@ class Engine:
         # (created with the first CLIENT TRACKING ON).
         self.tracking_clients: dict[int, ClientState] = {}
         self.tracker: Tracker | None = None
+        # True while CLIENT PAUSE, MONITOR or CLIENT TRACKING is in use: the one flag the
+        # command path checks for all three (see admin_changed).
+        self.admin_hooks = False
         # ACL LOG entries (the default user is never denied: the log stays empty).
         self.acl_log: list[Any] = []
 
@@ -169,10 +172,11 @@ class Engine:
         """Forget ``client``: drop its waiters, WATCHes and queued transaction."""
         with self.lock:
             client.closed = True
-            self.tracking_clients.pop(client.id, None)
-            if client.monitor:
+            if client.monitor or client.tracking is not None:
                 client.monitor = False
                 self.monitors = [c for c in self.monitors if c is not client]
+                self.tracking_clients.pop(client.id, None)
+                self.admin_changed()
             if client.blocked is not None and not client.blocked.resolved:
                 if client.blocked.postponed is not None:
                     self._postponed = [b for b in self._postponed if b is not client.blocked]
@@ -286,15 +290,18 @@ class Engine:
             return self._reject(client, msgs.wrong_arity(spec.name))
         if not client.authenticated and "no-auth" not in spec.flags:
             return self._reject(client, msgs.NOAUTH)
-        if (
-            self.pause_until
-            and client.push is not None
-            and not client.monitor
-            and self._paused(client, spec, argv)
-        ):
-            return self._postpone(client, argv)
-        if client.monitor and spec.flags & _KEYSPACE_FLAGS:
-            return self._reject(client, msgs.REPLICA_KEYSPACE)
+        admin = self.admin_hooks
+        if admin:
+            # CLIENT PAUSE, MONITOR or CLIENT TRACKING in use (one check on the hot path).
+            if (
+                self.pause_until
+                and client.push is not None
+                and not client.monitor
+                and self._paused(client, spec, argv)
+            ):
+                return self._postpone(client, argv)
+            if client.monitor and spec.flags & _KEYSPACE_FLAGS:
+                return self._reject(client, msgs.REPLICA_KEYSPACE)
         ctx = client.ctx
         if client.in_multi:
             if spec.no_multi:
@@ -312,24 +319,16 @@ class Engine:
             return self._reject(client, msgs.wrong_arity(spec.name))
         args = argv[spec.skip :]
         ctx.argv = argv
-        tracker = self.tracker
-        if tracker is not None:
-            tracker.current = client
-        monitors = self.monitors
-        if monitors and spec.name in _MONITOR_BEFORE:
-            # Redis shows a script's EVAL before the commands the script runs.
-            self.feed_monitors(client, spec, argv, client.db_index)
-            monitors = []
+        if admin:
+            self._before_call(client, spec, argv)
         if self.propagator is not None:
             reply = self._call_propagating(
                 spec, ctx, argv, args if type(args) is list else list(args)
             )
             if type(reply) is Blocked:
                 self._register(reply)
-            if monitors:
-                self.feed_monitors(client, spec, argv, client.db_index)
-            if tracker is not None:
-                self._tracking_after(client, spec, argv)
+            if admin:
+                self._after_call(client, spec, argv)
             return reply
         try:
             reply = func(ctx, args if type(args) is list else list(args))
@@ -340,10 +339,8 @@ class Engine:
             reply = self._internal_error(spec, exc)
         if type(reply) is Blocked:
             self._register(reply)
-        if monitors:
-            self.feed_monitors(client, spec, argv, client.db_index)
-        if tracker is not None:
-            self._tracking_after(client, spec, argv)
+        if admin:
+            self._after_call(client, spec, argv)
         return reply
 
     def _call_propagating(
@@ -626,16 +623,36 @@ class Engine:
             self.tracker.install()
         return self.tracker
 
-    def _tracking_after(
-        self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]
-    ) -> None:
+    def admin_changed(self) -> None:
+        """Recompute :attr:`admin_hooks` after a pause, a MONITOR or a tracking client came or
+        went; hook the databases for tracking while a client tracks, unhook them after."""
+        with self.lock:
+            self.admin_hooks = bool(self.pause_until or self.monitors or self.tracking_clients)
+            if self.tracking_clients:
+                self.tracker_for()
+            elif self.tracker is not None:
+                for db in self.keyspace.dbs:
+                    db.track_hook = None
+                self.tracker = None
+
+    def _before_call(self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]) -> None:
         tracker = self.tracker
-        assert tracker is not None
-        if client.tracking is not None:
-            tracker.after_command(client, spec, argv)
-        if tracker.pending:
-            tracker.flush_pending()
-        tracker.current = None
+        if tracker is not None:
+            tracker.current = client
+        if self.monitors and spec.name in _MONITOR_BEFORE:
+            # Redis shows a script's EVAL before the commands the script runs.
+            self.feed_monitors(client, spec, argv, client.db_index)
+
+    def _after_call(self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]) -> None:
+        if self.monitors and spec.name not in _MONITOR_BEFORE:
+            self.feed_monitors(client, spec, argv, client.db_index)
+        tracker = self.tracker
+        if tracker is not None:
+            if client.tracking is not None:
+                tracker.after_command(client, spec, argv)
+            if tracker.pending:
+                tracker.flush_pending()
+            tracker.current = None
 
     # -- MONITOR -----------------------------------------------------------------------------
 
@@ -672,6 +689,7 @@ class Engine:
             else:
                 self.pause_all = pause_all
                 self.pause_until = until
+            self.admin_changed()
 
     def unpause(self) -> None:
         """End the pause (CLIENT UNPAUSE, or its time is up): the postponed commands are
@@ -679,6 +697,7 @@ class Engine:
         with self.lock:
             self.pause_until = 0.0
             self.pause_all = False
+            self.admin_changed()
             postponed, self._postponed = self._postponed, []
             for blocked in postponed:
                 client = blocked.ctx.client

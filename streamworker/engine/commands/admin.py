@@ -119,6 +119,7 @@ def monitor(ctx: Ctx, args: list[bytes]) -> Reply:
     if not client.monitor:
         client.monitor = True
         ctx.engine.monitors.append(client)
+        ctx.engine.admin_changed()
     return OK
 
 

@@ -154,6 +154,7 @@ def reset(ctx: Ctx, args: list[bytes]) -> Reply:
         engine.monitors = [c for c in engine.monitors if c is not client]
     client.tracking = None
     engine.tracking_clients.pop(client.id, None)
+    engine.admin_changed()
     client.reply_off = client.reply_skip = client.reply_skip_next = False
     ctx.select(0)
     client.resp = 2
@@ -616,10 +617,11 @@ def client_tracking(ctx: Ctx, args: list[bytes]) -> Reply:
                 tracking.prefixes.append(prefix)
         client.tracking = tracking
         ctx.engine.tracking_clients[client.id] = client
-        ctx.engine.tracker_for()
+        ctx.engine.admin_changed()
     elif mode == b"off":
         client.tracking = None
         ctx.engine.tracking_clients.pop(client.id, None)
+        ctx.engine.admin_changed()
     else:
         raise CommandError(msgs.SYNTAX)
     return OK
