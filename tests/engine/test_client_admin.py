@@ -911,3 +911,58 @@ def test_migrate_and_the_admin_commands_leave_the_append_only_file_replayable(
     assert reopened.engine.execute(c2, [b"GET", b"k"]) == b"v"
     assert reopened.engine.execute(c2, [b"LRANGE", b"l", b"0", b"-1"]) == [b"a"]
     reopened.close()
+
+
+# --- extremes of the commands test_extreme_args.py leaves out (they would disturb the shared
+# redis-server): here against this module's own ------------------------------------------------
+
+
+def _extreme_lines() -> list[tuple[str, ...]]:
+    from streamworker.engine.numbers import parse_int
+    from tests.engine.differential.extremes import EXTREMES
+
+    lines: list[tuple[str, ...]] = []
+    for raw in EXTREMES:
+        n = raw.decode()
+        lines.append(("WAIT", "0", n))
+        value = parse_int(raw)
+        if value is None or value <= 0 or value > 10**6:
+            # A large positive count with a valid timeout would wait that timeout: 1 ms here.
+            lines.append(("WAIT", n, "1"))
+        lines.append(("MIGRATE", "127.0.0.1", "1", "nokey", n, "10"))
+        lines.append(("MIGRATE", "127.0.0.1", "1", "nokey", "0", n))
+        lines.append(("FAILOVER", "TIMEOUT", n))
+        lines.append(("SHUTDOWN", n))
+        lines.append(("LOLWUT", "VERSION", n))
+        if value is None or not 0 <= value <= 65535:
+            # A valid port would make redis-server a replica.
+            lines.append(("REPLICAOF", "127.0.0.1", n))
+    return lines
+
+
+@pytest.mark.parametrize("args", _extreme_lines(), ids=" ".join)
+def test_extreme_arguments_of_the_admin_commands_answer_as_redis(
+    pair: Pair, args: tuple[str, ...]
+) -> None:
+    replies = pair.both(*args)
+    assert replies["engine"] == replies["redis"]
+
+
+@pytest.mark.parametrize("timeout", ["0", "1", "9223372036854775807", "2147483648", "4294967296"])
+def test_client_pause_extremes_answer_as_redis_and_unpause(pair: Pair, timeout: str) -> None:
+    replies = {}
+    for name, port in pair.ports.items():
+        conn = Conn(port)
+        replies[name] = [conn.call("CLIENT", "PAUSE", timeout, "WRITE")]
+        replies[name].append(conn.call("CLIENT", "UNPAUSE"))
+        replies[name].append(conn.call("SET", "k", "v"))
+        conn.close()
+    assert replies["engine"] == replies["redis"]
+
+
+@pytest.mark.parametrize(
+    "timeout", ["-1", "abc", "", "1.5", "9223372036854775808", "-9223372036854775808"]
+)
+def test_client_pause_refuses_bad_timeouts_as_redis(pair: Pair, timeout: str) -> None:
+    replies = pair.both("CLIENT", "PAUSE", timeout)
+    assert replies["engine"] == replies["redis"]
