@@ -966,3 +966,32 @@ def test_client_pause_extremes_answer_as_redis_and_unpause(pair: Pair, timeout: 
 def test_client_pause_refuses_bad_timeouts_as_redis(pair: Pair, timeout: str) -> None:
     replies = pair.both("CLIENT", "PAUSE", timeout)
     assert replies["engine"] == replies["redis"]
+
+
+def _info_field(conn: Conn, field: str) -> str:
+    text = conn.call("INFO", "clients").decode()
+    for line in text.split("\r\n"):
+        if line.startswith(field + ":"):
+            return line.split(":", 1)[1]
+    raise AssertionError(f"{field} not in INFO clients")
+
+
+def test_info_counts_tracking_clients_and_paused_clients_as_redis(pair: Pair) -> None:
+    got = {}
+    for name, port in pair.ports.items():
+        tracking = [Conn(port, 3) for _ in range(2)]
+        for t in tracking:
+            t.call("CLIENT", "TRACKING", "on")
+        admin = Conn(port)
+        admin.call("CLIENT", "PAUSE", "100000", "WRITE")
+        writer = Conn(port)
+        writer.send("SET", "k", "v")
+        assert writer.nothing_within(0.2)
+        got[name] = [_info_field(admin, "tracking_clients"), _info_field(admin, "blocked_clients")]
+        admin.call("CLIENT", "UNPAUSE")
+        assert writer.read() == b"+OK\r\n"
+        tracking[0].call("CLIENT", "TRACKING", "off")
+        got[name].append(_info_field(admin, "tracking_clients"))
+        for c in (*tracking, admin, writer):
+            c.close()
+    assert got["engine"] == got["redis"]
