@@ -995,3 +995,49 @@ def test_info_counts_tracking_clients_and_paused_clients_as_redis(pair: Pair) ->
         for c in (*tracking, admin, writer):
             c.close()
     assert got["engine"] == got["redis"]
+
+
+# --- the protocol unit's malformed and odd requests ------------------------------------------
+
+_RAW_REQUESTS = [
+    b"*3000000000\r\n",
+    b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\nfooz\r\n",
+    b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$-10\r\n",
+    b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$2000000000\r\n",
+    b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$blabla\r\n",
+    b"*1\r\nfoo\r\n",
+    b"*20000000\r\n",
+    b'set """test-key""" test-value\r\nping\r\n',
+    b'set "\\xff\\x00" test\r\nget "\\xff\\x00"\r\n',
+    b"\r\n\r\nping\r\n",
+    b"*-1\r\nping\r\n",
+    b"*0\r\nping\r\n",
+    b"  ping  \r\n",
+    b"$3\r\nfoo\r\n",
+    b"ping\nping\n",
+    b"*1\r\n$4\r\nping\r\r\n",
+]
+
+
+def _raw_exchange(port: int, data: bytes) -> bytes:
+    conn = Conn(port)
+    conn.sock.sendall(data)
+    out = bytearray()
+    conn.sock.settimeout(0.5)
+    try:
+        while True:
+            chunk = conn.sock.recv(65536)
+            if not chunk:
+                out += b"<closed>"
+                break
+            out += chunk
+    except TimeoutError:
+        pass
+    conn.close()
+    return bytes(out)
+
+
+@pytest.mark.parametrize("data", _RAW_REQUESTS, ids=lambda d: repr(d[:30]))
+def test_raw_request_is_answered_as_redis(pair: Pair, data: bytes) -> None:
+    got = {name: _raw_exchange(port, data) for name, port in pair.ports.items()}
+    assert got["engine"] == got["redis"]
