@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from streamworker.engine.replies import NULL_ARRAY
+from streamworker.engine.replies import NULL_ARRAY, Status
 
 if TYPE_CHECKING:
     from streamworker.engine.commands import CommandSpec
@@ -19,11 +19,48 @@ if TYPE_CHECKING:
     from streamworker.engine.keyspace import Database, Keyspace
     from streamworker.engine.replies import Reply
 
-__all__ = ["Blocked", "ClientIO", "ClientState", "Ctx", "OnReady"]
+__all__ = ["NO_REPLY", "RESUME", "Blocked", "ClientIO", "ClientState", "Ctx", "OnReady", "RawPush"]
 
 OnReady = Callable[["Ctx"], "Reply | None"]
 """Re-run by core when a key a client blocks on is signalled: a reply serves the client,
 ``None`` keeps it blocked. Raising CommandError serves the client with that error."""
+
+
+class _Resume:
+    """The reply of a command postponed by CLIENT PAUSE once the pause ends: not a reply to
+    send but an order to run the command now (:attr:`Blocked.postponed`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RESUME"
+
+
+RESUME: Any = _Resume()
+
+
+class _NoReply(Status):
+    """What a command returns when the client must get no reply at all (CLIENT REPLY OFF and
+    SKIP, a successful SHUTDOWN): the transport sends nothing (it is never encoded: only
+    network connections can get it)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_REPLY"
+
+
+NO_REPLY: Status = _NoReply("")
+
+
+class RawPush:
+    """Out-of-band bytes for a connection, already in its protocol (a RESP3 invalidation
+    push): the transport writes ``data`` as is."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
 
 
 class ClientState:
@@ -43,20 +80,27 @@ class ClientState:
         "id",
         "in_multi",
         "io",
+        "kill",
         "laddr",
         "last_cmd",
         "last_interaction_ms",
         "lib_name",
         "lib_ver",
+        "monitor",
         "multi_error",
         "multi_queue",
         "name",
         "pubsub",
+        "push",
         "push_out",
+        "reply_off",
+        "reply_skip",
+        "reply_skip_next",
         "resp",
         "sub_channels",
         "sub_patterns",
         "sub_shard",
+        "tracking",
         "watched",
     )
 
@@ -96,6 +140,20 @@ class ClientState:
         self.sub_shard: dict[bytes, None] = {}
         self.pubsub = False
         self.push_out: Callable[[Reply], None] | None = None
+        # Set by a network transport: ``push(line)`` sends an out-of-band reply (a MONITOR
+        # line) to this connection; ``kill()`` closes it once the running command has been
+        # answered (CLIENT KILL). None for in-process clients.
+        self.push: Callable[[Reply | RawPush], None] | None = None
+        self.kill: Callable[[], None] | None = None
+        # MONITOR mode: the connection receives every other command (see commands/admin.py).
+        self.monitor = False
+        # CLIENT REPLY: OFF drops every reply, SKIP drops the next command's (the transport
+        # applies them; see server.py).
+        self.reply_off = False
+        self.reply_skip = False
+        self.reply_skip_next = False
+        # CLIENT TRACKING state (commands/connection.py), None while tracking is off.
+        self.tracking: Any = None
         self.ctx: Ctx
 
     def __repr__(self) -> str:
@@ -214,8 +272,9 @@ class Ctx:
     def touch(self, key: bytes) -> None:
         """Mark ``key`` (in the current db) modified, for WATCH. ``Database.set``/``delete``
         already do this; call it after modifying a value in place."""
-        if self.db.watchers:
-            self.db.touch(key)
+        db = self.db
+        if db.watchers or db.track_hook is not None:
+            db.touch(key)
 
     def select(self, index: int) -> None:
         """Switch the client's current database (SELECT)."""
@@ -265,6 +324,7 @@ class Blocked:
         "keys",
         "on_ready",
         "on_timeout_reply",
+        "postponed",
         "reply",
         "resolved",
         "timeout_ms",
@@ -293,6 +353,9 @@ class Blocked:
         self.resolved = False
         self._callbacks: list[Callable[[Blocked], Any]] = []
         self._event: threading.Event | None = None
+        # CLIENT PAUSE: the command that waits for the pause to end (not run yet). Resolved
+        # with :data:`RESUME`, it is to be submitted again by the transport.
+        self.postponed: Sequence[bytes] | None = None
 
     @property
     def client(self) -> ClientState:

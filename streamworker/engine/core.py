@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from streamworker.engine import msgs
 from streamworker.engine.commands import CommandSpec, load_commands
 from streamworker.engine.config import EngineConfig
-from streamworker.engine.context import Blocked, ClientState, Ctx, OnReady
+from streamworker.engine.context import RESUME, Blocked, ClientState, Ctx, OnReady
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import Keyspace, unwatch_all
 from streamworker.engine.pubsub import NOTIFY_EXPIRED, NOTIFY_NEW, PubSub
-from streamworker.engine.replies import QUEUED
+from streamworker.engine.replies import NULL_BULK, QUEUED
+from streamworker.engine.tracking import Tracker
 
 if TYPE_CHECKING:
     from streamworker.engine.aof import AppendOnlyFile
@@ -155,6 +156,25 @@ class Engine:
         # lock held) with the seconds the script has run: the server answers other clients
         # BUSY from there once lua-time-limit has passed. None: nothing to do.
         self.script_tick: Callable[[float], None] | None = None
+        # MONITOR: the connections that receive every command (commands/admin.py).
+        self.monitors: list[ClientState] = []
+        # CLIENT PAUSE: until when (monotonic seconds; 0 = not paused), whether every command
+        # or only writes wait, and the commands waiting meanwhile (oldest first).
+        self.pause_until = 0.0
+        self.pause_all = False
+        self._postponed: list[Blocked] = []
+        # SHUTDOWN: set by the command for the server, which stops after the reply round.
+        # (nosave/save, now, force) words as given; None while no shutdown is asked for.
+        self.shutdown_request: tuple[str, ...] | None = None
+        # CLIENT TRACKING: the connections with tracking on, by id, and the tracking table
+        # (created with the first CLIENT TRACKING ON).
+        self.tracking_clients: dict[int, ClientState] = {}
+        self.tracker: Tracker | None = None
+        # True while CLIENT PAUSE, MONITOR or CLIENT TRACKING is in use: the one flag the
+        # command path checks for all three (see admin_changed).
+        self.admin_hooks = False
+        # ACL LOG entries (the default user is never denied: the log stays empty).
+        self.acl_log: list[Any] = []
 
     def set_clock(self, clock: Callable[[], int]) -> None:
         """Replace the engine clock (commands and key expiry both use it)."""
@@ -179,7 +199,14 @@ class Engine:
         """Forget ``client``: drop its waiters, WATCHes and queued transaction."""
         with self.lock:
             client.closed = True
+            if client.monitor or client.tracking is not None:
+                client.monitor = False
+                self.monitors = [c for c in self.monitors if c is not client]
+                self.tracking_clients.pop(client.id, None)
+                self.admin_changed()
             if client.blocked is not None and not client.blocked.resolved:
+                if client.blocked.postponed is not None:
+                    self._postponed = [b for b in self._postponed if b is not client.blocked]
                 self._unblock(client.blocked)
             client.blocked = None
             unwatch_all(client)
@@ -306,12 +333,25 @@ class Engine:
         if client.pubsub and client.resp == 2 and spec.name not in _SUBSCRIBED_OK:
             # RESP2 has no way to tell a reply from a message: Redis refuses the rest.
             return self._reject(client, msgs.subscribed_context(spec.name))
+        admin = self.admin_hooks
+        if admin:
+            # CLIENT PAUSE, MONITOR or CLIENT TRACKING in use (one check on the hot path).
+            if (
+                self.pause_until
+                and client.push is not None
+                and not client.monitor
+                and self._paused(client, spec, argv)
+            ):
+                return self._postpone(client, argv)
+            if client.monitor and spec.flags & _KEYSPACE_FLAGS:
+                return self._reject(client, msgs.REPLICA_KEYSPACE)
         ctx = client.ctx
         if client.in_multi:
             if spec.no_multi:
                 return self._reject(client, msgs.NOT_ALLOWED_IN_MULTI)
             if spec.queueable:
                 client.multi_queue.append((spec, argv))
+                client.last_cmd = spec.name  # CLIENT LIST's cmd= is the queued command
                 return QUEUED
         elif ctx.in_script and spec.noscript:
             return CommandError(msgs.SCRIPT_COMMAND_NOT_ALLOWED)
@@ -322,22 +362,28 @@ class Engine:
             return self._reject(client, msgs.wrong_arity(spec.name))
         args = argv[spec.skip :]
         ctx.argv = argv
+        if admin:
+            self._before_call(client, spec, argv)
         if self.propagator is not None:
             reply = self._call_propagating(
                 spec, ctx, argv, args if type(args) is list else list(args)
             )
             if type(reply) is Blocked:
                 self._register(reply)
+            if admin:
+                self._after_call(client, spec, argv)
             return reply
         try:
             reply = func(ctx, args if type(args) is list else list(args))
         except CommandError as exc:
             self.count_error(exc.text)
-            return exc
+            reply = exc
         except Exception as exc:
-            return self._internal_error(spec, exc)
+            reply = self._internal_error(spec, exc)
         if type(reply) is Blocked:
             self._register(reply)
+        if admin:
+            self._after_call(client, spec, argv)
         return reply
 
     def _call_propagating(
@@ -400,6 +446,10 @@ class Engine:
                 return exc
             except Exception as exc:
                 return self._internal_error(spec, exc)
+        if self.monitors:
+            self.feed_monitors(ctx.client, spec, argv, ctx.client.db_index)
+        if self.tracker is not None and ctx.client.tracking is not None:
+            self.tracker.after_command(ctx.client, spec, argv)
         if type(reply) is Blocked:  # ctx.block returns the timeout reply in MULTI
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
@@ -453,6 +503,8 @@ class Engine:
                 reply = self._internal_error(spec, exc)
             if prop is not None:
                 del prop.ops[mark:]
+        if self.monitors:
+            self.feed_monitors(ctx.client, spec, argv, ctx.client.db_index, lua=True)
         if type(reply) is Blocked:
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
@@ -606,10 +658,120 @@ class Engine:
             return None
         return self.timeout_blocked(blocked)
 
+    # -- CLIENT TRACKING ---------------------------------------------------------------------
+
+    def tracker_for(self) -> Tracker:
+        """The tracking table, created and hooked into the databases on first use."""
+        if self.tracker is None:
+            self.tracker = Tracker(self)
+            self.tracker.install()
+        return self.tracker
+
+    def admin_changed(self) -> None:
+        """Recompute :attr:`admin_hooks` after a pause, a MONITOR or a tracking client came or
+        went; hook the databases for tracking while a client tracks, unhook them after."""
+        with self.lock:
+            self.admin_hooks = bool(self.pause_until or self.monitors or self.tracking_clients)
+            if self.tracking_clients:
+                self.tracker_for()
+            elif self.tracker is not None:
+                for db in self.keyspace.dbs:
+                    db.track_hook = None
+                self.tracker = None
+
+    def _before_call(self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]) -> None:
+        tracker = self.tracker
+        if tracker is not None:
+            tracker.current = client
+        if self.monitors and spec.name in _MONITOR_BEFORE:
+            # Redis shows a script's EVAL before the commands the script runs.
+            self.feed_monitors(client, spec, argv, client.db_index)
+
+    def _after_call(self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]) -> None:
+        if self.monitors and spec.name not in _MONITOR_BEFORE:
+            self.feed_monitors(client, spec, argv, client.db_index)
+        tracker = self.tracker
+        if tracker is not None:
+            if client.tracking is not None:
+                tracker.after_command(client, spec, argv)
+            if tracker.pending:
+                tracker.flush_pending()
+            tracker.current = None
+
+    # -- MONITOR -----------------------------------------------------------------------------
+
+    def feed_monitors(
+        self,
+        client: ClientState,
+        spec: CommandSpec,
+        argv: Sequence[bytes],
+        db_index: int,
+        lua: bool = False,
+    ) -> None:
+        """Send ``argv`` (run by ``client`` in ``db_index``) to every MONITOR connection, as
+        Redis's replicationFeedMonitors does: admin commands are not shown, secrets are
+        redacted. ``lua`` marks a command run by a script (shown as ``[db lua]``)."""
+        if "admin" in spec.flags:
+            return
+        from streamworker.engine.commands.admin import monitor_line
+
+        line = monitor_line(spec, argv, db_index, "lua" if lua else client.addr)
+        for mon in self.monitors:
+            if mon.push is not None:
+                mon.push(line)
+
+    # -- CLIENT PAUSE --------------------------------------------------------------------------
+
+    def pause(self, seconds: float, pause_all: bool) -> None:
+        """Pause clients (CLIENT PAUSE): the longer end time and the stricter kind win, as
+        Redis keeps the most restrictive of overlapping pauses."""
+        with self.lock:
+            until = time.monotonic() + seconds
+            if self.pause_until and time.monotonic() < self.pause_until:
+                self.pause_all = self.pause_all or pause_all
+                self.pause_until = max(self.pause_until, until)
+            else:
+                self.pause_all = pause_all
+                self.pause_until = until
+            self.admin_changed()
+
+    def unpause(self) -> None:
+        """End the pause (CLIENT UNPAUSE, or its time is up): the postponed commands are
+        handed back to their transports to run, oldest first."""
+        with self.lock:
+            self.pause_until = 0.0
+            self.pause_all = False
+            self.admin_changed()
+            postponed, self._postponed = self._postponed, []
+            for blocked in postponed:
+                client = blocked.ctx.client
+                if client.blocked is blocked:
+                    client.blocked = None
+                blocked.resolve(RESUME)
+
+    def _paused(self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]) -> bool:
+        if time.monotonic() >= self.pause_until:
+            self.unpause()
+            return False
+        if client.ctx.in_script or client.ctx.in_multi:
+            return False
+        if self.pause_all:
+            return True
+        return _pause_write_affects(client, spec, argv)
+
+    def _postpone(self, client: ClientState, argv: Sequence[bytes]) -> Blocked:
+        blocked = Blocked(client.ctx, [], 0, _never_ready, NULL_BULK)
+        blocked.postponed = argv
+        client.blocked = blocked
+        self._postponed.append(blocked)
+        return blocked
+
     # -- housekeeping ------------------------------------------------------------------------
 
     def _cron(self) -> None:
         self._next_cron = time.monotonic() + _CRON_INTERVAL_S
+        if self.pause_until and time.monotonic() >= self.pause_until:
+            self.unpause()
         if self.propagator is not None:
             self.propagator.tick()
         self.keyspace.active_expire()
@@ -622,6 +784,44 @@ class Engine:
             self._cron()
             if self.propagator is not None:
                 self._after_execute()
+
+
+# Commands a MONITOR connection may not run (Redis's "Replica can't interact with the
+# keyspace" for replicas, which monitors are).
+_KEYSPACE_FLAGS = frozenset({"write", "readonly", "may-replicate"})
+# Commands Redis shows on MONITOR before they run (what a script runs comes after it).
+_MONITOR_BEFORE = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"})
+# Under CLIENT PAUSE WRITE: scripts wait unless they are read-only (EVAL_RO & co, or a
+# no-writes shebang).
+_SCRIPT_CALLS = frozenset({"eval", "evalsha", "fcall"})
+
+
+def _never_ready(ctx: Ctx) -> Reply | None:
+    return None
+
+
+def _pause_write_affects(client: ClientState, spec: CommandSpec, argv: Sequence[bytes]) -> bool:
+    # Redis 7.0 postpones commands that write or may replicate (PUBLISH, PFCOUNT), scripts
+    # that may write, and an EXEC whose queue holds one of those.
+    if spec.flags & _WRITE_FLAGS:
+        return True
+    name = spec.name
+    if name in _SCRIPT_CALLS:
+        if name == "eval" and len(argv) > 1:
+            body = argv[1]
+            if body.startswith(b"#!"):
+                first = body.split(b"\n", 1)[0]
+                return b"no-writes" not in first
+        return True
+    if name == "exec" and client.in_multi:
+        return any(
+            queued.flags & _WRITE_FLAGS or queued.name in _SCRIPT_CALLS
+            for queued, _ in client.multi_queue
+        )
+    return False
+
+
+_WRITE_FLAGS = frozenset({"write", "may-replicate"})
 
 
 def _printable(arg: bytes, limit: int) -> str:

@@ -67,6 +67,7 @@ class Database:
         "member_scans",
         "new_event",
         "scan_cache",
+        "track_hook",
         "watchers",
     )
 
@@ -98,6 +99,9 @@ class Database:
         # created (keyspace events "expired" and "new").
         self.expired_event: Callable[[int, bytes], None] | None = None
         self.new_event: Callable[[int, bytes], None] | None = None
+        # CLIENT TRACKING: called with (db index, key) for every modified key and with
+        # (db index, None) for a flush; None while no client tracks keys.
+        self.track_hook: Callable[[int, bytes | None], None] | None = None
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -173,7 +177,7 @@ class Database:
             self.big_keys.discard(key)
         if not keep_ttl and self.expires:
             self.expires.pop(key, None)
-        if self.watchers:
+        if self.watchers or self.track_hook is not None:
             self.touch(key)
         if old is not None and old is not value:
             self._key_event(self.index, key)
@@ -188,7 +192,7 @@ class Database:
         self.big_keys.discard(key)
         if self.expires:
             self.expires.pop(key, None)
-        if self.watchers:
+        if self.watchers or self.track_hook is not None:
             self.touch(key)
         self._key_event(self.index, key)
         return True
@@ -225,7 +229,11 @@ class Database:
         return self.expires.pop(key, None) is not None
 
     def touch(self, key: bytes) -> None:
-        """Signal ``key`` modified to its WATCHers (Redis's touchWatchedKey)."""
+        """Signal ``key`` modified to its WATCHers (Redis's touchWatchedKey) and to client
+        tracking."""
+        hook = self.track_hook
+        if hook is not None:
+            hook(self.index, key)
         entries = self.watchers.get(key)
         if not entries:
             return
@@ -241,6 +249,8 @@ class Database:
         """Delete every key (FLUSHDB); returns how many there were. Touches WATCHers of keys
         that existed."""
         n = len(self.data)
+        if self.track_hook is not None:
+            self.track_hook(self.index, None)
         if self.watchers:
             for key, entries in list(self.watchers.items()):
                 if key in self.data:
@@ -268,7 +278,7 @@ class Database:
         del self.expires[key]
         self.big_keys.discard(key)
         self.expired_count += 1
-        if self.watchers:
+        if self.watchers or self.track_hook is not None:
             self.touch(key)
         self._key_event(self.index, key)
         if self.expired_event is not None:

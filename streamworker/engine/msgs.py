@@ -552,3 +552,80 @@ def geo_need_by(command_name: bytes) -> str:
     """GEOSEARCH without BYRADIUS / BYBOX (the command name as typed)."""
     name = command_name.decode("utf-8", "surrogateescape")
     return f"ERR exactly one of BYRADIUS and BYBOX can be specified for {name}"
+
+
+# --- administration: MONITOR, CLIENT KILL/PAUSE/REPLY/TRACKING, replication, cluster --------
+
+REPLICA_KEYSPACE = "ERR Replica can't interact with the keyspace"
+CLUSTER_DISABLED = "ERR This instance has cluster support disabled"
+NO_SUCH_CLIENT = "ERR No such client"
+CLIENT_ID_NOT_POSITIVE = "ERR client-id should be greater than 0"
+CLIENT_PAUSE_MODE = "ERR CLIENT PAUSE mode must be WRITE or ALL"
+INVALID_MASTER_PORT = "ERR Invalid master port"
+NO_SHUTDOWN_IN_PROGRESS = "ERR No shutdown in progress."
+SHUTDOWN_ERRORS = "ERR Errors trying to SHUTDOWN. Check logs."
+NO_FAILOVER_IN_PROGRESS = "ERR No failover in progress."
+FAILOVER_TIMEOUT_NOT_POSITIVE = "ERR FAILOVER timeout must be greater than 0"
+FAILOVER_NO_REPLICAS = "ERR FAILOVER requires connected replicas."
+MIGRATE_KEYS_NEEDS_EMPTY_KEY = (
+    "ERR When using MIGRATE KEYS option, the key argument must be set to the empty string"
+)
+MODULE_NOT_ALLOWED = (
+    'ERR MODULE command not allowed. If the enable-module-command option is set to "local", '
+    "you can run it from a local connection, otherwise you need to set this option in the "
+    "configuration file, and then restart the server."
+)
+TRACKING_PREFIX_NEEDS_BCAST = "ERR PREFIX option requires BCAST mode to be enabled"
+TRACKING_OPTIN_AND_OPTOUT = "ERR You can't specify both OPTIN mode and OPTOUT mode"
+TRACKING_OPT_WITH_BCAST = "ERR OPTIN and OPTOUT are not compatible with BCAST"
+TRACKING_REDIRECT_MISSING = "ERR The client ID you want redirect to does not exist"
+TRACKING_CACHING_NEEDS_OPT = (
+    "ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or "
+    "OPTOUT mode enabled"
+)
+ACL_GENPASS_BITS = (
+    "ERR ACL GENPASS argument must be the number of bits for the output password, a positive "
+    "number up to 4096"
+)
+ACL_DEFAULT_NOT_REMOVABLE = "ERR The 'default' user cannot be removed"
+ACL_NO_FILE = (
+    "ERR This Redis instance is not configured to use an ACL file. You may want to specify users "
+    "via the ACL SETUSER command and then issue a CONFIG REWRITE (assuming you have a Redis "
+    "configuration file set) in order to store users in the Redis configuration."
+)
+
+# What the engine refuses because it is one process that talks to no other server (documented
+# divergences: redis-server would start replicating, fail over or open a connection).
+ENGINE_NO_REPLICATION = (
+    "ERR the streamworker engine does not replicate: REPLICAOF/SLAVEOF <host> <port>, SYNC and "
+    "PSYNC are not supported (REPLICAOF NO ONE is)"
+)
+ENGINE_NO_MIGRATE = (
+    "ERR the streamworker engine does not connect to other servers: MIGRATE is not supported "
+    "(use DUMP/RESTORE through a client)"
+)
+ENGINE_ACL_DEFAULT_ONLY = (
+    "ERR the streamworker engine has only the 'default' user: ACL SETUSER is not supported "
+    "(set the default user's password with --requirepass or CONFIG SET requirepass)"
+)
+ENGINE_NEEDS_CONNECTION = "ERR {} needs a network connection (not available in-process)"
+
+
+def no_such_user(user: str) -> str:
+    """``ERR No such user 'x'`` (CLIENT KILL USER)."""
+    return f"ERR No such user '{user}'"
+
+
+def acl_unknown_category(cat: str) -> str:
+    """``ERR Unknown category 'x'`` (ACL CAT)."""
+    return f"ERR Unknown category '{cat}'"
+
+
+def acl_user_not_found(user: str) -> str:
+    """``ERR User 'x' not found`` (ACL DRYRUN)."""
+    return f"ERR User '{user}' not found"
+
+
+def acl_command_not_found(cmd: str) -> str:
+    """``ERR Command 'x' not found`` (ACL DRYRUN)."""
+    return f"ERR Command '{cmd}' not found"

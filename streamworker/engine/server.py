@@ -66,7 +66,7 @@ from streamworker.engine import msgs
 from streamworker.engine.aof import AppendOnlyFile, PersistenceError, open_persistent
 from streamworker.engine.commands.functions import stats_reply
 from streamworker.engine.config import parse_client_output_buffer_limit
-from streamworker.engine.context import Blocked
+from streamworker.engine.context import NO_REPLY, RESUME, Blocked, RawPush
 from streamworker.engine.core import Engine
 from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import ProtocolError, RequestParser, encode, encode_into
@@ -157,8 +157,10 @@ class _Connection(asyncio.Protocol):
         "blocked",
         "client",
         "closing",
+        "deferred",
         "held",
         "held_bytes",
+        "kill_after_reply",
         "out",
         "parser",
         "proto_error",
@@ -191,6 +193,11 @@ class _Connection(asyncio.Protocol):
         self.soft_since = 0.0
         self.push_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
+        # CLIENT KILL of this very connection: closed once the running commands are answered.
+        self.kill_after_reply = False
+        # Out-of-band replies produced while this connection's own command runs (a MONITOR
+        # line for its own command): they go out after that command's reply, as in Redis.
+        self.deferred: list[Reply | RawPush] = []
 
     # -- ClientIO (CLIENT LIST) -----------------------------------------------------------
 
@@ -202,6 +209,32 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             size += self.transport.get_write_buffer_size()
         return size
+
+    # -- out-of-band replies and CLIENT KILL ------------------------------------------------
+
+    def push_reply(self, reply: Reply | RawPush) -> None:
+        """Queue ``reply`` for this connection outside the request/reply flow (a MONITOR
+        line); it is sent at the end of this event-loop turn."""
+        client = self.client
+        if self.closing or client is None or client.closed:
+            return
+        if self.server.executing is self:
+            self.deferred.append(reply)
+            return
+        _encode_push(self.out, reply, client.resp)
+        if not self.push_scheduled:
+            self.push_scheduled = True
+            self.server.loop.call_soon(self._flush_pushed)
+
+    def kill(self) -> None:
+        """CLIENT KILL: close now, or once the running commands are answered if this is the
+        connection that asked."""
+        if self.server.executing is self:
+            self.kill_after_reply = True
+            return
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
@@ -230,6 +263,8 @@ class _Connection(asyncio.Protocol):
         client.authenticated = not cfg.get("requirepass")
         client.io = self
         client.push_out = self._push
+        client.push = self.push_reply
+        client.kill = self.kill
         self.parser.authenticated = client.authenticated
         self.parser.max_bulk_len = server.max_bulk_len
         server.connections.add(self)
@@ -368,7 +403,14 @@ class _Connection(asyncio.Protocol):
             done = server.engine.execute_each(client, cmds, self._sink)
         finally:
             server.executing = None
+            if self.deferred:
+                self._flush_deferred()
         self.parser.authenticated = client.authenticated
+        if server.engine.shutdown_request is not None:
+            server.request_shutdown()
+            return
+        if self.kill_after_reply and not self.closing:
+            client.closed = True
         if client.closed and not self.closing:
             # QUIT: the reply goes out, nothing after it runs.
             self.closing = True
@@ -387,6 +429,19 @@ class _Connection(asyncio.Protocol):
         # byte early) and the output limit is checked (so a client that does not read is
         # dropped before the next command runs, as Redis does). False stops the pipeline.
         out = self.out
+        client = self.client
+        assert client is not None
+        if reply is NO_REPLY or client.reply_off or client.reply_skip or client.reply_skip_next:
+            # CLIENT REPLY OFF/SKIP (and SHUTDOWN): nothing goes out for this command.
+            if isinstance(reply, Blocked):
+                self._block(reply)
+                return False
+            drop = reply is NO_REPLY or client.reply_off or client.reply_skip
+            client.reply_skip = client.reply_skip_next
+            client.reply_skip_next = False
+            if drop:
+                self._flush_deferred()
+                return not client.closed
         # Bulk strings and integers (XADD's ID, XACK's count) inline: the encoder's dispatch
         # would cost as much as the reply.
         if type(reply) is bytes:
@@ -397,15 +452,23 @@ class _Connection(asyncio.Protocol):
             self._block(reply)
             return False
         else:
-            client = self.client
-            assert client is not None
             encode_into(out, reply, client.resp)
             if client.closed:
+                self.deferred.clear()
                 return False
+        if self.deferred:
+            self._flush_deferred()
         if len(out) >= _WRITE_CHUNK:
             self.server.push(self)
             return not self.closing
         return True
+
+    def _flush_deferred(self) -> None:
+        client = self.client
+        if client is not None and not client.closed:
+            for pushed in self.deferred:
+                _encode_push(self.out, pushed, client.resp)
+        self.deferred.clear()
 
     def _block(self, blocked: Blocked) -> None:
         self.blocked = blocked
@@ -432,7 +495,11 @@ class _Connection(asyncio.Protocol):
         client = self.client
         assert client is not None
         assert blocked.reply is not None
-        encode_into(self.out, blocked.reply, client.resp)
+        if blocked.reply is RESUME and blocked.postponed is not None:
+            # CLIENT PAUSE ended: the postponed command runs now, before what came after it.
+            self.queued.appendleft(list(blocked.postponed))
+        elif not (client.reply_off or client.reply_skip):
+            encode_into(self.out, blocked.reply, client.resp)
         self._drain()
         if self._gone():
             return
@@ -484,6 +551,13 @@ class _Connection(asyncio.Protocol):
         self.closing = True
         if self.transport is not None:
             self.transport.abort()
+
+
+def _encode_push(out: bytearray, reply: Reply | RawPush, resp: int) -> None:
+    if isinstance(reply, RawPush):
+        out += reply.data
+    else:
+        encode_into(out, reply, resp)
 
 
 def _format_addr(addr: Any) -> str:
@@ -538,6 +612,8 @@ class EngineServer:
         self._busy_logged = False
         # Set by the SIGTERM/SIGINT handler (see run_server).
         self.stop_requested = False
+        # Set while serve_until runs: SHUTDOWN sets it.
+        self._stop_event: asyncio.Event | None = None
         engine.script_tick = self._script_tick
         self.refresh_config()
 
@@ -599,14 +675,36 @@ class EngineServer:
         self._cron_task = self._loop.create_task(self._cron())
 
     async def serve_until(self, stop: asyncio.Event) -> None:
-        """Serve until ``stop`` is set, then :meth:`close`."""
+        """Serve until ``stop`` is set (or a client sends SHUTDOWN), then :meth:`close`."""
+        self._stop_event = stop
         try:
             await stop.wait()
         finally:
             await self.close()
 
+    def request_shutdown(self) -> None:
+        """SHUTDOWN ran: stop accepting and reading now; :meth:`serve_until` returns after
+        :meth:`close` (file flushed and fsynced, every connection closed)."""
+        request = self.engine.shutdown_request
+        _log.warning(
+            "SHUTDOWN %s: shutting down%s",
+            " ".join(request or ()).upper() or "(no options)",
+            " (the engine writes no RDB snapshot: SAVE is NOSAVE; the append-only file has "
+            "every write)"
+            if request and "save" in request
+            else "",
+        )
+        for srv in self._servers:
+            srv.close()
+        for conn in self.connections:
+            conn.closing = True
+        if self._stop_event is not None:
+            self._stop_event.set()
+        else:
+            self.loop.create_task(self.close())
+
     async def close(self) -> None:
-        """Stop listening, flush the file, close every connection."""
+        """Stop listening, flush (and fsync) the file, close every connection."""
         for srv in self._servers:
             srv.close()
         if self._cron_task is not None:
@@ -615,6 +713,11 @@ class EngineServer:
                 await self._cron_task
             self._cron_task = None
         self._flush_all()
+        aof = self.aof
+        if aof is not None:
+            with self.engine.lock:
+                aof.flush()
+                aof.fsync()
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()

@@ -72,6 +72,8 @@ _MODULES = (
     "functions",
     "rdb",
     "pubsub",
+    "admin",
+    "acl",
 )
 _OPTIONAL_MODULES = frozenset({"streams"})
 

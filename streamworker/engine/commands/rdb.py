@@ -135,19 +135,28 @@ def save(ctx: Ctx, args: list[bytes]) -> Reply:
     engine = ctx.engine
     if _bgsave_running(engine):
         raise CommandError(msgs.BGSAVE_IN_PROGRESS)
+    try:
+        save_now(engine, "SAVE")
+    except OSError:
+        raise CommandError("ERR") from None
+    ctx.no_propagate()
+    return OK
+
+
+def save_now(engine: Engine, why: str) -> None:
+    """Write the RDB file now (engine lock held), as SAVE and SHUTDOWN SAVE do; OSError (logged,
+    ``rdb_last_bgsave_status`` err) if it cannot be written."""
     st = snapshot_state(engine)
     data = build_rdb(engine)
     try:
         save_rdb(data, _target(engine))
     except OSError as exc:
-        _log.warning("SAVE: cannot write %s: %s", _target(engine), exc)
+        _log.warning("%s: cannot write %s: %s", why, _target(engine), exc)
         st.last_status_ok = False
-        raise CommandError("ERR") from None
+        raise
     st.last_status_ok = True
     st.saves += 1
     st.last_save_s = int(time.time())
-    ctx.no_propagate()
-    return OK
 
 
 @command("bgsave", arity=-1, flags=("admin", "noscript", "no-async-loading"))

@@ -171,7 +171,7 @@ def _section_clients(ctx: Ctx) -> list[str]:
         "client_recent_max_input_buffer:0",
         "client_recent_max_output_buffer:0",
         f"blocked_clients:{blocked}",
-        "tracking_clients:0",
+        f"tracking_clients:{len(engine.tracking_clients)}",
         f"clients_in_timeout_table:{timeouts}",
     ]
 

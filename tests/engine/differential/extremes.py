@@ -357,7 +357,6 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
         "DELCONSUMER K g N",
     ),
     "xinfo": ("STREAM K FULL COUNT N", "GROUPS K", "CONSUMERS K N"),
-    "client": ("UNBLOCK N", "UNBLOCK N TIMEOUT", "NO-EVICT N", "GETNAME"),
     # Channel names are strings: the extremes go where a client could put anything.
     "publish": ("N x", "K N"),
     "spublish": ("N x", "K N"),
@@ -375,6 +374,35 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
         "NUMPAT N",
         "HELP N",
     ),
+    "client": (
+        "UNBLOCK N",
+        "UNBLOCK N TIMEOUT",
+        "NO-EVICT N",
+        "GETNAME",
+        "TRACKINGINFO",
+        "GETREDIR",
+    ),
+    "acl": (
+        "CAT",
+        "WHOAMI",
+        "USERS",
+        "LIST",
+        "GETUSER default",
+        "GETUSER K",
+        "GENPASS abc",
+        "LOG N",
+        "DRYRUN default GET K",
+        "DRYRUN default LRANGE K N N",
+        "DELUSER K",
+    ),
+    "role": ("",),
+    "failover": ("", "TIMEOUT N", "TO 127.0.0.1 N", "TO 127.0.0.1 N FORCE TIMEOUT N", "ABORT"),
+    "readonly": ("",),
+    "readwrite": ("",),
+    "asking": ("",),
+    "cluster": ("INFO", "KEYSLOT K", "COUNTKEYSINSLOT N", "GETKEYSINSLOT N N", "SETSLOT N"),
+    "module": ("LIST", "UNLOAD K", "LOAD K"),
+    "lolwut": ("", "VERSION N"),
 }
 
 # Commands of the table not driven here, and why.
@@ -409,6 +437,16 @@ SKIPPED: dict[str, str] = {
     "psubscribe": "subscribed mode (a message stream), covered by test_pubsub.py",
     "ssubscribe": "subscribed mode (a message stream), covered by test_pubsub.py",
     "pfselftest": "no argument; runs for seconds on redis-server (test_hyperloglog.py runs it)",
+    # Administration commands that would change the session's redis-server for good, or hang
+    # it; tests/engine/test_client_admin.py covers their extremes against a server of its own.
+    "shutdown": "would stop redis-server",
+    "monitor": "turns the connection into a MONITOR stream",
+    "wait": "WAIT 1 0 blocks redis-server's connection forever",
+    "replicaof": "REPLICAOF host port would make redis-server a replica",
+    "slaveof": "SLAVEOF host port would make redis-server a replica",
+    "sync": "turns the connection into a replication stream",
+    "psync": "turns the connection into a replication stream",
+    "migrate": "MIGRATE of an existing key connects redis-server to another server",
 }
 
 

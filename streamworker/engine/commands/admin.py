@@ -1,0 +1,472 @@
+"""Server administration: MONITOR, SHUTDOWN, WAIT, ROLE, the replication and cluster commands
+of a standalone server without replicas, MODULE, LOLWUT and MIGRATE.
+
+The engine is one process that talks to no other server. Where redis-server 7.0 standing alone
+answers without a peer (ROLE, WAIT, FAILOVER, REPLICAOF NO ONE, CLUSTER's "support disabled",
+MODULE LIST, MIGRATE of missing keys) the engine answers the same; where Redis would start
+talking to another server (REPLICAOF host port, SYNC, PSYNC, MIGRATE of a key) the engine
+refuses with an error that says so (:data:`~streamworker.engine.msgs.ENGINE_NO_REPLICATION`,
+:data:`~streamworker.engine.msgs.ENGINE_NO_MIGRATE`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import TYPE_CHECKING
+
+from streamworker.engine import msgs
+from streamworker.engine.commands import command
+from streamworker.engine.commands._args import to_int, to_timeout_ms
+from streamworker.engine.commands.rdb import save_now
+from streamworker.engine.context import NO_REPLY
+from streamworker.engine.errors import CommandError
+from streamworker.engine.numbers import parse_int
+from streamworker.engine.replies import OK, Status, Verbatim
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from streamworker.engine.commands import CommandSpec
+    from streamworker.engine.context import Blocked, Ctx
+    from streamworker.engine.replies import Reply
+
+__all__ = ["REDIS_VERSION", "monitor_line", "quote_arg"]
+
+_log = logging.getLogger("streamworker.engine")
+
+REDIS_VERSION = "7.0.15"
+
+# --- MONITOR ---------------------------------------------------------------------------------
+
+_REPR_ESCAPES = {
+    0x5C: b"\\\\",
+    0x22: b'\\"',
+    0x0A: b"\\n",
+    0x0D: b"\\r",
+    0x09: b"\\t",
+    0x07: b"\\a",
+    0x08: b"\\b",
+}
+
+
+def quote_arg(arg: bytes) -> bytes:
+    """``arg`` quoted as Redis's sdscatrepr: printable ASCII as is, the C escapes for
+    backslash, quote, LF, CR, TAB, BEL and BS, ``\\xHH`` for every other byte."""
+    if all(0x20 <= c <= 0x7E and c != 0x5C and c != 0x22 for c in arg):
+        return b'"' + arg + b'"'
+    out = bytearray(b'"')
+    for c in arg:
+        esc = _REPR_ESCAPES.get(c)
+        if esc is not None:
+            out += esc
+        elif 0x20 <= c <= 0x7E:
+            out.append(c)
+        else:
+            out += b"\\x%02x" % c
+    out += b'"'
+    return bytes(out)
+
+
+_REDACTED = b"(redacted)"
+
+
+def _redacted(spec: CommandSpec, argv: Sequence[bytes]) -> list[bytes]:
+    # Redis hides passwords from MONITOR: AUTH's arguments, HELLO's AUTH pair, MIGRATE's
+    # AUTH / AUTH2 credentials.
+    name = spec.name
+    out = list(argv)
+    if name == "auth":
+        for i in range(1, len(out)):
+            out[i] = _REDACTED
+    elif name == "hello":
+        for i in range(2, len(out) - 2):
+            if out[i].lower() == b"auth":
+                out[i + 1] = out[i + 2] = _REDACTED
+                break
+    elif name == "migrate":
+        for i in range(6, len(out)):
+            word = out[i].lower()
+            if word == b"keys":
+                break
+            if word == b"auth" and i + 1 < len(out):
+                out[i + 1] = _REDACTED
+                break
+            if word == b"auth2" and i + 2 < len(out):
+                out[i + 1] = out[i + 2] = _REDACTED
+                break
+    return out
+
+
+def monitor_line(spec: CommandSpec, argv: Sequence[bytes], db_index: int, addr: str) -> Status:
+    """The line a MONITOR connection receives for ``argv``:
+    ``<unix time with microseconds> [<db> <client address or lua>] "arg" "arg"...``."""
+    now_us = time.time_ns() // 1000
+    head = b"%d.%06d [%d %s]" % (now_us // 1_000_000, now_us % 1_000_000, db_index, addr.encode())
+    body = b" ".join(quote_arg(a) for a in _redacted(spec, argv))
+    return Status((head + b" " + body).decode("utf-8", "surrogateescape"))
+
+
+@command("monitor", arity=1, flags=("admin", "noscript", "loading", "stale"))
+def monitor(ctx: Ctx, args: list[bytes]) -> Reply:
+    """MONITOR -> OK; from then on the connection receives a line for every command the server
+    runs (see :func:`monitor_line`) and may not run commands that read or write keys.
+
+    In-process connections have nowhere to receive the lines: the command is refused there."""
+    client = ctx.client
+    if client.push is None:
+        raise CommandError(msgs.ENGINE_NEEDS_CONNECTION.format("MONITOR"))
+    if not client.monitor:
+        client.monitor = True
+        ctx.engine.monitors.append(client)
+        ctx.engine.admin_changed()
+    return OK
+
+
+# --- SHUTDOWN --------------------------------------------------------------------------------
+
+
+@command(
+    "shutdown",
+    arity=-1,
+    flags=("admin", "noscript", "loading", "stale", "no-multi", "sentinel", "allow-busy"),
+)
+def shutdown(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: the server stops accepting, flushes and
+    fsyncs its append-only file and closes every connection (no reply on success, as Redis).
+
+    SAVE writes the RDB file (``dir``/``dbfilename``) first, as Redis does; if that fails the
+    server stays up with Redis's "Errors trying to SHUTDOWN" unless FORCE is given. Without
+    SAVE no snapshot is written (the engine has no ``save`` points: its append-only file, when
+    it has one, is what persists). NOW changes nothing (there are no replicas to wait for). ABORT
+    answers Redis's "No shutdown in progress." (a shutdown here never waits). Without a server
+    (in-process) the command is refused."""
+    words = set()
+    for arg in args:
+        word = arg.lower()
+        if word not in (b"nosave", b"save", b"now", b"force", b"abort"):
+            raise CommandError(msgs.SYNTAX)
+        words.add(word.decode())
+    if ("abort" in words and len(words) > 1) or {"save", "nosave"} <= words:
+        raise CommandError(msgs.SYNTAX)
+    if "abort" in words:
+        raise CommandError(msgs.NO_SHUTDOWN_IN_PROGRESS)
+    if ctx.client.kill is None:
+        raise CommandError(msgs.ENGINE_NEEDS_CONNECTION.format("SHUTDOWN"))
+    if "save" in words:
+        try:
+            save_now(ctx.engine, "SHUTDOWN SAVE")
+        except OSError:
+            if "force" not in words:
+                raise CommandError(msgs.SHUTDOWN_ERRORS) from None
+    ctx.engine.shutdown_request = tuple(sorted(words))
+    return NO_REPLY
+
+
+# --- replication (a master without replicas) -------------------------------------------------
+
+
+def _never(ctx: Ctx) -> Reply | None:
+    return None
+
+
+@command("wait", arity=3, flags=("noscript",))
+def wait(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
+    """WAIT numreplicas timeout -> the number of replicas that acknowledged (always 0).
+
+    As redis-server without replicas: 0 at once when ``numreplicas`` <= 0 or inside MULTI,
+    else 0 once ``timeout`` ms have passed (timeout 0 blocks until CLIENT UNBLOCK)."""
+    numreplicas = to_int(args[0])
+    timeout_ms = to_timeout_ms(args[1], seconds=False)
+    if numreplicas <= 0 or ctx.in_multi:
+        return 0
+    return ctx.block([], timeout_ms, on_ready=_never, on_timeout_reply=0)
+
+
+@command("role", arity=1, flags=("noscript", "loading", "stale", "fast", "sentinel"))
+def role(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ROLE -> ["master", replication offset 0, no replicas]."""
+    return [b"master", 0, []]
+
+
+def _replicaof(ctx: Ctx, args: list[bytes]) -> Reply:
+    host, port = args
+    if host.lower() == b"no" and port.lower() == b"one":
+        return OK
+    value = parse_int(port)
+    if value is None or not 0 <= value <= 65535:
+        raise CommandError(msgs.INVALID_MASTER_PORT)
+    raise CommandError(msgs.ENGINE_NO_REPLICATION)
+
+
+_REPL_FLAGS = ("admin", "noscript", "stale", "no-async-loading")
+
+
+@command("replicaof", arity=3, flags=_REPL_FLAGS)
+def replicaof(ctx: Ctx, args: list[bytes]) -> Reply:
+    """REPLICAOF NO ONE -> OK (already a master); REPLICAOF host port -> an error (the engine
+    does not replicate), after Redis's port check."""
+    return _replicaof(ctx, args)
+
+
+@command("slaveof", arity=3, flags=_REPL_FLAGS)
+def slaveof(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SLAVEOF: the old name of REPLICAOF."""
+    return _replicaof(ctx, args)
+
+
+@command("sync", arity=1, flags=("admin", "noscript", "no-async-loading", "no-multi"))
+def sync(ctx: Ctx, args: list[bytes]) -> Reply:
+    """SYNC -> an error: the engine does not replicate."""
+    raise CommandError(msgs.ENGINE_NO_REPLICATION)
+
+
+@command("psync", arity=-3, flags=("admin", "noscript", "no-async-loading", "no-multi"))
+def psync(ctx: Ctx, args: list[bytes]) -> Reply:
+    """PSYNC replid offset -> an error: the engine does not replicate."""
+    raise CommandError(msgs.ENGINE_NO_REPLICATION)
+
+
+@command("failover", arity=-1, flags=("admin", "noscript", "stale"))
+def failover(ctx: Ctx, args: list[bytes]) -> Reply:
+    """FAILOVER [TO host port [FORCE]] [ABORT] [TIMEOUT ms]: Redis's argument checks, then
+    "requires connected replicas" (there never are any)."""
+    if len(args) == 1 and args[0].lower() == b"abort":
+        raise CommandError(msgs.NO_FAILOVER_IN_PROGRESS)
+    timeout = 0
+    force = False
+    host = False
+    j = 0
+    n = len(args)
+    while j < n:
+        word = args[j].lower()
+        if word == b"timeout" and j + 1 < n and timeout == 0:
+            timeout = to_int(args[j + 1])
+            if timeout <= 0:
+                raise CommandError(msgs.FAILOVER_TIMEOUT_NOT_POSITIVE)
+            j += 2
+        elif word == b"to" and j + 2 < n and not host:
+            to_int(args[j + 2])
+            host = True
+            j += 3
+        elif word == b"force" and not force:
+            force = True
+            j += 1
+        else:
+            raise CommandError(msgs.SYNTAX)
+    raise CommandError(msgs.FAILOVER_NO_REPLICAS)
+
+
+# --- cluster (support disabled) --------------------------------------------------------------
+
+
+def _cluster_disabled(ctx: Ctx, args: list[bytes]) -> Reply:
+    raise CommandError(msgs.CLUSTER_DISABLED)
+
+
+@command("readonly", arity=1, flags=("fast", "loading", "stale"))
+def readonly(ctx: Ctx, args: list[bytes]) -> Reply:
+    """READONLY -> cluster support disabled."""
+    return _cluster_disabled(ctx, args)
+
+
+@command("readwrite", arity=1, flags=("fast", "loading", "stale"))
+def readwrite(ctx: Ctx, args: list[bytes]) -> Reply:
+    """READWRITE -> cluster support disabled."""
+    return _cluster_disabled(ctx, args)
+
+
+@command("asking", arity=1, flags=("fast",))
+def asking(ctx: Ctx, args: list[bytes]) -> Reply:
+    """ASKING -> cluster support disabled."""
+    return _cluster_disabled(ctx, args)
+
+
+# Redis 7.0's CLUSTER subcommands with their arities: each answers "cluster support disabled"
+# once its arity is right (the arity error comes first, as in Redis).
+_CLUSTER_SUBCOMMANDS = {
+    "addslots": -3,
+    "addslotsrange": -4,
+    "bumpepoch": 2,
+    "count-failure-reports": 3,
+    "countkeysinslot": 3,
+    "delslots": -3,
+    "delslotsrange": -4,
+    "failover": -2,
+    "flushslots": 2,
+    "forget": 3,
+    "getkeysinslot": 4,
+    "help": 2,
+    "info": 2,
+    "keyslot": 3,
+    "links": 2,
+    "meet": -4,
+    "myid": 2,
+    "nodes": 2,
+    "replicas": 3,
+    "replicate": 3,
+    "reset": -2,
+    "saveconfig": 2,
+    "set-config-epoch": 3,
+    "setslot": -4,
+    "shards": 2,
+    "slaves": 3,
+    "slots": 2,
+}
+# The subcommands that change the cluster are admin commands (ACL @admin @dangerous).
+_CLUSTER_ADMIN = frozenset(
+    {
+        "addslots",
+        "addslotsrange",
+        "bumpepoch",
+        "count-failure-reports",
+        "delslots",
+        "delslotsrange",
+        "failover",
+        "flushslots",
+        "forget",
+        "meet",
+        "replicas",
+        "replicate",
+        "reset",
+        "saveconfig",
+        "set-config-epoch",
+        "setslot",
+        "slaves",
+    }
+)
+for _sub, _arity in _CLUSTER_SUBCOMMANDS.items():
+    _flags = ("admin", "stale") if _sub in _CLUSTER_ADMIN else ("stale",)
+    command(f"cluster|{_sub}", arity=_arity, flags=_flags)(_cluster_disabled)
+
+
+# --- MODULE ----------------------------------------------------------------------------------
+
+
+@command("module|list", arity=2, flags=("admin", "noscript"))
+def module_list(ctx: Ctx, args: list[bytes]) -> Reply:
+    """MODULE LIST -> [] (the engine loads no modules)."""
+    return []
+
+
+def _module_refused(ctx: Ctx, args: list[bytes]) -> Reply:
+    # Redis 7.0's answer with enable-module-command no (its default), word for word.
+    raise CommandError(msgs.MODULE_NOT_ALLOWED)
+
+
+command("module|load", arity=-3, flags=("admin", "noscript", "no-async-loading"))(_module_refused)
+command("module|loadex", arity=-3, flags=("admin", "noscript", "no-async-loading"))(_module_refused)
+command("module|unload", arity=3, flags=("admin", "noscript", "no-async-loading"))(_module_refused)
+
+_MODULE_HELP = [
+    "MODULE <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "LIST",
+    "    Return a list of loaded modules.",
+    "LOAD <path> [<arg> ...]",
+    "    Load a module library from <path>, passing to it any optional arguments.",
+    "LOADEX <path> [[CONFIG NAME VALUE] [CONFIG NAME VALUE]] [ARGS ...]",
+    "    Load a module library from <path>, while passing it module configurations and "
+    "optional arguments.",
+    "UNLOAD <name>",
+    "    Unload a module.",
+    "HELP",
+    "    Prints this help.",
+]
+
+
+@command("module|help", arity=2, flags=("loading", "stale"))
+def module_help(ctx: Ctx, args: list[bytes]) -> Reply:
+    """MODULE HELP -> help lines."""
+    return [Status(line) for line in _MODULE_HELP]
+
+
+# --- LOLWUT ----------------------------------------------------------------------------------
+
+_LOLWUT5_CAPTION = "Georg Nees - schotter, plotter on paper, 1968. Redis ver. "
+_LOLWUT6_CAPTION = (
+    "Dedicated to the 8 bit game developers of past and present.\n"
+    "Original 8 bit image from Plaguemon by hikikomori. Redis ver. "
+)
+
+
+def _bounded_arg(args: list[bytes], i: int, default: int, lo: int, hi: int) -> int:
+    if len(args) <= i:
+        return default
+    return max(lo, min(hi, to_int(args[i])))
+
+
+@command("lolwut", arity=-1, flags=("readonly", "fast"))
+def lolwut(ctx: Ctx, args: list[bytes]) -> Reply:
+    """LOLWUT [VERSION v] [...] -> some art and ``Redis ver. 7.0.15``.
+
+    VERSION 5 and 6 draw (the engine's own art; sizes are bounded as in Redis) and end with
+    the captions of Redis's pieces; other versions print the version line alone."""
+    version = 0
+    if len(args) >= 2 and args[0].lower() == b"version":
+        version = to_int(args[1])
+        args = args[2:]
+    if version == 5:
+        cols = _bounded_arg(args, 0, 66, 1, 1000)
+        per_row = _bounded_arg(args, 1, 8, 1, 200)
+        per_col = _bounded_arg(args, 2, 12, 1, 200)
+        rng = random.Random()
+        rows = max(1, (cols * per_col) // (per_row * 2))
+        rows = min(rows, 1000)
+        art = "\n".join(
+            "".join(chr(0x2800 + rng.randrange(256)) for _ in range(cols)) for _ in range(rows)
+        )
+        return Verbatim(art + "\n\n" + _LOLWUT5_CAPTION + REDIS_VERSION + "\n")
+    if version == 6:
+        cols = _bounded_arg(args, 0, 80, 1, 1000)
+        rows = _bounded_arg(args, 1, 20, 1, 1000)
+        rng = random.Random()
+        lines = []
+        for _ in range(rows):
+            lines.append(
+                "".join(
+                    "\x1b[0;37;47m \x1b[0m" if rng.random() < 0.3 else "\x1b[0;30;40m \x1b[0m"
+                    for _ in range(cols)
+                )
+            )
+        return Verbatim("\n".join(lines) + "\n" + _LOLWUT6_CAPTION + REDIS_VERSION + "\n")
+    return Verbatim(f"Redis ver. {REDIS_VERSION}\n")
+
+
+# --- MIGRATE ---------------------------------------------------------------------------------
+
+
+@command("migrate", arity=-6, flags=("write",), first_key=3, last_key=3, step=1)
+def migrate(ctx: Ctx, args: list[bytes]) -> Reply:
+    """MIGRATE host port key|"" db timeout [COPY] [REPLACE] [AUTH pw | AUTH2 user pw]
+    [KEYS key...]: Redis's argument checks, then NOKEY when none of the keys exists; a key
+    to move gets an error (the engine does not connect to other servers)."""
+    keys = [args[2]]
+    j = 5
+    n = len(args)
+    while j < n:
+        word = args[j].lower()
+        more = n - 1 - j
+        if word in (b"copy", b"replace"):
+            j += 1
+        elif word == b"auth":
+            if not more:
+                raise CommandError(msgs.SYNTAX)
+            j += 2
+        elif word == b"auth2":
+            if more < 2:
+                raise CommandError(msgs.SYNTAX)
+            j += 3
+        elif word == b"keys":
+            if args[2]:
+                raise CommandError(msgs.MIGRATE_KEYS_NEEDS_EMPTY_KEY)
+            keys = args[j + 1 :]
+            break
+        else:
+            raise CommandError(msgs.SYNTAX)
+    to_int(args[4])
+    to_int(args[3])
+    if not any(ctx.db.exists(key) for key in keys):
+        ctx.no_propagate()
+        return Status("NOKEY")
+    raise CommandError(msgs.ENGINE_NO_MIGRATE)
