@@ -197,6 +197,116 @@ SCRIPTS = {
         c: SORT nolist STORE so
         c: SORT nolist STORE so
     """,
+    "list_removes_and_moves": """
+        c: RPUSH l a b a c a
+        c: LREM l 2 a
+        c: LREM l 0 nosuch
+        c: LREM nolist 0 a
+        c: LREM l -1 a
+        c: LREM l 0 b
+        c: LREM l 0 c
+        c: RPUSH src a b c
+        c: LMOVE src dst LEFT RIGHT
+        c: LMOVE src src LEFT RIGHT
+        c: LMOVE src dst RIGHT LEFT
+        c: RPOPLPUSH src dst
+        c: RPOPLPUSH src dst
+        c: LMOVE nosuch dst LEFT LEFT
+        c: BLMOVE dst d2 RIGHT LEFT 0
+        c: BRPOPLPUSH dst d2 0
+        c: BRPOPLPUSH dst d2 0
+        c: SET str v
+        c: LMOVE d2 str LEFT LEFT
+        c: RPOPLPUSH d2 d2
+    """,
+    "set_moves_and_stores": """
+        c: SADD s1 a b c d
+        c: SADD s2 b c x
+        c: SMOVE s1 s2 a
+        c: SMOVE s1 s2 b
+        c: SMOVE s1 s2 nosuch
+        c: SMOVE s1 s1 c
+        c: SMOVE s1 s3 c
+        c: SMOVE s1 s3 d
+        c: SMOVE nosuch s2 a
+        c: SINTERSTORE d s2 s3
+        c: SUNIONSTORE d s2 s3
+        c: SDIFFSTORE d s2 s3
+        c: SINTERSTORE d s2 nosuch
+        c: SINTERSTORE d s2 nosuch
+        c: SUNIONSTORE d nosuch
+        c: SUNIONSTORE d s3
+        c: SDIFFSTORE d s3 s3
+        c: SDIFFSTORE d s3 s3
+        c: SINTERSTORE s2 s2 s3
+        c: SET str v
+        c: SMOVE s2 str c
+    """,
+    "zset_stores": """
+        c: ZADD z1 1 a 2 b
+        c: ZADD z2 2 b 3 c
+        c: ZUNIONSTORE zd 2 z1 z2
+        c: ZINTERSTORE zd 2 z1 z2 WEIGHTS 2 3
+        c: ZDIFFSTORE zd 2 z1 z2
+        c: ZDIFFSTORE zd 2 z1 z1
+        c: ZDIFFSTORE zd 2 z1 z1
+        c: ZINTERSTORE zd 2 z1 nosuch
+        c: ZUNIONSTORE zd 1 nosuch
+        c: ZUNIONSTORE zd 1 z1
+        c: ZINTERSTORE zd 2 z1 nosuch
+        c: ZRANGESTORE zd z1 0 -1
+        c: ZRANGESTORE zd z1 0 -1 REV
+        c: ZRANGESTORE zd z1 (9 +inf BYSCORE
+        c: ZUNIONSTORE z1 2 z1 z2
+    """,
+    "move_between_dbs": """
+        c: SET m v
+        c: MOVE m 1
+        c: MOVE m 1
+        c: SET m w
+        c: MOVE m 1
+        c: SELECT 1
+        c: MOVE m 0
+        c: RPUSH ml a
+        c: PEXPIRE ml 100000
+        c: MOVE ml 0
+        c: SELECT 0
+        c: DEL m ml
+    """,
+    "geo": """
+        c: GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania
+        c: GEOADD g NX 13.361389 38.115556 Palermo
+        c: GEOADD g XX CH 13.0 38.0 Palermo
+        c: GEORADIUS g 15 37 300 km STORE gd
+        c: GEORADIUS g 15 37 300 km STOREDIST gd
+        c: GEORADIUS g 0 0 1 km STORE gd
+        c: GEORADIUS g 0 0 1 km STORE gd
+        c: GEORADIUSBYMEMBER g Palermo 300 km STORE gd2
+        c: GEORADIUSBYMEMBER g Palermo 300 km STOREDIST gd2 COUNT 1
+        c: GEOSEARCHSTORE gd3 g FROMMEMBER Palermo BYRADIUS 300 km
+        c: GEOSEARCHSTORE gd3 g FROMMEMBER Palermo BYRADIUS 300 km STOREDIST
+        c: GEOSEARCHSTORE gd3 g FROMLONLAT 0 0 BYBOX 1 1 km
+        c: GEOSEARCHSTORE gd3 nosuch FROMLONLAT 0 0 BYRADIUS 1 km
+        c: GEOSEARCHSTORE gd2 nosuch FROMLONLAT 0 0 BYRADIUS 1 km
+        c: GEORADIUS nosuch 0 0 1 km STORE gd
+        c: GEOADD g 1 1 x
+        c: GEORADIUS g 0 0 1 km
+        c: ZREM g Palermo Catania x
+    """,
+    "hyperloglog": """
+        c: PFADD h a b
+        c: PFADD h a
+        c: PFADD h2
+        c: PFADD h2
+        c: PFCOUNT h
+        c: PFCOUNT h h2
+        c: PFMERGE h3 h h2
+        c: PFMERGE h3
+        c: PFMERGE h4
+        c: PFMERGE h4 nosuch
+        c: PFADD h c
+        c: PFCOUNT h
+    """,
     "db": """
         c: SELECT 3
         c: SET k v
@@ -208,6 +318,24 @@ SCRIPTS = {
 
 @pytest.mark.parametrize("family", sorted(SCRIPTS))
 def test_write_commands_notify_the_same_events_as_redis(notified: Pair, family: str) -> None:
+    notified.run(steps(SCRIPTS[family]))
+
+
+# The families whose commands create keys (destinations of moves and stores, MOVE's target
+# db): the same scripts with the "new" class on as well.
+CREATING = (
+    "list_removes_and_moves",
+    "set_moves_and_stores",
+    "zset_stores",
+    "move_between_dbs",
+    "geo",
+    "hyperloglog",
+)
+
+
+@pytest.mark.parametrize("family", CREATING)
+def test_commands_that_create_keys_send_new_as_redis(notified: Pair, family: str) -> None:
+    notified.step("c", "CONFIG", "SET", PARAM, "KEAn")
     notified.run(steps(SCRIPTS[family]))
 
 

@@ -27,6 +27,7 @@ from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import LLONG_MAX
+from streamworker.engine.pubsub import NOTIFY_GENERIC
 from streamworker.engine.rdb import codec
 from streamworker.engine.rdb.files import build_rdb, save_rdb, snapshot_state
 from streamworker.engine.rdb.primitives import RdbFormatError
@@ -101,11 +102,14 @@ def restore(ctx: Ctx, args: list[bytes]) -> Reply:
     if ttl and ttl <= now:
         if deleted:
             ctx.propagate([b"DEL", key])
+            ctx.notify(NOTIFY_GENERIC, b"del", key)
         return OK
     db.set(key, value)
     if ttl:
         db.set_expire(key, ttl)
     ctx.signal_key_ready(key)
+    # "new" came with the key's creation (even over a REPLACEd key: Redis deletes, then adds).
+    ctx.notify(NOTIFY_GENERIC, b"restore", key)
     record = [b"RESTORE", key, b"%d" % ttl, payload]
     if replace:
         record.append(b"REPLACE")

@@ -895,11 +895,15 @@ def _setop_store(ctx: Ctx, args: list[bytes], op: int, name: str) -> Reply:
     dst = args[0]
     scores, _ = _setop(ctx, args[1:], op, True, name)
     if not scores:
-        if not ctx.db.delete(dst):
+        if ctx.db.delete(dst):
+            ctx.notify(NOTIFY_GENERIC, b"del", dst)
+        else:
             ctx.no_propagate()
         return 0
     ctx.db.set(dst, _zset_of(scores))
     ctx.signal_key_ready(dst)
+    # The event is the command's name: zunionstore, zinterstore or zdiffstore.
+    ctx.notify(NOTIFY_ZSET, name.encode(), dst)
     return len(scores)
 
 
