@@ -311,7 +311,7 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
 
     if zs is None:
         if storekey is not None:
-            if ctx.db.delete(storekey):
+            if ctx.db.discard(storekey):
                 ctx.notify(NOTIFY_GENERIC, b"del", storekey)
             else:
                 ctx.no_propagate()
@@ -363,11 +363,11 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
         result = ZSet()
         for p in points:
             result.add(p.member, p.dist if storedist else p.score)
-        ctx.db.set(storekey, result)
+        ctx.db.set_key(storekey, result)
         ctx.signal_key_ready(storekey)
         event = b"geosearchstore" if flags & _SEARCH else b"georadiusstore"
         ctx.notify(NOTIFY_ZSET, event, storekey)
-    elif ctx.db.delete(storekey):
+    elif ctx.db.discard(storekey):
         ctx.notify(NOTIFY_GENERIC, b"del", storekey)
     else:
         ctx.no_propagate()

@@ -93,7 +93,8 @@ def restore(ctx: Ctx, args: list[bytes]) -> Reply:
     except RdbFormatError:
         raise CommandError(msgs.BAD_DATA_FORMAT) from None
     ctx.no_propagate()
-    deleted = db.delete(key) if replace else False
+    # dbDelete: an expired key not yet reclaimed counts as deleted (no "expired" event).
+    deleted = db.discard(key) if replace else False
     now = ctx.now_ms()
     if ttl and not absttl:
         ttl += now

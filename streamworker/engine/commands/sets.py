@@ -267,9 +267,9 @@ def _store_set(ctx: Ctx, dst: bytes, members: set[bytes], event: bytes) -> Reply
     """Store ``members`` at ``dst`` (any old value and TTL replaced) and notify ``event``, or
     delete ``dst`` when empty (notifying "del" only if it existed); the resulting size."""
     if members:
-        ctx.db.set(dst, members)
+        ctx.db.set_key(dst, members)
         ctx.notify(NOTIFY_SET, event, dst)
-    elif ctx.db.delete(dst):
+    elif ctx.db.discard(dst):
         ctx.notify(NOTIFY_GENERIC, b"del", dst)
     else:
         ctx.no_propagate()
