@@ -483,6 +483,26 @@ def test_a_blocked_pop_served_later_notifies_as_redis(
     notified.step("c", "RPUSH", "src", "a")
 
 
+def test_a_blocked_move_is_served_after_the_transaction_that_fed_it(notified: Pair) -> None:
+    # The transaction's pushes notify first; the waiter is served (and notifies) after EXEC.
+    notified.step("c", "CONFIG", "SET", PARAM, "KEAn")
+    notified.step("b", "PING")
+    for side in (notified.real, notified.fake):
+        side.send("b", ("BLMOVE", "src", "dst", "RIGHT", "LEFT", "0"))
+    _wait_blocked(notified, 1)
+    # Sent without reading: every connection is read after EXEC (the waiter's marker would
+    # wait behind its BLMOVE; c's replies to MULTI and the queued commands come with EXEC's).
+    for args in (("MULTI",), ("RPUSH", "src", "a", "b"), ("LPOP", "src")):
+        for side in (notified.real, notified.fake):
+            side.send("c", args)
+    notified.step("c", "EXEC")
+    # And once more from a script.
+    for side in (notified.real, notified.fake):
+        side.send("b", ("BLMOVE", "src", "dst", "RIGHT", "LEFT", "0"))
+    _wait_blocked(notified, 1)
+    notified.step("c", "EVAL", "redis.call('RPUSH', KEYS[1], 'c', 'd')", 1, "src")
+
+
 def test_a_blocked_move_to_a_non_list_is_refused_without_events(notified: Pair) -> None:
     notified.step("c", "SET", "dst", "v")
     notified.step("b", "PING")
