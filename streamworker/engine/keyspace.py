@@ -197,6 +197,28 @@ class Database:
         self._key_event(self.index, key)
         return True
 
+    def set_key(self, key: bytes, value: Any) -> None:
+        """Redis's ``setKey`` as the STORE variants use it: look ``key`` up first (a key past
+        its deadline is reclaimed there, with its "expired" event, so the stored value then
+        counts as new), then store ``value`` without a TTL."""
+        self.get(key)
+        self.set(key, value)
+
+    def discard(self, key: bytes) -> bool:
+        """Redis's ``dbDelete``: remove ``key`` whether or not its deadline has passed (a key
+        past its TTL that expiry has not reclaimed yet goes as a live one, without an
+        "expired" event); True if it was stored. Touches WATCHers."""
+        if key not in self.data:
+            return False
+        del self.data[key]
+        self.big_keys.discard(key)
+        if self.expires:
+            self.expires.pop(key, None)
+        if self.watchers or self.track_hook is not None:
+            self.touch(key)
+        self._key_event(self.index, key)
+        return True
+
     def pop(self, key: bytes) -> Any:
         """Delete ``key`` and return its value (None if missing)."""
         value = self.get(key)

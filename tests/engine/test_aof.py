@@ -193,6 +193,33 @@ def test_replay_restores_every_type_with_its_expiry(aof: AppendOnlyFile) -> None
         after.close()
 
 
+def test_stores_and_restores_over_unreclaimed_expired_keys_replay_exactly(
+    aof: AppendOnlyFile,
+) -> None:
+    # Active expiry off: the commands themselves meet keys past their TTL (an empty STORE
+    # result deletes one as a live key, RESTORE REPLACE replaces one, MOVE skips one).
+    aof.engine.keyspace.active_expire = lambda budget=1000: 0  # type: ignore[method-assign]
+    s = Session(aof.engine)
+    s("RPUSH", "l", "a")
+    payload = s("DUMP", "l")
+    for key in ("d1", "d2", "d3", "k", "m"):
+        s("SET", key, "v", "PX", "50")
+    s("GEOADD", "g", "1", "1", "a")
+    time.sleep(0.1)
+    assert s("SINTERSTORE", "d1", "nosuch") == 0
+    assert s("ZUNIONSTORE", "d2", "1", "l2") == 0
+    assert s("GEORADIUS", "g", "1", "1", "1", "km", "STORE", "d3") == 1
+    assert s("RESTORE", "k", "0", payload, "REPLACE") == OK
+    assert s("MOVE", "m", "1") == 0
+    assert s("PFMERGE", "h", "g2") == OK
+    before = dump_state(aof.engine)
+    after = reopen(aof)
+    try:
+        assert dump_state(after.engine) == before
+    finally:
+        after.close()
+
+
 def test_replay_restores_groups_consumers_and_the_pel_exactly(aof: AppendOnlyFile) -> None:
     s = Session(aof.engine)
     ids = [s("XADD", "s", "*", "n", i) for i in range(10)]

@@ -197,6 +197,121 @@ SCRIPTS = {
         c: SORT nolist STORE so
         c: SORT nolist STORE so
     """,
+    "list_removes_and_moves": """
+        c: RPUSH l a b a c a
+        c: LREM l 2 a
+        c: LREM l 0 nosuch
+        c: LREM nolist 0 a
+        c: LREM l -1 a
+        c: LREM l 0 b
+        c: LREM l 0 c
+        c: RPUSH src a b c
+        c: LMOVE src dst LEFT RIGHT
+        c: LMOVE src src LEFT RIGHT
+        c: LMOVE src dst RIGHT LEFT
+        c: RPOPLPUSH src dst
+        c: RPOPLPUSH src dst
+        c: LMOVE nosuch dst LEFT LEFT
+        c: BLMOVE dst d2 RIGHT LEFT 0
+        c: BRPOPLPUSH dst d2 0
+        c: BRPOPLPUSH dst d2 0
+        c: SET str v
+        c: LMOVE d2 str LEFT LEFT
+        c: RPOPLPUSH d2 d2
+        c: RPUSH one a
+        c: LMOVE one one LEFT RIGHT
+        c: RPOPLPUSH one one
+    """,
+    "set_moves_and_stores": """
+        c: SADD s1 a b c d
+        c: SADD s2 b c x
+        c: SMOVE s1 s2 a
+        c: SMOVE s1 s2 b
+        c: SMOVE s1 s2 nosuch
+        c: SMOVE s1 s1 c
+        c: SMOVE s1 s3 c
+        c: SMOVE s1 s3 d
+        c: SMOVE nosuch s2 a
+        c: SINTERSTORE d s2 s3
+        c: SUNIONSTORE d s2 s3
+        c: SDIFFSTORE d s2 s3
+        c: SINTERSTORE d s2 nosuch
+        c: SINTERSTORE d s2 nosuch
+        c: SUNIONSTORE d nosuch
+        c: SUNIONSTORE d s3
+        c: SDIFFSTORE d s3 s3
+        c: SDIFFSTORE d s3 s3
+        c: SINTERSTORE s2 s2 s3
+        c: SET str v
+        c: SMOVE s2 str c
+    """,
+    "zset_stores": """
+        c: ZADD z1 1 a 2 b
+        c: ZADD z2 2 b 3 c
+        c: ZUNIONSTORE zd 2 z1 z2
+        c: ZINTERSTORE zd 2 z1 z2 WEIGHTS 2 3
+        c: ZDIFFSTORE zd 2 z1 z2
+        c: ZDIFFSTORE zd 2 z1 z1
+        c: ZDIFFSTORE zd 2 z1 z1
+        c: ZINTERSTORE zd 2 z1 nosuch
+        c: ZUNIONSTORE zd 1 nosuch
+        c: ZUNIONSTORE zd 1 z1
+        c: ZINTERSTORE zd 2 z1 nosuch
+        c: ZRANGESTORE zd z1 0 -1
+        c: ZRANGESTORE zd z1 0 -1 REV
+        c: ZRANGESTORE zd z1 (9 +inf BYSCORE
+        c: ZUNIONSTORE z1 2 z1 z2
+    """,
+    "move_between_dbs": """
+        c: SET m v
+        c: MOVE m 1
+        c: MOVE m 1
+        c: SET m w
+        c: MOVE m 1
+        c: SELECT 1
+        c: MOVE m 0
+        c: RPUSH ml a
+        c: PEXPIRE ml 100000
+        c: MOVE ml 0
+        c: SELECT 0
+        c: DEL m ml
+    """,
+    "geo": """
+        c: GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania
+        c: GEOADD g NX 13.361389 38.115556 Palermo
+        c: GEOADD g XX CH 13.0 38.0 Palermo
+        c: GEORADIUS g 15 37 300 km STORE gd
+        c: GEORADIUS g 15 37 300 km STOREDIST gd
+        c: GEORADIUS g 0 0 1 km STORE gd
+        c: GEORADIUS g 0 0 1 km STORE gd
+        c: COPY g g4
+        c: GEORADIUS g4 15 37 300 km STORE g4
+        c: GEORADIUSBYMEMBER g Palermo 300 km STORE gd2
+        c: GEORADIUSBYMEMBER g Palermo 300 km STOREDIST gd2 COUNT 1
+        c: GEOSEARCHSTORE gd3 g FROMMEMBER Palermo BYRADIUS 300 km
+        c: GEOSEARCHSTORE gd3 g FROMMEMBER Palermo BYRADIUS 300 km STOREDIST
+        c: GEOSEARCHSTORE gd3 g FROMLONLAT 0 0 BYBOX 1 1 km
+        c: GEOSEARCHSTORE gd3 nosuch FROMLONLAT 0 0 BYRADIUS 1 km
+        c: GEOSEARCHSTORE gd2 nosuch FROMLONLAT 0 0 BYRADIUS 1 km
+        c: GEORADIUS nosuch 0 0 1 km STORE gd
+        c: GEOADD g 1 1 x
+        c: GEORADIUS g 0 0 1 km
+        c: ZREM g Palermo Catania x
+    """,
+    "hyperloglog": """
+        c: PFADD h a b
+        c: PFADD h a
+        c: PFADD h2
+        c: PFADD h2
+        c: PFCOUNT h
+        c: PFCOUNT h h2
+        c: PFMERGE h3 h h2
+        c: PFMERGE h3
+        c: PFMERGE h4
+        c: PFMERGE h4 nosuch
+        c: PFADD h c
+        c: PFCOUNT h
+    """,
     "db": """
         c: SELECT 3
         c: SET k v
@@ -208,6 +323,34 @@ SCRIPTS = {
 
 @pytest.mark.parametrize("family", sorted(SCRIPTS))
 def test_write_commands_notify_the_same_events_as_redis(notified: Pair, family: str) -> None:
+    notified.run(steps(SCRIPTS[family]))
+
+
+# The families whose commands create keys (destinations of moves and stores, MOVE's target
+# db): the same scripts with the "new" class on as well.
+CREATING = (
+    "list_removes_and_moves",
+    "set_moves_and_stores",
+    "zset_stores",
+    "move_between_dbs",
+    "geo",
+    "hyperloglog",
+)
+
+
+@pytest.mark.parametrize("family", CREATING)
+def test_commands_that_create_keys_send_new_as_redis(notified: Pair, family: str) -> None:
+    notified.step("c", "CONFIG", "SET", PARAM, "KEAn")
+    notified.run(steps(SCRIPTS[family]))
+
+
+@pytest.mark.parametrize("family", ["list_removes_and_moves", "move_between_dbs", "geo"])
+def test_a_resp3_subscriber_gets_the_same_events_as_pushes(notified: Pair, family: str) -> None:
+    # HELLO's reply holds the connection id, which differs: switched without comparing.
+    for side in (notified.real, notified.fake):
+        side.send("r3", ("HELLO", "3"))
+        side.collect("r3")
+    notified.step("r3", "PSUBSCRIBE", "__key*__:*")
     notified.run(steps(SCRIPTS[family]))
 
 
@@ -301,3 +444,250 @@ def test_in_process_subscribers_get_keyspace_events() -> None:
         p.close()
     finally:
         forget_engine(url)
+
+
+def _wait_blocked(pair: Pair, n: int) -> None:
+    """Until both servers count ``n`` blocked clients (asked on a connection of its own)."""
+    for side in (pair.real, pair.fake):
+        admin = RawRedis(side.port)
+        try:
+            deadline = time.monotonic() + 5
+            while b"blocked_clients:%d\r\n" % n not in admin.call("INFO", "clients"):
+                assert time.monotonic() < deadline, "the waiter never blocked"
+                time.sleep(0.01)
+        finally:
+            admin.close()
+
+
+@pytest.mark.parametrize(
+    "waiter",
+    [
+        ("BLMOVE", "src", "dst", "LEFT", "RIGHT", "0"),
+        ("BLMOVE", "src", "src", "RIGHT", "LEFT", "0"),
+        ("BRPOPLPUSH", "src", "dst", "0"),
+        ("BLPOP", "src", "0"),
+        ("BLMPOP", "0", "1", "src", "RIGHT", "COUNT", "2"),
+    ],
+    ids=["blmove", "blmove-same-key", "brpoplpush", "blpop", "blmpop"],
+)
+def test_a_blocked_pop_served_later_notifies_as_redis(
+    notified: Pair, waiter: tuple[str, ...]
+) -> None:
+    # The waiter's events come when another client's push serves it: the push's own, then
+    # the move's (push on the destination, pop on the source, "del" of the emptied source).
+    notified.step("c", "CONFIG", "SET", PARAM, "KEAn")
+    notified.step("b", "PING")
+    for side in (notified.real, notified.fake):
+        side.send("b", waiter)
+    _wait_blocked(notified, 1)
+    notified.step("c", "RPUSH", "src", "a")
+
+
+def test_a_blocked_move_is_served_after_the_transaction_that_fed_it(notified: Pair) -> None:
+    # The transaction's pushes notify first; the waiter is served (and notifies) after EXEC.
+    notified.step("c", "CONFIG", "SET", PARAM, "KEAn")
+    notified.step("b", "PING")
+    for side in (notified.real, notified.fake):
+        side.send("b", ("BLMOVE", "src", "dst", "RIGHT", "LEFT", "0"))
+    _wait_blocked(notified, 1)
+    # Sent without reading: every connection is read after EXEC (the waiter's marker would
+    # wait behind its BLMOVE; c's replies to MULTI and the queued commands come with EXEC's).
+    for args in (("MULTI",), ("RPUSH", "src", "a", "b"), ("LPOP", "src")):
+        for side in (notified.real, notified.fake):
+            side.send("c", args)
+    notified.step("c", "EXEC")
+    # And once more from a script.
+    for side in (notified.real, notified.fake):
+        side.send("b", ("BLMOVE", "src", "dst", "RIGHT", "LEFT", "0"))
+    _wait_blocked(notified, 1)
+    notified.step("c", "EVAL", "redis.call('RPUSH', KEYS[1], 'c', 'd')", 1, "src")
+
+
+def test_a_blocked_move_to_a_non_list_is_refused_without_events(notified: Pair) -> None:
+    notified.step("c", "SET", "dst", "v")
+    notified.step("b", "PING")
+    for side in (notified.real, notified.fake):
+        side.send("b", ("BLMOVE", "src", "dst", "LEFT", "RIGHT", "0"))
+    _wait_blocked(notified, 1)
+    notified.step("c", "RPUSH", "src", "a")
+    notified.step("c", "LRANGE", "src", 0, -1)
+
+
+def test_restore_notifies_restore_and_del_as_redis(notified: Pair) -> None:
+    notified.step("c", "CONFIG", "SET", PARAM, "KEAn")
+    notified.step("c", "RPUSH", "l", "a", "b")
+    dumped = notified.step("c", "DUMP", "l")["c"]
+    payload = dumped[dumped.index(b"\r\n") + 2 : -2]
+    notified.step("c", "DEL", "l")
+    for args in (
+        ("RESTORE", "k", 0, payload),
+        ("RESTORE", "k", 0, payload),
+        ("RESTORE", "k", 0, payload, "REPLACE"),
+        ("RESTORE", "k", 100000, payload, "REPLACE"),
+        ("RESTORE", "k", 1, payload, "REPLACE", "ABSTTL"),
+        ("RESTORE", "k", 1, payload, "REPLACE", "ABSTTL"),
+        ("RESTORE", "k2", 1, payload, "ABSTTL"),
+        ("RESTORE", "k3", 0, b"not a payload"),
+        ("RESTORE", "k3", 0, payload, "IDLETIME", 5),
+    ):
+        notified.step("c", *args)
+
+
+def test_string_edits_that_change_nothing_notify_as_redis(notified: Pair) -> None:
+    # SETRANGE with an empty value never notifies; APPEND of nothing does (and creates the
+    # key); LCS, SUBSTR and FUNCTION are silent.
+    notified.step("c", "CONFIG", "SET", PARAM, "KEAn")
+    for args in (
+        ("SETRANGE", "s", 0, ""),
+        ("SETRANGE", "s", 2, "ab"),
+        ("SETRANGE", "s", 0, ""),
+        ("SETRANGE", "s", 100, ""),
+        ("APPEND", "s", ""),
+        ("APPEND", "s2", ""),
+        ("LCS", "s", "s2"),
+        ("SUBSTR", "s", 0, 1),
+        ("FUNCTION", "FLUSH"),
+    ):
+        notified.step("c", *args)
+
+
+# Each: setup commands, the one key that then expires (one only: Redis's expiry cycle samples
+# keys at random), and the commands run past its TTL. Whether the expiry cycle or the
+# command's lookup reclaims the key, "expired" comes before the command's own events.
+EXPIRING = {
+    "lmove-to-expired-destination": (
+        ["RPUSH src a", "RPUSH dst x"],
+        "dst",
+        ["LMOVE src dst LEFT LEFT"],
+    ),
+    "lmove-from-expired-source": (["RPUSH src a"], "src", ["LMOVE src dst LEFT LEFT"]),
+    "smove-to-expired-destination": (["SADD s a", "SADD t b"], "t", ["SMOVE s t a"]),
+    "sinterstore-over-expired": (["SADD s a", "SADD d x"], "d", ["SINTERSTORE d s s"]),
+    "zunionstore-empty-over-expired": (
+        ["ZADD z 1 a", "ZADD zd 1 x"],
+        "zd",
+        ["ZUNIONSTORE zd 1 no"],
+    ),
+    "georadius-store-empty-over-expired": (
+        ["GEOADD g 1 1 a", "GEOADD gd 1 1 a"],
+        "gd",
+        ["GEORADIUS g 50 50 1 km STORE gd"],
+    ),
+    "move-onto-expired": (
+        ["SET m v", "SELECT 1", "SET m w"],
+        "m",
+        ["SELECT 0", "MOVE m 1", "SELECT 1", "DEL m"],
+    ),
+    "move-of-expired": (["SET m v"], "m", ["MOVE m 1"]),
+    "restore-over-expired": (["SET k v"], "k", ["DEL l", "RPUSH l a", "DUMP l"]),
+    "pfadd-to-expired": (["PFADD h a"], "h", ["PFADD h a"]),
+    "pfmerge-into-expired": (["PFADD h1 a", "PFADD h a"], "h", ["PFMERGE h h1"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXPIRING))
+def test_commands_on_expired_keys_notify_expired_first_as_redis(notified: Pair, case: str) -> None:
+    setup, expiring, commands = EXPIRING[case]
+    notified.step("c", "CONFIG", "SET", PARAM, "KEAn")
+    for line in setup:
+        notified.step("c", *line.split())
+    notified.step("c", "PEXPIRE", expiring, 200)
+    time.sleep(0.5)
+    for line in commands:
+        out = notified.step("c", *line.split())
+    if commands[-1].startswith("DUMP"):
+        payload = out["c"][out["c"].index(b"\r\n") + 2 : -2]
+        notified.step("c", "RESTORE", "k", 0, payload)
+
+
+@pytest.fixture(scope="module")
+def debuggable_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A redis-server that accepts DEBUG (to switch its active expiry off)."""
+    server = RedisServer(
+        tmp_path_factory.mktemp("redis-debug"), extra_args=["--enable-debug-command", "yes"]
+    ).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def lazy(debuggable_redis: RedisServer) -> Iterator[Pair]:
+    """Both servers with active expiry off (Redis: DEBUG SET-ACTIVE-EXPIRE 0; the engine: its
+    cron's expiry pass replaced by a no-op), so that a key past its TTL stays stored until a
+    command meets it: every event then comes from the commands' own lookups and deletes."""
+    engine = ThreadedServer(
+        configure=lambda e: setattr(e.keyspace, "active_expire", lambda budget=1000: 0)
+    )
+    p = Pair(debuggable_redis.port, engine.port)
+    admin = RawRedis(debuggable_redis.port)
+    admin.call("DEBUG", "SET-ACTIVE-EXPIRE", "0")
+    p.step("c", "FLUSHALL")
+    p.step("c", "CONFIG", "SET", PARAM, "KEAn")
+    p.step("s", "PSUBSCRIBE", "__key*__:*")
+    yield p
+    p.step("c", "CONFIG", "SET", PARAM, "")
+    p.step("c", "FLUSHALL")
+    admin.call("DEBUG", "SET-ACTIVE-EXPIRE", "1")
+    admin.close()
+    p.close()
+    engine.close()
+
+
+# Redis's STORE variants delete an empty result's destination with dbDelete, which does not
+# look at TTLs: a destination past its TTL but not reclaimed yet goes with "del", not
+# "expired". A non-empty result is stored with setKey, whose lookup reclaims it first
+# ("expired", then "new").
+LAZY = {
+    "sinterstore-empty": ("SADD d x", "SINTERSTORE d nosuch"),
+    "sinterstore-stored": ("SADD s a; SADD d x", "SINTERSTORE d s"),
+    "sinterstore-onto-its-source": ("SADD d x", "SINTERSTORE d d"),
+    "sunionstore-empty": ("SADD d x", "SUNIONSTORE d nosuch"),
+    "sdiffstore-stored": ("SADD s a; SET d x", "SDIFFSTORE d s"),
+    "zunionstore-empty": ("ZADD d 1 x", "ZUNIONSTORE d 1 nosuch"),
+    "zinterstore-stored": ("ZADD z 1 a; ZADD d 1 x", "ZINTERSTORE d 1 z"),
+    "zdiffstore-empty": ("ZADD z 1 a; ZADD d 1 x", "ZDIFFSTORE d 2 z z"),
+    "zrangestore-empty": ("ZADD z 1 a; ZADD d 1 x", "ZRANGESTORE d z 5 6"),
+    "zrangestore-stored": ("ZADD z 1 a; SET d x", "ZRANGESTORE d z 0 -1"),
+    "georadius-store-empty": ("GEOADD g 1 1 a; SET d x", "GEORADIUS g 50 50 1 km STORE d"),
+    "georadius-store-stored": ("GEOADD g 1 1 a; SET d x", "GEORADIUS g 1 1 1 km STORE d"),
+    "geosearchstore-missing-source": (
+        "SET d x",
+        "GEOSEARCHSTORE d nosuch FROMLONLAT 0 0 BYRADIUS 1 km",
+    ),
+    "sort-store-empty": ("SET d x", "SORT nosuch STORE d"),
+    "sort-store-stored": ("RPUSH l 1; SET d x", "SORT l STORE d"),
+    "bitop-empty": ("SET d x", "BITOP AND d nosuch"),
+    "bitop-stored": ("SET a 1; SET d x", "BITOP AND d a"),
+    "lmove-destination": ("RPUSH l a; RPUSH d x", "LMOVE l d LEFT LEFT"),
+    "lmove-source": ("RPUSH d x", "LMOVE d l LEFT LEFT"),
+    "smove-destination": ("SADD s a; SADD d x", "SMOVE s d a"),
+    "pfadd": ("SET d x", "PFADD d a"),
+    "pfmerge": ("PFADD h a; PFADD d x", "PFMERGE d h"),
+    "move-source": ("SET d x", "MOVE d 1"),
+    "move-onto": ("SELECT 1; SET d x", "SELECT 0; SET d y; MOVE d 1; SELECT 1"),
+    "lrem": ("RPUSH d x", "LREM d 0 x"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAZY))
+def test_commands_meeting_an_unreclaimed_expired_key_notify_as_redis(lazy: Pair, case: str) -> None:
+    # Key "d" is created by the setup, expires, and is then met by the command.
+    setup, command = LAZY[case]
+    for line in setup.split(";"):
+        lazy.step("c", *line.split())
+    lazy.step("c", "PEXPIRE", "d", 50)
+    time.sleep(0.2)
+    for line in command.split(";"):
+        lazy.step("c", *line.split())
+    lazy.step("c", "DBSIZE")
+
+
+def test_restore_replace_over_an_unreclaimed_expired_key_notifies_as_redis(lazy: Pair) -> None:
+    lazy.step("c", "RPUSH", "l", "a")
+    dumped = lazy.step("c", "DUMP", "l")["c"]
+    payload = dumped[dumped.index(b"\r\n") + 2 : -2]
+    for ttl_args in ((0,), (1, "ABSTTL")):
+        lazy.step("c", "SET", "k", "v", "PX", 50)
+        time.sleep(0.2)
+        lazy.step("c", "RESTORE", "k", *ttl_args[:1], payload, "REPLACE", *ttl_args[1:])
+        lazy.step("c", "DBSIZE")

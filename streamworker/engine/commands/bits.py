@@ -310,7 +310,7 @@ def bitop(ctx: Ctx, args: list[bytes]) -> Reply:
     sources = [_string(ctx, key) or b"" for key in args[2:]]
     maxlen = max(len(s) for s in sources)
     if not maxlen:
-        if ctx.db.delete(dest):
+        if ctx.db.discard(dest):
             ctx.notify(NOTIFY_GENERIC, b"del", dest)
         return 0
     if op == b"not":
@@ -331,7 +331,7 @@ def bitop(ctx: Ctx, args: list[bytes]) -> Reply:
                     acc ^= other
             pieces.append(acc.to_bytes(size, "big"))
         result = b"".join(pieces)
-    ctx.db.set(dest, result)
+    ctx.db.set_key(dest, result)
     ctx.notify(NOTIFY_STRING, b"set", dest)
     ctx.db.mark_big(dest)  # Redis stores the result as a raw string
     return maxlen

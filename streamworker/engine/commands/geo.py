@@ -21,6 +21,7 @@ from streamworker.engine.model import geohash
 from streamworker.engine.model.geohash import Shape
 from streamworker.engine.model.zset import ZSet
 from streamworker.engine.numbers import parse_double
+from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_ZSET
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, Double, format_human
 
 if TYPE_CHECKING:
@@ -310,7 +311,9 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
 
     if zs is None:
         if storekey is not None:
-            if not ctx.db.delete(storekey):
+            if ctx.db.discard(storekey):
+                ctx.notify(NOTIFY_GENERIC, b"del", storekey)
+            else:
                 ctx.no_propagate()
             return 0
         ctx.no_propagate()
@@ -360,9 +363,13 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
         result = ZSet()
         for p in points:
             result.add(p.member, p.dist if storedist else p.score)
-        ctx.db.set(storekey, result)
+        ctx.db.set_key(storekey, result)
         ctx.signal_key_ready(storekey)
-    elif not ctx.db.delete(storekey):
+        event = b"geosearchstore" if flags & _SEARCH else b"georadiusstore"
+        ctx.notify(NOTIFY_ZSET, event, storekey)
+    elif ctx.db.discard(storekey):
+        ctx.notify(NOTIFY_GENERIC, b"del", storekey)
+    else:
         ctx.no_propagate()
     return returned
 

@@ -17,6 +17,7 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.errors import CommandError
 from streamworker.engine.model import hll
+from streamworker.engine.pubsub import NOTIFY_STRING
 from streamworker.engine.replies import OK, Status
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ def pfadd(ctx: Ctx, args: list[bytes]) -> Reply:
         return 0
     hll.invalidate_cache(buf)
     _store(ctx, key, hll.final_value(buf))
+    # A string-class event, as in Redis (after "new" when the key was created).
+    ctx.notify(NOTIFY_STRING, b"pfadd", key)
     return 1
 
 
@@ -147,6 +150,8 @@ def pfmerge(ctx: Ctx, args: list[bytes]) -> Reply:
             _, buf = hll.sparse_set(buf, index, count, max_bytes, hint)
     hll.invalidate_cache(buf)
     _store(ctx, dest, hll.final_value(buf))
+    # Redis names PFMERGE's event "pfadd", and sends it even when no register changed.
+    ctx.notify(NOTIFY_STRING, b"pfadd", dest)
     return OK
 
 

@@ -428,6 +428,10 @@ def move(ctx: Ctx, args: list[bytes]) -> Reply:
     if when is not None:
         dst.set_expire(key, when)
     ctx.engine.signal_key_ready(dst.index, key)
+    # Redis: "new" in the target db (above, with the key's creation), then "move_from" in
+    # this db and "move_to" in the target db.
+    ctx.notify(NOTIFY_GENERIC, b"move_from", key)
+    ctx.engine.pubsub.notify(NOTIFY_GENERIC, b"move_to", key, dst.index)
     return 1
 
 

@@ -416,12 +416,15 @@ def lrem(ctx: Ctx, args: list[bytes]) -> Reply:
     if not removed:
         ctx.no_propagate()
         return 0
-    if not kept:
-        ctx.db.delete(key)
-    else:
+    if kept:
         lst.clear()
         lst.extend(kept)
-        ctx.touch(key)
+    ctx.touch(key)
+    # Redis: "lrem" on the key, then "del" once the list is gone.
+    ctx.notify(NOTIFY_LIST, b"lrem", key)
+    if not kept:
+        ctx.db.delete(key)
+        ctx.notify(NOTIFY_GENERIC, b"del", key)
     return removed
 
 
@@ -453,8 +456,13 @@ def _move(c: Ctx, src: bytes, dst: bytes, from_left: bool, to_left: bool) -> byt
         target.append(value)
     c.touch(dst)
     c.signal_key_ready(dst)
+    # Redis's order: the push on the destination first ("new" came with its creation), then
+    # the pop on the source, then "del" when the source is left empty.
+    c.notify(NOTIFY_LIST, b"lpush" if to_left else b"rpush", dst)
+    c.notify(NOTIFY_LIST, b"lpop" if from_left else b"rpop", src)
     if not lst:
         c.db.delete(src)
+        c.notify(NOTIFY_GENERIC, b"del", src)
     elif src != dst:
         c.touch(src)
     return value

@@ -27,6 +27,7 @@ from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import LLONG_MAX
+from streamworker.engine.pubsub import NOTIFY_GENERIC
 from streamworker.engine.rdb import codec
 from streamworker.engine.rdb.files import build_rdb, save_rdb, snapshot_state
 from streamworker.engine.rdb.primitives import RdbFormatError
@@ -93,7 +94,8 @@ def restore(ctx: Ctx, args: list[bytes]) -> Reply:
     except RdbFormatError:
         raise CommandError(msgs.BAD_DATA_FORMAT) from None
     ctx.no_propagate()
-    deleted = db.delete(key) if replace else False
+    # dbDelete: an expired key not yet reclaimed counts as deleted (no "expired" event).
+    deleted = db.discard(key) if replace else False
     now = ctx.now_ms()
     if ttl and not absttl:
         ttl += now
@@ -102,11 +104,14 @@ def restore(ctx: Ctx, args: list[bytes]) -> Reply:
     if ttl and ttl <= now:
         if deleted:
             ctx.propagate([b"DEL", key])
+            ctx.notify(NOTIFY_GENERIC, b"del", key)
         return OK
     db.set(key, value)
     if ttl:
         db.set_expire(key, ttl)
     ctx.signal_key_ready(key)
+    # "new" came with the key's creation (even over a REPLACEd key: Redis deletes, then adds).
+    ctx.notify(NOTIFY_GENERIC, b"restore", key)
     record = [b"RESTORE", key, b"%d" % ttl, payload]
     if replace:
         record.append(b"REPLACE")

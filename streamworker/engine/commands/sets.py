@@ -262,10 +262,9 @@ def smove(ctx: Ctx, args: list[bytes]) -> Reply:
         ctx.no_propagate()
         return 0
     source.discard(member)
-    if not source:
-        ctx.db.delete(src)
-    else:
-        ctx.touch(src)
+    # Redis's order: "srem" (and "del") on the source, then the destination's "new" (when
+    # created) and "sadd" (only when the member was not there yet).
+    _removed(ctx, src, source, b"srem")
     if target is None:
         target = set()
         ctx.db.set(dst, target)
@@ -273,19 +272,23 @@ def smove(ctx: Ctx, args: list[bytes]) -> Reply:
         target.add(member)
         _note_conversion(ctx, dst, target, [member])
         ctx.touch(dst)
+        ctx.notify(NOTIFY_SET, b"sadd", dst)
     return 1
 
 
-def _store_set(ctx: Ctx, dst: bytes, members: set[bytes]) -> Reply:
-    """Store ``members`` at ``dst`` (any old value and TTL replaced), or delete ``dst`` when
-    empty; the resulting size."""
+def _store_set(ctx: Ctx, dst: bytes, members: set[bytes], event: bytes) -> Reply:
+    """Store ``members`` at ``dst`` (any old value and TTL replaced) and notify ``event``, or
+    delete ``dst`` when empty (notifying "del" only if it existed); the resulting size."""
     if members:
-        ctx.db.set(dst, members)
+        ctx.db.set_key(dst, members)
         if len(members) <= int(ctx.engine.config.get("set-max-intset-entries") or 0):
             _note_conversion(ctx, dst, members, list(members))
         else:
             ctx.db.mark_big(dst)
-    elif not ctx.db.delete(dst):
+        ctx.notify(NOTIFY_SET, event, dst)
+    elif ctx.db.discard(dst):
+        ctx.notify(NOTIFY_GENERIC, b"del", dst)
+    else:
         ctx.no_propagate()
     return len(members)
 
@@ -295,14 +298,14 @@ def sinterstore(ctx: Ctx, args: list[bytes]) -> Reply:
     """SINTERSTORE destination key [key ...] -> size of the intersection stored."""
     sets = _sets(ctx, args[1:])
     smallest = min(sets, key=len)
-    return _store_set(ctx, args[0], smallest.intersection(*sets))
+    return _store_set(ctx, args[0], smallest.intersection(*sets), b"sinterstore")
 
 
 @command("sunionstore", arity=-3, flags=("write", "denyoom"), first_key=1, last_key=-1, step=1)
 def sunionstore(ctx: Ctx, args: list[bytes]) -> Reply:
     """SUNIONSTORE destination key [key ...] -> size of the union stored."""
     sets = _sets(ctx, args[1:])
-    return _store_set(ctx, args[0], set().union(*sets))
+    return _store_set(ctx, args[0], set().union(*sets), b"sunionstore")
 
 
 @command("sdiffstore", arity=-3, flags=("write", "denyoom"), first_key=1, last_key=-1, step=1)
@@ -310,4 +313,4 @@ def sdiffstore(ctx: Ctx, args: list[bytes]) -> Reply:
     """SDIFFSTORE destination key [key ...] -> size of the difference stored (members of the
     first set in none of the others)."""
     sets = _sets(ctx, args[1:])
-    return _store_set(ctx, args[0], sets[0].difference(*sets[1:]))
+    return _store_set(ctx, args[0], sets[0].difference(*sets[1:]), b"sdiffstore")

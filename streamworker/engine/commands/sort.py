@@ -153,10 +153,10 @@ def _sort(ctx: Ctx, args: list[bytes], readonly: bool) -> Reply:
             got = _lookup_by_pattern(db, pattern, element)
             result.append(b"" if got is None else got)
     if result:
-        db.set(store, result)
+        db.set_key(store, result)
         ctx.signal_key_ready(store)
         ctx.notify(NOTIFY_LIST, b"sortstore", store)
-    elif db.delete(store):
+    elif db.discard(store):
         ctx.notify(NOTIFY_GENERIC, b"del", store)
     return len(result)
 

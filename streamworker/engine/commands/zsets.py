@@ -584,7 +584,7 @@ def zrangestore(ctx: Ctx, args: list[bytes]) -> Reply:
     dst = args[0]
     items, _ = _zrange_select(ctx, args[1:], None, None, store=True)
     if not items:
-        if ctx.db.delete(dst):
+        if ctx.db.discard(dst):
             ctx.notify(NOTIFY_GENERIC, b"del", dst)
         return 0
     entries, value = _listpack_limits(ctx)
@@ -597,7 +597,7 @@ def zrangestore(ctx: Ctx, args: list[bytes]) -> Reply:
         if not zs.big and (len(zs) >= entries or len(member) > value):
             zs.big = True
         zs.add(member, score)
-    ctx.db.set(dst, zs)
+    ctx.db.set_key(dst, zs)
     ctx.signal_key_ready(dst)
     ctx.notify(NOTIFY_ZSET, b"zrangestore", dst)
     return len(items)
@@ -921,11 +921,15 @@ def _setop_store(ctx: Ctx, args: list[bytes], op: int, name: str) -> Reply:
     dst = args[0]
     scores, _ = _setop(ctx, args[1:], op, True, name)
     if not scores:
-        if not ctx.db.delete(dst):
+        if ctx.db.discard(dst):
+            ctx.notify(NOTIFY_GENERIC, b"del", dst)
+        else:
             ctx.no_propagate()
         return 0
-    ctx.db.set(dst, _new_zset(ctx, scores.items()))
+    ctx.db.set_key(dst, _new_zset(ctx, scores.items()))
     ctx.signal_key_ready(dst)
+    # The event is the command's name: zunionstore, zinterstore or zdiffstore.
+    ctx.notify(NOTIFY_ZSET, name.encode(), dst)
     return len(scores)
 
 
