@@ -239,6 +239,7 @@ class Blocked:
     __slots__ = (
         "_callbacks",
         "_event",
+        "argv",
         "ctx",
         "db_index",
         "deadline",
@@ -247,6 +248,8 @@ class Blocked:
         "on_timeout_reply",
         "reply",
         "resolved",
+        "run_ns",
+        "spec",
         "timeout_ms",
     )
 
@@ -273,6 +276,11 @@ class Blocked:
         self.resolved = False
         self._callbacks: list[Callable[[Blocked], Any]] = []
         self._event: threading.Event | None = None
+        # The blocked command, its argv and run time so far: the engine counts the call
+        # (INFO commandstats, slow log) when it is served or times out, as Redis does.
+        self.spec: CommandSpec | None = None
+        self.argv: Sequence[bytes] = ()
+        self.run_ns = 0
 
     @property
     def client(self) -> ClientState:

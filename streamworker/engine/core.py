@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streamworker.engine import msgs
-from streamworker.engine.commands import CommandSpec, load_commands
+from streamworker.engine.commands import HISTOGRAM_BUCKETS, CommandSpec, load_commands
 from streamworker.engine.config import EngineConfig
 from streamworker.engine.context import Blocked, ClientState, Ctx, OnReady
+from streamworker.engine.diagnostics import Diagnostics
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import Keyspace, unwatch_all
 from streamworker.engine.replies import QUEUED
@@ -36,6 +37,10 @@ def _wall_clock_ms() -> int:
 
 
 _CRON_INTERVAL_S = 0.1  # Redis's default hz 10
+
+_ns = time.perf_counter_ns
+_LAST_BUCKET = HISTOGRAM_BUCKETS - 1
+_NEVER = 1 << 62  # a duration no call reaches: monitoring off
 
 
 # Commands never logged as received: what they run is logged command by command (a script's
@@ -97,6 +102,7 @@ class Engine:
             db.flush_event = self.signal_db_ready
         self.config = EngineConfig(databases=databases)
         self.table: dict[bytes, CommandSpec] = load_commands()
+        self.diagnostics = Diagnostics()
         self.clients: dict[int, ClientState] = {}
         self._next_client_id = 1
         self._waiters: dict[tuple[int, bytes], dict[Blocked, None]] = {}
@@ -109,6 +115,10 @@ class Engine:
         self.stats_connections = 0
         self.stats_errors = 0
         self.stats_rejected = 0
+        # stats_errors when the last call was accounted: a call whose run moved it failed.
+        self._errors_seen = 0
+        # Calls at least this long (ns) go to monitor() (slow log, latency monitor).
+        self.monitor_ns = _NEVER
         # Connections refused at maxclients (INFO rejected_connections; no error reply counted).
         self.stats_rejected_connections = 0
         # INFO errorstats: error replies by prefix (Redis's server.errors rax).
@@ -128,6 +138,7 @@ class Engine:
         # lock held) with the seconds the script has run: the server answers other clients
         # BUSY from there once lua-time-limit has passed. None: nothing to do.
         self.script_tick: Callable[[float], None] | None = None
+        self.config_changed()
 
     def set_clock(self, clock: Callable[[], int]) -> None:
         """Replace the engine clock (commands and key expiry both use it)."""
@@ -259,14 +270,15 @@ class Engine:
         n = len(argv)
         if n != arity and (arity > 0 or n < -arity):
             if spec.name == "exec":
+                spec.rejected_calls += 1
                 return self._exec_abort(client, msgs.wrong_arity("exec"))
-            return self._reject(client, msgs.wrong_arity(spec.name))
+            return self._reject(client, msgs.wrong_arity(spec.name), spec)
         if not client.authenticated and "no-auth" not in spec.flags:
-            return self._reject(client, msgs.NOAUTH)
+            return self._reject(client, msgs.NOAUTH, spec)
         ctx = client.ctx
         if client.in_multi:
             if spec.no_multi:
-                return self._reject(client, msgs.NOT_ALLOWED_IN_MULTI)
+                return self._reject(client, msgs.NOT_ALLOWED_IN_MULTI, spec)
             if spec.queueable:
                 client.multi_queue.append((spec, argv))
                 return QUEUED
@@ -276,25 +288,44 @@ class Engine:
         client.last_cmd = spec.name
         func = spec.func
         if func is None:  # a container called without a subcommand is caught by arity
-            return self._reject(client, msgs.wrong_arity(spec.name))
+            return self._reject(client, msgs.wrong_arity(spec.name), spec)
+        if self.propagator is not None and spec.write and self.propagator.write_error:
+            # MISCONF: refused before running, like Redis's processCommand.
+            return self._reject(client, msgs.misconf_aof(self.propagator.write_error), spec)
         args = argv[spec.skip :]
         ctx.argv = argv
+        start = _ns()
         if self.propagator is not None:
             reply = self._call_propagating(
                 spec, ctx, argv, args if type(args) is list else list(args)
             )
-            if type(reply) is Blocked:
-                self._register(reply)
-            return reply
-        try:
-            reply = func(ctx, args if type(args) is list else list(args))
-        except CommandError as exc:
-            self.count_error(exc.text)
-            return exc
-        except Exception as exc:
-            return self._internal_error(spec, exc)
+        else:
+            try:
+                reply = func(ctx, args if type(args) is list else list(args))
+            except CommandError as exc:
+                self.count_error(exc.text)
+                reply = exc
+            except Exception as exc:
+                reply = self._internal_error(spec, exc)
         if type(reply) is Blocked:
+            # Redis counts a blocked command when it is served or times out.
+            reply.spec = spec
+            reply.argv = argv
+            reply.run_ns = _ns() - start
             self._register(reply)
+            return reply
+        elapsed = _ns() - start
+        spec.calls += 1
+        spec.duration_ns += elapsed
+        spec.histogram[(elapsed >> 10).bit_length()] += 1
+        errors = self.stats_errors
+        if errors != self._errors_seen:
+            # Redis 7.0: a call failed if it added an error reply (its nested calls, run
+            # before, already took theirs).
+            self._errors_seen = errors
+            spec.failed_calls += 1
+        if elapsed >= self.monitor_ns:
+            self.monitor(spec, ctx, argv, elapsed)
         return reply
 
     def _call_propagating(
@@ -347,6 +378,7 @@ class Engine:
         func = spec.func
         assert func is not None
         ctx.argv = argv
+        start = _ns()
         if self.propagator is not None:
             reply = self._call_propagating(spec, ctx, argv, list(argv[spec.skip :]))
         else:
@@ -354,12 +386,27 @@ class Engine:
                 reply = func(ctx, list(argv[spec.skip :]))
             except CommandError as exc:
                 self.count_error(exc.text)
-                return exc
+                reply = exc
             except Exception as exc:
-                return self._internal_error(spec, exc)
+                reply = self._internal_error(spec, exc)
+        self.account(spec, ctx, argv, _ns() - start)
         if type(reply) is Blocked:  # ctx.block returns the timeout reply in MULTI
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
+
+    def account(self, spec: CommandSpec, ctx: Ctx, argv: Sequence[bytes], elapsed: int) -> None:
+        """Count one finished call of ``spec`` that took ``elapsed`` ns (INFO commandstats,
+        LATENCY HISTOGRAM, the slow log and the latency monitor). The inlined copy of this in
+        :meth:`_dispatch` is the hot path; nested calls (EXEC's, scripts') come here."""
+        spec.calls += 1
+        spec.duration_ns += elapsed
+        spec.histogram[min((elapsed >> 10).bit_length(), _LAST_BUCKET)] += 1
+        errors = self.stats_errors
+        if errors != self._errors_seen:
+            self._errors_seen = errors
+            spec.failed_calls += 1
+        if elapsed >= self.monitor_ns:
+            self.monitor(spec, ctx, argv, elapsed)
 
     def call_from_script(
         self, ctx: Ctx, argv: list[bytes], read_only: bool = False, propagate: bool = True
@@ -390,6 +437,7 @@ class Engine:
         self.stats_commands += 1
         ctx.client.last_cmd = spec.name
         ctx.argv = argv
+        start = _ns()
         # Persistence hook: with a propagator attached, each write a script runs is logged as
         # its own effect (Redis 7.0 replicates a script's effects, not the EVAL) and the
         # propagator's end_call for the EVAL logs them together; redis.set_repl(REPL_NONE)
@@ -409,9 +457,63 @@ class Engine:
                 reply = self._internal_error(spec, exc)
             if prop is not None:
                 del prop.ops[mark:]
+        self.account(spec, ctx, argv, _ns() - start)
         if type(reply) is Blocked:
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
+
+    def _account_unblocked(self, blocked: Blocked, reply: Reply) -> None:
+        # A blocked command is counted once, when it is served or times out (Redis's
+        # updateStatsOnUnblock), with the time it ran, not the time it waited.
+        spec = blocked.spec
+        if spec is None:
+            return
+        blocked.spec = None
+        elapsed = blocked.run_ns
+        spec.calls += 1
+        spec.duration_ns += elapsed
+        spec.histogram[min((elapsed >> 10).bit_length(), _LAST_BUCKET)] += 1
+        if type(reply) is CommandError:
+            spec.failed_calls += 1
+        self._errors_seen = self.stats_errors
+        if elapsed >= self.monitor_ns:
+            self.monitor(spec, blocked.ctx, blocked.argv, elapsed)
+
+    def monitor(self, spec: CommandSpec, ctx: Ctx, argv: Sequence[bytes], elapsed: int) -> None:
+        """A call that took ``elapsed`` ns, at least :attr:`monitor_ns`: into the slow log
+        and the latency monitor (each applies its own threshold)."""
+        client = ctx.client
+        self.diagnostics.record_call(
+            name=spec.name,
+            fast="fast" in spec.flags,
+            skip_slowlog="skip-slowlog" in spec.flags,
+            argv=argv,
+            elapsed_ns=elapsed,
+            now_ms=_wall_clock_ms(),
+            addr=client.addr,
+            client_name=client.name or b"",
+        )
+
+    def config_changed(self) -> None:
+        """Re-read the parameters the engine caches (after CONFIG SET)."""
+        cfg = self.config
+        self.monitor_ns = self.diagnostics.configure(
+            int(cfg.get("slowlog-log-slower-than") or 0),
+            int(cfg.get("slowlog-max-len") or 0),
+            int(cfg.get("latency-monitor-threshold") or 0),
+        )
+
+    def reset_stats(self) -> None:
+        """CONFIG RESETSTAT: zero the counters of INFO stats, errorstats, commandstats and
+        latencystats (the slow log and latency events stay, as in Redis)."""
+        self.stats_commands = self.stats_errors = self.stats_rejected = 0
+        self.stats_rejected_connections = 0
+        self.error_counts.clear()
+        self._errors_seen = 0
+        for spec in self.table.values():
+            spec.reset_stats()
+            for sub in (spec.subcommands or {}).values():
+                sub.reset_stats()
 
     def count_error(self, text: str, rejected: bool = False) -> None:
         """Count one error reply for INFO (``total_error_replies``, ``errorstat_<PREFIX>``).
@@ -448,10 +550,14 @@ class Engine:
         self.count_error(error.text, rejected=True)
         return error
 
-    def _reject(self, client: ClientState, text: str) -> CommandError:
+    def _reject(
+        self, client: ClientState, text: str, spec: CommandSpec | None = None
+    ) -> CommandError:
         # Rejections inside MULTI abort the transaction at EXEC (Redis's flagTransaction).
         if client.in_multi:
             client.multi_error = True
+        if spec is not None:
+            spec.rejected_calls += 1
         self.count_error(text, rejected=True)
         return CommandError(text)
 
@@ -518,6 +624,7 @@ class Engine:
                     if type(reply) is CommandError:
                         self.count_error(reply.text)
                     self._unblock(blocked)
+                    self._account_unblocked(blocked, reply)
                     if prop is not None:
                         self._wakeups.append((blocked, reply))
                     else:
@@ -531,6 +638,7 @@ class Engine:
             self._unblock(blocked)
             if type(reply) is CommandError:
                 self.count_error(reply.text)
+            self._account_unblocked(blocked, reply)
             return blocked.resolve(reply)
 
     def timeout_blocked(self, blocked: Blocked) -> Reply:
@@ -539,6 +647,7 @@ class Engine:
         with self.lock:
             if not blocked.resolved:
                 self._unblock(blocked)
+                self._account_unblocked(blocked, blocked.on_timeout_reply)
                 blocked.resolve(blocked.on_timeout_reply)
             assert blocked.reply is not None
             return blocked.reply
