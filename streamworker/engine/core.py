@@ -21,6 +21,7 @@ from streamworker.engine.context import Blocked, ClientState, Ctx, OnReady
 from streamworker.engine.diagnostics import Diagnostics
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import Keyspace, unwatch_all
+from streamworker.engine.memory import MemoryManager
 from streamworker.engine.replies import QUEUED
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ _CRON_INTERVAL_S = 0.1  # Redis's default hz 10
 _ns = time.perf_counter_ns
 _LAST_BUCKET = HISTOGRAM_BUCKETS - 1
 _NEVER = 1 << 62  # a duration no call reaches: monitoring off
+# Commands never refused for memory inside MULTI (they end it or leave it).
+_OOM_ALWAYS_IN_MULTI = frozenset({"exec", "discard", "quit", "reset"})
+_EVAL_COMMANDS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro"})
 
 
 # Commands never logged as received: what they run is logged command by command (a script's
@@ -103,6 +107,10 @@ class Engine:
         self.config = EngineConfig(databases=databases)
         self.table: dict[bytes, CommandSpec] = load_commands()
         self.diagnostics = Diagnostics()
+        # Memory accounting and eviction; ``tracking`` mirrors memory.tracking for the hot
+        # path (per-key sizes and LRU/LFU fields kept after every command).
+        self.tracking = False
+        self.memory = MemoryManager(self)
         self.clients: dict[int, ClientState] = {}
         self._next_client_id = 1
         self._waiters: dict[tuple[int, bytes], dict[Blocked, None]] = {}
@@ -275,6 +283,10 @@ class Engine:
             return self._reject(client, msgs.wrong_arity(spec.name), spec)
         if not client.authenticated and "no-auth" not in spec.flags:
             return self._reject(client, msgs.NOAUTH, spec)
+        if self.memory.maxmemory:
+            refused = self._check_oom(client, spec, argv)
+            if refused is not None:
+                return refused
         ctx = client.ctx
         if client.in_multi:
             if spec.no_multi:
@@ -307,6 +319,8 @@ class Engine:
                 reply = exc
             except Exception as exc:
                 reply = self._internal_error(spec, exc)
+        if self.tracking:
+            self.memory.after_call(spec, ctx.db, argv)
         if type(reply) is Blocked:
             # Redis counts a blocked command when it is served or times out.
             reply.spec = spec
@@ -390,6 +404,8 @@ class Engine:
             except Exception as exc:
                 reply = self._internal_error(spec, exc)
         self.account(spec, ctx, argv, _ns() - start)
+        if self.tracking:
+            self.memory.after_call(spec, ctx.db, argv)
         if type(reply) is Blocked:  # ctx.block returns the timeout reply in MULTI
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
@@ -434,6 +450,15 @@ class Engine:
             return CommandError(msgs.SCRIPT_COMMAND_NOT_ALLOWED)
         if read_only and "write" in spec.flags:
             return CommandError(msgs.SCRIPT_WRITE_IN_READ_ONLY)
+        if (
+            spec.denyoom
+            and self.memory.pre_command_oom
+            and self.scripting is not None
+            and self.scripting.oom_refuses_writes()
+        ):
+            # Redis 7.0's scriptVerifyOOM: the script started over maxmemory, has not written
+            # yet and did not declare allow-oom.
+            return CommandError(msgs.OOM)
         self.stats_commands += 1
         ctx.client.last_cmd = spec.name
         ctx.argv = argv
@@ -458,9 +483,64 @@ class Engine:
             if prop is not None:
                 del prop.ops[mark:]
         self.account(spec, ctx, argv, _ns() - start)
+        if self.tracking:
+            self.memory.after_call(spec, ctx.db, argv)
         if type(reply) is Blocked:
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
+
+    def _check_oom(
+        self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]
+    ) -> CommandError | None:
+        # Redis's processCommand with maxmemory set: evict first (any command), then refuse
+        # a denyoom command if still over the limit; inside MULTI everything but
+        # EXEC/DISCARD/QUIT/RESET is refused (queueing takes memory too), and EXEC is refused
+        # when it holds a denyoom command.
+        memory = self.memory
+        out_of_memory = memory.perform_evictions()
+        memory.pre_command_oom = out_of_memory
+        if not out_of_memory:
+            return None
+        name = spec.name
+        if name == "exec":
+            if client.in_multi and any(
+                self._denies_oom(queued, qargv) for queued, qargv in client.multi_queue
+            ):
+                spec.rejected_calls += 1
+                return self._exec_abort(client, msgs.OOM)
+            return None
+        if client.in_multi and name not in _OOM_ALWAYS_IN_MULTI:
+            return self._reject(client, msgs.OOM, spec)
+        if self._denies_oom(spec, argv):
+            return self._reject(client, msgs.OOM, spec)
+        return None
+
+    def _denies_oom(self, spec: CommandSpec, argv: Sequence[bytes]) -> bool:
+        # EVAL/EVALSHA take their flags from the script's shebang (Redis's
+        # evalGetCommandFlags): a declared script is denyoom unless allow-oom or no-writes;
+        # one without a shebang is not (its first write is checked when it runs).
+        if spec.name in _EVAL_COMMANDS and len(argv) > 1:
+            from streamworker.engine.scripting import parse_shebang, sha1hex
+
+            body_flags: frozenset[str] | None
+            if spec.name.startswith("evalsha"):
+                script = self.scripting.get(argv[1]) if self.scripting is not None else None
+                body_flags = script.flags if script is not None else None
+            else:
+                cached = (
+                    self.scripting.get(sha1hex(argv[1])) if self.scripting is not None else None
+                )
+                if cached is not None:
+                    body_flags = cached.flags
+                else:
+                    try:
+                        body_flags = parse_shebang(argv[1])[1]
+                    except CommandError:
+                        return False
+            return body_flags is not None and not (
+                "allow-oom" in body_flags or "no-writes" in body_flags
+            )
+        return spec.denyoom
 
     def _account_unblocked(self, blocked: Blocked, reply: Reply) -> None:
         # A blocked command is counted once, when it is served or times out (Redis's
@@ -497,6 +577,7 @@ class Engine:
     def config_changed(self) -> None:
         """Re-read the parameters the engine caches (after CONFIG SET)."""
         cfg = self.config
+        self.memory.configure()
         self.monitor_ns = self.diagnostics.configure(
             int(cfg.get("slowlog-log-slower-than") or 0),
             int(cfg.get("slowlog-max-len") or 0),
@@ -510,6 +591,8 @@ class Engine:
         self.stats_rejected_connections = 0
         self.error_counts.clear()
         self._errors_seen = 0
+        self.memory.evicted_keys = 0
+        self.memory.peak = self.memory.used_memory()
         for spec in self.table.values():
             spec.reset_stats()
             for sub in (spec.subcommands or {}).values():

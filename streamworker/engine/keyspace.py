@@ -57,6 +57,7 @@ class Database:
         "_clock",
         "_heap",
         "_key_event",
+        "access",
         "data",
         "expired_count",
         "expires",
@@ -64,6 +65,8 @@ class Database:
         "index",
         "member_scans",
         "scan_cache",
+        "size_total",
+        "sizes",
         "watchers",
     )
 
@@ -85,6 +88,11 @@ class Database:
         # Called with the db index after FLUSHDB/FLUSHALL/SWAPDB instead of one key_event per
         # key (the engine re-checks only the keys somebody waits on).
         self.flush_event: Callable[[int], None] | None = None
+        # Memory upkeep (see memory.py), kept only while the engine tracks memory: each key's
+        # size estimate and their sum (None when not tracking), and each key's LRU/LFU field.
+        self.sizes: dict[bytes, int] | None = None
+        self.size_total = 0
+        self.access: dict[bytes, int] = {}
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -170,10 +178,20 @@ class Database:
         del self.data[key]
         if self.expires:
             self.expires.pop(key, None)
+        if self.sizes is not None:
+            self.forget_size(key)
         if self.watchers:
             self.touch(key)
         self._key_event(self.index, key)
         return True
+
+    def forget_size(self, key: bytes) -> None:
+        """Drop a deleted key's size estimate and access field (memory tracking on)."""
+        assert self.sizes is not None
+        size = self.sizes.pop(key, None)
+        if size is not None:
+            self.size_total -= size
+        self.access.pop(key, None)
 
     def pop(self, key: bytes) -> Any:
         """Delete ``key`` and return its value (None if missing)."""
@@ -227,6 +245,10 @@ class Database:
         self.data = {}
         self.expires = {}
         self._heap = []
+        if self.sizes is not None:
+            self.sizes = {}
+            self.size_total = 0
+        self.access = {}
         self.scan_cache = None
         if self.flush_event is not None:
             self.flush_event(self.index)
@@ -240,6 +262,8 @@ class Database:
         del self.data[key]
         del self.expires[key]
         self.expired_count += 1
+        if self.sizes is not None:
+            self.forget_size(key)
         if self.watchers:
             self.touch(key)
         self._key_event(self.index, key)

@@ -68,6 +68,7 @@ _MODULES = (
     "transactions",
     "streams",
     "scripting",
+    "memory",
 )
 _OPTIONAL_MODULES = frozenset({"streams"})
 

@@ -17,6 +17,7 @@ from streamworker.engine.commands.connection import REDIS_VERSION
 from streamworker.engine.config import parse_percentiles
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import glob_match
+from streamworker.engine.memory import STARTUP_BYTES
 from streamworker.engine.numbers import parse_int
 from streamworker.engine.replies import NULL_BULK, OK, Map, Status, Verbatim
 
@@ -80,6 +81,9 @@ def swapdb(ctx: Ctx, args: list[bytes]) -> Reply:
         da.data, db_.data = db_.data, da.data
         da.expires, db_.expires = db_.expires, da.expires
         da._heap, db_._heap = db_._heap, da._heap
+        da.sizes, db_.sizes = db_.sizes, da.sizes
+        da.size_total, db_.size_total = db_.size_total, da.size_total
+        da.access, db_.access = db_.access, da.access
         da.scan_cache = db_.scan_cache = None
         ctx.engine.signal_db_ready(a)
         ctx.engine.signal_db_ready(b)
@@ -174,21 +178,27 @@ def _section_clients(ctx: Ctx) -> list[str]:
 
 
 def _section_memory(ctx: Ctx) -> list[str]:
+    # used_memory is the engine's estimate of what Redis would allocate (memory.py), which
+    # maxmemory is compared with; used_memory_rss is the process's real resident size.
     rss = _rss_bytes()
-    maxmemory = int(ctx.engine.config.get("maxmemory") or 0)
+    memory = ctx.engine.memory
+    used = memory.used_memory()
+    peak = memory.peak
+    dataset = used - STARTUP_BYTES
+    maxmemory = memory.maxmemory
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return [
-        f"used_memory:{rss}",
-        f"used_memory_human:{_human_bytes(rss)}",
+        f"used_memory:{used}",
+        f"used_memory_human:{_human_bytes(used)}",
         f"used_memory_rss:{rss}",
         f"used_memory_rss_human:{_human_bytes(rss)}",
-        f"used_memory_peak:{rss}",
-        f"used_memory_peak_human:{_human_bytes(rss)}",
-        "used_memory_peak_perc:100.00%",
-        "used_memory_overhead:0",
-        "used_memory_startup:0",
-        f"used_memory_dataset:{rss}",
-        "used_memory_dataset_perc:100.00%",
+        f"used_memory_peak:{peak}",
+        f"used_memory_peak_human:{_human_bytes(peak)}",
+        f"used_memory_peak_perc:{100.0 * used / peak:.2f}%",
+        f"used_memory_overhead:{STARTUP_BYTES}",
+        f"used_memory_startup:{STARTUP_BYTES}",
+        f"used_memory_dataset:{dataset}",
+        f"used_memory_dataset_perc:{100.0 if dataset else 0.0:.2f}%",
         f"total_system_memory:{total}",
         f"total_system_memory_human:{_human_bytes(total)}",
         "used_memory_lua:0",
@@ -196,8 +206,8 @@ def _section_memory(ctx: Ctx) -> list[str]:
         "number_of_cached_scripts:0",
         f"maxmemory:{maxmemory}",
         f"maxmemory_human:{_human_bytes(maxmemory)}",
-        f"maxmemory_policy:{ctx.engine.config.get('maxmemory-policy')}",
-        "mem_fragmentation_ratio:1.00",
+        f"maxmemory_policy:{memory.policy}",
+        f"mem_fragmentation_ratio:{rss / used:.2f}",
         "mem_allocator:libc",
         "lazyfree_pending_objects:0",
     ]
@@ -259,7 +269,7 @@ def _section_stats(ctx: Ctx) -> list[str]:
         "total_net_output_bytes:0",
         f"rejected_connections:{engine.stats_rejected_connections}",
         f"expired_keys:{expired}",
-        "evicted_keys:0",
+        f"evicted_keys:{engine.memory.evicted_keys}",
         "keyspace_hits:0",
         "keyspace_misses:0",
         "pubsub_channels:0",

@@ -272,6 +272,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "evalsha_ro": ("0000000000000000000000000000000000000000 N",),
     "command": ("GETKEYS GET N", "INFO N"),
     "config": ("GET N",),
+    "memory": ("USAGE none SAMPLES N", "USAGE str SAMPLES N", "N"),
     "xgroup": (
         "CREATE K g2 N",
         "CREATE K g2 0 ENTRIESREAD N",
