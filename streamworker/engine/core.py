@@ -760,7 +760,9 @@ class Engine:
         self._next_cron = time.monotonic() + _CRON_INTERVAL_S
         if self.propagator is not None:
             self.propagator.tick()
+        start = _ns()
         self.keyspace.active_expire()
+        self.diagnostics.add_latency("expire-cycle", _wall_clock_ms(), _ns() - start)
         if self._ready:
             self._serve_ready()
 

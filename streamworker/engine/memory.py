@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -404,7 +405,15 @@ class MemoryManager:
             return False
         if self.policy == "noeviction":
             return True
-        to_free = used - self.maxmemory
+        started = time.perf_counter_ns()
+        try:
+            return self._evict_until(used - self.maxmemory)
+        finally:
+            self.engine.diagnostics.add_latency(
+                "eviction-cycle", time.time_ns() // 1_000_000, time.perf_counter_ns() - started
+            )
+
+    def _evict_until(self, to_free: int) -> bool:
         freed = 0
         # Scores go stale between commands (the clock moves, keys are touched): start over.
         self._pool.clear()

@@ -69,6 +69,7 @@ _MODULES = (
     "streams",
     "scripting",
     "memory",
+    "latency",
 )
 _OPTIONAL_MODULES = frozenset({"streams"})
 

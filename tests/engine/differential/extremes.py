@@ -273,6 +273,7 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "command": ("GETKEYS GET N", "INFO N"),
     "config": ("GET N",),
     "memory": ("USAGE none SAMPLES N", "USAGE str SAMPLES N", "N"),
+    "latency": ("HISTORY N", "GRAPH N", "RESET N", "HISTOGRAM N", "N"),
     "xgroup": (
         "CREATE K g2 N",
         "CREATE K g2 0 ENTRIESREAD N",
@@ -307,6 +308,7 @@ SKIPPED: dict[str, str] = {
     "time": "the reply is the clock",
     "lastsave": "the reply is the clock",
     "randomkey": "the reply is chance's",
+    "slowlog": "the reply is the server's own timings (tests/engine/test_slowlog_latency.py)",
 }
 
 
