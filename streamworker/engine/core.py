@@ -283,7 +283,7 @@ class Engine:
             return self._reject(client, msgs.wrong_arity(spec.name), spec)
         if not client.authenticated and "no-auth" not in spec.flags:
             return self._reject(client, msgs.NOAUTH, spec)
-        if self.memory.maxmemory:
+        if self.tracking and self.memory.maxmemory:
             refused = self._check_oom(client, spec, argv)
             if refused is not None:
                 return refused
@@ -329,7 +329,6 @@ class Engine:
             self._register(reply)
             return reply
         elapsed = _ns() - start
-        spec.calls += 1
         spec.duration_ns += elapsed
         spec.histogram[(elapsed >> 10).bit_length()] += 1
         errors = self.stats_errors
@@ -414,7 +413,6 @@ class Engine:
         """Count one finished call of ``spec`` that took ``elapsed`` ns (INFO commandstats,
         LATENCY HISTOGRAM, the slow log and the latency monitor). The inlined copy of this in
         :meth:`_dispatch` is the hot path; nested calls (EXEC's, scripts') come here."""
-        spec.calls += 1
         spec.duration_ns += elapsed
         spec.histogram[min((elapsed >> 10).bit_length(), _LAST_BUCKET)] += 1
         errors = self.stats_errors
@@ -550,7 +548,6 @@ class Engine:
             return
         blocked.spec = None
         elapsed = blocked.run_ns
-        spec.calls += 1
         spec.duration_ns += elapsed
         spec.histogram[min((elapsed >> 10).bit_length(), _LAST_BUCKET)] += 1
         if type(reply) is CommandError:

@@ -22,7 +22,7 @@ from streamworker.engine.errors import CommandError
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState, WatchedKey
 
-__all__ = ["Database", "Keyspace", "glob_match", "type_name"]
+__all__ = ["Database", "Keyspace", "SizeMeter", "glob_match", "type_name"]
 
 _T = TypeVar("_T")
 
@@ -64,8 +64,8 @@ class Database:
         "flush_event",
         "index",
         "member_scans",
+        "meter",
         "scan_cache",
-        "size_total",
         "sizes",
         "watchers",
     )
@@ -89,9 +89,10 @@ class Database:
         # key (the engine re-checks only the keys somebody waits on).
         self.flush_event: Callable[[int], None] | None = None
         # Memory upkeep (see memory.py), kept only while the engine tracks memory: each key's
-        # size estimate and their sum (None when not tracking), and each key's LRU/LFU field.
+        # size estimate (None when not tracking), the engine-wide total they add to, and each
+        # key's LRU/LFU field.
         self.sizes: dict[bytes, int] | None = None
-        self.size_total = 0
+        self.meter: SizeMeter | None = None
         self.access: dict[bytes, int] = {}
 
     # -- lookups -----------------------------------------------------------------------------
@@ -189,8 +190,8 @@ class Database:
         """Drop a deleted key's size estimate and access field (memory tracking on)."""
         assert self.sizes is not None
         size = self.sizes.pop(key, None)
-        if size is not None:
-            self.size_total -= size
+        if size is not None and self.meter is not None:
+            self.meter.total -= size
         self.access.pop(key, None)
 
     def pop(self, key: bytes) -> Any:
@@ -246,8 +247,9 @@ class Database:
         self.expires = {}
         self._heap = []
         if self.sizes is not None:
+            if self.meter is not None:
+                self.meter.total -= sum(self.sizes.values())
             self.sizes = {}
-            self.size_total = 0
         self.access = {}
         self.scan_cache = None
         if self.flush_event is not None:
@@ -288,6 +290,15 @@ class Database:
             w = exp.get(k)
             if w is None or w > now:
                 yield k, v
+
+
+class SizeMeter:
+    """The sum of every database's key size estimates (memory tracking on; memory.py)."""
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = 0
 
 
 def mark_dirty(client: ClientState) -> None:

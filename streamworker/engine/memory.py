@@ -42,6 +42,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from streamworker.engine.keyspace import SizeMeter
 from streamworker.engine.model.zset import ZSet
 from streamworker.engine.numbers import parse_int
 
@@ -123,7 +124,7 @@ def _lp_entry(item: bytes) -> int:
 
 def _string(value: bytes) -> int:
     n = len(value)
-    if n <= 20 and parse_int(value) is not None:
+    if n <= 20 and (value.isdigit() or value[:1] == b"-") and parse_int(value) is not None:
         return _ROBJ
     if n <= _EMBSTR_MAX:
         return alloc_size(_ROBJ + 3 + n + 1)
@@ -237,6 +238,7 @@ class MemoryManager:
         # performEvictions's verdict at the start of the current top-level command (scripts
         # refuse their first denyoom write when it was OOM).
         self.pre_command_oom = False
+        self.meter = SizeMeter()
         self._pool: list[tuple[int, int, bytes]] = []  # (score, db index, key), best last
         self._next_db = 0
 
@@ -271,15 +273,15 @@ class MemoryManager:
         self.tracking = True
         engine = self.engine
         engine.tracking = True
+        meter = self.meter = SizeMeter()
         for db in engine.keyspace.dbs:
             sizes: dict[bytes, int] = {}
-            total = 0
             for key, value in db.data.items():
                 size = key_size(engine, key, value)
                 sizes[key] = size
-                total += size
+                meter.total += size
             db.sizes = sizes
-            db.size_total = total
+            db.meter = meter
         self._stamp_all()
 
     def _stamp_all(self) -> None:
@@ -290,9 +292,10 @@ class MemoryManager:
     def _stop_tracking(self) -> None:
         self.tracking = False
         self.engine.tracking = False
+        self.meter = SizeMeter()
         for db in self.engine.keyspace.dbs:
             db.sizes = None
-            db.size_total = 0
+            db.meter = None
             db.access = {}
 
     # -- used memory -------------------------------------------------------------------------
@@ -301,7 +304,7 @@ class MemoryManager:
         """The estimates of every key (kept up to date, or a walk over the keys)."""
         engine = self.engine
         if self.tracking:
-            return sum(db.size_total for db in engine.keyspace.dbs)
+            return self.meter.total
         return sum(
             key_size(engine, key, value)
             for db in engine.keyspace.dbs
@@ -373,9 +376,14 @@ class MemoryManager:
     def after_call(self, spec: CommandSpec, db: Database, argv: Sequence[bytes]) -> None:
         """Upkeep after a command ran (tracking on): stamp the keys it looked up,
         re-estimate those it may have written."""
-        keys = command_keys(spec, argv)
-        if not keys:
+        first = spec.first_key
+        if first <= 0:
             return
+        keys = (
+            (argv[first],)
+            if first == spec.last_key and first < len(argv)
+            else command_keys(spec, argv)
+        )
         data = db.data
         sizes = db.sizes
         engine = self.engine
@@ -383,14 +391,14 @@ class MemoryManager:
             value = data.get(key)
             if value is None:
                 if sizes is not None and key in sizes:
-                    db.size_total -= sizes.pop(key)
+                    self.meter.total -= sizes.pop(key)
                 db.access.pop(key, None)
                 continue
             if not spec.notouch:
                 self.touch(db, key)
             if spec.write and sizes is not None:
                 size = key_size(engine, key, value)
-                db.size_total += size - sizes.get(key, 0)
+                self.meter.total += size - sizes.get(key, 0)
                 sizes[key] = size
 
     # -- eviction ----------------------------------------------------------------------------
@@ -400,9 +408,11 @@ class MemoryManager:
         that could not be reached (Redis's EVICT_FAIL: denyoom commands are refused)."""
         if not self.maxmemory:
             return False
-        used = self.used_memory()
+        used = STARTUP_BYTES + self.meter.total
         if used <= self.maxmemory:
             return False
+        if used > self.peak:
+            self.peak = used
         if self.policy == "noeviction":
             return True
         started = time.perf_counter_ns()
@@ -422,9 +432,9 @@ class MemoryManager:
             if picked is None:
                 return True
             db, key = picked
-            before = db.size_total
+            before = self.meter.total
             self._evict(db, key)
-            freed += before - db.size_total
+            freed += before - self.meter.total
         return False
 
     def _evict(self, db: Database, key: bytes) -> None:

@@ -18,6 +18,7 @@ import pytest
 from streamworker.engine import Engine
 from streamworker.engine.aof import open_persistent
 from streamworker.engine.memory import STARTUP_BYTES, alloc_size
+from streamworker.engine.replies import NULL_BULK
 from tests.engine.conftest import Differ, FakeClock, RawEngine, RawRedis
 
 _OOM = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
@@ -461,3 +462,17 @@ def test_tracking_starts_with_the_keys_already_there() -> None:
     assert engine.memory.used_memory() == before
     engine.execute(client, [b"CONFIG", b"SET", b"maxmemory", b"0"])
     assert engine.memory.used_memory() == before
+
+
+def test_flush_swapdb_and_expiry_keep_the_total_right(ex: Any, clock: FakeClock) -> None:
+    ex("CONFIG", "SET", "maxmemory", "100mb")
+    ex("SET", "a", "x" * 100)
+    ex("SET", "b", "y" * 100, "PX", 50)
+    ex("SWAPDB", 0, 1)
+    ex("SELECT", 1)
+    assert _used(ex) == STARTUP_BYTES + _key_bytes(ex, "a") + _key_bytes(ex, "b")
+    clock.now += 100
+    assert ex("GET", "b") == NULL_BULK  # expired on lookup
+    assert _used(ex) == STARTUP_BYTES + _key_bytes(ex, "a")
+    ex("FLUSHALL")
+    assert _used(ex) == STARTUP_BYTES

@@ -79,7 +79,6 @@ class CommandSpec:
 
     __slots__ = (
         "arity",
-        "calls",
         "container",
         "denyoom",
         "duration_ns",
@@ -134,16 +133,20 @@ class CommandSpec:
     def reset_stats(self) -> None:
         """Zero the INFO commandstats / LATENCY HISTOGRAM counters (CONFIG RESETSTAT).
 
-        ``calls`` counts executions, ``duration_ns`` their summed time, ``rejected_calls`` the
+        :attr:`calls` counts executions, ``duration_ns`` their summed time, ``rejected_calls`` the
         calls refused before running (arity, OOM, NOAUTH...), ``failed_calls`` the ones that
         ran and replied an error (Redis 7.0's definitions). ``histogram[i]`` counts calls that
         took less than ``1024 << i`` ns (the buckets LATENCY HISTOGRAM reports).
         """
-        self.calls = 0
         self.duration_ns = 0
         self.rejected_calls = 0
         self.failed_calls = 0
         self.histogram: list[int] = [0] * HISTOGRAM_BUCKETS
+
+    @property
+    def calls(self) -> int:
+        """Executions counted (the histogram's total: one counter less on the hot path)."""
+        return sum(self.histogram)
 
     def copy(self) -> CommandSpec:
         """A copy with zeroed counters (and copied subcommands)."""

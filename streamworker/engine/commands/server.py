@@ -82,7 +82,6 @@ def swapdb(ctx: Ctx, args: list[bytes]) -> Reply:
         da.expires, db_.expires = db_.expires, da.expires
         da._heap, db_._heap = db_._heap, da._heap
         da.sizes, db_.sizes = db_.sizes, da.sizes
-        da.size_total, db_.size_total = db_.size_total, da.size_total
         da.access, db_.access = db_.access, da.access
         da.scan_cache = db_.scan_cache = None
         ctx.engine.signal_db_ready(a)
