@@ -476,3 +476,13 @@ def test_flush_swapdb_and_expiry_keep_the_total_right(ex: Any, clock: FakeClock)
     assert _used(ex) == STARTUP_BYTES + _key_bytes(ex, "a")
     ex("FLUSHALL")
     assert _used(ex) == STARTUP_BYTES
+
+
+def test_untracked_used_memory_of_a_large_database_is_extrapolated_closely() -> None:
+    engine = Engine()
+    client = engine.connect()
+    engine.execute_many(client, [[b"SET", b"key:%d" % i, b"v" * (i % 50)] for i in range(25_000)])
+    estimated = engine.memory.used_memory()
+    engine.execute(client, [b"CONFIG", b"SET", b"maxmemory", b"1gb"])  # exact, tracked
+    exact = engine.memory.used_memory()
+    assert abs(estimated - exact) < exact * 0.02
