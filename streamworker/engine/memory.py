@@ -148,8 +148,23 @@ def _sample(items: Iterable[Any], n: int, samples: int) -> tuple[list[Any], floa
     return taken, (n / len(taken) if taken else 0.0)
 
 
+_LIMIT_NAMES = (
+    "hash-max-listpack-value",
+    "hash-max-listpack-entries",
+    "set-max-intset-entries",
+    "zset-max-listpack-value",
+    "zset-max-listpack-entries",
+    "stream-node-max-bytes",
+)
+
+
+def read_limits(engine: Engine) -> dict[str, int]:
+    """The encoding parameters the estimate depends on (cached by the MemoryManager)."""
+    return {name: int(engine.config.get(name) or 0) for name in _LIMIT_NAMES}
+
+
 def _config_int(engine: Engine, name: str) -> int:
-    return int(engine.config.get(name) or 0)
+    return engine.memory.limits[name]
 
 
 def estimate(engine: Engine, value: Any, samples: int = 5) -> int:
@@ -167,8 +182,12 @@ def estimate(engine: Engine, value: Any, samples: int = 5) -> int:
         if small:
             blob = sum(_lp_entry(f) + _lp_entry(v) for f, v in taken) * factor
             return _ROBJ + alloc_size(_LISTPACK_HEADER + int(blob))
-        per = sum(_DICT_ENTRY + _sds(len(f)) + _sds(len(v)) for f, v in taken) * factor
-        return _ROBJ + _DICT + _buckets(n) + int(per)
+        if not taken:
+            return _ROBJ + _DICT
+        # Big values: the average sampled sizes, allocated once per element.
+        avg_f = sum(len(f) for f, _ in taken) // len(taken)
+        avg_v = sum(len(v) for _, v in taken) // len(taken)
+        return _ROBJ + _DICT + _buckets(n) + n * (_DICT_ENTRY + _sds(avg_f) + _sds(avg_v))
     if isinstance(value, set):
         taken, factor = _sample(value, n, samples)
         ints = [parse_int(m) if len(m) <= 20 else None for m in taken]
@@ -179,8 +198,8 @@ def estimate(engine: Engine, value: Any, samples: int = 5) -> int:
                 if i is not None
             )
             return _ROBJ + alloc_size(8 + width * n)
-        per = sum(_DICT_ENTRY + _sds(len(m)) for m in taken) * factor
-        return _ROBJ + _DICT + _buckets(n) + int(per)
+        avg = sum(len(m) for m in taken) // max(1, len(taken))
+        return _ROBJ + _DICT + _buckets(n) + n * (_DICT_ENTRY + _sds(avg))
     if isinstance(value, ZSet):
         taken, factor = _sample(value.scores, n, samples)
         limit = _config_int(engine, "zset-max-listpack-value")
@@ -189,8 +208,8 @@ def estimate(engine: Engine, value: Any, samples: int = 5) -> int:
         ):
             blob = sum(_lp_entry(m) + 6 for m in taken) * factor
             return _ROBJ + alloc_size(_LISTPACK_HEADER + int(blob))
-        per = sum(_DICT_ENTRY + _SKIPLIST_NODE + _sds(len(m)) for m in taken) * factor
-        return _ROBJ + 2 * _DICT + _buckets(n) + int(per)
+        avg = sum(len(m) for m in taken) // max(1, len(taken))
+        return _ROBJ + 2 * _DICT + _buckets(n) + n * (_DICT_ENTRY + _SKIPLIST_NODE + _sds(avg))
     if isinstance(value, deque):
         taken, factor = _sample(value, n, samples)
         blob = int(sum(_lp_entry(e) for e in taken) * factor)
@@ -246,6 +265,7 @@ class MemoryManager:
         # refuse their first denyoom write when it was OOM).
         self.pre_command_oom = False
         self.meter = SizeMeter()
+        self.limits = read_limits(engine)
         self._pool: list[tuple[int, int, bytes]] = []  # (score, db index, key), best last
         self._next_db = 0
 
@@ -261,6 +281,7 @@ class MemoryManager:
         self.samples = int(cfg.get("maxmemory-samples") or 5)
         self.lfu_log_factor = int(cfg.get("lfu-log-factor") or 0)
         self.lfu_decay_time = int(cfg.get("lfu-decay-time") or 0)
+        self.limits = read_limits(engine)
         was_lfu = self.lfu
         self.lfu = policy.endswith("-lfu")
         changed_kind = policy != self.policy and was_lfu != self.lfu
@@ -494,8 +515,7 @@ class MemoryManager:
             # Every pooled key was gone (deleted meanwhile): sample again.
 
     def _populate(self, db: Database, pool: dict[bytes, Any]) -> None:
-        n = min(self.samples, len(pool))
-        keys = {_random_key(pool) for _ in range(n)} if len(pool) > n else set(pool)
+        keys = _sample_keys(pool, self.samples)
         entries = {(k, i) for _, i, k in self._pool}
         for key in keys:
             if (key, db.index) in entries:
@@ -515,6 +535,20 @@ class MemoryManager:
         if self.lfu:
             return 255 - self.lfu_counter(field)
         return self.idle_ms(field)
+
+
+def _sample_keys(pool: dict[bytes, Any], count: int) -> list[bytes]:
+    """About ``count`` keys of ``pool`` from a random place: consecutive keys from a random
+    start among the first 1,024, wrapping around (Redis's dictGetSomeKeys also takes
+    neighbouring buckets)."""
+    n = len(pool)
+    if n <= count:
+        return list(pool)
+    start = random.randrange(min(n, 1024))
+    keys = list(itertools.islice(iter(pool), start, start + count))
+    if len(keys) < count:
+        keys += itertools.islice(iter(pool), count - len(keys))
+    return keys
 
 
 def _random_key(pool: dict[bytes, Any]) -> bytes:
