@@ -259,6 +259,8 @@ class ScriptRuntime:
         self.engine = engine
         # The client scripts' commands run as (Redis's lua_client): its own db and protocol.
         self.client = ClientState(0, engine.clock())
+        # Redis's fake clients have no peer: the slow log shows their commands as from "?:0".
+        self.client.addr = "?:0"
         self.ctx = Ctx(engine, self.client)
         self.client.ctx = self.ctx
         self.ctx.in_script = True

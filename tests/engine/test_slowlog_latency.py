@@ -101,6 +101,23 @@ def test_slowlog_entries_have_redis_shape_and_trimming(d: Differ) -> None:
 
 
 @pytest.mark.redis
+def test_commands_of_scripts_and_transactions_are_logged_like_redis(d: Differ) -> None:
+    d.check("CONFIG", "SET", "slowlog-log-slower-than", "0")
+    d.check("EVAL", "redis.call('set','a','b') return 1", "0")
+    for cmd in (("MULTI",), ("SET", "x", "1"), ("GET", "x"), ("EXEC",)):
+        d.check(*cmd)
+    d.check("CONFIG", "SET", "slowlog-log-slower-than", "-1")
+    real, fake = d.both("SLOWLOG", "GET", "-1")
+
+    def logged(raw: bytes) -> list[tuple[list[bytes], bytes]]:
+        return [(_args_and_name(e)[0], e.children[4].text) for e in _entries(raw)]
+
+    script_addr = [addr for args, addr in logged(fake) if args[0] == b"set"]
+    assert script_addr == [b"?:0"]
+    assert [args for args, _ in logged(fake)] == [args for args, _ in logged(real)]
+
+
+@pytest.mark.redis
 def test_slowlog_ids_grow_and_max_len_keeps_the_newest(d: Differ) -> None:
     d.check("CONFIG", "SET", "slowlog-max-len", "2")
     d.check("CONFIG", "SET", "slowlog-log-slower-than", "0")
