@@ -123,13 +123,19 @@ def d(differ: Differ) -> Iterator[Differ]:
         ("ZADD", "k", "1", "a", "2", "b"),
     ],
 )
-def test_memory_usage_of_small_values_matches_redis(d: Differ, value_cmd: tuple[str, ...]) -> None:
+@pytest.mark.parametrize("resp", [2, 3])
+def test_memory_usage_of_small_values_matches_redis(
+    d: Differ, value_cmd: tuple[str, ...], resp: int
+) -> None:
+    d.both("HELLO", resp)
     d.check(*value_cmd)
     d.check("MEMORY", "USAGE", "k")
 
 
 @pytest.mark.redis
-def test_memory_usage_errors_match_redis(d: Differ) -> None:
+@pytest.mark.parametrize("resp", [2, 3])
+def test_memory_usage_errors_match_redis(d: Differ, resp: int) -> None:
+    d.both("HELLO", resp)
     d.check("SET", "k", "v")
     d.check("MEMORY", "USAGE", "k", "SAMPLES", "-1")
     d.check("MEMORY", "USAGE", "k", "SAMPLES", "x")
@@ -274,7 +280,9 @@ def test_object_freq_needs_an_lfu_policy(d: Differ) -> None:
 
 
 @pytest.mark.redis
-def test_object_freq_starts_at_five_and_the_first_access_makes_six(d: Differ) -> None:
+@pytest.mark.parametrize("resp", [2, 3])
+def test_object_freq_starts_at_five_and_the_first_access_makes_six(d: Differ, resp: int) -> None:
+    d.both("HELLO", resp)
     d.check("CONFIG", "SET", "maxmemory-policy", "allkeys-lfu")
     d.check("SET", "k", "v")
     d.check("OBJECT", "FREQ", "k")

@@ -49,7 +49,9 @@ def _args_and_name(entry: Node) -> tuple[list[bytes], bytes]:
 
 
 @pytest.mark.redis
-def test_help_texts_match_redis(d: Differ) -> None:
+@pytest.mark.parametrize("resp", [2, 3])
+def test_help_texts_match_redis(d: Differ, resp: int) -> None:
+    d.both("HELLO", resp)
     d.check("SLOWLOG", "HELP")
     d.check("LATENCY", "HELP")
 
@@ -75,7 +77,9 @@ def test_help_texts_match_redis(d: Differ) -> None:
         ("CONFIG", "GET", "latency-monitor-threshold"),
     ],
 )
-def test_replies_and_errors_match_redis(d: Differ, cmd: tuple[str, ...]) -> None:
+@pytest.mark.parametrize("resp", [2, 3])
+def test_replies_and_errors_match_redis(d: Differ, cmd: tuple[str, ...], resp: int) -> None:
+    d.both("HELLO", resp)
     d.check(*cmd)
 
 
