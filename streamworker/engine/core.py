@@ -555,6 +555,9 @@ class Engine:
         self._errors_seen = self.stats_errors
         if elapsed >= self.monitor_ns:
             self.monitor(spec, blocked.ctx, blocked.argv, elapsed)
+        if self.tracking:
+            # Served: it popped or read its keys now (sizes and access data follow).
+            self.memory.after_call(spec, blocked.ctx.db, blocked.argv)
 
     def monitor(self, spec: CommandSpec, ctx: Ctx, argv: Sequence[bytes], elapsed: int) -> None:
         """A call that took ``elapsed`` ns, at least :attr:`monitor_ns`: into the slow log

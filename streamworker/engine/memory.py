@@ -411,13 +411,15 @@ class MemoryManager:
         """Upkeep after a command ran (tracking on): stamp the keys it looked up,
         re-estimate those it may have written."""
         first = spec.first_key
+        keys: Sequence[bytes]
         if first <= 0:
-            return
-        keys = (
-            (argv[first],)
-            if first == spec.last_key and first < len(argv)
-            else command_keys(spec, argv)
-        )
+            if not spec.movable:
+                return
+            keys = movable_keys(spec, argv)
+        elif first == spec.last_key and first < len(argv):
+            keys = (argv[first],)
+        else:
+            keys = command_keys(spec, argv)
         data = db.data
         sizes = db.sizes
         engine = self.engine
@@ -558,6 +560,15 @@ def _random_key(pool: dict[bytes, Any]) -> bytes:
     # Not uniform over huge dicts, but bounded work (Redis samples buckets, not keys, too).
     skip = random.randrange(min(n, 1024))
     return next(itertools.islice(iter(pool), skip, None))
+
+
+def movable_keys(spec: CommandSpec, argv: Sequence[bytes]) -> list[bytes]:
+    """The keys of a movable-keys command's call (LMPOP, ZMPOP, SORT ... STORE...), as COMMAND
+    GETKEYS finds them; none for the ones it does not know (XREAD/XREADGROUP, scripts: their
+    writes are re-estimated by the commands they run, or at the next write of the key)."""
+    from streamworker.engine.commands.server import _movable_keys
+
+    return _movable_keys(spec.name, list(argv)) or []
 
 
 def command_keys(spec: CommandSpec, argv: Sequence[bytes]) -> list[bytes]:

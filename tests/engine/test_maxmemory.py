@@ -494,3 +494,14 @@ def test_untracked_used_memory_of_a_large_database_is_extrapolated_closely() -> 
     engine.execute(client, [b"CONFIG", b"SET", b"maxmemory", b"1gb"])  # exact, tracked
     exact = engine.memory.used_memory()
     assert abs(estimated - exact) < exact * 0.02
+
+
+def test_pops_of_movable_key_and_served_blocking_commands_are_charged(ex: Any) -> None:
+    ex("CONFIG", "SET", "maxmemory", "100mb")
+    ex("RPUSH", "l", *["x" * 100] * 50)
+    ex("LMPOP", 1, "l", "LEFT", "COUNT", 40)
+    assert _used(ex) == STARTUP_BYTES + _key_bytes(ex, "l")
+    blocked = ex("BLPOP", "empty", 0)
+    ex("RPUSH", "empty", "a" * 100, "b" * 100)  # serves the BLPOP, which pops the first
+    assert blocked.reply == [b"empty", b"a" * 100]
+    assert _used(ex) == STARTUP_BYTES + _key_bytes(ex, "l") + _key_bytes(ex, "empty")

@@ -88,6 +88,7 @@ class CommandSpec:
         "func",
         "histogram",
         "last_key",
+        "movable",
         "name",
         "no_multi",
         "noscript",
@@ -125,6 +126,7 @@ class CommandSpec:
         # Commands that run immediately even while MULTI is open (Redis's execCommand list).
         self.queueable = name not in _MULTI_IMMEDIATE
         self.denyoom = "denyoom" in self.flags
+        self.movable = "movablekeys" in self.flags
         self.write = "write" in self.flags
         # Looks its keys up without touching their LRU/LFU data (Redis's LOOKUP_NOTOUCH).
         self.notouch = name in _NOTOUCH or self.container in ("object", "memory")
