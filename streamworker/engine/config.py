@@ -13,7 +13,7 @@ from streamworker.engine import msgs
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import parse_int
 
-__all__ = ["EngineConfig", "memtoull", "parse_client_output_buffer_limit"]
+__all__ = ["EngineConfig", "memtoull", "parse_client_output_buffer_limit", "parse_percentiles"]
 
 _Validator = Callable[[str], str]
 
@@ -168,6 +168,26 @@ def _keyspace_events(value: str) -> str:
     return shown
 
 
+def parse_percentiles(value: str) -> list[float]:
+    """``latency-tracking-info-percentiles``: blank-separated numbers in 0..100."""
+    out: list[float] = []
+    for word in value.split():
+        try:
+            p = float(word)
+        except ValueError:
+            raise ValueError("Invalid latency-tracking-info-percentiles parameters") from None
+        if not 0.0 <= p <= 100.0:
+            raise ValueError(
+                "latency-tracking-info-percentiles parameters should sit between [0.0,100.0]"
+            )
+        out.append(p)
+    return out
+
+
+def _percentiles(value: str) -> str:
+    return " ".join(f"{p:g}" for p in parse_percentiles(value))
+
+
 _LLONG_MAX = 2**63 - 1
 
 _OBUF_CLASSES = {"normal": "normal", "slave": "slave", "replica": "slave", "pubsub": "pubsub"}
@@ -279,6 +299,11 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "enable-protected-configs": ("no", None),
     "requirepass": ("", _any),
     "maxmemory-samples": ("5", _int_range(1, 2**31 - 1)),
+    "maxmemory-eviction-tenacity": ("10", _int_range(0, 100)),
+    "lfu-log-factor": ("10", _int_range(0, 2**31 - 1)),
+    "lfu-decay-time": ("1", _int_range(0, 2**31 - 1)),
+    "latency-monitor-threshold": ("0", _int_range(0, _LLONG_MAX)),
+    "latency-tracking-info-percentiles": ("50 99 99.9", _percentiles),
     "latency-tracking": ("yes", _bool),
     "lazyfree-lazy-user-del": ("no", _bool),
     "lazyfree-lazy-user-flush": ("no", _bool),

@@ -318,6 +318,7 @@ class Blocked:
     __slots__ = (
         "_callbacks",
         "_event",
+        "argv",
         "ctx",
         "db_index",
         "deadline",
@@ -327,6 +328,8 @@ class Blocked:
         "postponed",
         "reply",
         "resolved",
+        "run_ns",
+        "spec",
         "timeout_ms",
     )
 
@@ -356,6 +359,11 @@ class Blocked:
         # CLIENT PAUSE: the command that waits for the pause to end (not run yet). Resolved
         # with :data:`RESUME`, it is to be submitted again by the transport.
         self.postponed: Sequence[bytes] | None = None
+        # The blocked command, its argv and run time so far: the engine counts the call
+        # (INFO commandstats, slow log) when it is served or times out, as Redis does.
+        self.spec: CommandSpec | None = None
+        self.argv: Sequence[bytes] = ()
+        self.run_ns = 0
 
     @property
     def client(self) -> ClientState:

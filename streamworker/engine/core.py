@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streamworker.engine import msgs
-from streamworker.engine.commands import CommandSpec, load_commands
+from streamworker.engine.commands import HISTOGRAM_BUCKETS, CommandSpec, load_commands
 from streamworker.engine.config import EngineConfig
 from streamworker.engine.context import RESUME, Blocked, ClientState, Ctx, OnReady
+from streamworker.engine.diagnostics import Diagnostics
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import Keyspace, unwatch_all
+from streamworker.engine.memory import MemoryManager
 from streamworker.engine.pubsub import NOTIFY_EXPIRED, NOTIFY_NEW, PubSub
 from streamworker.engine.replies import NULL_BULK, QUEUED
 from streamworker.engine.tracking import Tracker
@@ -38,6 +40,14 @@ def _wall_clock_ms() -> int:
 
 
 _CRON_INTERVAL_S = 0.1  # Redis's default hz 10
+
+_ns = time.perf_counter_ns
+_LAST_BUCKET = HISTOGRAM_BUCKETS - 1
+_NEVER = 1 << 62  # a duration no call reaches: monitoring off
+# Commands never refused for memory inside MULTI (they end it or leave it).
+_OOM_ALWAYS_IN_MULTI = frozenset({"exec", "discard", "quit", "reset"})
+_FCALL_COMMANDS = frozenset({"fcall", "fcall_ro"})
+_EVAL_COMMANDS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro"})
 
 
 # Commands never logged as received: what they run is logged command by command (a script's
@@ -119,6 +129,11 @@ class Engine:
             db.expired_event = self._key_expired
             db.new_event = self._key_new
         self.table: dict[bytes, CommandSpec] = load_commands()
+        self.diagnostics = Diagnostics()
+        # Memory accounting and eviction; ``tracking`` mirrors memory.tracking for the hot
+        # path (per-key sizes and LRU/LFU fields kept after every command).
+        self.tracking = False
+        self.memory = MemoryManager(self)
         self.clients: dict[int, ClientState] = {}
         self._next_client_id = 1
         self._waiters: dict[tuple[int, bytes], dict[Blocked, None]] = {}
@@ -131,6 +146,10 @@ class Engine:
         self.stats_connections = 0
         self.stats_errors = 0
         self.stats_rejected = 0
+        # stats_errors when the last call was accounted: a call whose run moved it failed.
+        self._errors_seen = 0
+        # Calls at least this long (ns) go to monitor() (slow log, latency monitor).
+        self.monitor_ns = _NEVER
         # Connections refused at maxclients (INFO rejected_connections; no error reply counted).
         self.stats_rejected_connections = 0
         # INFO errorstats: error replies by prefix (Redis's server.errors rax).
@@ -175,6 +194,7 @@ class Engine:
         self.admin_hooks = False
         # ACL LOG entries (the default user is never denied: the log stays empty).
         self.acl_log: list[Any] = []
+        self.config_changed()
 
     def set_clock(self, clock: Callable[[], int]) -> None:
         """Replace the engine clock (commands and key expiry both use it)."""
@@ -326,16 +346,23 @@ class Engine:
         n = len(argv)
         if n != arity and (arity > 0 or n < -arity):
             if spec.name == "exec":
+                spec.rejected_calls += 1
                 return self._exec_abort(client, msgs.wrong_arity("exec"))
-            return self._reject(client, msgs.wrong_arity(spec.name))
+            return self._reject(client, msgs.wrong_arity(spec.name), spec)
         if not client.authenticated and "no-auth" not in spec.flags:
-            return self._reject(client, msgs.NOAUTH)
+            return self._reject(client, msgs.NOAUTH, spec)
+        if self.tracking and self.memory.maxmemory:
+            refused = self._check_oom(client, spec, argv)
+            if refused is not None:
+                return refused
         if client.pubsub and client.resp == 2 and spec.name not in _SUBSCRIBED_OK:
             # RESP2 has no way to tell a reply from a message: Redis refuses the rest.
-            return self._reject(client, msgs.subscribed_context(spec.name))
+            return self._reject(client, msgs.subscribed_context(spec.name), spec)
         admin = self.admin_hooks
         if admin:
             # CLIENT PAUSE, MONITOR or CLIENT TRACKING in use (one check on the hot path).
+            if client.monitor and spec.flags & _KEYSPACE_FLAGS:
+                return self._reject(client, msgs.REPLICA_KEYSPACE, spec)
             if (
                 self.pause_until
                 and client.push is not None
@@ -343,12 +370,10 @@ class Engine:
                 and self._paused(client, spec, argv)
             ):
                 return self._postpone(client, argv)
-            if client.monitor and spec.flags & _KEYSPACE_FLAGS:
-                return self._reject(client, msgs.REPLICA_KEYSPACE)
         ctx = client.ctx
         if client.in_multi:
             if spec.no_multi:
-                return self._reject(client, msgs.NOT_ALLOWED_IN_MULTI)
+                return self._reject(client, msgs.NOT_ALLOWED_IN_MULTI, spec)
             if spec.queueable:
                 client.multi_queue.append((spec, argv))
                 client.last_cmd = spec.name  # CLIENT LIST's cmd= is the queued command
@@ -359,29 +384,49 @@ class Engine:
         client.last_cmd = spec.name
         func = spec.func
         if func is None:  # a container called without a subcommand is caught by arity
-            return self._reject(client, msgs.wrong_arity(spec.name))
+            return self._reject(client, msgs.wrong_arity(spec.name), spec)
+        if self.propagator is not None and spec.write and self.propagator.write_error:
+            # MISCONF: refused before running, like Redis's processCommand.
+            return self._reject(client, msgs.misconf_aof(self.propagator.write_error), spec)
         args = argv[spec.skip :]
         ctx.argv = argv
         if admin:
             self._before_call(client, spec, argv)
+        start = _ns()
         if self.propagator is not None:
             reply = self._call_propagating(
                 spec, ctx, argv, args if type(args) is list else list(args)
             )
-            if type(reply) is Blocked:
-                self._register(reply)
+        else:
+            try:
+                reply = func(ctx, args if type(args) is list else list(args))
+            except CommandError as exc:
+                self.count_error(exc.text)
+                reply = exc
+            except Exception as exc:
+                reply = self._internal_error(spec, exc)
+        if self.tracking:
+            self.memory.after_call(spec, ctx.db, argv)
+        if type(reply) is Blocked:
+            # Redis counts a blocked command when it is served or times out.
+            reply.spec = spec
+            reply.argv = argv
+            reply.run_ns = _ns() - start
+            self._register(reply)
             if admin:
                 self._after_call(client, spec, argv)
             return reply
-        try:
-            reply = func(ctx, args if type(args) is list else list(args))
-        except CommandError as exc:
-            self.count_error(exc.text)
-            reply = exc
-        except Exception as exc:
-            reply = self._internal_error(spec, exc)
-        if type(reply) is Blocked:
-            self._register(reply)
+        elapsed = _ns() - start
+        spec.duration_ns += elapsed
+        spec.histogram[(elapsed >> 10).bit_length()] += 1
+        errors = self.stats_errors
+        if errors != self._errors_seen:
+            # Redis 7.0: a call failed if it added an error reply (its nested calls, run
+            # before, already took theirs).
+            self._errors_seen = errors
+            spec.failed_calls += 1
+        if elapsed >= self.monitor_ns:
+            self.monitor(spec, ctx, argv, elapsed)
         if admin:
             self._after_call(client, spec, argv)
         return reply
@@ -436,6 +481,7 @@ class Engine:
         func = spec.func
         assert func is not None
         ctx.argv = argv
+        start = _ns()
         if self.propagator is not None:
             reply = self._call_propagating(spec, ctx, argv, list(argv[spec.skip :]))
         else:
@@ -443,9 +489,12 @@ class Engine:
                 reply = func(ctx, list(argv[spec.skip :]))
             except CommandError as exc:
                 self.count_error(exc.text)
-                return exc
+                reply = exc
             except Exception as exc:
-                return self._internal_error(spec, exc)
+                reply = self._internal_error(spec, exc)
+        self.account(spec, ctx, argv, _ns() - start)
+        if self.tracking:
+            self.memory.after_call(spec, ctx.db, argv)
         if self.monitors:
             self.feed_monitors(ctx.client, spec, argv, ctx.client.db_index)
         if self.tracker is not None and ctx.client.tracking is not None:
@@ -453,6 +502,19 @@ class Engine:
         if type(reply) is Blocked:  # ctx.block returns the timeout reply in MULTI
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
+
+    def account(self, spec: CommandSpec, ctx: Ctx, argv: Sequence[bytes], elapsed: int) -> None:
+        """Count one finished call of ``spec`` that took ``elapsed`` ns (INFO commandstats,
+        LATENCY HISTOGRAM, the slow log and the latency monitor). The inlined copy of this in
+        :meth:`_dispatch` is the hot path; nested calls (EXEC's, scripts') come here."""
+        spec.duration_ns += elapsed
+        spec.histogram[min((elapsed >> 10).bit_length(), _LAST_BUCKET)] += 1
+        errors = self.stats_errors
+        if errors != self._errors_seen:
+            self._errors_seen = errors
+            spec.failed_calls += 1
+        if elapsed >= self.monitor_ns:
+            self.monitor(spec, ctx, argv, elapsed)
 
     def call_from_script(
         self, ctx: Ctx, argv: list[bytes], read_only: bool = False, propagate: bool = True
@@ -481,9 +543,19 @@ class Engine:
         if read_only and ("write" in spec.flags or "may-replicate" in spec.flags):
             # Redis counts may-replicate commands (PFCOUNT) as writes in read-only scripts.
             return CommandError(msgs.SCRIPT_WRITE_IN_READ_ONLY)
+        if (
+            spec.denyoom
+            and self.memory.pre_command_oom
+            and (runtime := self._running_runtime()) is not None
+            and runtime.oom_refuses_writes()
+        ):
+            # Redis 7.0's scriptVerifyOOM: the script started over maxmemory, has not written
+            # yet and did not declare allow-oom.
+            return CommandError(msgs.OOM)
         self.stats_commands += 1
         ctx.client.last_cmd = spec.name
         ctx.argv = argv
+        start = _ns()
         # Persistence hook: with a propagator attached, each write a script runs is logged as
         # its own effect (Redis 7.0 replicates a script's effects, not the EVAL) and the
         # propagator's end_call for the EVAL logs them together; redis.set_repl(REPL_NONE)
@@ -503,11 +575,137 @@ class Engine:
                 reply = self._internal_error(spec, exc)
             if prop is not None:
                 del prop.ops[mark:]
+        self.account(spec, ctx, argv, _ns() - start)
+        if self.tracking:
+            self.memory.after_call(spec, ctx.db, argv)
         if self.monitors:
             self.feed_monitors(ctx.client, spec, argv, ctx.client.db_index, lua=True)
         if type(reply) is Blocked:
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
+
+    def _check_oom(
+        self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]
+    ) -> CommandError | None:
+        # Redis's processCommand with maxmemory set: evict first (any command), then refuse
+        # a denyoom command if still over the limit; inside MULTI everything but
+        # EXEC/DISCARD/QUIT/RESET is refused (queueing takes memory too), and EXEC is refused
+        # when it holds a denyoom command.
+        memory = self.memory
+        out_of_memory = memory.perform_evictions()
+        memory.pre_command_oom = out_of_memory
+        if not out_of_memory:
+            return None
+        name = spec.name
+        if name == "exec":
+            if client.in_multi and any(
+                self._denies_oom(queued, qargv) for queued, qargv in client.multi_queue
+            ):
+                spec.rejected_calls += 1
+                return self._exec_abort(client, msgs.OOM)
+            return None
+        if client.in_multi and name not in _OOM_ALWAYS_IN_MULTI:
+            return self._reject(client, msgs.OOM, spec)
+        if self._denies_oom(spec, argv):
+            return self._reject(client, msgs.OOM, spec)
+        return None
+
+    def _running_runtime(self) -> Any:
+        # The Lua runtime whose script or function is running (EVAL's or FCALL's), if any.
+        for runtime in (self.functions, self.scripting):
+            if runtime is not None and runtime.running:
+                return runtime
+        return None
+
+    def _denies_oom(self, spec: CommandSpec, argv: Sequence[bytes]) -> bool:
+        # EVAL/EVALSHA take their flags from the script's shebang (Redis's
+        # evalGetCommandFlags): a declared script is denyoom unless allow-oom or no-writes;
+        # one without a shebang is not (its first write is checked when it runs).
+        if spec.name in _EVAL_COMMANDS and len(argv) > 1:
+            from streamworker.engine.scripting import parse_shebang, sha1hex
+
+            body_flags: frozenset[str] | None
+            if spec.name.startswith("evalsha"):
+                script = self.scripting.get(argv[1]) if self.scripting is not None else None
+                body_flags = script.flags if script is not None else None
+            else:
+                cached = (
+                    self.scripting.get(sha1hex(argv[1])) if self.scripting is not None else None
+                )
+                if cached is not None:
+                    body_flags = cached.flags
+                else:
+                    try:
+                        body_flags = parse_shebang(argv[1])[1]
+                    except CommandError:
+                        return False
+            return body_flags is not None and not (
+                "allow-oom" in body_flags or "no-writes" in body_flags
+            )
+        if spec.name in _FCALL_COMMANDS and len(argv) > 1:
+            # A function's flags decide as a shebang does (Redis's fcallGetCommandFlags); an
+            # unknown function is not refused here (FCALL then says it does not exist).
+            fn = self.functions.find(argv[1]) if self.functions is not None else None
+            return fn is not None and not ("allow-oom" in fn.flags or "no-writes" in fn.flags)
+        return spec.denyoom
+
+    def _account_unblocked(self, blocked: Blocked, reply: Reply) -> None:
+        # A blocked command is counted once, when it is served or times out (Redis's
+        # updateStatsOnUnblock), with the time it ran, not the time it waited.
+        spec = blocked.spec
+        if spec is None:
+            return
+        blocked.spec = None
+        elapsed = blocked.run_ns
+        spec.duration_ns += elapsed
+        spec.histogram[min((elapsed >> 10).bit_length(), _LAST_BUCKET)] += 1
+        if type(reply) is CommandError:
+            spec.failed_calls += 1
+        self._errors_seen = self.stats_errors
+        if elapsed >= self.monitor_ns:
+            self.monitor(spec, blocked.ctx, blocked.argv, elapsed)
+        if self.tracking:
+            # Served: it popped or read its keys now (sizes and access data follow).
+            self.memory.after_call(spec, blocked.ctx.db, blocked.argv)
+
+    def monitor(self, spec: CommandSpec, ctx: Ctx, argv: Sequence[bytes], elapsed: int) -> None:
+        """A call that took ``elapsed`` ns, at least :attr:`monitor_ns`: into the slow log
+        and the latency monitor (each applies its own threshold)."""
+        client = ctx.client
+        self.diagnostics.record_call(
+            name=spec.name,
+            fast="fast" in spec.flags,
+            skip_slowlog="skip-slowlog" in spec.flags,
+            argv=argv,
+            elapsed_ns=elapsed,
+            now_ms=_wall_clock_ms(),
+            addr=client.addr,
+            client_name=client.name or b"",
+        )
+
+    def config_changed(self) -> None:
+        """Re-read the parameters the engine caches (after CONFIG SET)."""
+        cfg = self.config
+        self.memory.configure()
+        self.monitor_ns = self.diagnostics.configure(
+            int(cfg.get("slowlog-log-slower-than") or 0),
+            int(cfg.get("slowlog-max-len") or 0),
+            int(cfg.get("latency-monitor-threshold") or 0),
+        )
+
+    def reset_stats(self) -> None:
+        """CONFIG RESETSTAT: zero the counters of INFO stats, errorstats, commandstats and
+        latencystats (the slow log and latency events stay, as in Redis)."""
+        self.stats_commands = self.stats_errors = self.stats_rejected = 0
+        self.stats_rejected_connections = 0
+        self.error_counts.clear()
+        self._errors_seen = 0
+        self.memory.evicted_keys = 0
+        self.memory.peak = self.memory.used_memory()
+        for spec in self.table.values():
+            spec.reset_stats()
+            for sub in (spec.subcommands or {}).values():
+                sub.reset_stats()
 
     def count_error(self, text: str, rejected: bool = False) -> None:
         """Count one error reply for INFO (``total_error_replies``, ``errorstat_<PREFIX>``).
@@ -544,10 +742,14 @@ class Engine:
         self.count_error(error.text, rejected=True)
         return error
 
-    def _reject(self, client: ClientState, text: str) -> CommandError:
+    def _reject(
+        self, client: ClientState, text: str, spec: CommandSpec | None = None
+    ) -> CommandError:
         # Rejections inside MULTI abort the transaction at EXEC (Redis's flagTransaction).
         if client.in_multi:
             client.multi_error = True
+        if spec is not None:
+            spec.rejected_calls += 1
         self.count_error(text, rejected=True)
         return CommandError(text)
 
@@ -614,6 +816,7 @@ class Engine:
                     if type(reply) is CommandError:
                         self.count_error(reply.text)
                     self._unblock(blocked)
+                    self._account_unblocked(blocked, reply)
                     if prop is not None:
                         self._wakeups.append((blocked, reply))
                     else:
@@ -627,6 +830,7 @@ class Engine:
             self._unblock(blocked)
             if type(reply) is CommandError:
                 self.count_error(reply.text)
+            self._account_unblocked(blocked, reply)
             return blocked.resolve(reply)
 
     def timeout_blocked(self, blocked: Blocked) -> Reply:
@@ -635,6 +839,7 @@ class Engine:
         with self.lock:
             if not blocked.resolved:
                 self._unblock(blocked)
+                self._account_unblocked(blocked, blocked.on_timeout_reply)
                 blocked.resolve(blocked.on_timeout_reply)
             assert blocked.reply is not None
             return blocked.reply
@@ -774,7 +979,9 @@ class Engine:
             self.unpause()
         if self.propagator is not None:
             self.propagator.tick()
+        start = _ns()
         self.keyspace.active_expire()
+        self.diagnostics.add_latency("expire-cycle", _wall_clock_ms(), _ns() - start)
         if self._ready:
             self._serve_ready()
 

@@ -22,7 +22,7 @@ from streamworker.engine.errors import CommandError
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState, WatchedKey
 
-__all__ = ["Database", "Keyspace", "glob_match", "type_name"]
+__all__ = ["Database", "Keyspace", "SizeMeter", "glob_match", "type_name"]
 
 _T = TypeVar("_T")
 
@@ -57,6 +57,7 @@ class Database:
         "_clock",
         "_heap",
         "_key_event",
+        "access",
         "big_keys",
         "data",
         "expired_count",
@@ -65,8 +66,10 @@ class Database:
         "flush_event",
         "index",
         "member_scans",
+        "meter",
         "new_event",
         "scan_cache",
+        "sizes",
         "track_hook",
         "watchers",
     )
@@ -102,6 +105,12 @@ class Database:
         # CLIENT TRACKING: called with (db index, key) for every modified key and with
         # (db index, None) for a flush; None while no client tracks keys.
         self.track_hook: Callable[[int, bytes | None], None] | None = None
+        # Memory upkeep (see memory.py), kept only while the engine tracks memory: each key's
+        # size estimate (None when not tracking), the engine-wide total they add to, and each
+        # key's LRU/LFU field.
+        self.sizes: dict[bytes, int] | None = None
+        self.meter: SizeMeter | None = None
+        self.access: dict[bytes, int] = {}
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -192,6 +201,8 @@ class Database:
         self.big_keys.discard(key)
         if self.expires:
             self.expires.pop(key, None)
+        if self.sizes is not None:
+            self.forget_size(key)
         if self.watchers or self.track_hook is not None:
             self.touch(key)
         self._key_event(self.index, key)
@@ -214,10 +225,20 @@ class Database:
         self.big_keys.discard(key)
         if self.expires:
             self.expires.pop(key, None)
+        if self.sizes is not None:
+            self.forget_size(key)
         if self.watchers or self.track_hook is not None:
             self.touch(key)
         self._key_event(self.index, key)
         return True
+
+    def forget_size(self, key: bytes) -> None:
+        """Drop a deleted key's size estimate and access field (memory tracking on)."""
+        assert self.sizes is not None
+        size = self.sizes.pop(key, None)
+        if size is not None and self.meter is not None:
+            self.meter.total -= size
+        self.access.pop(key, None)
 
     def pop(self, key: bytes) -> Any:
         """Delete ``key`` and return its value (None if missing)."""
@@ -286,6 +307,11 @@ class Database:
         self.big_keys = set()
         self.expires = {}
         self._heap = []
+        if self.sizes is not None:
+            if self.meter is not None:
+                self.meter.total -= sum(self.sizes.values())
+            self.sizes = {}
+        self.access = {}
         self.scan_cache = None
         if self.flush_event is not None:
             self.flush_event(self.index)
@@ -300,6 +326,8 @@ class Database:
         del self.expires[key]
         self.big_keys.discard(key)
         self.expired_count += 1
+        if self.sizes is not None:
+            self.forget_size(key)
         if self.watchers or self.track_hook is not None:
             self.touch(key)
         self._key_event(self.index, key)
@@ -326,6 +354,15 @@ class Database:
             w = exp.get(k)
             if w is None or w > now:
                 yield k, v
+
+
+class SizeMeter:
+    """The sum of every database's key size estimates (memory tracking on; memory.py)."""
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = 0
 
 
 def mark_dirty(client: ClientState) -> None:

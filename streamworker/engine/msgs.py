@@ -171,6 +171,7 @@ def config_set_failed(name: str, reason: str) -> str:
 
 NOAUTH_HELLO = "WRONGPASS invalid username-password pair or user is disabled."
 NOAUTH = "NOAUTH Authentication required."
+OOM = "OOM command not allowed when used memory > 'maxmemory'."
 NOAUTH_HELLO_FIRST = (
     "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO "
     "AUTH <user> <pass> option can be used to authenticate the client and select the RESP "

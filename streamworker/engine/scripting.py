@@ -165,10 +165,12 @@ class Script:
 class _RunState:
     """The script being run (mutable: ``redis.setresp`` / ``redis.set_repl`` change it)."""
 
-    __slots__ = ("propagate", "read_only", "running", "sha", "started", "wrote")
+    __slots__ = ("allow_oom", "propagate", "read_only", "running", "sha", "started", "wrote")
 
     def __init__(self) -> None:
         self.sha = ""
+        # Declared allow-oom: its writes run even when it started over maxmemory.
+        self.allow_oom = False
         self.started = 0.0  # time.monotonic() when the script started
         self.read_only = False
         self.propagate = True
@@ -265,6 +267,8 @@ class ScriptRuntime:
         self.engine = engine
         # The client scripts' commands run as (Redis's lua_client): its own db and protocol.
         self.client = ClientState(0, engine.clock())
+        # Redis's fake clients have no peer: the slow log shows their commands as from "?:0".
+        self.client.addr = "?:0"
         self.ctx = Ctx(engine, self.client)
         self.client.ctx = self.ctx
         self.ctx.in_script = True
@@ -404,6 +408,13 @@ class ScriptRuntime:
         """Whether the running script has written (SCRIPT KILL is refused from then on)."""
         return self._st.wrote
 
+    def oom_refuses_writes(self) -> bool:
+        """Whether the running script's next denyoom command is refused when the command
+        that started it found the engine over maxmemory: not once it has written, nor when
+        it declared ``allow-oom`` (Redis 7.0's scriptVerifyOOM)."""
+        st = self._st
+        return not st.wrote and not st.allow_oom
+
     def request_kill(self) -> Reply:
         """SCRIPT KILL from outside the engine lock (thread-safe, lock-free): a transport that
         receives SCRIPT KILL while a script holds the lock calls this and sends the reply.
@@ -435,6 +446,7 @@ class ScriptRuntime:
         st = self._st
         st.sha = script.sha
         st.read_only = ro or (flags is not None and "no-writes" in flags)
+        st.allow_oom = flags is not None and "allow-oom" in flags
         st.propagate = True
         st.wrote = False
         sctx = self.ctx

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMANDS",
+    "HISTOGRAM_BUCKETS",
     "CommandFunc",
     "CommandSpec",
     "Ctx",
@@ -74,6 +75,8 @@ _MODULES = (
     "pubsub",
     "admin",
     "acl",
+    "memory",
+    "latency",
 )
 _OPTIONAL_MODULES = frozenset({"streams"})
 
@@ -84,17 +87,25 @@ class CommandSpec:
     __slots__ = (
         "arity",
         "container",
+        "denyoom",
+        "duration_ns",
+        "failed_calls",
         "first_key",
         "flags",
         "func",
+        "histogram",
         "last_key",
+        "movable",
         "name",
         "no_multi",
         "noscript",
+        "notouch",
         "queueable",
+        "rejected_calls",
         "skip",
         "step",
         "subcommands",
+        "write",
     )
 
     def __init__(
@@ -121,6 +132,39 @@ class CommandSpec:
         self.noscript = "noscript" in self.flags
         # Commands that run immediately even while MULTI is open (Redis's execCommand list).
         self.queueable = name not in _MULTI_IMMEDIATE
+        self.denyoom = "denyoom" in self.flags
+        self.movable = "movablekeys" in self.flags
+        self.write = "write" in self.flags
+        # Looks its keys up without touching their LRU/LFU data (Redis's LOOKUP_NOTOUCH).
+        self.notouch = name in _NOTOUCH or self.container in ("object", "memory")
+        self.reset_stats()
+
+    def reset_stats(self) -> None:
+        """Zero the INFO commandstats / LATENCY HISTOGRAM counters (CONFIG RESETSTAT).
+
+        :attr:`calls` counts executions, ``duration_ns`` their summed time, ``rejected_calls`` the
+        calls refused before running (arity, OOM, NOAUTH...), ``failed_calls`` the ones that
+        ran and replied an error (Redis 7.0's definitions). ``histogram[i]`` counts calls that
+        took less than ``1024 << i`` ns (the buckets LATENCY HISTOGRAM reports).
+        """
+        self.duration_ns = 0
+        self.rejected_calls = 0
+        self.failed_calls = 0
+        self.histogram: list[int] = [0] * HISTOGRAM_BUCKETS
+
+    @property
+    def calls(self) -> int:
+        """Executions counted (the histogram's total: one counter less on the hot path)."""
+        return sum(self.histogram)
+
+    def copy(self) -> CommandSpec:
+        """A copy with zeroed counters (and copied subcommands)."""
+        dup = CommandSpec(
+            self.name, self.func, self.arity, self.flags, self.first_key, self.last_key, self.step
+        )
+        if self.subcommands is not None:
+            dup.subcommands = {name: sub.copy() for name, sub in self.subcommands.items()}
+        return dup
 
     def key_positions(self, argc: int) -> list[int]:
         """Argv positions of the keys for a call with ``argc`` words (legacy key spec)."""
@@ -133,6 +177,12 @@ class CommandSpec:
     def __repr__(self) -> str:
         return f"CommandSpec({self.name!r}, arity={self.arity})"
 
+
+HISTOGRAM_BUCKETS = 44
+"""Power-of-two latency buckets from 1.024 us up (the last one takes everything longer)."""
+
+# Commands that read keys without touching their access data (LOOKUP_NOTOUCH in Redis 7.0).
+_NOTOUCH = frozenset({"exists", "type", "ttl", "pttl", "expiretime", "pexpiretime"})
 
 _MULTI_IMMEDIATE = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
 
@@ -172,7 +222,10 @@ def command(
 
 
 def load_commands() -> dict[bytes, CommandSpec]:
-    """Import every command module and return the dispatch table keyed by lowercase bytes."""
+    """Import every command module and return the dispatch table keyed by lowercase bytes.
+
+    Each call returns fresh copies of the specs: the call counters on them belong to one
+    engine."""
     for mod in _MODULES:
         try:
             importlib.import_module(f"{__name__}.{mod}")
@@ -180,4 +233,4 @@ def load_commands() -> dict[bytes, CommandSpec]:
             if mod in _OPTIONAL_MODULES and exc.name == f"{__name__}.{mod}":
                 continue
             raise
-    return {name.encode(): spec for name, spec in COMMANDS.items()}
+    return {name.encode(): spec.copy() for name, spec in COMMANDS.items()}

@@ -548,8 +548,9 @@ def object_refcount(ctx: Ctx, args: list[bytes]) -> Reply:
 
 @command("object|idletime", arity=3, flags=("readonly",), first_key=2, last_key=2, step=1)
 def object_idletime(ctx: Ctx, args: list[bytes]) -> Reply:
-    """OBJECT IDLETIME key -> seconds since the last access; nil. The engine does not track
-    accesses: 0, except for Redis's shared integers, whose LRU clock is the server's start."""
+    """OBJECT IDLETIME key -> seconds since the last access; nil. Accesses are tracked while
+    ``maxmemory`` is set or an LRU/LFU policy is chosen (see memory.py); otherwise 0. Redis's
+    shared integers report the server's start."""
     value = _object_value(ctx, args[0])
     if value is None:
         return NULL_BULK
@@ -557,19 +558,25 @@ def object_idletime(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.OBJECT_IDLETIME_LFU)
     if _shared_integer(ctx, value):
         return int(time.monotonic() - ctx.engine.started_monotonic)
-    return 0
+    field = ctx.db.access.get(args[0])
+    if field is None:
+        return 0
+    return ctx.engine.memory.idle_ms(field) // 1000
 
 
 @command("object|freq", arity=3, flags=("readonly",), first_key=2, last_key=2, step=1)
 def object_freq(ctx: Ctx, args: list[bytes]) -> Reply:
-    """OBJECT FREQ key -> the LFU counter (an LFU policy only); nil. The engine does not track
-    accesses: a key's counter stays at Redis's initial value, 5."""
+    """OBJECT FREQ key -> the key's logarithmic access counter after decay (an LFU policy
+    only); nil."""
     value = _object_value(ctx, args[0])
     if value is None:
         return NULL_BULK
     if not _policy(ctx).endswith("-lfu"):
         raise CommandError(msgs.OBJECT_FREQ_NOT_LFU)
-    return _LFU_INIT_VAL
+    field = ctx.db.access.get(args[0])
+    if field is None:
+        return _LFU_INIT_VAL
+    return ctx.engine.memory.lfu_counter(field)
 
 
 @command("object|help", arity=2, flags=("loading", "stale"))

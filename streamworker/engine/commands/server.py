@@ -14,8 +14,10 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import CommandSpec, command
 from streamworker.engine.commands._args import to_str
 from streamworker.engine.commands.connection import REDIS_VERSION
+from streamworker.engine.config import parse_percentiles
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import glob_match
+from streamworker.engine.memory import STARTUP_BYTES
 from streamworker.engine.numbers import parse_int
 from streamworker.engine.replies import NULL_BULK, OK, Map, Status, Verbatim
 
@@ -80,6 +82,8 @@ def swapdb(ctx: Ctx, args: list[bytes]) -> Reply:
         da.expires, db_.expires = db_.expires, da.expires
         da.big_keys, db_.big_keys = db_.big_keys, da.big_keys
         da._heap, db_._heap = db_._heap, da._heap
+        da.sizes, db_.sizes = db_.sizes, da.sizes
+        da.access, db_.access = db_.access, da.access
         da.scan_cache = db_.scan_cache = None
         ctx.engine.signal_db_ready(a)
         ctx.engine.signal_db_ready(b)
@@ -201,28 +205,34 @@ def _memory_scripts(ctx: Ctx) -> list[str]:
 
 
 def _section_memory(ctx: Ctx) -> list[str]:
+    # used_memory is the engine's estimate of what Redis would allocate (memory.py), which
+    # maxmemory is compared with; used_memory_rss is the process's real resident size.
     rss = _rss_bytes()
-    maxmemory = int(ctx.engine.config.get("maxmemory") or 0)
+    memory = ctx.engine.memory
+    used = memory.used_memory()
+    peak = memory.peak
+    dataset = used - STARTUP_BYTES
+    maxmemory = memory.maxmemory
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return [
-        f"used_memory:{rss}",
-        f"used_memory_human:{_human_bytes(rss)}",
+        f"used_memory:{used}",
+        f"used_memory_human:{_human_bytes(used)}",
         f"used_memory_rss:{rss}",
         f"used_memory_rss_human:{_human_bytes(rss)}",
-        f"used_memory_peak:{rss}",
-        f"used_memory_peak_human:{_human_bytes(rss)}",
-        "used_memory_peak_perc:100.00%",
-        "used_memory_overhead:0",
-        "used_memory_startup:0",
-        f"used_memory_dataset:{rss}",
-        "used_memory_dataset_perc:100.00%",
+        f"used_memory_peak:{peak}",
+        f"used_memory_peak_human:{_human_bytes(peak)}",
+        f"used_memory_peak_perc:{100.0 * used / peak:.2f}%",
+        f"used_memory_overhead:{STARTUP_BYTES}",
+        f"used_memory_startup:{STARTUP_BYTES}",
+        f"used_memory_dataset:{dataset}",
+        f"used_memory_dataset_perc:{100.0 if dataset else 0.0:.2f}%",
         f"total_system_memory:{total}",
         f"total_system_memory_human:{_human_bytes(total)}",
         *_memory_scripts(ctx),
         f"maxmemory:{maxmemory}",
         f"maxmemory_human:{_human_bytes(maxmemory)}",
-        f"maxmemory_policy:{ctx.engine.config.get('maxmemory-policy')}",
-        "mem_fragmentation_ratio:1.00",
+        f"maxmemory_policy:{memory.policy}",
+        f"mem_fragmentation_ratio:{rss / used:.2f}",
         "mem_allocator:libc",
         "lazyfree_pending_objects:0",
     ]
@@ -300,7 +310,7 @@ def _section_stats(ctx: Ctx) -> list[str]:
         "total_net_output_bytes:0",
         f"rejected_connections:{engine.stats_rejected_connections}",
         f"expired_keys:{expired}",
-        "evicted_keys:0",
+        f"evicted_keys:{engine.memory.evicted_keys}",
         "keyspace_hits:0",
         "keyspace_misses:0",
         f"pubsub_channels:{len(engine.pubsub.channels)}",
@@ -316,6 +326,58 @@ def _section_errorstats(ctx: Ctx) -> list[str]:
     # Redis keeps the prefixes in a rax: byte order.
     counts = ctx.engine.error_counts
     return [f"errorstat_{prefix}:count={counts[prefix]}" for prefix in sorted(counts, key=_utf8)]
+
+
+def _called_specs(ctx: Ctx) -> list[CommandSpec]:
+    """Every command and subcommand with a call, a rejection or a failure counted."""
+    out = []
+    for spec in ctx.engine.table.values():
+        if spec.calls or spec.rejected_calls or spec.failed_calls:
+            out.append(spec)
+        for sub in (spec.subcommands or {}).values():
+            if sub.calls or sub.rejected_calls or sub.failed_calls:
+                out.append(sub)
+    return out
+
+
+def _section_commandstats(ctx: Ctx) -> list[str]:
+    lines = []
+    for spec in _called_specs(ctx):
+        usec = spec.duration_ns // 1000
+        per_call = usec / spec.calls if spec.calls else 0.0
+        lines.append(
+            f"cmdstat_{spec.name}:calls={spec.calls},usec={usec},usec_per_call={per_call:.2f},"
+            f"rejected_calls={spec.rejected_calls},failed_calls={spec.failed_calls}"
+        )
+    return lines
+
+
+def histogram_percentile(histogram: list[int], calls: int, percentile: float) -> float:
+    """The call duration (us) at ``percentile`` of a spec's power-of-two histogram: the upper
+    bound of the bucket where the cumulative count reaches it (a bucket-wide approximation of
+    Redis's HDR histogram)."""
+    wanted = max(1, -(-calls * percentile // 100))
+    seen = 0
+    for i, count in enumerate(histogram):
+        seen += count
+        if seen >= wanted:
+            return ((1024 << i) - 1) / 1000
+    return ((1024 << (len(histogram) - 1)) - 1) / 1000
+
+
+def _section_latencystats(ctx: Ctx) -> list[str]:
+    percentiles = parse_percentiles(
+        ctx.engine.config.get("latency-tracking-info-percentiles") or ""
+    )
+    lines = []
+    for spec in _called_specs(ctx):
+        if not spec.calls:
+            continue
+        values = ",".join(
+            f"p{p:g}={histogram_percentile(spec.histogram, spec.calls, p):.3f}" for p in percentiles
+        )
+        lines.append(f"latency_percentiles_usec_{spec.name}:{values}")
+    return lines
 
 
 def _utf8(text: str) -> bytes:
@@ -374,7 +436,9 @@ _SECTIONS = {
     "replication": ("Replication", _section_replication),
     "cpu": ("CPU", _section_cpu),
     "modules": ("Modules", None),
+    "commandstats": ("Commandstats", _section_commandstats),
     "errorstats": ("Errorstats", _section_errorstats),
+    "latencystats": ("Latencystats", _section_latencystats),
     "cluster": ("Cluster", _section_cluster),
     "keyspace": ("Keyspace", _section_keyspace),
 }
@@ -391,6 +455,9 @@ _DEFAULT = (
     "cluster",
     "keyspace",
 )
+# Every section in Redis's order (INFO ALL / EVERYTHING); the default set leaves out the
+# per-command ones.
+_ALL = (*_DEFAULT[:8], "commandstats", "errorstats", "latencystats", *_DEFAULT[9:])
 
 
 @command("info", arity=-1, flags=("loading", "stale", "sentinel"))
@@ -401,12 +468,14 @@ def info(ctx: Ctx, args: list[bytes]) -> Reply:
         wanted = list(_DEFAULT)
     for a in args:
         name = a.decode("latin-1").lower()
-        if name in ("all", "everything", "default"):
+        if name in ("all", "everything"):
+            wanted.extend(s for s in _ALL if s not in wanted)
+        elif name == "default":
             wanted.extend(s for s in _DEFAULT if s not in wanted)
         elif name in _SECTIONS and name not in wanted:
             wanted.append(name)
     blocks = []
-    for name in _DEFAULT:
+    for name in _ALL:
         if name not in wanted:
             continue
         title, fn = _SECTIONS[name]
@@ -452,16 +521,14 @@ def config_set(ctx: Ctx, args: list[bytes]) -> Reply:
     checked = {name: cfg.validate(name, value) for name, value in pending.items()}
     for name, value in checked.items():
         cfg.set(name, value)
+    ctx.engine.config_changed()
     return OK
 
 
 @command("config|resetstat", arity=2, flags=("admin", "noscript", "loading", "stale"))
 def config_resetstat(ctx: Ctx, args: list[bytes]) -> Reply:
     """CONFIG RESETSTAT -> OK."""
-    engine = ctx.engine
-    engine.stats_commands = engine.stats_errors = engine.stats_rejected = 0
-    engine.stats_rejected_connections = 0
-    engine.error_counts.clear()
+    ctx.engine.reset_stats()
     return OK
 
 

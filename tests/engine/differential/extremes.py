@@ -348,6 +348,8 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "fcall_ro": ("ro N", "ro N K", "echo N"),
     "command": ("GETKEYS GET N", "INFO N"),
     "config": ("GET N",),
+    "memory": ("USAGE none SAMPLES N", "USAGE str SAMPLES N", "N"),
+    "latency": ("HISTORY N", "GRAPH N", "RESET N", "HISTOGRAM N", "N"),
     "xgroup": (
         "CREATE K g2 N",
         "CREATE K g2 0 ENTRIESREAD N",
@@ -447,6 +449,7 @@ SKIPPED: dict[str, str] = {
     "sync": "turns the connection into a replication stream",
     "psync": "turns the connection into a replication stream",
     "migrate": "MIGRATE of an existing key connects redis-server to another server",
+    "slowlog": "the reply is the server's own timings (tests/engine/test_slowlog_latency.py)",
 }
 
 
