@@ -336,6 +336,8 @@ class EngineConfig:
     """CONFIG parameters of one engine. Not thread-safe alone (the engine lock guards it)."""
 
     __slots__ = (
+        "_ints",
+        "hash_limits",
         "notify_flags",
         "stream_node_max_bytes",
         "stream_node_max_entries",
@@ -354,6 +356,13 @@ class EngineConfig:
         self.notify_flags = 0
         # Bumped by every set(): transports cache parsed values and re-read them on change.
         self.version = 0
+        # get_int's parsed values (cleared by set()).
+        self._ints: dict[str, int] = {}
+        # (hash-max-listpack-entries, hash-max-listpack-value), read by every hash write.
+        self.hash_limits = (
+            int(self.values["hash-max-listpack-entries"]),
+            int(self.values["hash-max-listpack-value"]),
+        )
 
     def names(self) -> list[str]:
         """All parameter names, in table order."""
@@ -362,6 +371,15 @@ class EngineConfig:
     def get(self, name: str) -> str | None:
         """The value of ``name`` (lowercase), or None if unknown."""
         return self.values.get(name)
+
+    def get_int(self, name: str) -> int:
+        """The value of integer parameter ``name`` (0 if unknown or empty), parsed once per
+        CONFIG SET: commands read their encoding thresholds on every write."""
+        try:
+            return self._ints[name]
+        except KeyError:
+            value = self._ints[name] = int(self.values.get(name) or 0)
+            return value
 
     def is_known(self, name: str) -> bool:
         """Whether ``name`` (lowercase) is a parameter."""
@@ -390,10 +408,16 @@ class EngineConfig:
         """Store an already validated value."""
         self.values[name] = value
         self.version += 1
+        self._ints.clear()
         if name in _ALIASES:
             # Redis 7.0 renamed lua-time-limit busy-reply-threshold, *-ziplist-* *-listpack-*;
             # both names are one value.
             self.values[_ALIASES[name]] = value
+        if name.startswith("hash-max-"):
+            self.hash_limits = (
+                int(self.values["hash-max-listpack-entries"]),
+                int(self.values["hash-max-listpack-value"]),
+            )
         if name == "stream-node-max-entries":
             self.stream_node_max_entries = int(value)
         elif name == "stream-node-max-bytes":

@@ -44,13 +44,10 @@ def _note_conversion(ctx: Ctx, key: bytes, h: dict[bytes, bytes], written: list[
     hashtable, for good, when one of them is longer than hash-max-listpack-value or the hash
     has more fields than hash-max-listpack-entries."""
     db = ctx.db
-    if db.is_big(key):
+    if key in db.big_keys:
         return
-    config = ctx.engine.config
-    limit = int(config.get("hash-max-listpack-value") or 0)
-    if len(h) > int(config.get("hash-max-listpack-entries") or 0) or any(
-        len(x) > limit for x in written
-    ):
+    entries, value = ctx.engine.config.hash_limits
+    if len(h) > entries or max(map(len, written), default=0) > value:
         db.mark_big(key)
 
 

@@ -463,7 +463,7 @@ _OBJECT_HELP = (
 
 
 def _config_int(ctx: Ctx, name: str) -> int:
-    return int(ctx.engine.config.get(name) or 0)
+    return ctx.engine.config.get_int(name)
 
 
 def _policy(ctx: Ctx) -> str:

@@ -45,7 +45,7 @@ def _note_conversion(ctx: Ctx, key: bytes, s: set[bytes], added: list[bytes]) ->
     db = ctx.db
     if db.is_big(key):
         return
-    limit = int(ctx.engine.config.get("set-max-intset-entries") or 0)
+    limit = ctx.engine.config.get_int("set-max-intset-entries")
     if len(s) > limit or any(parse_int(m) is None for m in added):
         db.mark_big(key)
 
@@ -281,7 +281,7 @@ def _store_set(ctx: Ctx, dst: bytes, members: set[bytes], event: bytes) -> Reply
     delete ``dst`` when empty (notifying "del" only if it existed); the resulting size."""
     if members:
         ctx.db.set_key(dst, members)
-        if len(members) <= int(ctx.engine.config.get("set-max-intset-entries") or 0):
+        if len(members) <= ctx.engine.config.get_int("set-max-intset-entries"):
             _note_conversion(ctx, dst, members, list(members))
         else:
             ctx.db.mark_big(dst)

@@ -29,8 +29,8 @@ def _listpack_limits(ctx: Ctx) -> tuple[int, int]:
     """(zset-max-listpack-entries, zset-max-listpack-value) as they are now."""
     config = ctx.engine.config
     return (
-        int(config.get("zset-max-listpack-entries") or 0),
-        int(config.get("zset-max-listpack-value") or 0),
+        config.get_int("zset-max-listpack-entries"),
+        config.get_int("zset-max-listpack-value"),
     )
 
 
