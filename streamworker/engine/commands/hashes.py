@@ -47,8 +47,13 @@ def _note_conversion(ctx: Ctx, key: bytes, h: dict[bytes, bytes], written: list[
     if key in db.big_keys:
         return
     entries, value = ctx.engine.config.hash_limits
-    if len(h) > entries or max(map(len, written), default=0) > value:
+    if len(h) > entries:
         db.mark_big(key)
+        return
+    for x in written:  # a plain loop: a handful of items, cheaper than max(map(...))
+        if len(x) > value:
+            db.mark_big(key)
+            return
 
 
 @command("hset", arity=-4, flags=_W, first_key=1, last_key=1, step=1)
