@@ -737,3 +737,36 @@ def test_tracking_invalidations_go_out_under_client_reply_off(pair: Pair, mode: 
     key = f"psro:key:{mode}"
     pair.run(steps(f"a: CLIENT TRACKING ON\na: GET {key}"))
     _silenced_session(pair, 3, mode, f"a: PING\nb: SET {key} v\na: PING")
+
+
+def test_lowering_maxmemory_evicts_at_once_and_publishes_the_evicted_event(pair: Pair) -> None:
+    # Redis evicts inside CONFIG SET maxmemory: the subscriber gets the event before any
+    # other command runs (the Tcl unit reads it without sending anything).
+    got = {}
+    for label, side in (("redis", pair.real), ("engine", pair.fake)):
+        side.send("b", ("FLUSHALL",))
+        side.send("b", ("CONFIG", "SET", "notify-keyspace-events", "Ee"))
+        side.send("b", ("CONFIG", "SET", "maxmemory-policy", "allkeys-lru"))
+        side.send("b", ("SET", "psev:foo", "bar"))
+        side.collect("b")
+        side.send("a", ("PSUBSCRIBE", "*"))
+        side.collect("a")
+        side.send("b", ("CONFIG", "SET", "maxmemory", "1"))
+        sock = side.conn("a")
+        sock.settimeout(2)
+        received = b""
+        try:
+            while not received.endswith(b"psev:foo\r\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                received += chunk
+        except TimeoutError:
+            pass
+        got[label] = received
+        side.send("b", ("CONFIG", "SET", "maxmemory", "0"))
+        side.send("b", ("CONFIG", "SET", "maxmemory-policy", "noeviction"))
+        side.send("b", ("CONFIG", "SET", "notify-keyspace-events", ""))
+        side.collect("b")
+    assert got["redis"].endswith(b"psev:foo\r\n")
+    assert got["engine"] == got["redis"]
