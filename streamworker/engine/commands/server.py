@@ -8,7 +8,7 @@ import platform
 import resource
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import CommandSpec, command
@@ -17,6 +17,7 @@ from streamworker.engine.commands.connection import REDIS_VERSION
 from streamworker.engine.config import parse_percentiles
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import glob_match
+from streamworker.engine.keyspecs_data import KEY_SPECS
 from streamworker.engine.memory import STARTUP_BYTES
 from streamworker.engine.numbers import parse_int
 from streamworker.engine.replies import NULL_BULK, OK, Map, Status, Verbatim
@@ -647,6 +648,111 @@ _NOT_KEYS = frozenset({"ssubscribe", "sunsubscribe", "spublish"})
 @command("command|getkeys", arity=-4, flags=("loading", "stale", "sentinel"))
 def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
     """COMMAND GETKEYS command [arg ...] -> the key arguments (legacy key specs)."""
+    return _getkeys(ctx, args)[1]
+
+
+@command("command|getkeysandflags", arity=-4, flags=("loading", "stale", "sentinel"))
+def command_getkeysandflags(ctx: Ctx, args: list[bytes]) -> Reply:
+    """COMMAND GETKEYSANDFLAGS command [arg ...] -> [key, [flag ...]] pairs: each key with the
+    flags of the Redis key spec that finds it (:mod:`streamworker.engine.keyspecs_data`)."""
+    spec, keys = _getkeys(ctx, args)
+    specs = KEY_SPECS.get(spec.name, ())
+    pairs = _keys_by_specs(specs, args) if _specs_complete(specs) else None
+    if pairs is None:
+        # Redis's getkeys procs: the commands whose specs cannot say it alone.
+        pairs = [(key, _proc_flags(spec.name, specs, args, i)) for i, key in enumerate(keys)]
+    return [[key, [Status(f) for f in flags]] for key, flags in pairs]
+
+
+def _specs_complete(specs: tuple[Any, ...]) -> bool:
+    return bool(specs) and all(
+        "incomplete" not in flags and "variable_flags" not in flags and begin[0] != "unknown"
+        for flags, begin, _ in specs
+    )
+
+
+def _keys_by_specs(
+    specs: tuple[Any, ...], argv: list[bytes]
+) -> list[tuple[bytes, tuple[str, ...]]] | None:
+    """Redis's getKeysUsingKeySpecs over ``argv`` (the command name first); None when a spec
+    does not fit the arguments (Redis then falls back to the command's getkeys proc)."""
+    argc = len(argv)
+    out: list[tuple[bytes, tuple[str, ...]]] = []
+    for flags, begin, find in specs:
+        if "not_key" in flags:
+            continue
+        if begin[0] == "index":
+            first = begin[1]
+        else:
+            _, word, startfrom = begin
+            first = 0
+            start = startfrom if startfrom > 0 else argc + startfrom
+            end = argc - 1 if startfrom > 0 else 0
+            i = start
+            while i != end and 1 <= i < argc:
+                if argv[i].lower() == word.encode():
+                    first = i + 1
+                    break
+                i = i + 1 if start <= end else i - 1
+            if not first:
+                continue
+        if find[0] == "range":
+            _, lastkey, step, limit = find
+            if lastkey >= 0:
+                last = first + lastkey
+            elif not limit:
+                last = argc + lastkey
+            else:
+                last = first + ((argc - first) // limit + lastkey)
+        else:
+            _, keynumidx, firstkey, step = find
+            if first + keynumidx >= argc:
+                return None
+            numkeys = parse_int(argv[first + keynumidx])
+            if numkeys is None or numkeys < 0:
+                return None
+            first += firstkey
+            last = first + numkeys - 1
+        if last >= argc or last < first or first >= argc:
+            return None
+        out.extend((argv[i], flags) for i in range(first, last + 1, step))
+    return out
+
+
+def _proc_flags(
+    name: str, specs: tuple[Any, ...], argv: list[bytes], index: int
+) -> tuple[str, ...]:
+    # The flags Redis's getkeys procs give the key found ``index``-th.
+    if name == "set":
+        has_get = any(a.lower() == b"get" for a in argv[3:])
+        return ("RW", "access", "update") if has_get else ("OW", "update")
+    if name == "bitfield":
+        return ("RO", "access") if _bitfield_reads_only(argv) else ("RW", "access", "update")
+    first: tuple[str, ...] = specs[0][0]
+    last: tuple[str, ...] = specs[-1][0]
+    if name == "migrate":
+        # The single key argument is the first spec; keys after KEYS the second.
+        return first if argv[3] else last
+    # SORT / SORT_RO: the sorted key, then the STORE destination (the last spec).
+    return first if index == 0 else last
+
+
+def _bitfield_reads_only(argv: list[bytes]) -> bool:
+    i = 2
+    while i < len(argv):
+        remaining = len(argv) - i - 1
+        word = argv[i].lower()
+        if word == b"get" and remaining >= 2:
+            i += 3
+        elif word == b"overflow" and remaining >= 1:
+            i += 2
+        else:
+            return False
+    return True
+
+
+def _getkeys(ctx: Ctx, args: list[bytes]) -> tuple[CommandSpec, list[bytes]]:
+    # COMMAND GETKEYS's checks and keys: the command's spec and the key arguments.
     spec = ctx.engine.table.get(args[0].lower())
     if spec is None:
         raise CommandError(msgs.GETKEYS_INVALID_COMMAND)
@@ -661,8 +767,8 @@ def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
     if movable is not None:
         if not movable and "no-mandatory-keys" not in spec.flags:
             raise CommandError(msgs.GETKEYS_INVALID_ARGUMENTS)
-        return movable
-    return [args[p] for p in spec.key_positions(n)]
+        return spec, movable
+    return spec, [args[p] for p in spec.key_positions(n)]
 
 
 # Commands whose keys follow a numkeys argument: the argv position of numkeys.

@@ -1,0 +1,60 @@
+"""COMMAND GETKEYSANDFLAGS and COMMAND LIST side by side with redis-server 7.0.15."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine.conftest import Differ
+
+pytestmark = pytest.mark.redis
+
+GETKEYSANDFLAGS_CALLS = [
+    "set k1 v1",
+    "set k1 v1 get",
+    "set k1 v1 ex 10",
+    "mset k1 v1 k2 v2",
+    "lmove k1 k2 left right",
+    "sort k1 store k2",
+    "sort k1 by w* get # store k2",
+    "sort_ro k1",
+    "bitfield k get u8 0",
+    "bitfield k get u8 0 set u8 0 1",
+    "bitfield k overflow wrap get u8 0",
+    "bitfield_ro k get u8 0",
+    "georadius k 1 2 3 m store d",
+    "georadius k 1 2 3 m storedist d2 store d",
+    "zunionstore d 2 a b",
+    "zinter 2 a b",
+    "eval x 2 a b",
+    "fcall f 1 a",
+    "xgroup create key g $",
+    "xread count 1 streams s1 s2 0 0",
+    "xreadgroup group g c streams s1 0",
+    "lmpop 2 a b left",
+    "blmpop 0 2 a b left",
+    "rename a b",
+    "copy a b",
+    "getex k persist",
+    "getdel k",
+    "del a b c",
+    "object encoding k",
+    "memory usage k",
+    "pfcount a b",
+    "smove a b m",
+    "lcs a b",
+    "get k",
+]
+
+
+@pytest.mark.parametrize("call", GETKEYSANDFLAGS_CALLS)
+def test_getkeysandflags_gives_each_key_the_flags_of_its_key_spec(
+    differ: Differ, call: str
+) -> None:
+    differ.check("COMMAND", "GETKEYSANDFLAGS", *call.split())
+
+
+@pytest.mark.parametrize(
+    "call", ["nosuch k", "ping", "get", "set k", "eval x 5 a", "zunionstore d x a"]
+)
+def test_getkeysandflags_refuses_what_getkeys_refuses(differ: Differ, call: str) -> None:
+    differ.check("COMMAND", "GETKEYSANDFLAGS", *call.split())
