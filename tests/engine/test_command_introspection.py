@@ -58,3 +58,49 @@ def test_getkeysandflags_gives_each_key_the_flags_of_its_key_spec(
 )
 def test_getkeysandflags_refuses_what_getkeys_refuses(differ: Differ, call: str) -> None:
     differ.check("COMMAND", "GETKEYSANDFLAGS", *call.split())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        "bad_arg",
+        "filterby bad_arg",
+        "filterby bad_arg bad_arg2",
+        "filterby pattern",
+        "filterby pattern a b",
+    ],
+)
+def test_command_list_refuses_bad_filters_with_a_syntax_error(differ: Differ, args: str) -> None:
+    differ.check("COMMAND", "LIST", *args.split())
+
+
+def _names(raw: bytes) -> set[bytes]:
+    lines = raw.split(b"\r\n")
+    return {line for line in lines[2::2] if line}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        "",
+        "filterby aclcat scripting",
+        "filterby aclcat slow",
+        "filterby aclcat connection",
+        "filterby aclcat non_existing_category",
+        "filterby pattern set",
+        "filterby pattern config*",
+        "filterby pattern config|*re*",
+        "filterby pattern CL*HELP",
+        "filterby pattern non_exists*",
+        "filterby module non_existing_module",
+    ],
+)
+def test_command_list_names_commands_and_subcommands_that_pass_the_filter(
+    differ: Differ, args: str
+) -> None:
+    # Redis lists in its hash table's order; the engine lacks a few commands (MODULE...):
+    # the names must be Redis's, less those the engine does not have.
+    real, fake = differ.both("COMMAND", "LIST", *args.split())
+    everything = _names(differ.both("COMMAND", "LIST")[1])
+    assert b"client|list" in everything
+    assert _names(fake) == _names(real) & everything

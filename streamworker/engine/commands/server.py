@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from streamworker.engine import msgs
 from streamworker.engine.commands import CommandSpec, command
 from streamworker.engine.commands._args import to_str
+from streamworker.engine.commands.acl import categories_of
 from streamworker.engine.commands.connection import REDIS_VERSION
 from streamworker.engine.config import parse_percentiles
 from streamworker.engine.errors import CommandError
@@ -25,6 +26,8 @@ from streamworker.engine.replies import NULL_BULK, OK, Map, Status, Verbatim
 _log = logging.getLogger("streamworker.engine")
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from streamworker.engine.context import Ctx
     from streamworker.engine.replies import Reply
 
@@ -605,8 +608,46 @@ def command_count(ctx: Ctx, args: list[bytes]) -> Reply:
 
 @command("command|list", arity=-2, flags=("loading", "stale", "sentinel"))
 def command_list(ctx: Ctx, args: list[bytes]) -> Reply:
-    """COMMAND LIST -> command names."""
-    return list(ctx.engine.table)
+    """COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern] -> the names
+    of the commands and of their subcommands (``client|list``) that pass the filter."""
+    keep: Callable[[CommandSpec], bool]
+    if not args:
+        keep = _keep_all
+    elif len(args) == 3 and args[0].lower() == b"filterby":
+        kind, value = args[1].lower(), args[2]
+        if kind == b"module":
+            keep = _keep_none  # the engine loads no modules
+        elif kind == b"aclcat":
+            cat = value.lower().decode("utf-8", "surrogateescape")
+            keep = lambda spec: cat in _categories(spec)  # noqa: E731
+        elif kind == b"pattern":
+            keep = lambda spec: glob_match(value, spec.name.encode(), nocase=True)  # noqa: E731
+        else:
+            raise CommandError(msgs.SYNTAX)
+    else:
+        raise CommandError(msgs.SYNTAX)
+    out: list[Reply] = []
+    for spec in ctx.engine.table.values():
+        if keep(spec):
+            out.append(spec.name.encode())
+        if spec.subcommands:
+            out.extend(sub.name.encode() for sub in spec.subcommands.values() if keep(sub))
+    return out
+
+
+def _keep_all(spec: CommandSpec) -> bool:
+    return True
+
+
+def _keep_none(spec: CommandSpec) -> bool:
+    return False
+
+
+def _categories(spec: CommandSpec) -> set[str]:
+    # A container (CONFIG, CLIENT...) has no category of its own but Redis's implicit "slow".
+    if spec.func is None and spec.subcommands:
+        return {"slow"}
+    return categories_of(spec)
 
 
 @command("command|info", arity=-2, flags=("loading", "stale", "sentinel"))
