@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 from tests.engine.conftest import Differ
@@ -43,6 +45,11 @@ GETKEYSANDFLAGS_CALLS = [
     "smove a b m",
     "lcs a b",
     "get k",
+    "migrate h 1 k 0 5",
+    "migrate h 1 '' 0 5 keys a b",
+    "migrate h 1 '' 0 5 auth keys keys a",
+    "migrate h 1 '' 0 5 auth2 u keys keys a",
+    "migrate h 1 '' 0 5 copy",
 ]
 
 
@@ -50,14 +57,23 @@ GETKEYSANDFLAGS_CALLS = [
 def test_getkeysandflags_gives_each_key_the_flags_of_its_key_spec(
     differ: Differ, call: str
 ) -> None:
-    differ.check("COMMAND", "GETKEYSANDFLAGS", *call.split())
+    differ.check("COMMAND", "GETKEYSANDFLAGS", *shlex.split(call))
 
 
 @pytest.mark.parametrize(
-    "call", ["nosuch k", "ping", "get", "set k", "eval x 5 a", "zunionstore d x a"]
+    "call",
+    [
+        "nosuch k",
+        "ping",
+        "get",
+        "set k",
+        "eval x 5 a",
+        "zunionstore d x a",
+        "migrate h 1 k 0 5 keys a",
+    ],
 )
 def test_getkeysandflags_refuses_what_getkeys_refuses(differ: Differ, call: str) -> None:
-    differ.check("COMMAND", "GETKEYSANDFLAGS", *call.split())
+    differ.check("COMMAND", "GETKEYSANDFLAGS", *shlex.split(call))
 
 
 @pytest.mark.parametrize(
@@ -104,3 +120,9 @@ def test_command_list_names_commands_and_subcommands_that_pass_the_filter(
     everything = _names(differ.both("COMMAND", "LIST")[1])
     assert b"client|list" in everything
     assert _names(fake) == _names(real) & everything
+
+
+@pytest.mark.parametrize("command", ["MIGRATE", "GEORADIUS", "SORT", "ZUNIONSTORE", "SET", "LMOVE"])
+def test_command_info_marks_movablekeys_as_redis_does(differ: Differ, command: str) -> None:
+    real, fake = differ.both("COMMAND", "INFO", command)
+    assert (b"movablekeys" in fake) == (b"movablekeys" in real)

@@ -772,8 +772,8 @@ def _proc_flags(
     first: tuple[str, ...] = specs[0][0]
     last: tuple[str, ...] = specs[-1][0]
     if name == "migrate":
-        # The single key argument is the first spec; keys after KEYS the second.
-        return first if argv[3] else last
+        # Redis's migrateGetKeys gives every key the first spec's flags.
+        return first
     # SORT / SORT_RO: the sorted key, then the STORE destination (the last spec).
     return first if index == 0 else last
 
@@ -861,6 +861,20 @@ def _movable_keys(name: str, argv: list[bytes]) -> list[bytes] | None:
                 store = argv[i + 1]
             i += 1
         return keys + ([store] if store is not None else [])
+    if name == "migrate":
+        # The key argument, or (when it is "") the words after KEYS; AUTH/AUTH2 passwords
+        # are skipped, as Redis's migrateGetKeys does.
+        i = 6
+        while i < len(argv):
+            word = argv[i].lower()
+            if word == b"auth":
+                i += 1
+            elif word == b"auth2":
+                i += 2
+            elif word == b"keys":
+                return [] if argv[3] else list(argv[i + 1 :])
+            i += 1
+        return [argv[3]]
     if name in ("georadius", "georadiusbymember"):
         # Key specs: the source, then the word after the first STORE and after the first
         # STOREDIST found from the options' start (argv 6 / 5), in that order.
