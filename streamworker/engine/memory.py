@@ -277,6 +277,7 @@ class MemoryManager:
         start or stop the incremental upkeep."""
         engine = self.engine
         cfg = engine.config
+        before = self.maxmemory
         self.maxmemory = int(cfg.get("maxmemory") or 0)
         policy = cfg.get("maxmemory-policy") or "noeviction"
         self.samples = int(cfg.get("maxmemory-samples") or 5)
@@ -297,6 +298,10 @@ class MemoryManager:
             # them "adjust over time"; the engine restarts them from now).
             self._stamp_all()
         self._pool.clear()
+        if self.maxmemory and self.maxmemory != before:
+            # Redis's updateMaxmemory: a new limit evicts at once (the evicted events go out
+            # now), not at the next command.
+            self.perform_evictions()
 
     def _start_tracking(self) -> None:
         self.tracking = True
@@ -486,6 +491,9 @@ class MemoryManager:
             prop.begin_call()
             prop.ops.append((db.index, [b"DEL", key]))
             prop.end_call()
+        elif prop is not None:
+            # Inside a command (CONFIG SET maxmemory): the DEL joins that call's records.
+            prop.ops.append((db.index, [b"DEL", key]))
 
     def _candidates(self, db: Database) -> dict[bytes, Any]:
         return db.expires if self.policy.startswith("volatile-") else db.data

@@ -70,7 +70,7 @@ from streamworker.engine.context import NO_REPLY, RESUME, Blocked, RawPush
 from streamworker.engine.core import Engine
 from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import ProtocolError, RequestParser, encode, encode_into
-from streamworker.engine.replies import Push
+from streamworker.engine.replies import Frames, Push
 
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState
@@ -217,6 +217,10 @@ class _Connection(asyncio.Protocol):
         line); it is sent at the end of this event-loop turn."""
         client = self.client
         if self.closing or client is None or client.closed:
+            return
+        if client.reply_off and not isinstance(reply, (RawPush, Push)):
+            # A MONITOR line is a plain reply: CLIENT REPLY OFF silences it, as in Redis
+            # (invalidations are pushes and still go).
             return
         if self.server.executing is self:
             self.deferred.append(reply)
@@ -437,6 +441,10 @@ class _Connection(asyncio.Protocol):
                 self._block(reply)
                 return False
             drop = reply is NO_REPLY or client.reply_off or client.reply_skip
+            if drop and _is_push_frames(reply):
+                # (P|S)(UN)SUBSCRIBE confirmations are pushes: Redis writes them whatever
+                # CLIENT REPLY says, in both protocols, as it does the messages.
+                drop = False
             client.reply_skip = client.reply_skip_next
             client.reply_skip_next = False
             if drop:
@@ -551,6 +559,10 @@ class _Connection(asyncio.Protocol):
         self.closing = True
         if self.transport is not None:
             self.transport.abort()
+
+
+def _is_push_frames(reply: object) -> bool:
+    return type(reply) is Frames and all(type(item) is Push for item in reply.items)
 
 
 def _encode_push(out: bytearray, reply: Reply | RawPush, resp: int) -> None:

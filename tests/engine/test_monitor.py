@@ -220,3 +220,24 @@ def test_reset_ends_monitor_mode(pair: Pair) -> None:
         got[name].append(mon.call("SET", "k", "w"))
         mon.close()
     assert got["engine"] == got["redis"]
+
+
+@pytest.mark.parametrize("mode", ["OFF", "SKIP"])
+def test_client_reply_off_silences_monitor_lines_and_skip_only_the_next_reply(
+    pair: Pair, mode: str
+) -> None:
+    got = {}
+    for name, port in pair.ports.items():
+        mon = Conn(port)
+        client = Conn(port)
+        mon.send("CLIENT", "REPLY", mode)
+        mon.send("MONITOR")
+        client.call("SET", "k", "v")
+        if mon.nothing_within(0.3):
+            got[name] = b""
+        else:
+            m = _LINE.match(mon.read())
+            got[name] = m.group(5) if m else b"?"
+        mon.close()
+        client.close()
+    assert got["engine"] == got["redis"]

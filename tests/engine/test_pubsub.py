@@ -686,3 +686,87 @@ def test_random_subscription_programs_match_redis(pair: Pair, seed: int) -> None
     _hello(pair, 3, *[name for name in "abc" if rng.random() < 0.5])
     for conn, step in _random_program(rng, 150):
         pair.step(conn, *step)
+
+
+# --- CLIENT REPLY OFF / SKIP --------------------------------------------------------------
+
+
+def _silenced_session(p: Pair, resp: int, mode: str, script: str) -> None:
+    # ``a`` answers nothing while silenced, so its commands are sent without collecting; what
+    # it received is compared once CLIENT REPLY ON has answered.
+    _hello(p, resp, "a", "b")
+    for side in (p.real, p.fake):
+        side.send("a", ("CLIENT", "REPLY", mode))
+    for name, args in steps(script):
+        for side in (p.real, p.fake):
+            side.send(name, args)
+        if name == "b":
+            assert p.fake.collect("b") == p.real.collect("b")
+    for side in (p.real, p.fake):
+        side.send("a", ("CLIENT", "REPLY", "ON"))
+    real, fake = p.real.collect("a"), p.fake.collect("a")
+    assert fake == real, f"redis:  {real!r}\nengine: {fake!r}"
+
+
+@RESPS
+@pytest.mark.parametrize("mode", ["OFF", "SKIP"])
+def test_subscribe_confirmations_and_messages_go_out_whatever_client_reply_says(
+    pair: Pair, resp: int, mode: str
+) -> None:
+    _silenced_session(
+        pair,
+        resp,
+        mode,
+        """
+        a: SUBSCRIBE psro:ch
+        a: PSUBSCRIBE psro:*
+        a: SSUBSCRIBE psro:sh
+        b: PUBLISH psro:ch hi
+        b: SPUBLISH psro:sh there
+        a: UNSUBSCRIBE psro:ch
+        a: PUNSUBSCRIBE
+        a: SUNSUBSCRIBE
+        a: PING
+        """,
+    )
+
+
+@pytest.mark.parametrize("mode", ["OFF", "SKIP"])
+def test_tracking_invalidations_go_out_under_client_reply_off(pair: Pair, mode: str) -> None:
+    _hello(pair, 3, "a")
+    key = f"psro:key:{mode}"
+    pair.run(steps(f"a: CLIENT TRACKING ON\na: GET {key}"))
+    _silenced_session(pair, 3, mode, f"a: PING\nb: SET {key} v\na: PING")
+
+
+def test_lowering_maxmemory_evicts_at_once_and_publishes_the_evicted_event(pair: Pair) -> None:
+    # Redis evicts inside CONFIG SET maxmemory: the subscriber gets the event before any
+    # other command runs (the Tcl unit reads it without sending anything).
+    got = {}
+    for label, side in (("redis", pair.real), ("engine", pair.fake)):
+        side.send("b", ("FLUSHALL",))
+        side.send("b", ("CONFIG", "SET", "notify-keyspace-events", "Ee"))
+        side.send("b", ("CONFIG", "SET", "maxmemory-policy", "allkeys-lru"))
+        side.send("b", ("SET", "psev:foo", "bar"))
+        side.collect("b")
+        side.send("a", ("PSUBSCRIBE", "*"))
+        side.collect("a")
+        side.send("b", ("CONFIG", "SET", "maxmemory", "1"))
+        sock = side.conn("a")
+        sock.settimeout(2)
+        received = b""
+        try:
+            while not received.endswith(b"psev:foo\r\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                received += chunk
+        except TimeoutError:
+            pass
+        got[label] = received
+        side.send("b", ("CONFIG", "SET", "maxmemory", "0"))
+        side.send("b", ("CONFIG", "SET", "maxmemory-policy", "noeviction"))
+        side.send("b", ("CONFIG", "SET", "notify-keyspace-events", ""))
+        side.collect("b")
+    assert got["redis"].endswith(b"psev:foo\r\n")
+    assert got["engine"] == got["redis"]

@@ -436,7 +436,7 @@ def lolwut(ctx: Ctx, args: list[bytes]) -> Reply:
 # --- MIGRATE ---------------------------------------------------------------------------------
 
 
-@command("migrate", arity=-6, flags=("write",), first_key=3, last_key=3, step=1)
+@command("migrate", arity=-6, flags=("write", "movablekeys"), first_key=3, last_key=3, step=1)
 def migrate(ctx: Ctx, args: list[bytes]) -> Reply:
     """MIGRATE host port key|"" db timeout [COPY] [REPLACE] [AUTH pw | AUTH2 user pw]
     [KEYS key...]: Redis's argument checks, then NOKEY when none of the keys exists; a key

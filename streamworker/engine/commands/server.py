@@ -8,15 +8,17 @@ import platform
 import resource
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import CommandSpec, command
 from streamworker.engine.commands._args import to_str
+from streamworker.engine.commands.acl import categories_of
 from streamworker.engine.commands.connection import REDIS_VERSION
 from streamworker.engine.config import parse_percentiles
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import glob_match
+from streamworker.engine.keyspecs_data import KEY_SPECS
 from streamworker.engine.memory import STARTUP_BYTES
 from streamworker.engine.numbers import parse_int
 from streamworker.engine.replies import NULL_BULK, OK, Map, Status, Verbatim
@@ -24,6 +26,8 @@ from streamworker.engine.replies import NULL_BULK, OK, Map, Status, Verbatim
 _log = logging.getLogger("streamworker.engine")
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from streamworker.engine.context import Ctx
     from streamworker.engine.replies import Reply
 
@@ -604,8 +608,46 @@ def command_count(ctx: Ctx, args: list[bytes]) -> Reply:
 
 @command("command|list", arity=-2, flags=("loading", "stale", "sentinel"))
 def command_list(ctx: Ctx, args: list[bytes]) -> Reply:
-    """COMMAND LIST -> command names."""
-    return list(ctx.engine.table)
+    """COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern] -> the names
+    of the commands and of their subcommands (``client|list``) that pass the filter."""
+    keep: Callable[[CommandSpec], bool]
+    if not args:
+        keep = _keep_all
+    elif len(args) == 3 and args[0].lower() == b"filterby":
+        kind, value = args[1].lower(), args[2]
+        if kind == b"module":
+            keep = _keep_none  # the engine loads no modules
+        elif kind == b"aclcat":
+            cat = value.lower().decode("utf-8", "surrogateescape")
+            keep = lambda spec: cat in _categories(spec)  # noqa: E731
+        elif kind == b"pattern":
+            keep = lambda spec: glob_match(value, spec.name.encode(), nocase=True)  # noqa: E731
+        else:
+            raise CommandError(msgs.SYNTAX)
+    else:
+        raise CommandError(msgs.SYNTAX)
+    out: list[Reply] = []
+    for spec in ctx.engine.table.values():
+        if keep(spec):
+            out.append(spec.name.encode())
+        if spec.subcommands:
+            out.extend(sub.name.encode() for sub in spec.subcommands.values() if keep(sub))
+    return out
+
+
+def _keep_all(spec: CommandSpec) -> bool:
+    return True
+
+
+def _keep_none(spec: CommandSpec) -> bool:
+    return False
+
+
+def _categories(spec: CommandSpec) -> set[str]:
+    # A container (CONFIG, CLIENT...) has no category of its own but Redis's implicit "slow".
+    if spec.func is None and spec.subcommands:
+        return {"slow"}
+    return categories_of(spec)
 
 
 @command("command|info", arity=-2, flags=("loading", "stale", "sentinel"))
@@ -647,6 +689,111 @@ _NOT_KEYS = frozenset({"ssubscribe", "sunsubscribe", "spublish"})
 @command("command|getkeys", arity=-4, flags=("loading", "stale", "sentinel"))
 def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
     """COMMAND GETKEYS command [arg ...] -> the key arguments (legacy key specs)."""
+    return _getkeys(ctx, args)[1]
+
+
+@command("command|getkeysandflags", arity=-4, flags=("loading", "stale", "sentinel"))
+def command_getkeysandflags(ctx: Ctx, args: list[bytes]) -> Reply:
+    """COMMAND GETKEYSANDFLAGS command [arg ...] -> [key, [flag ...]] pairs: each key with the
+    flags of the Redis key spec that finds it (:mod:`streamworker.engine.keyspecs_data`)."""
+    spec, keys = _getkeys(ctx, args)
+    specs = KEY_SPECS.get(spec.name, ())
+    pairs = _keys_by_specs(specs, args) if _specs_complete(specs) else None
+    if pairs is None:
+        # Redis's getkeys procs: the commands whose specs cannot say it alone.
+        pairs = [(key, _proc_flags(spec.name, specs, args, i)) for i, key in enumerate(keys)]
+    return [[key, [Status(f) for f in flags]] for key, flags in pairs]
+
+
+def _specs_complete(specs: tuple[Any, ...]) -> bool:
+    return bool(specs) and all(
+        "incomplete" not in flags and "variable_flags" not in flags and begin[0] != "unknown"
+        for flags, begin, _ in specs
+    )
+
+
+def _keys_by_specs(
+    specs: tuple[Any, ...], argv: list[bytes]
+) -> list[tuple[bytes, tuple[str, ...]]] | None:
+    """Redis's getKeysUsingKeySpecs over ``argv`` (the command name first); None when a spec
+    does not fit the arguments (Redis then falls back to the command's getkeys proc)."""
+    argc = len(argv)
+    out: list[tuple[bytes, tuple[str, ...]]] = []
+    for flags, begin, find in specs:
+        if "not_key" in flags:
+            continue
+        if begin[0] == "index":
+            first = begin[1]
+        else:
+            _, word, startfrom = begin
+            first = 0
+            start = startfrom if startfrom > 0 else argc + startfrom
+            end = argc - 1 if startfrom > 0 else 0
+            i = start
+            while i != end and 1 <= i < argc:
+                if argv[i].lower() == word.encode():
+                    first = i + 1
+                    break
+                i = i + 1 if start <= end else i - 1
+            if not first:
+                continue
+        if find[0] == "range":
+            _, lastkey, step, limit = find
+            if lastkey >= 0:
+                last = first + lastkey
+            elif not limit:
+                last = argc + lastkey
+            else:
+                last = first + ((argc - first) // limit + lastkey)
+        else:
+            _, keynumidx, firstkey, step = find
+            if first + keynumidx >= argc:
+                return None
+            numkeys = parse_int(argv[first + keynumidx])
+            if numkeys is None or numkeys < 0:
+                return None
+            first += firstkey
+            last = first + numkeys - 1
+        if last >= argc or last < first or first >= argc:
+            return None
+        out.extend((argv[i], flags) for i in range(first, last + 1, step))
+    return out
+
+
+def _proc_flags(
+    name: str, specs: tuple[Any, ...], argv: list[bytes], index: int
+) -> tuple[str, ...]:
+    # The flags Redis's getkeys procs give the key found ``index``-th.
+    if name == "set":
+        has_get = any(a.lower() == b"get" for a in argv[3:])
+        return ("RW", "access", "update") if has_get else ("OW", "update")
+    if name == "bitfield":
+        return ("RO", "access") if _bitfield_reads_only(argv) else ("RW", "access", "update")
+    first: tuple[str, ...] = specs[0][0]
+    last: tuple[str, ...] = specs[-1][0]
+    if name == "migrate":
+        # Redis's migrateGetKeys gives every key the first spec's flags.
+        return first
+    # SORT / SORT_RO: the sorted key, then the STORE destination (the last spec).
+    return first if index == 0 else last
+
+
+def _bitfield_reads_only(argv: list[bytes]) -> bool:
+    i = 2
+    while i < len(argv):
+        remaining = len(argv) - i - 1
+        word = argv[i].lower()
+        if word == b"get" and remaining >= 2:
+            i += 3
+        elif word == b"overflow" and remaining >= 1:
+            i += 2
+        else:
+            return False
+    return True
+
+
+def _getkeys(ctx: Ctx, args: list[bytes]) -> tuple[CommandSpec, list[bytes]]:
+    # COMMAND GETKEYS's checks and keys: the command's spec and the key arguments.
     spec = ctx.engine.table.get(args[0].lower())
     if spec is None:
         raise CommandError(msgs.GETKEYS_INVALID_COMMAND)
@@ -661,8 +808,8 @@ def command_getkeys(ctx: Ctx, args: list[bytes]) -> Reply:
     if movable is not None:
         if not movable and "no-mandatory-keys" not in spec.flags:
             raise CommandError(msgs.GETKEYS_INVALID_ARGUMENTS)
-        return movable
-    return [args[p] for p in spec.key_positions(n)]
+        return spec, movable
+    return spec, [args[p] for p in spec.key_positions(n)]
 
 
 # Commands whose keys follow a numkeys argument: the argv position of numkeys.
@@ -714,6 +861,20 @@ def _movable_keys(name: str, argv: list[bytes]) -> list[bytes] | None:
                 store = argv[i + 1]
             i += 1
         return keys + ([store] if store is not None else [])
+    if name == "migrate":
+        # The key argument, or (when it is "") the words after KEYS; AUTH/AUTH2 passwords
+        # are skipped, as Redis's migrateGetKeys does.
+        i = 6
+        while i < len(argv):
+            word = argv[i].lower()
+            if word == b"auth":
+                i += 1
+            elif word == b"auth2":
+                i += 2
+            elif word == b"keys":
+                return [] if argv[3] else list(argv[i + 1 :])
+            i += 1
+        return [argv[3]]
     if name in ("georadius", "georadiusbymember"):
         # Key specs: the source, then the word after the first STORE and after the first
         # STOREDIST found from the options' start (argv 6 / 5), in that order.
