@@ -249,6 +249,9 @@ def test_numkeys_errors_match(d: Differ, args: tuple[str | int, ...]) -> None:
 
 ERRORS: list[Case] = [
     ("return redis.call('nosuch')",),
+    ("return redis.pcall('cluster', 'reset')",),
+    ("return redis.pcall('cluster', 'reset', 'hard')",),
+    ("return redis.pcall('cluster', 'info')",),
     ("return redis.pcall('nosuch')",),
     ("return redis.call('get')",),
     ("return redis.pcall('get')",),
