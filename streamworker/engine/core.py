@@ -546,11 +546,14 @@ class Engine:
         if (
             spec.denyoom
             and self.memory.pre_command_oom
+            # The state is only refreshed while maxmemory is set (as Redis's): a stale one
+            # after CONFIG SET maxmemory 0 must not refuse.
+            and self.memory.maxmemory
             and (runtime := self._running_runtime()) is not None
             and runtime.oom_refuses_writes()
         ):
-            # Redis 7.0's scriptVerifyOOM: the script started over maxmemory, has not written
-            # yet and did not declare allow-oom.
+            # Redis 7.0's scriptVerifyOOM: maxmemory is set, the script started over it, has
+            # not written yet and did not declare allow-oom.
             return CommandError(msgs.OOM)
         self.stats_commands += 1
         ctx.client.last_cmd = spec.name

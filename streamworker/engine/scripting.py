@@ -70,6 +70,7 @@ from streamworker.engine import lualibs, msgs
 from streamworker.engine.commands.connection import REDIS_VERSION
 from streamworker.engine.context import ClientState, Ctx
 from streamworker.engine.errors import CommandError
+from streamworker.engine.lua_bytecode import without_tail_calls
 from streamworker.engine.replies import (
     NULL_BULK,
     OK,
@@ -315,6 +316,8 @@ class ScriptRuntime:
         api = {
             b"call": self._make_call(raise_errors=True),
             b"pcall": self._make_call(raise_errors=False),
+            b"call_packed": _packed(self._make_call(raise_errors=True)),
+            b"pcall_packed": _packed(self._make_call(raise_errors=False)),
             b"setresp": self._setresp,
             b"log": self._log,
             b"sha1hex": self._sha1hex,
@@ -324,6 +327,7 @@ class ScriptRuntime:
             b"randomseed": self._randomseed,
             b"unwrap": _unwrap,
             b"tick": self._tick,
+            b"untail": without_tail_calls,
             b"version": REDIS_VERSION.encode(),
             b"version_num": _version_num(REDIS_VERSION),
             b"cjson": libs.cjson,
@@ -810,6 +814,17 @@ def _deny_attributes(obj: Any, name: Any, is_setting: bool) -> Any:
 
 def _unwrap(obj: Any) -> Any:
     return obj.value if isinstance(obj, ScriptCallError) else None
+
+
+def _packed(call: Callable[..., Any]) -> Callable[[Any, int], Any]:
+    """redis.call taking its ``n`` arguments as one Lua table (the sandbox passes them so when
+    there are more than lupa's call can take); nil holes stay None, rejected as Redis does."""
+
+    def packed(table: Any, n: int) -> Any:
+        get = table.__getitem__
+        return call(*[get(i) for i in range(1, n + 1)])
+
+    return packed
 
 
 def _fail(table: Any, raise_errors: bool) -> Any:

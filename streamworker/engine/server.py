@@ -65,12 +65,13 @@ from typing import TYPE_CHECKING, Any
 from streamworker.engine import msgs
 from streamworker.engine.aof import AppendOnlyFile, PersistenceError, open_persistent
 from streamworker.engine.commands.functions import stats_reply
+from streamworker.engine.commands.transactions import discard_transaction
 from streamworker.engine.config import parse_client_output_buffer_limit
 from streamworker.engine.context import NO_REPLY, RESUME, Blocked, RawPush
 from streamworker.engine.core import Engine
 from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import ProtocolError, RequestParser, encode, encode_into
-from streamworker.engine.replies import Frames, Push
+from streamworker.engine.replies import OK, Frames, Push
 
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState
@@ -565,6 +566,30 @@ def _is_push_frames(reply: object) -> bool:
     return type(reply) is Frames and all(type(item) is Push for item in reply.items)
 
 
+def _busy_transaction(client: ClientState, name: bytes, nargs: int, busy: str) -> Reply:
+    """MULTI / DISCARD / EXEC while a script is busy, as Redis's processCommand answers them:
+    MULTI and DISCARD run (they carry allow-busy and touch only the client's state); EXEC is
+    refused, and a refused EXEC discards the transaction (``EXECABORT ... because of: BUSY``)."""
+    if name == b"exec":
+        discard_transaction(client)
+        why = busy if nargs == 1 else msgs.wrong_arity("exec").removeprefix("ERR ")
+        return CommandError(msgs.execabort_because(why))
+    if nargs != 1:
+        client.multi_error = client.multi_error or client.in_multi
+        return CommandError(msgs.wrong_arity(name.decode()))
+    if name == b"multi":
+        if client.in_multi:
+            return CommandError(msgs.MULTI_NESTED)
+        client.in_multi = True
+        client.multi_queue = []
+        client.multi_error = False
+        return OK
+    if not client.in_multi:
+        return CommandError(msgs.DISCARD_WITHOUT_MULTI)
+    discard_transaction(client)
+    return OK
+
+
 def _encode_push(out: bytearray, reply: Reply | RawPush, resp: int) -> None:
     if isinstance(reply, RawPush):
         out += reply.data
@@ -946,8 +971,13 @@ class EngineServer:
                 reply = CommandError(busy) if is_eval else stats_reply(runtime)
             elif name == b"shutdown" and b"nosave" in words:
                 self.exit_now("SHUTDOWN NOSAVE during a busy script")
+            elif conn.client is not None and name in (b"multi", b"discard", b"exec"):
+                reply = _busy_transaction(conn.client, name, len(argv), busy)
             else:
                 reply = CommandError(busy)
+                if conn.client is not None and conn.client.in_multi:
+                    # Redis's rejectCommand flags the transaction: its EXEC then aborts.
+                    conn.client.multi_error = True
             encode_into(out, reply, resp)
         return bytes(out)
 

@@ -565,3 +565,14 @@ def test_every_eviction_publishes_an_evicted_event() -> None:
         listener.close()
     finally:
         server.close()
+
+
+@pytest.mark.redis
+def test_scripts_write_again_once_maxmemory_is_unset(d: Differ) -> None:
+    """The OOM state of the last command over the limit does not outlive CONFIG SET maxmemory 0."""
+    d.check("CONFIG", "SET", "maxmemory", "1")
+    d.check("EVAL", "return redis.call('set','x','1')", "0")
+    d.check("CONFIG", "SET", "maxmemory", "0")
+    d.check("EVAL", "return redis.pcall('incr','x')", "0")
+    d.check("EVAL", "return redis.call('set','x','2')", "0")
+    d.check("GET", "x")

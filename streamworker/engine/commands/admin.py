@@ -337,7 +337,10 @@ _CLUSTER_ADMIN = frozenset(
     }
 )
 for _sub, _arity in _CLUSTER_SUBCOMMANDS.items():
-    _flags = ("admin", "stale") if _sub in _CLUSTER_ADMIN else ("stale",)
+    _flags: tuple[str, ...] = ("admin", "stale") if _sub in _CLUSTER_ADMIN else ("stale",)
+    if _sub == "reset":
+        # The one CLUSTER subcommand Redis 7.0 refuses from scripts.
+        _flags += ("noscript",)
     command(f"cluster|{_sub}", arity=_arity, flags=_flags)(_cluster_disabled)
 
 

@@ -327,8 +327,27 @@ local function copy(t)
   return c
 end
 
+-- redis.call/pcall: lupa's call into Python takes fewer arguments than Lua 5.1's C stack
+-- (8000 slots) lets unpack() pass; past MANY arguments they cross into Python as one table.
+local py_call, py_pcall, py_call_packed, py_pcall_packed = py.call, py.pcall, py.call_packed, py.pcall_packed
+local MANY = 1000
+local function redis_call(...)
+  local n = select('#', ...)
+  if n < MANY then
+    return py_call(...)
+  end
+  return py_call_packed({...}, n)
+end
+local function redis_pcall(...)
+  local n = select('#', ...)
+  if n < MANY then
+    return py_pcall(...)
+  end
+  return py_pcall_packed({...}, n)
+end
+
 local redis = {
-  call = py.call, pcall = py.pcall, setresp = py.setresp, log = py.log,
+  call = redis_call, pcall = redis_pcall, setresp = py.setresp, log = py.log,
   sha1hex = py.sha1hex, set_repl = py.set_repl, acl_check_cmd = py.acl_check_cmd,
   error_reply = error_reply, status_reply = status_reply,
   breakpoint = function() return false end,
@@ -532,8 +551,19 @@ local function run(fn, keys, argv, hook)
   return tags, nv, unpack(V, 1, nv)
 end
 
+-- A script's code with its tail calls made calls (py.untail): redis.call is a Lua function
+-- here, and a tail call to it would drop the frame whose line Redis reports on its errors.
+local dump = string.dump
+local function load_untailed(code, chunkname)
+  local fn, err = loadstring(code, chunkname)
+  if not fn then
+    return fn, err
+  end
+  return loadstring(py.untail(dump(fn)), chunkname)
+end
+
 local function compile(code)
-  local fn, err = loadstring(code, '@user_script')
+  local fn, err = load_untailed(code, '@user_script')
   if not fn then
     return false, err
   end
@@ -544,8 +574,15 @@ end
 -- For Python functions raising luaL_error-style errors: their caller's position and the
 -- name they were called by (level 2 is the Python function, a C function to Lua).
 local function callsite()
-  local n = getinfo(2, 'n')
+  -- Frames of this chunk between the Python function and the script (redis.call's wrapper)
+  -- are part of the C function to Lua: the name is the one the script called.
+  local level = 2
   local i = getinfo(3, 'Sl')
+  while i and i.source == INTERNAL do
+    level = level + 1
+    i = getinfo(level + 1, 'Sl')
+  end
+  local n = getinfo(level, 'n')
   local where = ''
   if i and i.currentline > 0 then
     where = i.short_src .. ':' .. i.currentline .. ': '
@@ -726,7 +763,7 @@ end
 -- Returns true and the registered functions ({name, fn, flags, description or false} each),
 -- or false and Redis's error text.
 local function load_library(code)
-  local fn, err = loadstring(code, '@user_function')
+  local fn, err = load_untailed(code, '@user_function')
   if not fn then
     return false, 'Error compiling function: ' .. err
   end
