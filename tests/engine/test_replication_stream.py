@@ -168,7 +168,7 @@ _ID = re.compile(rb"^1\d{12}-\d+$")
 def _stream_until_end(conn: Conn) -> list[list[bytes]]:
     """The commands streamed up to the sequence's end marker, with clock-made values (absolute
     expiry times, generated stream IDs) replaced by placeholders."""
-    out = []
+    out: list[list[bytes]] = []
     while True:
         argv = _read_command(conn)
         if argv == _END:
@@ -176,11 +176,12 @@ def _stream_until_end(conn: Conn) -> list[list[bytes]]:
         out.append([b"<ms>" if _MS.match(a) else b"<id>" if _ID.match(a) else a for a in argv])
 
 
-def _run(port: int, script: list[list[str]]) -> None:
+def _run(port: int, script: list[list[str | bytes]]) -> None:
     conns: dict[int, Conn] = {}
     for step in script:
         who, *words = step
         conn = conns.setdefault(int(who), Conn(port))
+        assert isinstance(who, str)
         if words[0] == "SEND":  # a blocking command, answered later
             conn.send(*words[1:])
         else:
@@ -192,7 +193,10 @@ def _run(port: int, script: list[list[str]]) -> None:
         conn.close()
 
 
-STREAM_CASES: dict[str, list[list[str]]] = {
+# DUMP of the string "bar" (RDB version 10, as redis-server 7.0 writes it).
+_DUMP = b"\x00\x03bar\n\x00\xe6\xbeI`\xeef\xfd\x17"
+
+STREAM_CASES: dict[str, list[list[str | bytes]]] = {
     "strings": [
         ["0", "SET", "a", "1"],
         ["0", "INCR", "a"],
@@ -237,6 +241,21 @@ STREAM_CASES: dict[str, list[list[str]]] = {
         ["0", "SPOP", "t", "5"],
         ["0", "XADD", "st", "*", "f", "v"],
         ["0", "XADD", "st", "MAXLEN", "1", "*", "f", "w"],
+    ],
+    "no_effect": [
+        ["0", "DEL", "missing"],
+        ["0", "UNLINK", "missing", "missing2"],
+        ["0", "MULTI"],
+        ["0", "DEL", "missing"],
+        ["0", "EXEC"],
+        ["0", "SET", "k", "v"],
+        ["0", "DEL", "k", "missing"],
+    ],
+    "restore": [
+        ["0", "RESTORE", "r1", "100000", _DUMP],
+        ["0", "RESTORE", "r2", "0", _DUMP, "replace"],
+        ["0", "RESTORE", "r2", "1900000000000", _DUMP, "REPLACE", "absttl"],
+        ["0", "RESTORE", "r3", "100000", _DUMP, "IDLETIME", "5"],
     ],
     "blocked_pop_served_later": [
         ["1", "SEND", "BLPOP", "l", "0"],
