@@ -250,6 +250,12 @@ STREAM_CASES: dict[str, list[list[str | bytes]]] = {
         ["0", "EXEC"],
         ["0", "SET", "k", "v"],
         ["0", "DEL", "k", "missing"],
+        ["0", "ZMPOP", "2", "z1", "z2", "MAX", "COUNT", "10"],
+        ["0", "LMPOP", "2", "l1", "l2", "LEFT"],
+        ["0", "ZADD", "z2", "1", "a", "2", "b"],
+        ["0", "ZMPOP", "2", "z1", "z2", "MIN", "COUNT", "10"],
+        ["0", "RPUSH", "l2", "a", "b", "c"],
+        ["0", "LMPOP", "2", "l1", "l2", "RIGHT", "COUNT", "2"],
     ],
     "restore": [
         ["0", "RESTORE", "r1", "100000", _DUMP],
