@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from streamworker.engine import Engine
+from streamworker.engine import Engine, msgs
+from streamworker.engine.errors import CommandError
 from streamworker.engine.rdb.files import load_rdb_bytes
 from tests.engine.admin_support import Conn, Pair, pair_fixture
 from tests.engine.differential.backends import EngineBackend, RedisBackend
@@ -362,3 +363,31 @@ def test_replicas_are_pinged_every_repl_ping_replica_period(pair: Pair) -> None:
         conn.call("CONFIG", "SET", "repl-ping-replica-period", "10")
         replica.close()
         conn.close()
+
+
+def test_an_engine_without_replicas_has_no_propagator_again() -> None:
+    """The feed wraps the propagator while a replica is attached and is gone after it left, so
+    an in-memory engine is back on the path that builds no propagated form."""
+    engine = Engine()
+    replica = engine.connect()
+    received: list[bytes] = []
+    replica.push = lambda raw: received.append(raw.data)  # type: ignore[union-attr]
+    assert engine.propagator is None
+    engine.execute(replica, [b"SYNC"])
+    assert engine.propagator is not None
+    writer = engine.connect()
+    engine.execute(writer, [b"SET", b"k", b"v"])
+    assert (
+        received[-1]
+        == b"*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"
+    )
+    engine.disconnect(replica)
+    assert engine.propagator is None
+
+
+def test_sync_needs_a_network_connection() -> None:
+    """An in-process client (nothing to stream to) is refused with a clear error."""
+    engine = Engine()
+    reply = engine.execute(engine.connect(), [b"SYNC"])
+    assert isinstance(reply, CommandError)
+    assert reply.text == msgs.SYNC_NEEDS_CONNECTION
