@@ -316,7 +316,11 @@ class Engine:
         return done
 
     def _key_expired(self, db_index: int, key: bytes) -> None:
-        # A key reclaimed by expiry (lazily or by the cron): Redis's "expired" event.
+        # A key reclaimed by expiry (lazily or by the cron): Redis's "expired" event, and a
+        # DEL for the replicas.
+        feed = self.replication.feed
+        if feed is not None and self.propagator is feed:
+            feed.expired(db_index, key)
         if self.config.notify_flags & NOTIFY_EXPIRED:
             self.pubsub.notify(NOTIFY_EXPIRED, b"expired", key, db_index)
 

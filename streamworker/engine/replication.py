@@ -6,7 +6,8 @@ disk-based snapshot, and from then on every write the engine executes in the for
 propagates it (the same records the append-only file gets: ``XADD *`` with its ID, relative
 expiries as ``PEXPIREAT``, ``SPOP`` as ``SREM``...), as RESP arrays, with ``SELECT <db>``
 whenever the database changes and ``MULTI``/``EXEC`` around the records of one command that
-wrote more than one (EXEC, a script), as Redis 7.0 does. ``PING`` goes to the replicas every
+wrote more than one (EXEC, a script), as Redis 7.0 does; a key that expires reaches them as
+``DEL`` (only them: the append-only file replays at the recorded times and needs none). ``PING`` goes to the replicas every
 ``repl-ping-replica-period`` seconds. The connection is then a replica: it gets no replies to
 what it sends (``REPLCONF ACK`` is accepted silently).
 
@@ -60,6 +61,9 @@ class ReplicationFeed:
         self.inner = inner
         self.depth = 0
         self.ops: list[tuple[int, Sequence[bytes]]] = []
+        # Positions in ops of the records for the replicas only (expired keys' DEL: the
+        # append-only file replays at the recorded time, so it needs none).
+        self.replica_only: list[int] = []
         # Encoded records not yet handed to the replicas (sent at the end of each execute).
         self.buf = bytearray()
 
@@ -112,11 +116,23 @@ class ReplicationFeed:
                 out += _EXEC
         inner = self.inner
         if inner is not None:
-            inner.ops.extend(ops)
-            ops.clear()
-            inner.end_call()
-        else:
-            ops.clear()
+            if self.replica_only:
+                skip = set(self.replica_only)
+                inner.ops.extend(op for i, op in enumerate(ops) if i not in skip)
+            else:
+                inner.ops.extend(ops)
+            if inner.ops:
+                inner.end_call()
+        ops.clear()
+        self.replica_only.clear()
+
+    def expired(self, db: int, key: bytes) -> None:
+        """``key`` expired (lazily inside a command, or by the active cycle): the replicas get
+        ``DEL key``, as Redis propagates an expiry, in the command's records if one runs."""
+        self.replica_only.append(len(self.ops))
+        self.ops.append((db, [b"DEL", key]))
+        if self.depth == 0:
+            self.end_call()
 
     def after_execute(self) -> None:
         """Send what the execute call wrote to the replicas; the wrapped propagator flushes."""

@@ -183,7 +183,9 @@ def _run(port: int, script: list[list[str | bytes]]) -> None:
         who, *words = step
         conn = conns.setdefault(int(who), Conn(port))
         assert isinstance(who, str)
-        if words[0] == "SEND":  # a blocking command, answered later
+        if words[0] == "SLEEP":  # let keys expire
+            time.sleep(float(words[1]))
+        elif words[0] == "SEND":  # a blocking command, answered later
             conn.send(*words[1:])
         else:
             conn.call(*words)
@@ -242,6 +244,16 @@ STREAM_CASES: dict[str, list[list[str | bytes]]] = {
         ["0", "SPOP", "t", "5"],
         ["0", "XADD", "st", "*", "f", "v"],
         ["0", "XADD", "st", "MAXLEN", "1", "*", "f", "w"],
+    ],
+    "expired_keys": [
+        ["0", "SET", "k", "v", "PX", "100"],
+        ["0", "SELECT", "5"],
+        ["0", "SET", "j", "v", "PX", "100"],
+        ["0", "SLEEP", "0.6"],
+        ["0", "GET", "j"],
+        ["0", "SELECT", "0"],
+        ["0", "GET", "k"],
+        ["0", "SET", "after", "1"],
     ],
     "no_effect": [
         ["0", "DEL", "missing"],
