@@ -875,6 +875,10 @@ class AppendOnlyFile:
             if self.engine.propagator is self:
                 self.engine.propagator = None
                 self.engine.persistence = None
+            elif self.engine.persistence is self:
+                # Wrapped by the replication feed: replicas keep their stream without it.
+                self.engine.replication.unwrap(self)
+                self.engine.persistence = None
             self.active = False
         self._stop.set()
         if self._fsync_thread is not None:

@@ -307,6 +307,32 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "latency-tracking": ("yes", _bool),
     "lazyfree-lazy-user-del": ("no", _bool),
     "lazyfree-lazy-user-flush": ("no", _bool),
+    # Replication, as a standalone Redis 7.0 exposes it. The engine streams its writes to
+    # SYNC/PSYNC clients (engine/replication.py) and pings them every
+    # repl-ping-replica-period seconds; the rest is accepted and reported, for Redis's test
+    # suites and config files (the engine never becomes a replica itself).
+    "repl-ping-replica-period": ("10", _int_range(1, 2**31 - 1)),
+    "repl-ping-slave-period": ("10", _int_range(1, 2**31 - 1)),
+    "repl-timeout": ("60", _int_range(1, 2**31 - 1)),
+    "min-replicas-to-write": ("0", _int_range(0, 2**31 - 1)),
+    "min-slaves-to-write": ("0", _int_range(0, 2**31 - 1)),
+    "min-replicas-max-lag": ("10", _int_range(0, 2**31 - 1)),
+    "min-slaves-max-lag": ("10", _int_range(0, 2**31 - 1)),
+    "repl-diskless-sync": ("yes", _bool),
+    "repl-diskless-sync-delay": ("5", _int_range(0, 2**31 - 1)),
+    "repl-diskless-sync-max-replicas": ("0", _int_range(0, 2**31 - 1)),
+    "repl-diskless-load": ("disabled", _enum("disabled", "on-empty-db", "swapdb")),
+    "repl-backlog-size": ("1048576", _memory(1, _LLONG_MAX, unsigned=False)),
+    "repl-backlog-ttl": ("3600", _int_range(0, _LLONG_MAX)),
+    "repl-disable-tcp-nodelay": ("no", _bool),
+    "replica-read-only": ("yes", _bool),
+    "slave-read-only": ("yes", _bool),
+    "replica-serve-stale-data": ("yes", _bool),
+    "slave-serve-stale-data": ("yes", _bool),
+    "replica-priority": ("100", _int_range(0, 2**31 - 1)),
+    "slave-priority": ("100", _int_range(0, 2**31 - 1)),
+    "replica-lazy-flush": ("no", _bool),
+    "slave-lazy-flush": ("no", _bool),
 }
 
 
@@ -317,6 +343,13 @@ _ALIAS_PAIRS = (
     ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
     ("zset-max-ziplist-value", "zset-max-listpack-value"),
     ("list-max-ziplist-size", "list-max-listpack-size"),
+    ("repl-ping-slave-period", "repl-ping-replica-period"),
+    ("min-slaves-to-write", "min-replicas-to-write"),
+    ("min-slaves-max-lag", "min-replicas-max-lag"),
+    ("slave-read-only", "replica-read-only"),
+    ("slave-serve-stale-data", "replica-serve-stale-data"),
+    ("slave-priority", "replica-priority"),
+    ("slave-lazy-flush", "replica-lazy-flush"),
 )
 _ALIASES = {a: b for pair in _ALIAS_PAIRS for a, b in (pair, pair[::-1])}
 

@@ -93,6 +93,7 @@ class ClientState:
         "pubsub",
         "push",
         "push_out",
+        "replica",
         "reply_off",
         "reply_skip",
         "reply_skip_next",
@@ -147,6 +148,8 @@ class ClientState:
         self.kill: Callable[[], None] | None = None
         # MONITOR mode: the connection receives every other command (see commands/admin.py).
         self.monitor = False
+        # A replica (SYNC/PSYNC): it receives the replication stream and no replies.
+        self.replica = False
         # CLIENT REPLY: OFF drops every reply, SKIP drops the next command's (the transport
         # applies them; see server.py).
         self.reply_off = False

@@ -23,6 +23,7 @@ from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import Keyspace, unwatch_all
 from streamworker.engine.memory import MemoryManager
 from streamworker.engine.pubsub import NOTIFY_EXPIRED, NOTIFY_NEW, PubSub
+from streamworker.engine.replication import Replication
 from streamworker.engine.replies import NULL_BULK, QUEUED
 from streamworker.engine.tracking import Tracker
 
@@ -192,6 +193,8 @@ class Engine:
         # True while CLIENT PAUSE, MONITOR or CLIENT TRACKING is in use: the one flag the
         # command path checks for all three (see admin_changed).
         self.admin_hooks = False
+        # SYNC/PSYNC clients and the stream they get (engine/replication.py).
+        self.replication = Replication(self)
         # ACL LOG entries (the default user is never denied: the log stays empty).
         self.acl_log: list[Any] = []
         self.config_changed()
@@ -219,6 +222,10 @@ class Engine:
         """Forget ``client``: drop its waiters, WATCHes and queued transaction."""
         with self.lock:
             client.closed = True
+            if client.replica:
+                client.replica = False
+                self.replication.detach(client)
+                self.admin_changed()
             if client.monitor or client.tracking is not None:
                 client.monitor = False
                 self.monitors = [c for c in self.monitors if c is not client]
@@ -309,7 +316,11 @@ class Engine:
         return done
 
     def _key_expired(self, db_index: int, key: bytes) -> None:
-        # A key reclaimed by expiry (lazily or by the cron): Redis's "expired" event.
+        # A key reclaimed by expiry (lazily or by the cron): Redis's "expired" event, and a
+        # DEL for the replicas.
+        feed = self.replication.feed
+        if feed is not None and self.propagator is feed:
+            feed.expired(db_index, key)
         if self.config.notify_flags & NOTIFY_EXPIRED:
             self.pubsub.notify(NOTIFY_EXPIRED, b"expired", key, db_index)
 
@@ -361,7 +372,7 @@ class Engine:
         admin = self.admin_hooks
         if admin:
             # CLIENT PAUSE, MONITOR or CLIENT TRACKING in use (one check on the hot path).
-            if client.monitor and spec.flags & _KEYSPACE_FLAGS:
+            if (client.monitor or client.replica) and spec.flags & _KEYSPACE_FLAGS:
                 return self._reject(client, msgs.REPLICA_KEYSPACE, spec)
             if (
                 self.pause_until
@@ -879,7 +890,12 @@ class Engine:
         """Recompute :attr:`admin_hooks` after a pause, a MONITOR or a tracking client came or
         went; hook the databases for tracking while a client tracks, unhook them after."""
         with self.lock:
-            self.admin_hooks = bool(self.pause_until or self.monitors or self.tracking_clients)
+            self.admin_hooks = bool(
+                self.pause_until
+                or self.monitors
+                or self.tracking_clients
+                or self.replication.replicas
+            )
             if self.tracking_clients:
                 self.tracker_for()
             elif self.tracker is not None:

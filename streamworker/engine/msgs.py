@@ -598,8 +598,11 @@ ACL_NO_FILE = (
 # What the engine refuses because it is one process that talks to no other server (documented
 # divergences: redis-server would start replicating, fail over or open a connection).
 ENGINE_NO_REPLICATION = (
-    "ERR the streamworker engine does not replicate: REPLICAOF/SLAVEOF <host> <port>, SYNC and "
-    "PSYNC are not supported (REPLICAOF NO ONE is)"
+    "ERR the streamworker engine does not replicate from another server: REPLICAOF/SLAVEOF "
+    "<host> <port> is not supported (REPLICAOF NO ONE is; replicas may SYNC/PSYNC from it)"
+)
+SYNC_NEEDS_CONNECTION = (
+    "ERR SYNC and PSYNC need a network connection (the replication stream is sent over it)"
 )
 ENGINE_NO_MIGRATE = (
     "ERR the streamworker engine does not connect to other servers: MIGRATE is not supported "

@@ -229,7 +229,9 @@ class _Connection(asyncio.Protocol):
         _encode_push(self.out, reply, client.resp)
         if not self.push_scheduled:
             self.push_scheduled = True
-            self.server.loop.call_soon(self._flush_pushed)
+            # Thread-safe: a replica's stream is pushed by whichever thread ran the write.
+            with contextlib.suppress(RuntimeError):  # the loop is closing: nothing to flush
+                self.server.loop.call_soon_threadsafe(self._flush_pushed)
 
     def kill(self) -> None:
         """CLIENT KILL: close now, or once the running commands are answered if this is the

@@ -259,8 +259,6 @@ def test_wait_with_timeout_0_blocks_until_client_unblock(pair: Pair) -> None:
     [
         "REPLICAOF 127.0.0.1 6379",
         "SLAVEOF localhost 0",
-        "SYNC",
-        "PSYNC ? -1",
     ],
 )
 def test_replication_towards_another_server_is_refused_clearly(pair: Pair, line: str) -> None:

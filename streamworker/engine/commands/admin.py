@@ -1,11 +1,12 @@
 """Server administration: MONITOR, SHUTDOWN, WAIT, ROLE, the replication and cluster commands
-of a standalone server without replicas, MODULE, LOLWUT and MIGRATE.
+of a standalone master, MODULE, LOLWUT and MIGRATE.
 
-The engine is one process that talks to no other server. Where redis-server 7.0 standing alone
-answers without a peer (ROLE, WAIT, FAILOVER, REPLICAOF NO ONE, CLUSTER's "support disabled",
-MODULE LIST, MIGRATE of missing keys) the engine answers the same; where Redis would start
-talking to another server (REPLICAOF host port, SYNC, PSYNC, MIGRATE of a key) the engine
-refuses with an error that says so (:data:`~streamworker.engine.msgs.ENGINE_NO_REPLICATION`,
+The engine is one process that opens no connection to another server. It is a master that
+replicas may attach to (SYNC, PSYNC and REPLCONF: see :mod:`streamworker.engine.replication`).
+Where redis-server 7.0 standing alone answers without a peer (ROLE, WAIT, FAILOVER, REPLICAOF NO
+ONE, CLUSTER's "support disabled", MODULE LIST, MIGRATE of missing keys) the engine answers the
+same; where Redis would start talking to another server (REPLICAOF host port, MIGRATE of a key)
+the engine refuses with an error that says so (:data:`~streamworker.engine.msgs.ENGINE_NO_REPLICATION`,
 :data:`~streamworker.engine.msgs.ENGINE_NO_MIGRATE`).
 """
 
@@ -23,6 +24,7 @@ from streamworker.engine.commands.rdb import save_now
 from streamworker.engine.context import NO_REPLY
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import parse_int
+from streamworker.engine.rdb.files import build_rdb
 from streamworker.engine.replies import OK, Status, Verbatim
 
 if TYPE_CHECKING:
@@ -186,8 +188,9 @@ def wait(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
 
 @command("role", arity=1, flags=("noscript", "loading", "stale", "fast", "sentinel"))
 def role(ctx: Ctx, args: list[bytes]) -> Reply:
-    """ROLE -> ["master", replication offset 0, no replicas]."""
-    return [b"master", 0, []]
+    """ROLE -> ["master", replication offset, [[ip, port, acked offset] per replica]]."""
+    repl = ctx.engine.replication
+    return [b"master", repl.offset, repl.role_entries()]
 
 
 def _replicaof(ctx: Ctx, args: list[bytes]) -> Reply:
@@ -216,16 +219,71 @@ def slaveof(ctx: Ctx, args: list[bytes]) -> Reply:
     return _replicaof(ctx, args)
 
 
+def _full_sync(ctx: Ctx, fullresync: bool) -> Reply:
+    client = ctx.client
+    if client.replica:
+        return NO_REPLY  # Redis ignores a second SYNC from a replica
+    if client.push is None:
+        raise CommandError(msgs.SYNC_NEEDS_CONNECTION)
+    engine = ctx.engine
+    engine.replication.attach(client, build_rdb(engine), fullresync)
+    # A replica gets no replies from now on (Redis writes nothing to a replica but the stream).
+    client.reply_off = True
+    engine.admin_changed()
+    return NO_REPLY
+
+
 @command("sync", arity=1, flags=("admin", "noscript", "no-async-loading", "no-multi"))
 def sync(ctx: Ctx, args: list[bytes]) -> Reply:
-    """SYNC -> an error: the engine does not replicate."""
-    raise CommandError(msgs.ENGINE_NO_REPLICATION)
+    """SYNC: the connection becomes a replica. It gets the RDB of the data (a bulk without
+    its final CRLF), then every write as Redis propagates it (engine/replication.py)."""
+    return _full_sync(ctx, fullresync=False)
 
 
 @command("psync", arity=-3, flags=("admin", "noscript", "no-async-loading", "no-multi"))
 def psync(ctx: Ctx, args: list[bytes]) -> Reply:
-    """PSYNC replid offset -> an error: the engine does not replicate."""
-    raise CommandError(msgs.ENGINE_NO_REPLICATION)
+    """PSYNC replid offset: always a full resynchronization (the engine keeps no backlog):
+    ``+FULLRESYNC <replid> <offset>``, then as SYNC."""
+    return _full_sync(ctx, fullresync=True)
+
+
+@command("replconf", arity=-1, flags=("admin", "noscript", "loading", "stale", "allow-busy"))
+def replconf(ctx: Ctx, args: list[bytes]) -> Reply:
+    """REPLCONF option value ... -> OK; ``ACK offset`` (from a replica) and ``GETACK`` get no
+    reply, as in Redis (ACK records the replica's offset)."""
+    if len(args) % 2:
+        raise CommandError(msgs.SYNTAX)
+    for i in range(0, len(args), 2):
+        option = args[i].lower()
+        value = args[i + 1]
+        if option == b"listening-port":
+            to_int(value)
+        elif option == b"ip-address":
+            if len(value) >= 256:
+                raise CommandError(
+                    "ERR REPLCONF ip-address provided by replica instance is too long: "
+                    f"{len(value)} bytes"
+                )
+        elif option == b"capa":
+            pass
+        elif option == b"ack":
+            offset = parse_int(value)
+            if ctx.client.replica and offset is not None:
+                ctx.engine.replication.ack(ctx.client, offset)
+            return NO_REPLY
+        elif option == b"getack":
+            return NO_REPLY
+        elif option == b"rdb-only":
+            number = parse_int(value)
+            if number is None:
+                raise CommandError(msgs.NOT_INTEGER)
+            if not 0 <= number <= 1:
+                raise CommandError("ERR value is out of range, value must between 0 and 1")
+        else:
+            raise CommandError(
+                "ERR Unrecognized REPLCONF option: " + option.decode("utf-8", "replace")
+            )
+    return OK
 
 
 @command("failover", arity=-1, flags=("admin", "noscript", "stale"))

@@ -182,6 +182,8 @@ def client_info_line(ctx: Ctx, client: ClientState) -> str:
     idle = max(0, (now_ms - client.last_interaction_ms) // 1000)
     # Redis's order of the letters (getClientInfoString).
     flags = ""
+    if client.replica:
+        flags += "S"
     if client.monitor:
         flags += "O"
     if client.pubsub:

@@ -34,6 +34,8 @@ def del_(ctx: Ctx, args: list[bytes]) -> Reply:
         if db.delete(key):
             removed += 1
             ctx.notify(NOTIFY_GENERIC, b"del", key)
+    if not removed:
+        ctx.no_propagate()  # Redis propagates only what changed the data set
     return removed
 
 

@@ -360,7 +360,10 @@ def lmpop(ctx: Ctx, args: list[bytes]) -> Reply:
     """LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count] -> [key, [elements]] or nil."""
     keys, left, count = _mpop_args(args, 0)
     reply = _mpop_from(ctx, keys, left, count)
-    return NULL_ARRAY if reply is None else reply
+    if reply is None:
+        ctx.no_propagate()  # nothing popped: Redis propagates nothing
+        return NULL_ARRAY
+    return reply
 
 
 @command("blmpop", arity=-5, flags=("write", "blocking", "movablekeys"))

@@ -112,10 +112,11 @@ def restore(ctx: Ctx, args: list[bytes]) -> Reply:
     ctx.signal_key_ready(key)
     # "new" came with the key's creation (even over a REPLACEd key: Redis deletes, then adds).
     ctx.notify(NOTIFY_GENERIC, b"restore", key)
-    record = [b"RESTORE", key, b"%d" % ttl, payload]
-    if replace:
-        record.append(b"REPLACE")
-    if ttl:
+    # As received (options and their spelling kept), a relative TTL made absolute (Redis appends
+    # ABSTTL then; a client's own absttl stays as it wrote it).
+    record = [b"RESTORE", *args]
+    if ttl and not absttl:
+        record[2] = b"%d" % ttl
         record.append(b"ABSTTL")
     ctx.propagate(record)
     return OK

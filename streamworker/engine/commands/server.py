@@ -391,11 +391,11 @@ def _utf8(text: str) -> bytes:
 def _section_replication(ctx: Ctx) -> list[str]:
     return [
         "role:master",
-        "connected_slaves:0",
+        *ctx.engine.replication.info_lines(),
         "master_failover_state:no-failover",
         f"master_replid:{ctx.engine.run_id}",
         "master_replid2:0000000000000000000000000000000000000000",
-        "master_repl_offset:0",
+        f"master_repl_offset:{ctx.engine.replication.offset}",
         "second_repl_offset:-1",
         "repl_backlog_active:0",
         "repl_backlog_size:1048576",

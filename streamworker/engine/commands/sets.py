@@ -141,13 +141,18 @@ def spop(ctx: Ctx, args: list[bytes]) -> Reply:
         out: Reply = member
         popped = [member]
     else:
+        whole = count >= len(s)
         popped = random.sample(list(s), min(count, len(s)))
         s.difference_update(popped)
         out = SetReply(popped)
     if popped:
         _removed(ctx, key, s, b"spop")
-        # The members chance picked are logged, not the draw.
-        ctx.propagate([b"SREM", key, *popped])
+        if count is not None and whole:
+            # Redis propagates popping the whole set as deleting it.
+            ctx.propagate([b"DEL", key])
+        else:
+            # The members chance picked are logged, not the draw.
+            ctx.propagate([b"SREM", key, *popped])
     else:
         ctx.no_propagate()
     return out

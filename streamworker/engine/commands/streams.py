@@ -321,6 +321,10 @@ def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
         # spelled out as the exact trim it amounted to (it depends on the node layout).
         if p is None:
             ctx.propagate([b"XADD", key, idb, *args[2:]])
+        elif not p.approx:
+            # Exact (or no) trimming replays as received: only the ID is spelled out, as
+            # Redis rewrites nothing else (NOMKSTREAM, MAXLEN n stay as they were).
+            ctx.propagate([b"XADD", *args[:idpos], idb, *args[idpos + 1 :]])
         else:
             argv = [b"XADD", key]
             if p.strategy != _TRIM_NONE:

@@ -173,6 +173,11 @@ def getdel(ctx: Ctx, args: list[bytes]) -> Reply:
     if reply is not NULL_BULK:
         ctx.db.delete(args[0])
         ctx.notify(NOTIFY_GENERIC, b"del", args[0])
+        # Redis propagates the deletion as DEL (and nothing when the key was missing).
+        if ctx.propagating:
+            ctx.propagate([b"DEL", args[0]])
+    else:
+        ctx.no_propagate()
     return reply
 
 

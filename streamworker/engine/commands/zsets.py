@@ -703,7 +703,10 @@ def zmpop(ctx: Ctx, args: list[bytes]) -> Reply:
     nil."""
     keys, top, count = _zmpop_args(args, 0)
     reply = _zmpop_from(ctx, keys, top, count)
-    return NULL_ARRAY if reply is None else reply
+    if reply is None:
+        ctx.no_propagate()  # nothing popped: Redis propagates nothing
+        return NULL_ARRAY
+    return reply
 
 
 def _block_on(

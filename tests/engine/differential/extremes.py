@@ -448,6 +448,7 @@ SKIPPED: dict[str, str] = {
     "slaveof": "SLAVEOF host port would make redis-server a replica",
     "sync": "turns the connection into a replication stream",
     "psync": "turns the connection into a replication stream",
+    "replconf": "REPLCONF ACK gets no reply at all (tests/engine/test_replication_stream.py)",
     "migrate": "MIGRATE of an existing key connects redis-server to another server",
     "slowlog": "the reply is the server's own timings (tests/engine/test_slowlog_latency.py)",
 }
