@@ -44,7 +44,6 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,7 @@ from benchmarks.engine_bench import (
     RedisServerProcess,
     _engine_column,
     _fakeredis_column,
+    _opened,
     _print_table,
     _redis_column,
 )
@@ -534,16 +534,6 @@ def _engine_tcp_column(server: Server) -> Column:
         client.close()
 
     return Column("engine-tcp", open_, close)
-
-
-@contextmanager
-def _opened(column: Column) -> Iterator[redis.Redis]:
-    client = column.open()
-    try:
-        yield client
-    finally:
-        column.close(client)
-        gc.collect()
 
 
 # --- memory ---------------------------------------------------------------------------------
