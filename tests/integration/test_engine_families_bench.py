@@ -14,7 +14,7 @@ from tests.support.servers import missing_service
 
 
 def test_a_family_is_benchmarked_only_when_all_its_commands_are_in_the_table() -> None:
-    table = bench.engine_table() | {"pfadd"}  # PFCOUNT still missing
+    table = (bench.engine_table() | {"pfadd"}) - {"pfcount"}  # one HLL command missing
     have, missing = bench.available_families(table)
     names = {f.name for f in have}
     assert {"strings", "sorted sets"} <= names
