@@ -11,9 +11,12 @@ try again; redis-py re-reads the slot map on the next command.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import hashlib
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any, NamedTuple, cast
 from urllib.parse import unquote, urlsplit
@@ -407,6 +410,132 @@ class Entry(NamedTuple):
     fields: dict[bytes, bytes] | None
 
 
+class NextRead:
+    """The consume loop's next ``>`` read, offered to the last Redis call of the batch in hand.
+
+    Each batch ends with one Redis call of its strategy (the XACK, or the apply script that acks),
+    after which the loop reads the next batch: two round trips. A strategy that ends with
+    :func:`xack_then_read` (or :meth:`LuaScript.then_read`) sends the offered read behind its call, in the same write on the same
+    connection. Redis runs a connection's commands in order, so the read still happens after the
+    ack, never before: this consumer never holds more than the batch in hand, exactly as with two
+    round trips (what is pending at a crash does not change), but the batch costs one round trip
+    fewer.
+
+    The loop offers it (:meth:`offer`) only for ``>`` reads of its own task, and only while it is
+    not stopping; the reply (or the error the read met) waits here for :meth:`take`. Calls from
+    other tasks (the reclaimer's batches) and other clients never take it. Use from one event loop.
+    """
+
+    __slots__ = ("_args", "_client", "_owner", "_reply", "_wanted", "sent_at")
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        group: str,
+        consumer: str,
+        stream: str,
+        *,
+        count: int,
+        wanted: Callable[[], bool],
+    ) -> None:
+        self._client = client
+        self._args: tuple[Any, ...] = (
+            _XREADGROUP,
+            b"GROUP",
+            group,
+            consumer,
+            b"COUNT",
+            count,
+            b"STREAMS",
+            stream,
+            b">",
+        )
+        self._wanted = wanted
+        self._owner: asyncio.Task[Any] | None = None
+        self._reply: Any = _NO_REPLY
+        self.sent_at = 0.0
+        """When the read went out (monotonic): the lease clock of the entries it returns."""
+
+    @contextlib.contextmanager
+    def offer(self) -> Iterator[None]:
+        """Within the block, the current task's :func:`xack_then_read` (or
+        :meth:`LuaScript.then_read`) may send the read.
+        Redis Cluster and other client types never piggyback (a read of another slot's node
+        could not share the connection)."""
+        if type(self._client) is not aioredis.Redis:
+            yield
+            return
+        self._owner = asyncio.current_task()
+        token = _NEXT_READ.set(self)
+        try:
+            yield
+        finally:
+            _NEXT_READ.reset(token)
+            self._owner = None
+
+    def holding(self) -> bool:
+        """True when a read was sent and its reply waits for :meth:`take`."""
+        return self._reply is not _NO_REPLY
+
+    def take(self) -> Any:
+        """The waiting reply (for :func:`parse_read_reply`); raises the error the read met."""
+        reply, self._reply = self._reply, _NO_REPLY
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    def discard(self) -> None:
+        """Forget a waiting reply: its entries are in this consumer's PEL, and the backlog read
+        that follows a restart of the loop returns them."""
+        self._reply = _NO_REPLY
+
+    def _claim(self, client: aioredis.Redis) -> bool:
+        return (
+            client is self._client
+            and self._reply is _NO_REPLY
+            and asyncio.current_task() is self._owner
+            and self._wanted()
+        )
+
+
+_NO_REPLY: Any = object()
+_NEXT_READ: contextvars.ContextVar[NextRead | None] = contextvars.ContextVar(
+    "streamworker_next_read", default=None
+)
+
+
+def _offered(client: aioredis.Redis) -> NextRead | None:
+    """The next read the consume loop offered to the current task for ``client``, if any."""
+    slot = _NEXT_READ.get()
+    return slot if slot is not None and slot._claim(client) else None
+
+
+async def _then_read(slot: NextRead, client: aioredis.Redis, *args: Any) -> Any:
+    """``args`` and the slot's read in one write; the command's reply (or error), the read's kept
+    in the slot: Redis ran the read whatever the command's own reply was."""
+    pipe = client.pipeline(transaction=False)
+    pipe.execute_command(*args)
+    pipe.execute_command(*slot._args)
+    slot.sent_at = time.monotonic()
+    first, read = await pipe.execute(raise_on_error=False)
+    slot._reply = read
+    if isinstance(first, BaseException):
+        raise first
+    return first
+
+
+async def xack_then_read(
+    client: aioredis.Redis, stream: str, group: str, ids: Sequence[str | bytes]
+) -> int:
+    """``XACK stream group *ids``, for a batch's last call: when the consume loop offered its
+    next read (:class:`NextRead`) to this task for ``client``, the read goes out behind the XACK
+    in one write and its reply is kept for the loop. Connection errors as redis-py raises them."""
+    slot = _offered(client)
+    if slot is None:
+        return int(await client.xack(stream, group, *ids))
+    return int(await _then_read(slot, client, "XACK", stream, group, *ids))
+
+
 async def read_group(
     client: aioredis.Redis,
     group: str,
@@ -497,6 +626,23 @@ class LuaScript:
         async with connection_errors():
             try:
                 return await client.evalsha(self.sha, len(keys), *keys, *args)
+            except rex.NoScriptError:
+                await client.script_load(self.source)
+                return await client.evalsha(self.sha, len(keys), *keys, *args)
+
+    async def then_read(
+        self, client: aioredis.Redis, keys: Sequence[str | bytes], args: Sequence[str | bytes | int]
+    ) -> Any:
+        """As a call, for a script that is a batch's last call: the consume loop's offered read
+        (:class:`NextRead`) goes out behind it, as with :func:`xack_then_read`.
+        Should the server have lost the script, the read (if it went out) has already run when the
+        script is loaded and run again."""
+        async with connection_errors():
+            try:
+                slot = _offered(client)
+                if slot is None:
+                    return await client.evalsha(self.sha, len(keys), *keys, *args)
+                return await _then_read(slot, client, "EVALSHA", self.sha, len(keys), *keys, *args)
             except rex.NoScriptError:
                 await client.script_load(self.source)
                 return await client.evalsha(self.sha, len(keys), *keys, *args)

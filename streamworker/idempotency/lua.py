@@ -200,7 +200,8 @@ class LuaStrategy:
     async def _apply(
         self, keys: Sequence[bytes], args: Sequence[str | bytes | int]
     ) -> list[Any] | int:
-        result: list[Any] | int = await _APPLY(self._client, keys, args)
+        # The batch's last call: the consume loop's next read may go out behind it.
+        result: list[Any] | int = await _APPLY.then_read(self._client, keys, args)
         return result
 
     def _cutoff(self, now_ms: int) -> str:

@@ -20,7 +20,7 @@ from streamworker.idempotency.base import (
 )
 from streamworker.message import Message
 from streamworker.outcomes import ACKED, Action, Outcome
-from streamworker.redisio import connection_errors
+from streamworker.redisio import connection_errors, xack_then_read
 
 # What this strategy provides to handlers: nothing (one shared empty mapping, not one per call).
 _NOTHING: Mapping[type, Any] = MappingProxyType({})
@@ -96,8 +96,9 @@ class AtLeastOnce:
                 if o.action is Action.ACK
             ]
         if ids:
+            # The batch's last call: the consume loop's next read may go out behind it.
             async with connection_errors():
-                await self._client.xack(self._stream, self._group, *ids)
+                await xack_then_read(self._client, self._stream, self._group, ids)
 
     async def _ack_finished(
         self, batch: Sequence[Message[Any]], outcomes: Sequence[Outcome]

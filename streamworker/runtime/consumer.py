@@ -31,7 +31,13 @@ from streamworker.deps import Resolver
 from streamworker.errors import ConnectionLost, StreamworkerError
 from streamworker.idempotency.base import Strategy
 from streamworker.observability.metrics import Metrics
-from streamworker.redisio import Entry, connection_errors, parse_read_reply, read_group
+from streamworker.redisio import (
+    Entry,
+    NextRead,
+    connection_errors,
+    parse_read_reply,
+    read_group,
+)
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.batch_processor import BatchProcessor
 from streamworker.runtime.holdings import Holdings
@@ -91,6 +97,14 @@ class Consumer:
             backoff=backoff,
             holdings=self.holdings,
             signal=self.signal,
+        )
+        self._next_read = NextRead(
+            client,
+            spec.group,
+            name,
+            spec.stream,
+            count=spec.batch_size,
+            wanted=lambda: not self.signal.stopping(),
         )
         self._group_ready = False
         self.group_lost = False
@@ -211,6 +225,10 @@ class Consumer:
         cursor: bytes | None = b"0"
         state = self.state
         process = self.batches.process
+        ahead = self._next_read
+        # Entries read behind the last ack of a previous run (a stop or a lost connection came
+        # meanwhile) are in this consumer's PEL: the backlog read below returns them.
+        ahead.discard()
         while not self.stopping():
             state.turned()
             if cursor is not None:
@@ -227,9 +245,15 @@ class Consumer:
                 )
             else:
                 # What is there now first: while the stream has a backlog, a plain read spares
-                # the blocking read's race against stop() (two tasks and a wait per batch).
-                sent = time.monotonic()
-                entries = await self._read(b">", block_ms=None)
+                # the blocking read's race against stop() (two tasks and a wait per batch). The
+                # previous batch's last call may have sent it already (NextRead).
+                if ahead.holding():
+                    sent = ahead.sent_at
+                    async with connection_errors():
+                        entries = parse_read_reply(ahead.take(), self._stream)
+                else:
+                    sent = time.monotonic()
+                    entries = await self._read(b">", block_ms=None)
                 if not entries:
                     sent = time.monotonic()
                     entries = await self._read(b">", block_ms=self.spec.block_ms)
@@ -238,9 +262,13 @@ class Consumer:
                         continue
                 # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too).
                 self._backoff.reset()
-                await process(
-                    entries, dict.fromkeys((e.id for e in entries), 1), fresh_at=sent, sent_at=sent
-                )
+                with ahead.offer():
+                    await process(
+                        entries,
+                        dict.fromkeys((e.id for e in entries), 1),
+                        fresh_at=sent,
+                        sent_at=sent,
+                    )
                 continue
             self._backoff.reset()
             await process(entries, counts, sent_at=sent)

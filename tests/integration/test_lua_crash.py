@@ -111,9 +111,13 @@ def test_sigkill_after_the_script_finds_the_batch_applied_and_acked(
     ids = _orders(redis_client, 15)
     proc = _start(redis_url, tmp_path / "run1.log", SW_TEST_KILL="after_script:2")
     assert_killed(proc)
-    # The script applied batch 2 and acked it in one step: nothing is left to redeliver.
+    # The script applied batch 2 and acked it in one step: nothing of it is left to redeliver.
+    # On one server the next read went out behind the script in the same write (redisio's
+    # NextRead), so batch 3 is the batch in hand, read and not yet run; Redis Cluster reads it
+    # after the reply.
     assert sorted(_applied(redis_client)) == sorted(ids[:10])
-    assert _pending(redis_client) == []
+    in_hand = [] if "cluster" in redis_url else [i.encode() for i in ids[10:15]]
+    assert _pending(redis_client) == in_hand
     _finish_and_check(redis_url, redis_client, ids, tmp_path / "run2.log")
     assert _started(tmp_path / "run2.log") == ids[10:]
 

@@ -101,7 +101,7 @@ from streamworker.outcomes import (
     decide,
     describe,
 )
-from streamworker.redisio import as_text, connection_errors
+from streamworker.redisio import as_text, connection_errors, xack_then_read
 
 T = TypeVar("T")
 
@@ -160,8 +160,9 @@ class SqlStrategy:
         return await tx.commit()
 
     async def _xack(self, ids: Sequence[str]) -> None:
+        # The batch's last call: the consume loop's next read may go out behind it.
         async with connection_errors():
-            await self._client.xack(self.stream, self.group, *ids)
+            await xack_then_read(self._client, self.stream, self.group, ids)
 
     async def _open(self, claim: Sequence[str] = ()) -> tuple[_Tx, set[str]]:
         """The batch's transaction, begun, and of ``claim`` the ids whose rows it inserted (one
