@@ -16,7 +16,7 @@ import contextlib
 import contextvars
 import hashlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from typing import Any, NamedTuple, cast
 from urllib.parse import unquote, urlsplit
@@ -401,13 +401,25 @@ def as_bytes(value: Any) -> bytes:
 
 
 class Entry(NamedTuple):
-    """One entry from a read: ``fields`` is None when the entry was deleted while pending.
+    """One entry from a read: ``fields`` is None when the entry was deleted while pending, else
+    its field names and values alternating, as Redis sends them (:func:`flat_fields` makes them
+    from a mapping).
 
     A named tuple: the consume loop makes one per message, and a tuple is the cheapest to make.
+    The fields stay a flat list because the decoder turns them into text pairs in one pass; a
+    map of bytes made here would be thrown away at once.
     """
 
     id: bytes
-    fields: dict[bytes, bytes] | None
+    fields: list[bytes] | None
+
+
+def flat_fields(fields: Mapping[bytes, bytes] | Sequence[bytes]) -> list[bytes]:
+    """Entry fields as a flat ``[name, value, ...]`` list, from a mapping (redis-py's reply
+    callbacks make one) or a sequence already flat."""
+    if isinstance(fields, Mapping):
+        return [part for pair in fields.items() for part in pair]
+    return list(fields)
 
 
 class NextRead:
@@ -593,16 +605,14 @@ def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
     else:  # RESP2: [[stream, [entries]], ...]
         items = next((e for name, e in reply if name == stream), [])
     # This runs for every entry read: each Entry made by tuple.__new__ (the named tuple's own
-    # __new__ is a Python function), the field pairs by one zip (Redis sends them in pairs; zip's
-    # strict check would cost a fifth of the loop). A deleted entry comes back with a nil body,
-    # which the parser or redis-py turns into None or {}; a live entry always has at least one
-    # field (XADD requires one).
+    # __new__ is a Python function), the fields kept as the parser's list. A deleted entry comes
+    # back with a nil body, which the parser or redis-py turns into None or {}; a live entry
+    # always has at least one field (XADD requires one).
     out: list[Entry] = []
     append = out.append
     for entry_id, fields in items:
-        if fields is not None and not isinstance(fields, dict):
-            it = iter(fields)
-            fields = dict(zip(it, it))  # noqa: B905
+        if fields and type(fields) is not list:
+            fields = flat_fields(fields)
         append(_new_entry(Entry, (entry_id, fields or None)))
     return out
 

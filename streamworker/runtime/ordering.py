@@ -44,7 +44,7 @@ import structlog
 
 from streamworker.app import HandlerSpec
 from streamworker.keys import lease_key
-from streamworker.redisio import Entry, LuaScript, as_bytes, connection_errors
+from streamworker.redisio import Entry, LuaScript, as_bytes, connection_errors, flat_fields
 from streamworker.runtime.batch_processor import BatchProcessor
 from streamworker.runtime.holdings import Holdings
 from streamworker.runtime.loop import LoopState, StopSignal
@@ -325,7 +325,6 @@ class OrderedLoop:
             counts[as_bytes(row[0])] = int(row[2])
             fields = row[1]
             if fields:
-                it = iter(fields)
-                rest[0] = Entry(id=head, fields=dict(zip(it, it, strict=True)))
+                rest[0] = Entry(id=head, fields=flat_fields(fields))
         if not claimed and not deleted:
             counts.pop(head, None)  # not ours any more

@@ -11,16 +11,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from streamworker.redisio import Entry, as_bytes, connection_errors
+from streamworker.redisio import Entry, as_bytes, connection_errors, flat_fields
 
 
 def entry_from_reply(raw: Any) -> Entry:
     """An entry from a ``[id, fields]`` reply: fields as a flat list, a dict, or nil (deleted)."""
     entry_id, fields = raw[0], raw[1]
-    if fields is not None and not isinstance(fields, dict):
-        it = iter(fields)
-        fields = dict(zip(it, it, strict=True))
-    return Entry(id=as_bytes(entry_id), fields=fields or None)
+    return Entry(id=as_bytes(entry_id), fields=flat_fields(fields) if fields else None)
 
 
 async def delivery_counts(

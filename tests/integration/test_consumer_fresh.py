@@ -94,9 +94,9 @@ async def test_a_read_older_than_half_of_claim_idle_ms_is_not_fresh(
     try:
         now = time.monotonic()
         await consumer.batches.process(
-            [Entry(ids[0], {b"n": b"0"})], {ids[0]: 1}, fresh_at=now - 0.6
+            [Entry(ids[0], [b"n", b"0"])], {ids[0]: 1}, fresh_at=now - 0.6
         )
-        await consumer.batches.process([Entry(ids[1], {b"n": b"1"})], {ids[1]: 1}, fresh_at=now)
+        await consumer.batches.process([Entry(ids[1], [b"n", b"1"])], {ids[1]: 1}, fresh_at=now)
     finally:
         await client.aclose()
     assert [fresh for _, fresh in strategy.calls] == [False, True]

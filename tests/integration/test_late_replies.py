@@ -133,12 +133,12 @@ async def test_a_batch_that_waited_past_claim_idle_for_the_one_in_hand_skips_ent
         now = time.monotonic()
         in_hand = asyncio.ensure_future(
             consumer.batches.process(
-                [Entry(first, {b"n": b"0"})], {first: 1}, fresh_at=now, sent_at=now
+                [Entry(first, [b"n", b"0"])], {first: 1}, fresh_at=now, sent_at=now
             )
         )
         waiting = asyncio.ensure_future(
             consumer.batches.process(
-                [Entry(second, {b"n": b"1"})], {second: 1}, fresh_at=now, sent_at=now
+                [Entry(second, [b"n", b"1"])], {second: 1}, fresh_at=now, sent_at=now
             )
         )
         await eventually(lambda: runs == [("a", first.decode())])

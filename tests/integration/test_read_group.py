@@ -26,12 +26,12 @@ async def test_new_entries_parse_as_redis_py_would(
         reply = await read_group(client, "g", "c", "s", b">", count=2, block_ms=None)
         entries = parse_read_reply(reply, b"s")
         assert entries == [
-            Entry(ids[0], {b"k": b"v0", b"n": b"0"}),
-            Entry(ids[1], {b"k": b"v1", b"n": b"1"}),
+            Entry(ids[0], [b"k", b"v0", b"n", b"0"]),
+            Entry(ids[1], [b"k", b"v1", b"n", b"1"]),
         ]
         # The same read through redis-py's callback, for the last entry.
         parsed = await client.xreadgroup("g", "c", {"s": ">"}, count=2)
-        assert parse_read_reply(parsed, b"s") == [Entry(ids[2], {b"k": b"v2", b"n": b"2"})]
+        assert parse_read_reply(parsed, b"s") == [Entry(ids[2], [b"k", b"v2", b"n", b"2"])]
     finally:
         await client.aclose()
 
@@ -84,6 +84,6 @@ async def test_the_embedded_engine_gives_the_same_entries() -> None:
         await client.xgroup_create("s", "g", id="0", mkstream=True)
         first = await client.xadd("s", {"k": "v"})
         reply = await read_group(client, "g", "c", "s", b">", count=10, block_ms=None)
-        assert parse_read_reply(reply, b"s") == [Entry(first, {b"k": b"v"})]
+        assert parse_read_reply(reply, b"s") == [Entry(first, [b"k", b"v"])]
     finally:
         await client.aclose()

@@ -9,7 +9,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from streamworker.codec import decode_message
+from streamworker.codec import MessageDecoder
 from streamworker.idempotency.base import CoroutineInvoke
 from streamworker.idempotency.lua import LuaStrategy
 from streamworker.message import Message
@@ -55,19 +55,10 @@ async def read(
             stream, group, min=entries[0].id, max=entries[-1].id, count=len(entries)
         )
         counts = {r["message_id"]: int(r["times_delivered"]) for r in rows}
-    return [
-        decode_message(
-            e.id,
-            e.fields or {},
-            stream=stream,
-            group=group,
-            consumer=consumer,
-            delivery_count=counts.get(e.id, 1),
-            model=None,
-            body_field=None,
-        )
-        for e in entries
-    ]
+    decode = MessageDecoder(
+        stream=stream, group=group, consumer=consumer, model=None, body_field=None
+    ).decode
+    return [decode(e.id, e.fields or [], counts.get(e.id, 1)) for e in entries]
 
 
 async def drain(

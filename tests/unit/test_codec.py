@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from pydantic import BaseModel
 
-from streamworker.codec import _MESSAGE_FIELDS, decode_fields, decode_message
+from streamworker.codec import _MESSAGE_FIELDS, MessageDecoder, decode_fields, decode_message
 from streamworker.errors import PermanentFailure
 from streamworker.message import Message
 
@@ -115,3 +115,27 @@ def test_a_non_utf8_field_name_is_named_after_the_fast_path_fails() -> None:
     with pytest.raises(PermanentFailure, match="field 'bad' is not valid UTF-8"):
         decode_fields({b"ok": b"1", b"bad": b"\xc3"})
     assert decode_fields({b"\xc3\xa9": b"\xe2\x82\xac"}) == {"é": "€"}
+
+
+def _consumer_decode(raw: list[bytes], model: type[BaseModel] | None = Order) -> Message:  # type: ignore[type-arg]
+    decoder = MessageDecoder(stream="orders", group="g", consumer="c", model=model, body_field=None)
+    return decoder.decode(b"1-0", raw, 2)
+
+
+def test_the_consume_loops_decoder_reads_flat_fields_into_the_same_message() -> None:
+    flat = [b"order_id", b"7", b"amount_cents", b"150"]
+    expected = _decode({b"order_id": b"7", b"amount_cents": b"150"})
+    assert _consumer_decode(flat) == expected
+
+
+def test_the_consume_loops_decoder_keeps_the_last_value_of_a_repeated_field() -> None:
+    """XADD accepts a field twice; as redis-py's mapping would, the last value wins."""
+    msg = _consumer_decode([b"k", b"1", b"k", b"2"], model=None)
+    assert msg.fields == {"k": "2"}
+
+
+def test_the_consume_loops_decoder_names_the_field_that_is_not_utf8() -> None:
+    with pytest.raises(PermanentFailure, match="field 'bad' is not valid UTF-8"):
+        _consumer_decode([b"ok", b"1", b"bad", b"\xc3"], model=None)
+    with pytest.raises(PermanentFailure, match="a field name is not valid UTF-8"):
+        _consumer_decode([b"\xff", b"1"], model=None)

@@ -18,14 +18,14 @@ def test_null_reply_is_empty() -> None:
 def test_resp2_shape() -> None:
     reply = [[b"s", [(b"1-0", {b"a": b"1"}), (b"2-0", {b"b": b"2"})]]]
     assert parse_read_reply(reply, b"s") == [
-        Entry(b"1-0", {b"a": b"1"}),
-        Entry(b"2-0", {b"b": b"2"}),
+        Entry(b"1-0", [b"a", b"1"]),
+        Entry(b"2-0", [b"b", b"2"]),
     ]
 
 
 def test_resp3_wrapped_shape() -> None:
     reply = {b"s": [[(b"1-0", {b"a": b"1"})]]}
-    assert parse_read_reply(reply, b"s") == [Entry(b"1-0", {b"a": b"1"})]
+    assert parse_read_reply(reply, b"s") == [Entry(b"1-0", [b"a", b"1"])]
 
 
 def test_resp3_wrapped_empty_history() -> None:
@@ -33,7 +33,7 @@ def test_resp3_wrapped_empty_history() -> None:
 
 
 def test_unified_shape() -> None:
-    assert parse_read_reply({b"s": [(b"1-0", {b"a": b"1"})]}, b"s") == [Entry(b"1-0", {b"a": b"1"})]
+    assert parse_read_reply({b"s": [(b"1-0", {b"a": b"1"})]}, b"s") == [Entry(b"1-0", [b"a", b"1"])]
 
 
 def test_deleted_entries_have_no_fields() -> None:
@@ -41,7 +41,7 @@ def test_deleted_entries_have_no_fields() -> None:
     assert parse_read_reply(reply, b"s") == [
         Entry(b"1-0", None),
         Entry(b"2-0", None),
-        Entry(b"3-0", {b"k": b"v"}),
+        Entry(b"3-0", [b"k", b"v"]),
     ]
 
 
