@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from streamworker.engine import acl as acl_model
 from streamworker.engine import msgs
+from streamworker.engine.acl import Commands, User, Users
 from streamworker.engine.commands import HISTOGRAM_BUCKETS, CommandSpec, load_commands
 from streamworker.engine.config import EngineConfig
 from streamworker.engine.context import RESUME, Blocked, ClientState, Ctx, OnReady
@@ -195,8 +197,14 @@ class Engine:
         self.admin_hooks = False
         # SYNC/PSYNC clients and the stream they get (engine/replication.py).
         self.replication = Replication(self)
-        # ACL LOG entries (the default user is never denied: the log stays empty).
-        self.acl_log: list[Any] = []
+        # ACL users and log; requirepass as last applied to the default user.
+        from streamworker.engine.commands.acl import command_categories
+        from streamworker.engine.commands.server import acl_keys
+
+        self.acl = Users(Commands(self.table, command_categories))
+        self._acl_keys = acl_keys
+        self._requirepass = ""
+        self._acl_config_version = -1
         self.config_changed()
 
     def set_clock(self, clock: Callable[[], int]) -> None:
@@ -214,6 +222,8 @@ class Engine:
             client = ClientState(self._next_client_id, _wall_clock_ms())
             self._next_client_id += 1
             client.ctx = Ctx(self, client)
+            self.acl_sync()
+            client.user = self.acl.default
             self.clients[client.id] = client
             self.stats_connections += 1
             return client
@@ -360,8 +370,13 @@ class Engine:
                 spec.rejected_calls += 1
                 return self._exec_abort(client, msgs.wrong_arity("exec"))
             return self._reject(client, msgs.wrong_arity(spec.name), spec)
-        if not client.authenticated and "no-auth" not in spec.flags:
+        if not client.authenticated and "no-auth" not in spec.flags and self.acl.auth_required():
             return self._reject(client, msgs.NOAUTH, spec)
+        if not client.user.unrestricted and not (client.in_multi and spec.no_multi):
+            # ACL users: a user allowed everything never gets here (one attribute test).
+            denied = self._acl_deny(client, spec, argv)
+            if denied is not None:
+                return denied
         if self.tracking and self.memory.maxmemory:
             refused = self._check_oom(client, spec, argv)
             if refused is not None:
@@ -486,7 +501,17 @@ class Engine:
         return reply
 
     def run_queued(self, ctx: Ctx, spec: CommandSpec, argv: Sequence[bytes]) -> Reply:
-        """Run one command queued by MULTI (EXEC's loop). Blocking commands don't block."""
+        """Run one command queued by MULTI (EXEC's loop). Blocking commands don't block.
+        The ACL rules are checked again (they may have changed since the command was
+        queued)."""
+        user = ctx.client.user
+        if not user.unrestricted:
+            result, idx = self.acl_check(user, spec, argv)
+            if result:
+                self._acl_log(ctx, spec, argv, result, idx, "multi")
+                error = CommandError(msgs.exec_acl_changed(msgs.EXEC_ACL_DENIED[result]))
+                self.count_error(error.text)
+                return error
         self.stats_commands += 1
         ctx.client.last_cmd = spec.name
         func = spec.func
@@ -551,6 +576,12 @@ class Engine:
             return CommandError(msgs.SCRIPT_WRONG_ARITY)
         if spec.noscript or spec.func is None:
             return CommandError(msgs.SCRIPT_COMMAND_NOT_ALLOWED)
+        user = ctx.client.user
+        if not user.unrestricted:
+            result, idx = self.acl_check(user, spec, argv)
+            if result:
+                self._acl_log(ctx, spec, argv, result, idx, "lua")
+                return CommandError("ERR " + msgs.SCRIPT_ACL_DENIED[result])
         if read_only and ("write" in spec.flags or "may-replicate" in spec.flags):
             # Redis counts may-replicate commands (PFCOUNT) as writes in read-only scripts.
             return CommandError(msgs.SCRIPT_WRITE_IN_READ_ONLY)
@@ -597,6 +628,70 @@ class Engine:
         if type(reply) is Blocked:
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
+
+    # -- ACL -------------------------------------------------------------------------------
+
+    def _auth_required(self) -> bool:
+        self.acl_sync()
+        return self.acl.auth_required()
+
+    def acl_check(self, user: User, spec: CommandSpec, argv: Sequence[bytes]) -> tuple[int, int]:
+        """Whether ``user`` may run ``argv`` (``spec`` its command or subcommand): (acl.OK or
+        the acl.DENIED_* reason, argv index of the refused key or channel)."""
+        return user.check(spec, argv, lambda: self._acl_keys(spec, argv))
+
+    def _acl_deny(
+        self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]
+    ) -> CommandError | None:
+        # Redis's processCommand ACL step: NOPERM, logged, the MULTI flagged for EXECABORT.
+        result, idx = self.acl_check(client.user, spec, argv)
+        if not result:
+            return None
+        ctx = client.ctx
+        ctx.argv = argv
+        client.last_cmd = spec.name
+        self._acl_log(ctx, spec, argv, result, idx, "multi" if client.in_multi else "toplevel")
+        if result == acl_model.DENIED_CMD:
+            text = msgs.noperm_command(spec.name)
+        elif result == acl_model.DENIED_KEY:
+            text = msgs.NOPERM_KEYS
+        else:
+            text = msgs.NOPERM_CHANNELS
+        return self._reject(client, text, spec)
+
+    def _acl_log(
+        self,
+        ctx: Ctx,
+        spec: CommandSpec,
+        argv: Sequence[bytes],
+        result: int,
+        idx: int,
+        context: str,
+    ) -> None:
+        from streamworker.engine.commands.acl import log_denial
+
+        obj = spec.name.encode() if result == acl_model.DENIED_CMD else argv[idx]
+        log_denial(ctx, result, context, obj)
+
+    def acl_sync(self) -> None:
+        """Apply the ACL-related parameters when the configuration changed (also when it
+        was set directly through ``engine.config``): requirepass is the default user's
+        password (Redis's ACLUpdateDefaultUserPassword), applied when it changes."""
+        cfg = self.config
+        if cfg.version == self._acl_config_version:
+            return
+        self._acl_config_version = cfg.version
+        requirepass = cfg.get("requirepass") or ""
+        if requirepass != self._requirepass:
+            self._requirepass = requirepass
+            self.acl.set_default_password(requirepass)
+            self.acl_changed()
+        self.acl.all_channels_default = cfg.get("acl-pubsub-default") == "allchannels"
+
+    def acl_changed(self) -> None:
+        """Users changed (ACL SETUSER / DELUSER): refresh what the fast path reads."""
+        for user in self.acl.users.values():
+            user.refresh()
 
     def _check_oom(
         self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]
@@ -700,6 +795,7 @@ class Engine:
     def config_changed(self) -> None:
         """Re-read the parameters the engine caches (after CONFIG SET)."""
         cfg = self.config
+        self.acl_sync()
         self.memory.configure()
         self.monitor_ns = self.diagnostics.configure(
             int(cfg.get("slowlog-log-slower-than") or 0),

@@ -458,6 +458,8 @@ class ScriptRuntime:
         if sctx.db is not caller.db:
             sctx.select(caller.db.index)
         sclient.resp = 2
+        # The script's commands run as the caller's ACL user (Redis's scriptCall).
+        sclient.user = caller.client.user
         sctx.in_multi = caller.in_multi or caller.client.in_multi
         new_array = self._new_array
         self._kill = False
@@ -743,7 +745,11 @@ class ScriptRuntime:
             spec = spec.subcommands.get(argv[1].lower())
         if spec is None:
             self._raise_table(msgs.SCRIPT_ACL_INVALID_COMMAND)
-        return True  # no ACLs: the default user may run everything
+        assert spec is not None
+        user = self.client.user
+        if user is None or user.unrestricted:
+            return True
+        return not self.engine.acl_check(user, spec, argv)[0]
 
     def _random(self, *args: Any) -> Any:
         # Redis's math.random: lua's own, with rand() replaced by its redisLrand48().
