@@ -205,6 +205,8 @@ class Engine:
         self._acl_keys = acl_keys
         self._requirepass = ""
         self._acl_config_version = -1
+        self.min_replicas = 0
+        self.min_replicas_lag = 0
         self.config_changed()
 
     def set_clock(self, clock: Callable[[], int]) -> None:
@@ -381,6 +383,9 @@ class Engine:
             refused = self._check_oom(client, spec, argv)
             if refused is not None:
                 return refused
+        if self.min_replicas and self._writes(client, spec, argv) and self.replicas_short():
+            # min-replicas-to-write: writes wait for enough acknowledging replicas.
+            return self._reject(client, msgs.NOREPLICAS, spec)
         if client.pubsub and client.resp == 2 and spec.name not in _SUBSCRIBED_OK:
             # RESP2 has no way to tell a reply from a message: Redis refuses the rest.
             return self._reject(client, msgs.subscribed_context(spec.name), spec)
@@ -573,18 +578,20 @@ class Engine:
         arity = spec.arity
         n = len(argv)
         if n != arity and (arity > 0 or n < -arity):
-            return CommandError(msgs.SCRIPT_WRONG_ARITY)
+            return _script_reject(spec, msgs.SCRIPT_WRONG_ARITY)
         if spec.noscript or spec.func is None:
-            return CommandError(msgs.SCRIPT_COMMAND_NOT_ALLOWED)
+            return _script_reject(spec, msgs.SCRIPT_COMMAND_NOT_ALLOWED)
         user = ctx.client.user
         if not user.unrestricted:
             result, idx = self.acl_check(user, spec, argv)
             if result:
                 self._acl_log(ctx, spec, argv, result, idx, "lua")
-                return CommandError("ERR " + msgs.SCRIPT_ACL_DENIED[result])
+                return _script_reject(spec, "ERR " + msgs.SCRIPT_ACL_DENIED[result])
         if read_only and ("write" in spec.flags or "may-replicate" in spec.flags):
             # Redis counts may-replicate commands (PFCOUNT) as writes in read-only scripts.
-            return CommandError(msgs.SCRIPT_WRITE_IN_READ_ONLY)
+            return _script_reject(spec, msgs.SCRIPT_WRITE_IN_READ_ONLY)
+        if spec.write and self.min_replicas and self.replicas_short():
+            return _script_reject(spec, msgs.NOREPLICAS)
         if (
             spec.denyoom
             and self.memory.pre_command_oom
@@ -596,7 +603,7 @@ class Engine:
         ):
             # Redis 7.0's scriptVerifyOOM: maxmemory is set, the script started over it, has
             # not written yet and did not declare allow-oom.
-            return CommandError(msgs.OOM)
+            return _script_reject(spec, msgs.OOM)
         self.stats_commands += 1
         ctx.client.last_cmd = spec.name
         ctx.argv = argv
@@ -719,6 +726,23 @@ class Engine:
             return self._reject(client, msgs.OOM, spec)
         return None
 
+    def replicas_short(self) -> bool:
+        """True when min-replicas-to-write asks for more replicas acknowledging within
+        min-replicas-max-lag than there are (Redis's checkGoodReplicasStatus, inverted)."""
+        if not self.min_replicas:
+            return False
+        return self.replication.good_replicas(self.min_replicas_lag) < self.min_replicas
+
+    def _writes(self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]) -> bool:
+        # Redis's is_write_command: write commands, scripts declared without no-writes
+        # (their shebang or function flags), EXEC of a transaction holding a write.
+        if spec.write:
+            return True
+        if spec.name == "exec":
+            return client.in_multi and any(q.write for q, _ in client.multi_queue)
+        flags = self._script_flags(spec, argv)
+        return flags is not None and "no-writes" not in flags
+
     def _running_runtime(self) -> Any:
         # The Lua runtime whose script or function is running (EVAL's or FCALL's), if any.
         for runtime in (self.functions, self.scripting):
@@ -730,33 +754,37 @@ class Engine:
         # EVAL/EVALSHA take their flags from the script's shebang (Redis's
         # evalGetCommandFlags): a declared script is denyoom unless allow-oom or no-writes;
         # one without a shebang is not (its first write is checked when it runs).
-        if spec.name in _EVAL_COMMANDS and len(argv) > 1:
-            from streamworker.engine.scripting import parse_shebang, sha1hex
-
-            body_flags: frozenset[str] | None
-            if spec.name.startswith("evalsha"):
-                script = self.scripting.get(argv[1]) if self.scripting is not None else None
-                body_flags = script.flags if script is not None else None
-            else:
-                cached = (
-                    self.scripting.get(sha1hex(argv[1])) if self.scripting is not None else None
-                )
-                if cached is not None:
-                    body_flags = cached.flags
-                else:
-                    try:
-                        body_flags = parse_shebang(argv[1])[1]
-                    except CommandError:
-                        return False
+        if (spec.name in _EVAL_COMMANDS or spec.name in _FCALL_COMMANDS) and len(argv) > 1:
+            body_flags = self._script_flags(spec, argv)
             return body_flags is not None and not (
                 "allow-oom" in body_flags or "no-writes" in body_flags
             )
-        if spec.name in _FCALL_COMMANDS and len(argv) > 1:
-            # A function's flags decide as a shebang does (Redis's fcallGetCommandFlags); an
-            # unknown function is not refused here (FCALL then says it does not exist).
-            fn = self.functions.find(argv[1]) if self.functions is not None else None
-            return fn is not None and not ("allow-oom" in fn.flags or "no-writes" in fn.flags)
         return spec.denyoom
+
+    def _script_flags(self, spec: CommandSpec, argv: Sequence[bytes]) -> frozenset[str] | None:
+        # The flags an EVAL's script declares in its shebang, or an FCALL's function has
+        # (Redis's evalGetCommandFlags / fcallGetCommandFlags); None: not a script command,
+        # no shebang, or an unknown script or function (it fails by itself later).
+        if len(argv) < 2:
+            return None
+        if spec.name in _EVAL_COMMANDS:
+            from streamworker.engine.scripting import parse_shebang, sha1hex
+
+            if spec.name.startswith("evalsha"):
+                script = self.scripting.get(argv[1]) if self.scripting is not None else None
+                return script.flags if script is not None else None
+            cached = self.scripting.get(sha1hex(argv[1])) if self.scripting is not None else None
+            if cached is not None:
+                flags: frozenset[str] | None = cached.flags
+                return flags
+            try:
+                return parse_shebang(argv[1])[1]
+            except CommandError:
+                return None
+        if spec.name in _FCALL_COMMANDS:
+            fn = self.functions.find(argv[1]) if self.functions is not None else None
+            return frozenset(fn.flags) if fn is not None else None
+        return None
 
     def _account_unblocked(self, blocked: Blocked, reply: Reply) -> None:
         # A blocked command is counted once, when it is served or times out (Redis's
@@ -796,6 +824,10 @@ class Engine:
         """Re-read the parameters the engine caches (after CONFIG SET)."""
         cfg = self.config
         self.acl_sync()
+        # min-replicas-to-write: 0 (the usual) keeps its check off the command path.
+        lag = int(cfg.get("min-replicas-max-lag") or 0)
+        self.min_replicas = int(cfg.get("min-replicas-to-write") or 0) if lag else 0
+        self.min_replicas_lag = lag
         self.memory.configure()
         self.monitor_ns = self.diagnostics.configure(
             int(cfg.get("slowlog-log-slower-than") or 0),
@@ -1116,6 +1148,12 @@ _MONITOR_BEFORE = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall"
 # Under CLIENT PAUSE WRITE: scripts wait unless they are read-only (EVAL_RO & co, or a
 # no-writes shebang).
 _SCRIPT_CALLS = frozenset({"eval", "evalsha", "fcall"})
+
+
+def _script_reject(spec: CommandSpec, text: str) -> CommandError:
+    # Redis's scriptCall error path: the command counts a rejected call (commandstats).
+    spec.rejected_calls += 1
+    return CommandError(text)
 
 
 def _never_ready(ctx: Ctx) -> Reply | None:

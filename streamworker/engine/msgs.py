@@ -631,6 +631,8 @@ def acl_command_not_found(cmd: str) -> str:
     return f"ERR Command '{cmd}' not found"
 
 
+NOREPLICAS = "NOREPLICAS Not enough good replicas to write."
+
 # ACL users (Redis 7.0's texts).
 ACL_USERNAME_SPACES = "ERR Usernames can't contain spaces or null characters"
 NOPERM_KEYS = "NOPERM this user has no permissions to access one of the keys used as arguments"

@@ -130,6 +130,34 @@ def test_a_script_that_errors_is_a_failed_eval(d: Differ) -> None:
     assert fake[b"eval"] == (1, 0, 1)
 
 
+def test_a_command_a_script_may_not_run_is_a_rejected_call(d: Differ) -> None:
+    # Redis's scriptCall refusals (arity, noscript, read-only script) count as rejections.
+    d.check("EVAL", "return redis.pcall('get')", 0)
+    d.check("EVAL", "return redis.pcall('multi')", 0)
+    d.check("EVAL_RO", "return redis.pcall('set', KEYS[1], 'v')", 1, "k")
+    real, fake = _both_counters(d)
+    assert fake == real
+    assert fake[b"get"] == (0, 1, 0)
+    assert fake[b"set"] == (0, 1, 0)
+
+
+def test_a_write_refused_by_min_replicas_in_a_script_is_a_rejected_call(d: Differ) -> None:
+    d.both("CONFIG", "SET", "min-replicas-to-write", "1")
+    try:
+        d.check("EVAL", "return redis.pcall('set', KEYS[1], 'v')", 1, "k")
+        d.check("SET", "k", "v")
+        d.check("EVAL", "#!lua\nreturn 1", 0)
+        d.check("EVAL", "#!lua flags=no-writes\nreturn 1", 0)
+        d.check("MULTI")
+        d.check("SET", "k", "v")
+        d.check("EXEC")
+    finally:
+        d.both("CONFIG", "SET", "min-replicas-to-write", "0")
+    real, fake = _both_counters(d)
+    assert fake == real
+    assert fake[b"set"] == (0, 3, 0)
+
+
 def test_a_blocking_command_counts_once_when_it_times_out(d: Differ) -> None:
     d.check("BLPOP", "nolist", "0.01")
     real, fake = _both_counters(d)
