@@ -578,20 +578,20 @@ class Engine:
         arity = spec.arity
         n = len(argv)
         if n != arity and (arity > 0 or n < -arity):
-            return _script_reject(spec, msgs.SCRIPT_WRONG_ARITY)
+            return self._script_reject(spec, msgs.SCRIPT_WRONG_ARITY)
         if spec.noscript or spec.func is None:
-            return _script_reject(spec, msgs.SCRIPT_COMMAND_NOT_ALLOWED)
+            return self._script_reject(spec, msgs.SCRIPT_COMMAND_NOT_ALLOWED)
         user = ctx.client.user
         if not user.unrestricted:
             result, idx = self.acl_check(user, spec, argv)
             if result:
                 self._acl_log(ctx, spec, argv, result, idx, "lua")
-                return _script_reject(spec, "ERR " + msgs.SCRIPT_ACL_DENIED[result])
+                return self._script_reject(spec, "ERR " + msgs.SCRIPT_ACL_DENIED[result])
         if read_only and ("write" in spec.flags or "may-replicate" in spec.flags):
             # Redis counts may-replicate commands (PFCOUNT) as writes in read-only scripts.
-            return _script_reject(spec, msgs.SCRIPT_WRITE_IN_READ_ONLY)
+            return self._script_reject(spec, msgs.SCRIPT_WRITE_IN_READ_ONLY)
         if spec.write and self.min_replicas and self.replicas_short():
-            return _script_reject(spec, msgs.NOREPLICAS)
+            return self._script_reject(spec, msgs.NOREPLICAS)
         if (
             spec.denyoom
             and self.memory.pre_command_oom
@@ -603,7 +603,7 @@ class Engine:
         ):
             # Redis 7.0's scriptVerifyOOM: maxmemory is set, the script started over it, has
             # not written yet and did not declare allow-oom.
-            return _script_reject(spec, msgs.OOM)
+            return self._script_reject(spec, msgs.OOM)
         self.stats_commands += 1
         ctx.client.last_cmd = spec.name
         ctx.argv = argv
@@ -725,6 +725,15 @@ class Engine:
         if self._denies_oom(spec, argv):
             return self._reject(client, msgs.OOM, spec)
         return None
+
+    def _script_reject(self, spec: CommandSpec, text: str) -> CommandError:
+        # Redis's scriptCall error path: the error reply is counted now (errorstats; not
+        # again when the script passes it on) and the command counts a rejected call; as
+        # for a nested call that failed, the EVAL itself is not failed by it.
+        spec.rejected_calls += 1
+        self.count_error(text)
+        self._errors_seen = self.stats_errors
+        return CommandError(text)
 
     def replicas_short(self) -> bool:
         """True when min-replicas-to-write asks for more replicas acknowledging within
@@ -1148,12 +1157,6 @@ _MONITOR_BEFORE = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall"
 # Under CLIENT PAUSE WRITE: scripts wait unless they are read-only (EVAL_RO & co, or a
 # no-writes shebang).
 _SCRIPT_CALLS = frozenset({"eval", "evalsha", "fcall"})
-
-
-def _script_reject(spec: CommandSpec, text: str) -> CommandError:
-    # Redis's scriptCall error path: the command counts a rejected call (commandstats).
-    spec.rejected_calls += 1
-    return CommandError(text)
 
 
 def _never_ready(ctx: Ctx) -> Reply | None:
