@@ -451,9 +451,25 @@ class Selector:
 
     def _key_ok(self, key: bytes, needed: int) -> bool:
         for pattern, flags in self.keys:
-            if flags & needed == needed and glob_match(pattern, key):
+            if flags & needed == needed and pattern_match(pattern, key):
                 return True
         return False
+
+
+_GLOB_SPECIAL = frozenset(b"*?[\\")
+
+
+def pattern_match(pattern: bytes, subject: bytes) -> bool:
+    """Redis's glob match of an ACL key or channel pattern, with the common shapes (``*``,
+    a literal, ``prefix*``) decided without the general matcher."""
+    if pattern == b"*":
+        return True
+    stem = pattern[:-1] if pattern[-1:] == b"*" else None
+    if stem is not None and not any(c in _GLOB_SPECIAL for c in stem):
+        return subject.startswith(stem)
+    if not any(c in _GLOB_SPECIAL for c in pattern):
+        return subject == pattern
+    return glob_match(pattern, subject)
 
 
 def _pattern_text(pattern: bytes, flags: int) -> bytes:
@@ -614,6 +630,8 @@ class User:
     ) -> tuple[int, int]:
         """Redis's ACLCheckAllUserCommandPerm: (OK or the most relevant DENIED_*, index of
         the argument refused)."""
+        if len(self.selectors) == 1:
+            return self.selectors[0].check(spec, argv, keys)
         relevant, last_idx = DENIED_CMD, 0
         cache: list[list[Any]] = []
 

@@ -707,6 +707,33 @@ def command_getkeysandflags(ctx: Ctx, args: list[bytes]) -> Reply:
 
 
 _NEEDS = {"access": 1, "insert": 2, "delete": 2, "update": 2}
+# Per command: its keys' fixed positions and permissions for acl_keys, or None when they
+# depend on the arguments (absent: not computed yet).
+_ACL_PLANS: dict[str, list[tuple[int, int, int, int]] | None] = {}
+_NO_PLAN: list[tuple[int, int, int, int]] = []
+
+
+def _acl_plan(spec: CommandSpec) -> list[tuple[int, int, int, int]] | None:
+    # (first index, last key offset (negative: from the end), step, needed permission) per
+    # key spec, when every spec is a plain index + range without a limit.
+    if (spec.first_key <= 0 and "movablekeys" not in spec.flags) or spec.name in _NOT_KEYS:
+        return []
+    if spec.name in ("set", "bitfield"):
+        return None
+    specs = KEY_SPECS.get(spec.name, ())
+    if not _specs_complete(specs):
+        return None
+    plan = []
+    for flags, begin, find in specs:
+        if "not_key" in flags:
+            continue
+        if begin[0] != "index" or find[0] != "range" or find[3]:
+            return None
+        needed = 0
+        for flag in flags:
+            needed |= _NEEDS.get(flag, 0)
+        plan.append((begin[1], find[1], find[2] or 1, needed))
+    return plan
 
 
 def acl_keys(spec: CommandSpec, argv: Sequence[bytes]) -> list[tuple[int, bytes, int]]:
@@ -715,6 +742,19 @@ def acl_keys(spec: CommandSpec, argv: Sequence[bytes]) -> list[tuple[int, bytes,
     Redis's ACLSelectorCheckKey reads them. Never raises (malformed calls give what can be
     found; the command refuses them afterwards)."""
     name = spec.name
+    plan = _ACL_PLANS.get(name, _NO_PLAN)
+    if plan is _NO_PLAN:
+        plan = _ACL_PLANS[name] = _acl_plan(spec)
+    if plan is not None:
+        # Fixed positions (GET, SET without options, MSET...): no per-call spec walk.
+        argc = len(argv)
+        out: list[tuple[int, bytes, int]] = []
+        for first, lastkey, step, needed in plan:
+            last = first + lastkey if lastkey >= 0 else argc + lastkey
+            if last >= argc:
+                last = argc - 1
+            out.extend((i, argv[i], needed) for i in range(first, last + 1, step))
+        return out
     if (spec.first_key <= 0 and "movablekeys" not in spec.flags) or name in _NOT_KEYS:
         return []
     specs = KEY_SPECS.get(name, ())
