@@ -648,6 +648,18 @@ class User:
                 relevant, last_idx = result, idx
         return relevant, last_idx
 
+    def full_key_access(
+        self, spec: CommandSpec, argv: Sequence[bytes], keys: Callable[[], list[Any]]
+    ) -> bool:
+        """Redis's ACLUserCheckCmdWithUnrestrictedKeyAccess for reads: some selector allows
+        the call and may read every key (allkeys, or a ``*`` pattern with read)."""
+        for selector in self.selectors:
+            if selector.check(spec, argv, keys)[0] != OK:
+                continue
+            if selector.all_keys or any(p == b"*" and f & READ for p, f in selector.keys):
+                return True
+        return False
+
     def allows_all_channels(self) -> bool:
         return any(s.all_channels for s in self.selectors)
 

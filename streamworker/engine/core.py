@@ -647,6 +647,11 @@ class Engine:
         the acl.DENIED_* reason, argv index of the refused key or channel)."""
         return user.check(spec, argv, lambda: self._acl_keys(spec, argv))
 
+    def acl_key_list(self, spec: CommandSpec, argv: Sequence[bytes]) -> list[Any]:
+        """The keys ACL checks for ``argv``: [(argv index, key, needed permission)]."""
+        keys: list[Any] = self._acl_keys(spec, argv)
+        return keys
+
     def _acl_deny(
         self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]
     ) -> CommandError | None:

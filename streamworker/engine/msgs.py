@@ -634,6 +634,8 @@ def acl_command_not_found(cmd: str) -> str:
 NOREPLICAS = "NOREPLICAS Not enough good replicas to write."
 
 # ACL users (Redis 7.0's texts).
+SORT_BY_ACL = "ERR BY option of SORT denied due to insufficient ACL permissions."
+SORT_GET_ACL = "ERR GET option of SORT denied due to insufficient ACL permissions."
 ACL_USERNAME_SPACES = "ERR Usernames can't contain spaces or null characters"
 NOPERM_KEYS = "NOPERM this user has no permissions to access one of the keys used as arguments"
 NOPERM_CHANNELS = (

@@ -378,7 +378,13 @@ DENIAL_CASES = {
         "EVAL \"return redis.acl_check_cmd('nosuch')\" 0",
     ],
     "log": ["GET x", "GET x", "SET y v", "PUBLISH other m", "ACL LOG", "ACL LOG 1"],
-    "errorstats": ["CONFIG RESETSTAT", "GET x", "SET y v", "INFO errorstats"],
+    "errorstats": [
+        "CONFIG RESETSTAT",
+        "GET x",
+        "SET y v",
+        "EVAL \"return redis.pcall('hget', 'x1', 'f')\" 0",
+        "INFO errorstats",
+    ],
 }
 
 
@@ -388,6 +394,32 @@ def test_denials_match_redis(pair: Pair, case: str, resp: int) -> None:
     steps: list[Step] = [BOB, (1, "AUTH bob 1")]
     steps += [(1, line) for line in DENIAL_CASES[case]]
     same(pair, steps, resp)
+
+
+SORT_RULES = [
+    "(+sort ~mylist)",
+    "(+sort ~mylist ~v*)",
+    "(+sort ~mylist %W~*)",
+    "(+sort ~mylist %R~*)",
+    "+sort ~*",
+]
+
+
+@pytest.mark.parametrize("rules", SORT_RULES)
+def test_sort_by_and_get_patterns_need_read_access_to_every_key(pair: Pair, rules: str) -> None:
+    same(
+        pair,
+        [
+            "SET v1 1",
+            "LPUSH mylist 1",
+            f"ACL SETUSER s on nopass {rules}",
+            (1, "AUTH s x"),
+            (1, "SORT mylist BY v*"),
+            (1, "SORT mylist GET v*"),
+            (1, "SORT mylist BY constant"),
+            (1, "SORT mylist"),
+        ],
+    )
 
 
 def test_exec_refuses_a_queued_command_the_rules_no_longer_allow(pair: Pair) -> None:
