@@ -32,13 +32,14 @@ LATENCY_SAMPLES = 160
 _NEVER = 1 << 62
 
 # Arguments Redis replaces by "(redacted)" in the slow log (secrets): command -> first index.
-_REDACT_FROM = {"auth": 1}
+_REDACT_FROM = {"auth": 1, "acl|setuser": 2}
 
 
 def slowlog_args(name: str, argv: Sequence[bytes]) -> list[bytes]:
     """``argv`` as a slow log entry keeps it: at most 32 words (the 32nd becomes
     ``... (N more arguments)``), each cut at 128 bytes (plus ``... (N more bytes)``), and
-    passwords (AUTH, HELLO ... AUTH user pass) replaced by ``(redacted)``."""
+    passwords (AUTH, HELLO ... AUTH user pass) and ACL SETUSER's rules replaced by
+    ``(redacted)``."""
     argc = len(argv)
     kept = min(argc, SLOWLOG_MAX_ARGC)
     redact_from = _REDACT_FROM.get(name, argc)

@@ -473,6 +473,21 @@ def test_deleting_another_user_keeps_the_clients(pair: Pair) -> None:
     assert closed == {"redis": False, "engine": False}
 
 
+def test_switching_a_user_off_keeps_its_connections_working(pair: Pair) -> None:
+    # Redis 7.0 only refuses new logins of a user that is off.
+    same(
+        pair,
+        [
+            "ACL SETUSER bob on >1 +@all ~*",
+            (1, "AUTH bob 1"),
+            "ACL SETUSER bob off",
+            (1, "SET k v"),
+            (1, "ACL WHOAMI"),
+            (2, "AUTH bob 1"),
+        ],
+    )
+
+
 def test_a_user_deleting_itself_gets_the_reply_then_is_disconnected(pair: Pair) -> None:
     out = {}
     for name, port in pair.ports.items():
@@ -513,3 +528,20 @@ def test_log_entries_carry_the_denied_object(pair: Pair) -> None:
     assert fields[b"object"] == b"y"
     assert fields[b"reason"] == b"key"
     assert fields[b"username"] == b"bob"
+
+
+def test_the_slow_log_hides_acl_setuser_rules(pair: Pair) -> None:
+    args = {}
+    for name, port in pair.ports.items():
+        conn = Conn(port)
+        conn.call("CONFIG", "SET", "slowlog-log-slower-than", "0")
+        try:
+            conn.call("SLOWLOG", "RESET")
+            conn.call("ACL", "SETUSER", "bob", "on", ">secret", "~x")
+            entry = parse(conn.call("SLOWLOG", "GET", "1")).children[0]
+            args[name] = [a.text for a in entry.children[3].children]
+        finally:
+            conn.call("CONFIG", "SET", "slowlog-log-slower-than", "10000")
+            conn.close()
+    assert args["engine"] == args["redis"]
+    assert b"secret" not in b" ".join(args["engine"])
