@@ -269,6 +269,66 @@ def test_acl_dryrun_answers_as_redis(pair: Pair, line: str) -> None:
     )
 
 
+# Key permissions by key-spec flags, for commands whose keys move or carry mixed flags.
+KEY_FLAG_LINES = [
+    "EXISTS r1 w1 x",
+    "DEL r1",
+    "DEL w1",
+    "UNLINK w1 x1",
+    "COPY r1 w1",
+    "COPY w1 r1",
+    "RENAME w1 w2",
+    "RENAME r1 w2",
+    "LMOVE r1 w1 LEFT RIGHT",
+    "LMOVE w1 w2 LEFT RIGHT",
+    "BITOP AND w1 r1 r2",
+    "BITOP AND r1 w1",
+    "MSET w1 a w2 b",
+    "MSET w1 a r1 b",
+    "MGET r1 r2",
+    "MGET r1 w1",
+    "ZUNIONSTORE w1 2 r1 r2",
+    "ZUNIONSTORE r1 2 r1 r2",
+    "ZUNION 2 r1 w1",
+    "LMPOP 2 w1 w2 LEFT",
+    "LMPOP 2 w1 r1 LEFT",
+    "XREAD STREAMS r1 r2 0 0",
+    "XREAD COUNT 1 STREAMS r1 w1 0 0",
+    "XREADGROUP GROUP g c STREAMS w1 >",
+    "XREADGROUP GROUP g c STREAMS r1 >",
+    "EVAL x 2 x1 x2",
+    "EVAL x 1 r1",
+    "EVAL_RO x 1 r1",
+    "SORT r1",
+    "SORT r1 STORE w1",
+    "SORT r1 STORE r2",
+    "SORT_RO r1",
+    "GEORADIUS r1 0 0 1 km STORE w1",
+    "GEORADIUS r1 0 0 1 km STORE r2",
+    "GEOSEARCHSTORE w1 r1 FROMLONLAT 0 0 BYRADIUS 1 km",
+    "OBJECT ENCODING r1",
+    "OBJECT ENCODING w1",
+    "SET r1 v GET",
+    "SET w1 v",
+    "SET w1 v GET",
+    "BITFIELD r1 GET u4 0",
+    "BITFIELD r1 SET u4 0 1",
+    "BITFIELD w1 SET u4 0 1",
+    "GETDEL w1",
+    "GETEX r1",
+    "INCR w1",
+    "APPEND w1 x",
+    "PFMERGE w1 r1",
+    "TOUCH w1",
+    "TYPE w1",
+]
+
+
+@pytest.mark.parametrize("line", KEY_FLAG_LINES)
+def test_key_permissions_follow_the_key_specs_as_redis(pair: Pair, line: str) -> None:
+    same(pair, ["ACL SETUSER kf on +@all %R~r* %W~w* ~x*", f"ACL DRYRUN kf {line}"])
+
+
 # -- AUTH and HELLO ---------------------------------------------------------------------------
 
 AUTH_CASES = {
