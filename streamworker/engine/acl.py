@@ -16,7 +16,7 @@ scripting bridge call into it.
 Where this differs from redis-server 7.0: the order of single-command rules in a described
 user (Redis walks a hash table with a random seed, so its order changes per process); a key
 pattern with no permission letter (``%~x``), which crashes Redis 7.0 at describe time, is a
-syntax error here; selectors in parentheses are split on white space only (no quoting).
+syntax error here.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamworker.engine.keyspace import glob_match
+from streamworker.engine.protocol import parse_inline_args
 
 if TYPE_CHECKING:
     from streamworker.engine.commands import CommandSpec
@@ -574,7 +575,9 @@ class User:
             self.passwords.remove(digest)
         elif op[:1] == b"(" and op[-1:] == b")":
             selector = Selector(False, all_channels)
-            for word in op[1:-1].split():
+            # Redis splits the inside as sdssplitargs does (quotes allowed); unbalanced
+            # quotes leave it with no rule at all.
+            for word in parse_inline_args(op[1:-1]) or []:
                 selector.apply(commands, word)
             self.selectors.append(selector)
         elif low == b"clearselectors":

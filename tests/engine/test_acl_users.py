@@ -142,6 +142,13 @@ SETUSER_CASES = {
         "ACL SETUSER bob '(~y' '+set)'",
         "ACL GETUSER bob",
     ],
+    "quoted selector rules": [
+        "ACL SETUSER bob on '(\"~x y\" +get)'",
+        'ACL SETUSER bob \'("~a" "&b")\'',
+        "ACL SETUSER bob '(\"~unbalanced)'",
+        "ACL GETUSER bob",
+        "ACL LIST",
+    ],
     "clearselectors": ["ACL SETUSER bob (~x +get) clearselectors", "ACL GETUSER bob"],
     "reset": ["ACL SETUSER bob on >p ~x +get reset", "ACL GETUSER bob", "ACL LIST"],
     "passwords": [
