@@ -683,7 +683,13 @@ class Engine:
         from streamworker.engine.commands.acl import log_denial
 
         obj = spec.name.encode() if result == acl_model.DENIED_CMD else argv[idx]
-        log_denial(ctx, result, context, obj)
+        shown = ctx
+        if ctx.in_script:
+            # Redis logs the client that called the script, not the script's own.
+            runtime = self._running_runtime()
+            if runtime is not None and runtime.caller is not None:
+                shown = runtime.caller
+        log_denial(ctx, result, context, obj, shown=shown)
 
     def acl_sync(self) -> None:
         """Apply the ACL-related parameters when the configuration changed (also when it

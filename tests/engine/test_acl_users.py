@@ -612,3 +612,20 @@ def test_the_slow_log_hides_acl_setuser_rules(pair: Pair) -> None:
             conn.close()
     assert args["engine"] == args["redis"]
     assert b"secret" not in b" ".join(args["engine"])
+
+
+def test_a_script_denial_is_logged_with_the_calling_connection(pair: Pair) -> None:
+    info = {}
+    for name, port in pair.ports.items():
+        admin, bob = Conn(port), Conn(port)
+        admin.call("ACL", "SETUSER", "bob", "on", ">1", "+eval", "+client|setname", "~*")
+        bob.call("AUTH", "bob", "1")
+        bob.call("CLIENT", "SETNAME", "bobconn")
+        bob.call("EVAL", "return redis.pcall('get', 'k')", "0")
+        entry = parse(admin.call("ACL", "LOG", "1")).children[0]
+        fields = {entry.children[i].text: entry.children[i + 1].text for i in range(0, 14, 2)}
+        words = dict(w.split(b"=", 1) for w in fields[b"client-info"].split())
+        info[name] = (fields[b"context"], words[b"name"], words[b"cmd"], words[b"user"])
+        admin.close()
+        bob.close()
+    assert info["engine"] == info["redis"] == (b"lua", b"bobconn", b"eval", b"bob")

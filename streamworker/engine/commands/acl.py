@@ -122,11 +122,17 @@ _LOG_GROUPING_MS = 60000
 
 
 def log_denial(
-    ctx: Ctx, reason: int, context: str, obj: bytes, username: bytes | None = None
+    ctx: Ctx,
+    reason: int,
+    context: str,
+    obj: bytes,
+    username: bytes | None = None,
+    shown: Ctx | None = None,
 ) -> None:
     """Add an ACL LOG entry (Redis's addACLLogEntry): an entry like one of the 10 newest
     (same reason, context, object and user, within 60 s) is counted again and moved to the
-    front instead; the log keeps ``acllog-max-len`` entries."""
+    front instead; the log keeps ``acllog-max-len`` entries. ``shown``: the connection the
+    entry describes (default: ``ctx``'s)."""
     from streamworker.engine.commands.connection import client_info_line
 
     engine = ctx.engine
@@ -134,7 +140,8 @@ def log_denial(
     client = ctx.client
     name = username if username is not None else client.user.name
     now = int(time.time() * 1000)
-    cinfo = client_info_line(ctx, client)
+    shown = shown or ctx
+    cinfo = client_info_line(shown, shown.client)
     log = users.log
     for i, entry in enumerate(log[:10]):
         if (
