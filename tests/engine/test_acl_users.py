@@ -123,6 +123,10 @@ SETUSER_CASES = {
     "a container": ["ACL SETUSER bob +client", "ACL GETUSER bob"],
     "container minus sub": ["ACL SETUSER bob +client -client|kill", "ACL GETUSER bob"],
     "first arg": ["ACL SETUSER bob +select|0 +select|1", "ACL GETUSER bob", "ACL LIST"],
+    "all but a command except one first arg": [
+        "ACL SETUSER bob +@all -select +select|0",
+        "ACL GETUSER bob",
+    ],
     "first arg then command": ["ACL SETUSER bob +select|0 +select", "ACL GETUSER bob"],
     "key permissions": [
         "ACL SETUSER bob %R~r* %W~w* %RW~rw* ~all* %R~w*",
@@ -369,6 +373,15 @@ AUTH_CASES = {
         "ACL LOG 2",
     ],
     "one-word auth without a password": ["AUTH foo"],
+    "auth inside multi": [
+        "ACL SETUSER bob on >1 +@all",
+        (1, "MULTI"),
+        (1, "AUTH bob nope"),
+        (1, "AUTH bob 1"),
+        (1, "EXEC"),
+        (1, "ACL WHOAMI"),
+        "ACL LOG 1",
+    ],
     "requirepass": [
         "CONFIG SET requirepass pw",
         "ACL GETUSER default",

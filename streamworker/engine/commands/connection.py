@@ -81,7 +81,7 @@ def _authenticate(ctx: Ctx, username: bytes, password: bytes) -> None:
         from streamworker.engine.acl import DENIED_AUTH
         from streamworker.engine.commands.acl import log_denial
 
-        context = "multi" if client.in_multi else "toplevel"
+        context = "multi" if client.in_multi or ctx.in_multi else "toplevel"
         log_denial(ctx, DENIED_AUTH, context, bytes(ctx.argv[0]), username)
         raise CommandError(msgs.NOAUTH_HELLO)
     client.user = user
