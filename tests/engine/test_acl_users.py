@@ -445,7 +445,7 @@ DENIAL_CASES = {
         "PSUBSCRIBE ch*",
     ],
     "subscribe": ["SUBSCRIBE other"],
-    "multi": ["MULTI", "SET x1 v", "HSET x f v", "SET y v", "EXEC", "GET x1"],
+    "multi": ["MULTI", "SET x1 v", "HSET x f v", "SET y v", "EXEC", "GET x1", "ACL LOG 2"],
     "scripts": [
         "EVAL \"return redis.call('get', 'x1')\" 0",
         "EVAL \"return redis.call('hget', 'x1', 'f')\" 0",
