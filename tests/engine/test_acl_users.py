@@ -642,3 +642,28 @@ def test_a_script_denial_is_logged_with_the_calling_connection(pair: Pair) -> No
         admin.close()
         bob.close()
     assert info["engine"] == info["redis"] == (b"lua", b"bobconn", b"eval", b"bob")
+
+
+def test_the_slow_log_hides_sensitive_config_values_and_migrate_passwords(pair: Pair) -> None:
+    args = {}
+    for name, port in pair.ports.items():
+        conn = Conn(port)
+        conn.call("CONFIG", "SET", "slowlog-log-slower-than", "0")
+        try:
+            conn.call("SLOWLOG", "RESET")
+            conn.call("CONFIG", "SET", "masterauth", "pw")
+            conn.call("CONFIG", "SET", "masteruser", "u", "maxclients", "1000")
+            conn.call("CONFIG", "SET", "requirepass", "")
+            conn.call("CONFIG", "SET", "nosuch", "x", "masterauth", "y")
+            conn.call("MIGRATE", "127.0.0.1", "1", "nokey", "0", "5000", "COPY", "AUTH", "pw")
+            conn.call("MIGRATE", "127.0.0.1", "1", "nokey", "0", "5000", "AUTH2", "u", "pw")
+            conn.call("MIGRATE", "127.0.0.1", "1", "", "0", "5000", "AUTH", "pw", "KEYS", "a")
+            entries = parse(conn.call("SLOWLOG", "GET", "7")).children
+            args[name] = [[a.text for a in e.children[3].children] for e in entries]
+            args[name].append(conn.call("CONFIG", "GET", "masterauth"))
+            args[name].append(conn.call("CONFIG", "GET", "masteruser"))
+        finally:
+            conn.call("CONFIG", "SET", "masterauth", "", "masteruser", "")
+            conn.call("CONFIG", "SET", "slowlog-log-slower-than", "10000")
+            conn.close()
+    assert args["engine"] == args["redis"]
