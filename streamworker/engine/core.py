@@ -372,7 +372,7 @@ class Engine:
                 spec.rejected_calls += 1
                 return self._exec_abort(client, msgs.wrong_arity("exec"))
             return self._reject(client, msgs.wrong_arity(spec.name), spec)
-        if not client.authenticated and "no-auth" not in spec.flags and self.acl.auth_required():
+        if not client.authenticated and "no-auth" not in spec.flags and self._auth_required():
             return self._reject(client, msgs.NOAUTH, spec)
         if not client.user.unrestricted and not (client.in_multi and spec.no_multi):
             # ACL users: a user allowed everything never gets here (one attribute test).
