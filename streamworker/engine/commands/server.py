@@ -742,6 +742,10 @@ def acl_keys(spec: CommandSpec, argv: Sequence[bytes]) -> list[tuple[int, bytes,
     Redis's ACLSelectorCheckKey reads them. Never raises (malformed calls give what can be
     found; the command refuses them afterwards)."""
     name = spec.name
+    if name == "set":
+        # One key, written; read too when GET asks for the old value (its variable flags).
+        reads = any(a.lower() == b"get" for a in argv[3:])
+        return [(1, argv[1], 3 if reads else 2)]
     plan = _ACL_PLANS.get(name, _NO_PLAN)
     if plan is _NO_PLAN:
         plan = _ACL_PLANS[name] = _acl_plan(spec)
