@@ -298,6 +298,11 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "protected-mode": ("yes", _bool),
     "enable-protected-configs": ("no", None),
     "requirepass": ("", _any),
+    # Credentials for a master: kept and shown (the engine replicates from no master).
+    "masterauth": ("", _any),
+    "masteruser": ("", _any),
+    "acllog-max-len": ("128", _int_range(0, _LLONG_MAX)),
+    "acl-pubsub-default": ("resetchannels", _enum("allchannels", "resetchannels")),
     "maxmemory-samples": ("5", _int_range(1, 2**31 - 1)),
     "maxmemory-eviction-tenacity": ("10", _int_range(0, 100)),
     "lfu-log-factor": ("10", _int_range(0, 2**31 - 1)),

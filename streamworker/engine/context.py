@@ -102,6 +102,7 @@ class ClientState:
         "sub_patterns",
         "sub_shard",
         "tracking",
+        "user",
         "watched",
     )
 
@@ -129,6 +130,8 @@ class ClientState:
         # False until AUTH/HELLO AUTH succeeds on a server with requirepass (set by the
         # transport at connect); commands without the no-auth flag are refused meanwhile.
         self.authenticated = True
+        # The ACL user (an acl.User) the connection runs as; Engine.connect sets the default.
+        self.user: Any = None
         # The socket's file descriptor (CLIENT LIST), -1 for in-process clients.
         self.fd = -1
         # The transport's buffer sizes for CLIENT LIST (qbuf, obl, oll, omem), if any.

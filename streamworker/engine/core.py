@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from streamworker.engine import acl as acl_model
 from streamworker.engine import msgs
+from streamworker.engine.acl import Commands, User, Users
 from streamworker.engine.commands import HISTOGRAM_BUCKETS, CommandSpec, load_commands
 from streamworker.engine.config import EngineConfig
 from streamworker.engine.context import RESUME, Blocked, ClientState, Ctx, OnReady
@@ -195,8 +197,16 @@ class Engine:
         self.admin_hooks = False
         # SYNC/PSYNC clients and the stream they get (engine/replication.py).
         self.replication = Replication(self)
-        # ACL LOG entries (the default user is never denied: the log stays empty).
-        self.acl_log: list[Any] = []
+        # ACL users and log; requirepass as last applied to the default user.
+        from streamworker.engine.commands.acl import command_categories
+        from streamworker.engine.commands.server import acl_keys
+
+        self.acl = Users(Commands(self.table, command_categories))
+        self._acl_keys = acl_keys
+        self._requirepass = ""
+        self._acl_config_version = -1
+        self.min_replicas = 0
+        self.min_replicas_lag = 0
         self.config_changed()
 
     def set_clock(self, clock: Callable[[], int]) -> None:
@@ -214,6 +224,8 @@ class Engine:
             client = ClientState(self._next_client_id, _wall_clock_ms())
             self._next_client_id += 1
             client.ctx = Ctx(self, client)
+            self.acl_sync()
+            client.user = self.acl.default
             self.clients[client.id] = client
             self.stats_connections += 1
             return client
@@ -360,12 +372,20 @@ class Engine:
                 spec.rejected_calls += 1
                 return self._exec_abort(client, msgs.wrong_arity("exec"))
             return self._reject(client, msgs.wrong_arity(spec.name), spec)
-        if not client.authenticated and "no-auth" not in spec.flags:
+        if not client.authenticated and "no-auth" not in spec.flags and self._auth_required():
             return self._reject(client, msgs.NOAUTH, spec)
+        if not client.user.unrestricted and not (client.in_multi and spec.no_multi):
+            # ACL users: a user allowed everything never gets here (one attribute test).
+            denied = self._acl_deny(client, spec, argv)
+            if denied is not None:
+                return denied
         if self.tracking and self.memory.maxmemory:
             refused = self._check_oom(client, spec, argv)
             if refused is not None:
                 return refused
+        if self.min_replicas and self._writes(client, spec, argv) and self.replicas_short():
+            # min-replicas-to-write: writes wait for enough acknowledging replicas.
+            return self._reject(client, msgs.NOREPLICAS, spec)
         if client.pubsub and client.resp == 2 and spec.name not in _SUBSCRIBED_OK:
             # RESP2 has no way to tell a reply from a message: Redis refuses the rest.
             return self._reject(client, msgs.subscribed_context(spec.name), spec)
@@ -486,7 +506,17 @@ class Engine:
         return reply
 
     def run_queued(self, ctx: Ctx, spec: CommandSpec, argv: Sequence[bytes]) -> Reply:
-        """Run one command queued by MULTI (EXEC's loop). Blocking commands don't block."""
+        """Run one command queued by MULTI (EXEC's loop). Blocking commands don't block.
+        The ACL rules are checked again (they may have changed since the command was
+        queued)."""
+        user = ctx.client.user
+        if not user.unrestricted:
+            result, idx = self.acl_check(user, spec, argv)
+            if result:
+                self._acl_log(ctx, spec, argv, result, idx, "multi")
+                error = CommandError(msgs.exec_acl_changed(msgs.EXEC_ACL_DENIED[result]))
+                self.count_error(error.text)
+                return error
         self.stats_commands += 1
         ctx.client.last_cmd = spec.name
         func = spec.func
@@ -548,12 +578,20 @@ class Engine:
         arity = spec.arity
         n = len(argv)
         if n != arity and (arity > 0 or n < -arity):
-            return CommandError(msgs.SCRIPT_WRONG_ARITY)
+            return self._script_reject(spec, msgs.SCRIPT_WRONG_ARITY)
         if spec.noscript or spec.func is None:
-            return CommandError(msgs.SCRIPT_COMMAND_NOT_ALLOWED)
+            return self._script_reject(spec, msgs.SCRIPT_COMMAND_NOT_ALLOWED)
+        user = ctx.client.user
+        if not user.unrestricted:
+            result, idx = self.acl_check(user, spec, argv)
+            if result:
+                self._acl_log(ctx, spec, argv, result, idx, "lua")
+                return self._script_reject(spec, "ERR " + msgs.SCRIPT_ACL_DENIED[result])
         if read_only and ("write" in spec.flags or "may-replicate" in spec.flags):
             # Redis counts may-replicate commands (PFCOUNT) as writes in read-only scripts.
-            return CommandError(msgs.SCRIPT_WRITE_IN_READ_ONLY)
+            return self._script_reject(spec, msgs.SCRIPT_WRITE_IN_READ_ONLY)
+        if spec.write and self.min_replicas and self.replicas_short():
+            return self._script_reject(spec, msgs.NOREPLICAS)
         if (
             spec.denyoom
             and self.memory.pre_command_oom
@@ -565,7 +603,7 @@ class Engine:
         ):
             # Redis 7.0's scriptVerifyOOM: maxmemory is set, the script started over it, has
             # not written yet and did not declare allow-oom.
-            return CommandError(msgs.OOM)
+            return self._script_reject(spec, msgs.OOM)
         self.stats_commands += 1
         ctx.client.last_cmd = spec.name
         ctx.argv = argv
@@ -598,6 +636,81 @@ class Engine:
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
 
+    # -- ACL -------------------------------------------------------------------------------
+
+    def _auth_required(self) -> bool:
+        self.acl_sync()
+        return self.acl.auth_required()
+
+    def acl_check(self, user: User, spec: CommandSpec, argv: Sequence[bytes]) -> tuple[int, int]:
+        """Whether ``user`` may run ``argv`` (``spec`` its command or subcommand): (acl.OK or
+        the acl.DENIED_* reason, argv index of the refused key or channel)."""
+        return user.check(spec, argv, lambda: self._acl_keys(spec, argv))
+
+    def acl_key_list(self, spec: CommandSpec, argv: Sequence[bytes]) -> list[Any]:
+        """The keys ACL checks for ``argv``: [(argv index, key, needed permission)]."""
+        keys: list[Any] = self._acl_keys(spec, argv)
+        return keys
+
+    def _acl_deny(
+        self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]
+    ) -> CommandError | None:
+        # Redis's processCommand ACL step: NOPERM, logged, the MULTI flagged for EXECABORT.
+        result, idx = self.acl_check(client.user, spec, argv)
+        if not result:
+            return None
+        ctx = client.ctx
+        ctx.argv = argv
+        client.last_cmd = spec.name
+        self._acl_log(ctx, spec, argv, result, idx, "multi" if client.in_multi else "toplevel")
+        if result == acl_model.DENIED_CMD:
+            text = msgs.noperm_command(spec.name)
+        elif result == acl_model.DENIED_KEY:
+            text = msgs.NOPERM_KEYS
+        else:
+            text = msgs.NOPERM_CHANNELS
+        return self._reject(client, text, spec)
+
+    def _acl_log(
+        self,
+        ctx: Ctx,
+        spec: CommandSpec,
+        argv: Sequence[bytes],
+        result: int,
+        idx: int,
+        context: str,
+    ) -> None:
+        from streamworker.engine.commands.acl import log_denial
+
+        obj = spec.name.encode() if result == acl_model.DENIED_CMD else argv[idx]
+        shown = ctx
+        if ctx.in_script:
+            # Redis logs the client that called the script, not the script's own.
+            runtime = self._running_runtime()
+            if runtime is not None and runtime.caller is not None:
+                shown = runtime.caller
+        log_denial(ctx, result, context, obj, shown=shown)
+
+    def acl_sync(self) -> None:
+        """Apply the ACL-related parameters when the configuration changed (also when it
+        was set directly through ``engine.config``): requirepass is the default user's
+        password (Redis's ACLUpdateDefaultUserPassword), applied when it changes."""
+        cfg = self.config
+        if cfg.version == self._acl_config_version:
+            return
+        self._acl_config_version = cfg.version
+        requirepass = cfg.get("requirepass") or ""
+        if requirepass != self._requirepass:
+            self._requirepass = requirepass
+            self.acl.set_default_password(requirepass)
+            self.acl_changed()
+        self.acl.all_channels_default = cfg.get("acl-pubsub-default") == "allchannels"
+
+    def acl_changed(self) -> None:
+        """Users changed (ACL SETUSER / DELUSER): refresh what the fast path reads."""
+        for user in self.acl.users.values():
+            user.refresh()
+
     def _check_oom(
         self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]
     ) -> CommandError | None:
@@ -624,6 +737,32 @@ class Engine:
             return self._reject(client, msgs.OOM, spec)
         return None
 
+    def _script_reject(self, spec: CommandSpec, text: str) -> CommandError:
+        # Redis's scriptCall error path: the error reply is counted now (errorstats; not
+        # again when the script passes it on) and the command counts a rejected call; as
+        # for a nested call that failed, the EVAL itself is not failed by it.
+        spec.rejected_calls += 1
+        self.count_error(text)
+        self._errors_seen = self.stats_errors
+        return CommandError(text)
+
+    def replicas_short(self) -> bool:
+        """True when min-replicas-to-write asks for more replicas acknowledging within
+        min-replicas-max-lag than there are (Redis's checkGoodReplicasStatus, inverted)."""
+        if not self.min_replicas:
+            return False
+        return self.replication.good_replicas(self.min_replicas_lag) < self.min_replicas
+
+    def _writes(self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]) -> bool:
+        # Redis's is_write_command: write commands, scripts declared without no-writes
+        # (their shebang or function flags), EXEC of a transaction holding a write.
+        if spec.write:
+            return True
+        if spec.name == "exec":
+            return client.in_multi and any(q.write for q, _ in client.multi_queue)
+        flags = self._script_flags(spec, argv)
+        return flags is not None and "no-writes" not in flags
+
     def _running_runtime(self) -> Any:
         # The Lua runtime whose script or function is running (EVAL's or FCALL's), if any.
         for runtime in (self.functions, self.scripting):
@@ -635,33 +774,37 @@ class Engine:
         # EVAL/EVALSHA take their flags from the script's shebang (Redis's
         # evalGetCommandFlags): a declared script is denyoom unless allow-oom or no-writes;
         # one without a shebang is not (its first write is checked when it runs).
-        if spec.name in _EVAL_COMMANDS and len(argv) > 1:
-            from streamworker.engine.scripting import parse_shebang, sha1hex
-
-            body_flags: frozenset[str] | None
-            if spec.name.startswith("evalsha"):
-                script = self.scripting.get(argv[1]) if self.scripting is not None else None
-                body_flags = script.flags if script is not None else None
-            else:
-                cached = (
-                    self.scripting.get(sha1hex(argv[1])) if self.scripting is not None else None
-                )
-                if cached is not None:
-                    body_flags = cached.flags
-                else:
-                    try:
-                        body_flags = parse_shebang(argv[1])[1]
-                    except CommandError:
-                        return False
+        if (spec.name in _EVAL_COMMANDS or spec.name in _FCALL_COMMANDS) and len(argv) > 1:
+            body_flags = self._script_flags(spec, argv)
             return body_flags is not None and not (
                 "allow-oom" in body_flags or "no-writes" in body_flags
             )
-        if spec.name in _FCALL_COMMANDS and len(argv) > 1:
-            # A function's flags decide as a shebang does (Redis's fcallGetCommandFlags); an
-            # unknown function is not refused here (FCALL then says it does not exist).
-            fn = self.functions.find(argv[1]) if self.functions is not None else None
-            return fn is not None and not ("allow-oom" in fn.flags or "no-writes" in fn.flags)
         return spec.denyoom
+
+    def _script_flags(self, spec: CommandSpec, argv: Sequence[bytes]) -> frozenset[str] | None:
+        # The flags an EVAL's script declares in its shebang, or an FCALL's function has
+        # (Redis's evalGetCommandFlags / fcallGetCommandFlags); None: not a script command,
+        # no shebang, or an unknown script or function (it fails by itself later).
+        if len(argv) < 2:
+            return None
+        if spec.name in _EVAL_COMMANDS:
+            from streamworker.engine.scripting import parse_shebang, sha1hex
+
+            if spec.name.startswith("evalsha"):
+                script = self.scripting.get(argv[1]) if self.scripting is not None else None
+                return script.flags if script is not None else None
+            cached = self.scripting.get(sha1hex(argv[1])) if self.scripting is not None else None
+            if cached is not None:
+                flags: frozenset[str] | None = cached.flags
+                return flags
+            try:
+                return parse_shebang(argv[1])[1]
+            except CommandError:
+                return None
+        if spec.name in _FCALL_COMMANDS:
+            fn = self.functions.find(argv[1]) if self.functions is not None else None
+            return frozenset(fn.flags) if fn is not None else None
+        return None
 
     def _account_unblocked(self, blocked: Blocked, reply: Reply) -> None:
         # A blocked command is counted once, when it is served or times out (Redis's
@@ -700,6 +843,11 @@ class Engine:
     def config_changed(self) -> None:
         """Re-read the parameters the engine caches (after CONFIG SET)."""
         cfg = self.config
+        self.acl_sync()
+        # min-replicas-to-write: 0 (the usual) keeps its check off the command path.
+        lag = int(cfg.get("min-replicas-max-lag") or 0)
+        self.min_replicas = int(cfg.get("min-replicas-to-write") or 0) if lag else 0
+        self.min_replicas_lag = lag
         self.memory.configure()
         self.monitor_ns = self.diagnostics.configure(
             int(cfg.get("slowlog-log-slower-than") or 0),

@@ -32,16 +32,52 @@ LATENCY_SAMPLES = 160
 _NEVER = 1 << 62
 
 # Arguments Redis replaces by "(redacted)" in the slow log (secrets): command -> first index.
-_REDACT_FROM = {"auth": 1}
+_REDACT_FROM = {"auth": 1, "acl|setuser": 2}
+# CONFIG SET parameters whose values the slow log hides (Redis's SENSITIVE_CONFIG).
+_SENSITIVE_CONFIGS = frozenset({b"requirepass", b"masterauth", b"masteruser"})
+
+
+def _migrate_secrets(argv: Sequence[bytes]) -> set[int]:
+    # MIGRATE's AUTH password and AUTH2 user and password, redacted as its option parser
+    # meets them (it stops at an option it refuses, and at KEYS).
+    out: set[int] = set()
+    argc = len(argv)
+    j = 6
+    while j < argc:
+        word = argv[j].lower()
+        more = argc - 1 - j
+        if word == b"auth":
+            if not more:
+                break
+            j += 1
+            out.add(j)
+        elif word == b"auth2":
+            if more < 2:
+                break
+            out.update((j + 1, j + 2))
+            j += 2
+        elif word not in (b"copy", b"replace"):
+            break  # KEYS (the rest are keys) or an option MIGRATE refuses
+        j += 1
+    return out
 
 
 def slowlog_args(name: str, argv: Sequence[bytes]) -> list[bytes]:
     """``argv`` as a slow log entry keeps it: at most 32 words (the 32nd becomes
     ``... (N more arguments)``), each cut at 128 bytes (plus ``... (N more bytes)``), and
-    passwords (AUTH, HELLO ... AUTH user pass) replaced by ``(redacted)``."""
+    secrets (AUTH, HELLO ... AUTH user pass, MIGRATE ... AUTH/AUTH2, CONFIG SET
+    requirepass/masterauth/masteruser, ACL SETUSER's user and rules) replaced by
+    ``(redacted)``."""
     argc = len(argv)
     kept = min(argc, SLOWLOG_MAX_ARGC)
     redact_from = _REDACT_FROM.get(name, argc)
+    secret_values: set[int] = set()
+    if name == "migrate":
+        secret_values = _migrate_secrets(argv)
+    elif name == "config|set" and argc >= 4 and argc % 2 == 0:
+        # Redis redacts the values of its sensitive parameters (passwords, the replication
+        # user), the call refused or not.
+        secret_values = {i + 1 for i in range(2, argc, 2) if argv[i].lower() in _SENSITIVE_CONFIGS}
     hello_auth = -1
     if name == "hello":
         for i in range(2, argc - 2):
@@ -53,7 +89,11 @@ def slowlog_args(name: str, argv: Sequence[bytes]) -> list[bytes]:
         if i == SLOWLOG_MAX_ARGC - 1 and argc > SLOWLOG_MAX_ARGC:
             out.append(b"... (%d more arguments)" % (argc - SLOWLOG_MAX_ARGC + 1))
             break
-        if i >= redact_from or (hello_auth >= 0 and hello_auth < i <= hello_auth + 2):
+        if (
+            i >= redact_from
+            or (hello_auth >= 0 and hello_auth < i <= hello_auth + 2)
+            or i in secret_values
+        ):
             out.append(b"(redacted)")
             continue
         arg = argv[i]

@@ -608,10 +608,6 @@ ENGINE_NO_MIGRATE = (
     "ERR the streamworker engine does not connect to other servers: MIGRATE is not supported "
     "(use DUMP/RESTORE through a client)"
 )
-ENGINE_ACL_DEFAULT_ONLY = (
-    "ERR the streamworker engine has only the 'default' user: ACL SETUSER is not supported "
-    "(set the default user's password with --requirepass or CONFIG SET requirepass)"
-)
 ENGINE_NEEDS_CONNECTION = "ERR {} needs a network connection (not available in-process)"
 
 
@@ -633,3 +629,61 @@ def acl_user_not_found(user: str) -> str:
 def acl_command_not_found(cmd: str) -> str:
     """``ERR Command 'x' not found`` (ACL DRYRUN)."""
     return f"ERR Command '{cmd}' not found"
+
+
+NOREPLICAS = "NOREPLICAS Not enough good replicas to write."
+
+# ACL users (Redis 7.0's texts).
+SORT_BY_ACL = "ERR BY option of SORT denied due to insufficient ACL permissions."
+SORT_GET_ACL = "ERR GET option of SORT denied due to insufficient ACL permissions."
+ACL_USERNAME_SPACES = "ERR Usernames can't contain spaces or null characters"
+NOPERM_KEYS = "NOPERM this user has no permissions to access one of the keys used as arguments"
+NOPERM_CHANNELS = (
+    "NOPERM this user has no permissions to access one of the channels used as arguments"
+)
+SCRIPT_ACL_DENIED = {
+    1: "The user executing the script can't run this command or subcommand",
+    2: "The user executing the script can't access at least one of the keys mentioned in the "
+    "command arguments",
+    4: "The user executing the script can't publish to the channel mentioned in the command",
+}
+"""redis.call refused by ACL, by reason (DENIED_CMD, DENIED_KEY, DENIED_CHANNEL)."""
+EXEC_ACL_DENIED = {
+    1: "no permission to execute the command or subcommand",
+    2: "no permission to touch the specified keys",
+    4: "no permission to access one of the channels used as arguments",
+}
+"""A queued command the user may no longer run at EXEC, by reason."""
+
+
+def noperm_command(name: str) -> str:
+    """``NOPERM this user has no permissions to run the 'x' command``."""
+    return f"NOPERM this user has no permissions to run the '{name}' command"
+
+
+def exec_acl_changed(reason: str) -> str:
+    """EXEC's reply for a queued command the ACL rules no longer allow."""
+    return (
+        "NOPERM ACLs rules changed between the moment the transaction was accumulated and the "
+        f"EXEC call. This command is no longer allowed for the following reason: {reason}"
+    )
+
+
+def acl_setuser_error(text: str) -> str:
+    """An ACL SETUSER refusal (``text`` is Redis's ``Error in ACL SETUSER modifier ...``)."""
+    return "ERR " + text
+
+
+def dryrun_denied_command(name: str) -> str:
+    """ACL DRYRUN's (bulk) answer for a command the user may not run."""
+    return f"This user has no permissions to run the '{name}' command"
+
+
+def dryrun_denied_key(key: str) -> str:
+    """ACL DRYRUN's (bulk) answer for a key the user may not touch."""
+    return f"This user has no permissions to access the '{key}' key"
+
+
+def dryrun_denied_channel(channel: str) -> str:
+    """ACL DRYRUN's (bulk) answer for a channel the user may not use."""
+    return f"This user has no permissions to access the '{channel}' channel"

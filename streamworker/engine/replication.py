@@ -162,6 +162,8 @@ class Replication:
         self.replicas: dict[int, ClientState] = {}
         # What each replica acknowledged (REPLCONF ACK <offset>), by client id.
         self.acked: dict[int, int] = {}
+        # When each replica last acknowledged (monotonic seconds; attach counts as one).
+        self.ack_time: dict[int, float] = {}
         # Bytes streamed since the engine started (INFO's master_repl_offset).
         self.offset = 0
         # The database the replicas' stream is in (-1: the next write sends SELECT).
@@ -185,6 +187,7 @@ class Replication:
         client.replica = True
         self.replicas[client.id] = client
         self.acked[client.id] = 0
+        self.ack_time[client.id] = time.monotonic()
         # As Redis after a full sync: the next record is preceded by a SELECT.
         self.db = -1
         engine = self.engine
@@ -197,6 +200,7 @@ class Replication:
         if self.replicas.pop(client.id, None) is None:
             return
         self.acked.pop(client.id, None)
+        self.ack_time.pop(client.id, None)
         feed = self.feed
         if (
             not self.replicas
@@ -217,6 +221,13 @@ class Replication:
         """REPLCONF ACK from ``client``: the offset it has processed."""
         if client.id in self.replicas:
             self.acked[client.id] = offset
+            self.ack_time[client.id] = time.monotonic()
+
+    def good_replicas(self, max_lag_s: int) -> int:
+        """Replicas that acknowledged within ``max_lag_s`` seconds (Redis's
+        repl_good_slaves_count, for min-replicas-to-write)."""
+        now = time.monotonic()
+        return sum(1 for t in self.ack_time.values() if int(now - t) <= max_lag_s)
 
     def send(self, data: bytes) -> None:
         """Stream ``data`` to every replica."""

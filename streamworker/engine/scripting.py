@@ -273,6 +273,8 @@ class ScriptRuntime:
         self.ctx = Ctx(engine, self.client)
         self.client.ctx = self.ctx
         self.ctx.in_script = True
+        # The context of the EVAL/FCALL running (or that ran last) a script.
+        self.caller: Ctx | None = None
         self.scripts: dict[str, Script] = {}
         # math.random's generator lives outside the Lua state (SCRIPT FLUSH keeps it), one
         # per engine, shared by EVAL and functions, as Redis's is one per process.
@@ -458,6 +460,10 @@ class ScriptRuntime:
         if sctx.db is not caller.db:
             sctx.select(caller.db.index)
         sclient.resp = 2
+        # The script's commands run as the caller's ACL user (Redis's scriptCall); ACL LOG
+        # describes the caller's connection.
+        sclient.user = caller.client.user
+        self.caller = caller
         sctx.in_multi = caller.in_multi or caller.client.in_multi
         new_array = self._new_array
         self._kill = False
@@ -743,7 +749,11 @@ class ScriptRuntime:
             spec = spec.subcommands.get(argv[1].lower())
         if spec is None:
             self._raise_table(msgs.SCRIPT_ACL_INVALID_COMMAND)
-        return True  # no ACLs: the default user may run everything
+        assert spec is not None
+        user = self.client.user
+        if user is None or user.unrestricted:
+            return True
+        return not self.engine.acl_check(user, spec, argv)[0]
 
     def _random(self, *args: Any) -> Any:
         # Redis's math.random: lua's own, with rand() replaced by its redisLrand48().

@@ -250,7 +250,6 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
         server = self.server
         engine = server.engine
-        cfg = engine.config
         server.refresh_config()
         if len(server.connections) >= server.maxclients:
             engine.stats_rejected_connections += 1
@@ -267,7 +266,8 @@ class _Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             client.fd = sock.fileno()
-        client.authenticated = not cfg.get("requirepass")
+        default = engine.acl.default
+        client.authenticated = default.nopass and default.enabled
         client.io = self
         client.push_out = self._push
         client.push = self.push_reply
@@ -1058,6 +1058,7 @@ def open_engine(options: ServerOptions) -> tuple[Engine, AppendOnlyFile | None]:
         _load_rdb_at_start(engine, aof, options.load_rdb)
     if options.requirepass:
         engine.config.set("requirepass", options.requirepass)
+        engine.config_changed()
     engine.config.set("protected-mode", "yes")
     return engine, aof
 

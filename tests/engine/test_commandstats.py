@@ -130,6 +130,72 @@ def test_a_script_that_errors_is_a_failed_eval(d: Differ) -> None:
     assert fake[b"eval"] == (1, 0, 1)
 
 
+def test_a_command_a_script_may_not_run_is_a_rejected_call(d: Differ) -> None:
+    # Redis's scriptCall refusals (arity, noscript, read-only script) count as rejections.
+    d.check("EVAL", "return redis.pcall('get')", 0)
+    d.check("EVAL", "return redis.pcall('multi')", 0)
+    d.check("EVAL_RO", "return redis.pcall('set', KEYS[1], 'v')", 1, "k")
+    real, fake = _both_counters(d)
+    assert fake == real
+    assert fake[b"get"] == (0, 1, 0)
+    assert fake[b"set"] == (0, 1, 0)
+
+
+def test_a_write_refused_by_min_replicas_in_a_script_is_a_rejected_call(d: Differ) -> None:
+    d.both("CONFIG", "SET", "min-replicas-to-write", "1")
+    try:
+        d.check("EVAL", "return redis.pcall('set', KEYS[1], 'v')", 1, "k")
+        d.check("SET", "k", "v")
+        d.check("EVAL", "#!lua\nreturn 1", 0)
+        d.check("EVAL", "#!lua flags=no-writes\nreturn 1", 0)
+        d.check("MULTI")
+        d.check("SET", "k", "v")
+        d.check("EXEC")
+    finally:
+        d.both("CONFIG", "SET", "min-replicas-to-write", "0")
+    real, fake = _both_counters(d)
+    assert fake == real
+    assert fake[b"set"] == (0, 3, 0)
+
+
+@pytest.mark.parametrize(
+    "script", ["return redis.call('select', 99)", "return redis.pcall('select', 99)"]
+)
+def test_a_script_passing_on_a_command_error_is_a_failed_eval(d: Differ, script: str) -> None:
+    d.check("EVAL", script, 0)
+    real, fake = _both_counters(d)
+    assert fake == real
+    assert fake[b"eval"] == (1, 0, 1)
+
+
+def _errorstats(d: Differ) -> tuple[bytes, bytes]:
+    real, fake = d.both("INFO", "errorstats")
+    return real.split(b"\r\n", 1)[1], fake.split(b"\r\n", 1)[1]
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "return redis.call('set', KEYS[1], 'v')",
+        "local t = redis.pcall('set', KEYS[1], 'v'); return 1",
+        "return redis.pcall('set', KEYS[1], 'v')",
+    ],
+)
+def test_a_script_write_refused_for_memory_counts_one_error(d: Differ, script: str) -> None:
+    # Redis counts the refusal when it happens (errorstats, set's rejected_calls), not again
+    # when the script passes the error on.
+    d.both("CONFIG", "SET", "maxmemory", "1")
+    try:
+        d.check("EVAL", script, 1, "k")
+    finally:
+        d.both("CONFIG", "SET", "maxmemory", "0")
+    real, fake = _both_counters(d)
+    assert fake == real
+    assert fake[b"set"] == (0, 1, 0)
+    real_errors, fake_errors = _errorstats(d)
+    assert fake_errors == real_errors
+
+
 def test_a_blocking_command_counts_once_when_it_times_out(d: Differ) -> None:
     d.check("BLPOP", "nolist", "0.01")
     real, fake = _both_counters(d)

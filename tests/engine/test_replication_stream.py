@@ -269,6 +269,9 @@ STREAM_CASES: dict[str, list[list[str | bytes]]] = {
         ["0", "ZMPOP", "2", "z1", "z2", "MIN", "COUNT", "10"],
         ["0", "RPUSH", "l2", "a", "b", "c"],
         ["0", "LMPOP", "2", "l1", "l2", "RIGHT", "COUNT", "2"],
+        ["0", "SPOP", "nosuchset"],
+        ["0", "SPOP", "nosuchset", "3"],
+        ["0", "EVAL", "return redis.call('spop', KEYS[1])", "1", "nosuchset"],
     ],
     "restore": [
         ["0", "RESTORE", "r1", "100000", _DUMP],

@@ -1,62 +1,33 @@
-"""ACL for the one user the engine has, ``default`` (all commands, all keys, all channels;
-its password is ``requirepass``).
+"""The ACL command (users, rules, log, dry runs) over the user table of
+:mod:`streamworker.engine.acl`, as redis-server 7.0 answers it.
 
-Every read-only ACL subcommand answers as redis-server 7.0 with only the default user does.
-Of the ones that change users: ACL DELUSER answers as Redis (``default`` cannot be removed,
-other names do not exist: 0), ACL LOAD / ACL SAVE give Redis's "not configured to use an ACL
-file" error (the engine has none), ACL SETUSER ``default`` without rules is OK and anything
-else is refused with :data:`~streamworker.engine.msgs.ENGINE_ACL_DEFAULT_ONLY` (the engine
-has no other users and no rules).
-
-ACL categories are derived from the command table (the module that implements a command and
-its flags), the way Redis's command tables assign them; see :func:`categories_of`.
+ACL LOAD / ACL SAVE give Redis's "not configured to use an ACL file" error (the engine has
+none). ACL categories are derived from the command table (the module that implements a
+command and its flags), the way Redis's command tables assign them; see :func:`categories_of`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+import time
 from typing import TYPE_CHECKING
 
+from streamworker.engine import acl as model
 from streamworker.engine import msgs
+from streamworker.engine.acl import CATEGORIES, AclRuleError
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int, to_str
 from streamworker.engine.errors import CommandError
-from streamworker.engine.replies import NULL_BULK, OK, Map, SetReply, Status
+from streamworker.engine.replies import NULL_BULK, OK, Double, Map, SetReply, Status
 
 if TYPE_CHECKING:
     from streamworker.engine.commands import CommandSpec
     from streamworker.engine.context import Ctx
     from streamworker.engine.replies import Reply
 
-__all__ = ["CATEGORIES", "categories_of"]
+__all__ = ["CATEGORIES", "categories_of", "command_categories", "log_denial"]
 
 _ACL = ("admin", "noscript", "loading", "stale")
-
-# Redis 7.0's categories, in ACL CAT's order.
-CATEGORIES = (
-    "keyspace",
-    "read",
-    "write",
-    "set",
-    "sortedset",
-    "list",
-    "hash",
-    "string",
-    "bitmap",
-    "hyperloglog",
-    "geo",
-    "stream",
-    "pubsub",
-    "admin",
-    "fast",
-    "slow",
-    "blocking",
-    "dangerous",
-    "connection",
-    "transaction",
-    "scripting",
-)
 
 # The data-type (or family) category of each command module.
 _MODULE_CATEGORY = {
@@ -133,48 +104,122 @@ def categories_of(spec: CommandSpec) -> set[str]:
     return cats
 
 
-def _user_line(ctx: Ctx) -> str:
-    password = ctx.engine.config.get("requirepass") or ""
-    auth = "#" + hashlib.sha256(password.encode()).hexdigest() if password else "nopass"
-    return f"user default on {auth} ~* &* +@all"
+def command_categories(spec: CommandSpec) -> set[str]:
+    """The categories of a table entry as ACL rules see it: a container without a function
+    of its own (CONFIG, CLIENT...) has Redis's implicit ``slow`` only."""
+    if spec.func is None and spec.subcommands:
+        return {"slow"}
+    return categories_of(spec)
+
+
+_REASONS = {
+    model.DENIED_CMD: b"command",
+    model.DENIED_KEY: b"key",
+    model.DENIED_CHANNEL: b"channel",
+    model.DENIED_AUTH: b"auth",
+}
+_LOG_GROUPING_MS = 60000
+
+
+def log_denial(
+    ctx: Ctx,
+    reason: int,
+    context: str,
+    obj: bytes,
+    username: bytes | None = None,
+    shown: Ctx | None = None,
+) -> None:
+    """Add an ACL LOG entry (Redis's addACLLogEntry): an entry like one of the 10 newest
+    (same reason, context, object and user, within 60 s) is counted again and moved to the
+    front instead; the log keeps ``acllog-max-len`` entries. ``shown``: the connection the
+    entry describes (default: ``ctx``'s)."""
+    from streamworker.engine.commands.connection import client_info_line
+
+    engine = ctx.engine
+    users = engine.acl
+    client = ctx.client
+    name = username if username is not None else client.user.name
+    now = int(time.time() * 1000)
+    shown = shown or ctx
+    cinfo = client_info_line(shown, shown.client)
+    log = users.log
+    for i, entry in enumerate(log[:10]):
+        if (
+            entry["reason"] == reason
+            and entry["context"] == context
+            and abs(entry["ctime"] - now) <= _LOG_GROUPING_MS
+            and entry["object"] == obj
+            and entry["username"] == name
+        ):
+            del log[i]
+            entry["count"] += 1
+            entry["ctime"] = now
+            entry["cinfo"] = cinfo
+            log.insert(0, entry)
+            return
+    entry = {
+        "count": 1,
+        "reason": reason,
+        "context": context,
+        "object": obj,
+        "username": name,
+        "ctime": now,
+        "cinfo": cinfo,
+    }
+    log.insert(0, entry)
+    limit = int(engine.config.get("acllog-max-len") or 0)
+    del log[limit:]
 
 
 @command("acl|whoami", arity=2, flags=("noscript", "loading", "stale"))
 def acl_whoami(ctx: Ctx, args: list[bytes]) -> Reply:
-    """ACL WHOAMI -> "default"."""
-    return b"default"
+    """ACL WHOAMI -> the connection's user name."""
+    name: bytes = ctx.client.user.name
+    return name
 
 
 @command("acl|users", arity=2, flags=_ACL)
 def acl_users(ctx: Ctx, args: list[bytes]) -> Reply:
-    """ACL USERS -> ["default"]."""
-    return [b"default"]
+    """ACL USERS -> the user names, bytewise sorted."""
+    return list(ctx.engine.acl.names())
 
 
 @command("acl|list", arity=2, flags=_ACL)
 def acl_list(ctx: Ctx, args: list[bytes]) -> Reply:
-    """ACL LIST -> the default user's rules (``nopass``, or the SHA-256 of requirepass)."""
-    return [_user_line(ctx).encode()]
+    """ACL LIST -> one ``user <name> <rules>`` line per user (Redis's config-file form)."""
+    users = ctx.engine.acl
+    out: list[Reply] = []
+    for name in users.names():
+        user = users.users[name]
+        out.append(b"user " + name + b" " + user.describe(users.commands))
+    return out
+
+
+def _selector_fields(commands: model.Commands, sel: model.Selector) -> list[tuple[Reply, Reply]]:
+    return [
+        (b"commands", sel.describe_commands(commands).encode()),
+        (b"keys", sel.describe_keys()),
+        (b"channels", sel.describe_channels()),
+    ]
 
 
 @command("acl|getuser", arity=3, flags=_ACL)
 def acl_getuser(ctx: Ctx, args: list[bytes]) -> Reply:
-    """ACL GETUSER name -> the default user's description; nil for any other name."""
-    if args[0] != b"default":
+    """ACL GETUSER name -> map of flags, passwords, commands, keys, channels, selectors
+    (Redis 7.0's shape); nil for an unknown name."""
+    users = ctx.engine.acl
+    user = users.get(args[0])
+    if user is None:
         return NULL_BULK
-    password = ctx.engine.config.get("requirepass") or ""
-    flags = [b"on"] if password else [b"on", b"nopass"]
-    passwords = [hashlib.sha256(password.encode()).hexdigest().encode()] if password else []
-    return Map(
-        [
-            (b"flags", SetReply(flags)),
-            (b"passwords", passwords),
-            (b"commands", b"+@all"),
-            (b"keys", b"~*"),
-            (b"channels", b"&*"),
-            (b"selectors", []),
-        ]
-    )
+    commands = users.commands
+    fields: list[tuple[Reply, Reply]] = [
+        (b"flags", SetReply([f.encode() for f in user.flag_names()])),
+        (b"passwords", [p.encode() for p in user.passwords]),
+    ]
+    fields.extend(_selector_fields(commands, user.root))
+    selectors: list[Reply] = [Map(_selector_fields(commands, s)) for s in user.selectors[1:]]
+    fields.append((b"selectors", selectors))
+    return Map(fields)
 
 
 @command("acl|cat", arity=-2, flags=("noscript", "loading", "stale"))
@@ -187,16 +232,9 @@ def acl_cat(ctx: Ctx, args: list[bytes]) -> Reply:
         return [c.encode() for c in CATEGORIES]
     cat = args[0].lower().decode("utf-8", "surrogateescape")
     if cat not in CATEGORIES:
-        raise CommandError(msgs.acl_unknown_category(to_str(args[0])))
-    out: list[Reply] = []
-    for spec in ctx.engine.table.values():
-        if spec.subcommands:
-            out.extend(
-                sub.name.encode() for sub in spec.subcommands.values() if cat in categories_of(sub)
-            )
-        elif spec.func is not None and cat in categories_of(spec):
-            out.append(spec.name.encode())
-    return out
+        raise CommandError(msgs.acl_unknown_category(to_str(args[0][:128])))
+    commands = ctx.engine.acl.commands
+    return [name.encode() for name in commands.order if name in commands.members[cat]]
 
 
 @command("acl|genpass", arity=-2, flags=("noscript", "loading", "stale"))
@@ -215,26 +253,46 @@ def acl_genpass(ctx: Ctx, args: list[bytes]) -> Reply:
 
 @command("acl|log", arity=-2, flags=_ACL)
 def acl_log(ctx: Ctx, args: list[bytes]) -> Reply:
-    """ACL LOG [count|RESET] -> the denials logged (the default user is never denied, so
-    none); RESET -> OK."""
+    """ACL LOG [count|RESET] -> the newest ``count`` (default 10) denials, each a map of
+    count, reason, context, object, username, age-seconds, client-info; RESET -> OK."""
     if len(args) > 1:
         raise CommandError(msgs.unknown_subcommand_or_arity(to_str(ctx.argv[1]), "ACL"))
+    log = ctx.engine.acl.log
+    count = 10
     if args:
         if args[0].lower() == b"reset":
-            ctx.engine.acl_log.clear()
+            log.clear()
             return OK
-        to_int(args[0])
-    return []
+        count = max(0, to_int(args[0]))
+    now = int(time.time() * 1000)
+    out: list[Reply] = []
+    for entry in log[:count]:
+        out.append(
+            Map(
+                [
+                    (b"count", entry["count"]),
+                    (b"reason", _REASONS[entry["reason"]]),
+                    (b"context", entry["context"].encode()),
+                    (b"object", entry["object"]),
+                    (b"username", entry["username"]),
+                    (b"age-seconds", Double((now - entry["ctime"]) / 1000)),
+                    (b"client-info", entry["cinfo"].encode("utf-8", "surrogateescape")),
+                ]
+            )
+        )
+    return out
 
 
 @command("acl|dryrun", arity=-4, flags=_ACL)
 def acl_dryrun(ctx: Ctx, args: list[bytes]) -> Reply:
-    """ACL DRYRUN user command [arg ...] -> OK when the user may run it (the default user
-    may run everything); Redis's errors for an unknown user, command or arity."""
-    if args[0] != b"default":
+    """ACL DRYRUN user command [arg ...] -> OK when the user may run it, else a bulk string
+    saying why; Redis's errors for an unknown user, command or arity."""
+    engine = ctx.engine
+    user = engine.acl.get(args[0])
+    if user is None:
         raise CommandError(msgs.acl_user_not_found(to_str(args[0])))
     argv = args[1:]
-    spec = ctx.engine.table.get(argv[0].lower())
+    spec = engine.table.get(argv[0].lower())
     if spec is not None and spec.subcommands is not None and len(argv) >= 2:
         spec = spec.subcommands.get(argv[1].lower())
     if spec is None:
@@ -242,31 +300,81 @@ def acl_dryrun(ctx: Ctx, args: list[bytes]) -> Reply:
     n = len(argv)
     if n != spec.arity and (spec.arity > 0 or n < -spec.arity):
         raise CommandError(msgs.wrong_arity(spec.name))
+    result, idx = engine.acl_check(user, spec, argv)
+    if result == model.DENIED_CMD:
+        return msgs.dryrun_denied_command(spec.name).encode()
+    if result == model.DENIED_KEY:
+        return msgs.dryrun_denied_key(to_str(argv[idx])).encode()
+    if result == model.DENIED_CHANNEL:
+        return msgs.dryrun_denied_channel(to_str(argv[idx])).encode()
     return OK
 
 
 @command("acl|setuser", arity=-3, flags=_ACL)
 def acl_setuser(ctx: Ctx, args: list[bytes]) -> Reply:
-    """ACL SETUSER default -> OK (no rules: nothing changes); anything else is refused (the
-    engine has no other users and no rules)."""
-    if args[0] == b"default":
-        same = _NO_CHANGE | (set() if ctx.engine.config.get("requirepass") else {b"nopass"})
-        if all(rule.lower() in same for rule in args[1:]):
-            return OK
-    raise CommandError(msgs.ENGINE_ACL_DEFAULT_ONLY)
+    """ACL SETUSER name [rule ...] -> OK; creates the user when missing. The rules apply all
+    or nothing (Redis's errors name the first bad one). Subscribed clients of the user
+    whose channels are no longer allowed are disconnected."""
+    name = args[0]
+    if model.has_spaces(name):
+        raise CommandError(msgs.ACL_USERNAME_SPACES)
+    engine = ctx.engine
+    try:
+        user, before = engine.acl.setuser(name, args[1:])
+    except AclRuleError as exc:
+        raise CommandError(msgs.acl_setuser_error(exc.reason)) from None
+    if before is not None:
+        _kill_pubsub_clients(ctx, user, before)
+    engine.acl_changed()
+    return OK
 
 
-# Rules that leave the default user as it is (on, every key, channel and command).
-_NO_CHANGE = frozenset({b"on", b"allkeys", b"allchannels", b"allcommands", b"+@all", b"~*", b"&*"})
+def _kill_pubsub_clients(ctx: Ctx, user: model.User, before: model.User) -> None:
+    # Redis's ACLKillPubsubClientsIfNeeded: when the new channel rules are not a superset
+    # of the old ones, the user's subscribers to a channel now refused are disconnected.
+    if user.allows_all_channels():
+        return
+    upcoming = [c for s in user.selectors for c in s.channels]
+    if not before.allows_all_channels() and all(
+        c in upcoming for s in before.selectors for c in s.channels
+    ):
+        return
+    from streamworker.engine.commands.connection import kill_client
+
+    engine = ctx.engine
+    for client in list(engine.clients.values()):
+        if client.user is not user or not client.pubsub:
+            continue
+        if any(not model.channel_in(upcoming, p, True) for p in client.sub_patterns) or any(
+            not model.channel_in(upcoming, c, False)
+            for c in (*client.sub_channels, *client.sub_shard)
+        ):
+            kill_client(engine, client, ctx.client)
 
 
 @command("acl|deluser", arity=-3, flags=_ACL)
 def acl_deluser(ctx: Ctx, args: list[bytes]) -> Reply:
-    """ACL DELUSER name ... -> how many users were deleted (no user but default exists, and
-    default cannot be removed)."""
+    """ACL DELUSER name ... -> how many users were deleted (``default`` cannot be). The
+    connections authenticated as a deleted user are closed (the caller's after its reply)."""
     if b"default" in args:
         raise CommandError(msgs.ACL_DEFAULT_NOT_REMOVABLE)
-    return 0
+    from streamworker.engine.commands.connection import kill_client
+
+    engine = ctx.engine
+    users = engine.acl
+    deleted = 0
+    for name in args:
+        user = users.users.pop(name, None)
+        if user is None:
+            continue
+        deleted += 1
+        for client in list(engine.clients.values()):
+            if client.user is user:
+                client.user = users.default
+                client.authenticated = False
+                kill_client(engine, client, ctx.client)
+    engine.acl_changed()
+    return deleted
 
 
 @command("acl|load", arity=2, flags=_ACL)

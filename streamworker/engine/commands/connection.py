@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
@@ -71,11 +71,21 @@ def _hello_map(ctx: Ctx) -> Map:
     )
 
 
-def _check_auth(ctx: Ctx, user: bytes, password: bytes) -> bool:
-    required = ctx.engine.config.get("requirepass") or ""
-    if user != b"default":
-        return False
-    return not required or password.decode("utf-8", "surrogateescape") == required
+def _authenticate(ctx: Ctx, username: bytes, password: bytes) -> None:
+    """Redis's ACLAuthenticateUser: switch the connection to ``username`` when the password
+    fits (and the user is on); otherwise log the failure and raise WRONGPASS."""
+    ctx.engine.acl_sync()
+    user = ctx.engine.acl.get(username)
+    client = ctx.client
+    if user is None or not user.check_password(password):
+        from streamworker.engine.acl import DENIED_AUTH
+        from streamworker.engine.commands.acl import log_denial
+
+        context = "multi" if client.in_multi or ctx.in_multi else "toplevel"
+        log_denial(ctx, DENIED_AUTH, context, bytes(ctx.argv[0]), username)
+        raise CommandError(msgs.NOAUTH_HELLO)
+    client.user = user
+    client.authenticated = True
 
 
 @command("hello", arity=-1, flags=("noscript", "loading", "stale", "fast", "no-auth", "sentinel"))
@@ -109,10 +119,8 @@ def hello(ctx: Ctx, args: list[bytes]) -> Reply:
         j += 1
     client = ctx.client
     if user is not None and password is not None:
-        if not _check_auth(ctx, user, password):
-            raise CommandError(msgs.NOAUTH_HELLO)
-        client.authenticated = True
-    if not client.authenticated:
+        _authenticate(ctx, user, password)
+    if not client.authenticated and ctx.engine.acl.auth_required():
         raise CommandError(msgs.NOAUTH_HELLO_FIRST)
     if name is not None:
         client.name = name or None
@@ -127,14 +135,13 @@ def auth(ctx: Ctx, args: list[bytes]) -> Reply:
     if len(args) > 2:
         raise CommandError(msgs.SYNTAX)
     if len(args) == 1:
-        if not ctx.engine.config.get("requirepass"):
+        ctx.engine.acl_sync()
+        if ctx.engine.acl.default.nopass:
             raise CommandError(msgs.AUTH_NOT_CONFIGURED)
         user, password = b"default", args[0]
     else:
         user, password = args
-    if not _check_auth(ctx, user, password):
-        raise CommandError(msgs.NOAUTH_HELLO)
-    ctx.client.authenticated = True
+    _authenticate(ctx, user, password)
     return OK
 
 
@@ -166,7 +173,9 @@ def reset(ctx: Ctx, args: list[bytes]) -> Reply:
     client.resp = 2
     client.name = None
     # Back to the default user: authenticated only if it needs no password.
-    client.authenticated = not ctx.engine.config.get("requirepass")
+    default = ctx.engine.acl.default
+    client.user = default
+    client.authenticated = default.nopass and default.enabled
     return Status("RESET")
 
 
@@ -217,6 +226,7 @@ def client_info_line(ctx: Ctx, client: ClientState) -> str:
                 len(b"$%d\r\n" % len(a)) + len(a) + 2 for a in argv
             )
     redir = -1 if tracking is None else tracking.redirect
+    user = client.user.name.decode("utf-8", "surrogateescape") if client.user else "default"
     # Redis counts each queued command's argument bytes and its argv pointers.
     multi_mem = sum(sum(len(a) for a in argv) + 8 * len(argv) for _, argv in client.multi_queue)
     # Redis's reply buffer is 16 KB; what does not fit goes to the reply list (oll/omem).
@@ -231,7 +241,7 @@ def client_info_line(ctx: Ctx, client: ClientState) -> str:
         f"ssub={len(client.sub_shard)} "
         f"multi={multi} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv_mem} multi-mem={multi_mem} "
         f"rbs=16384 rbp=16384 obl={obl} oll={oll} omem={omem if oll else 0} "
-        f"tot-mem={tot_mem} events=r cmd={client.last_cmd} user=default redir={redir} "
+        f"tot-mem={tot_mem} events=r cmd={client.last_cmd} user={user} redir={redir} "
         f"resp={client.resp}"
     )
 
@@ -430,6 +440,7 @@ def client_kill(ctx: Ctx, args: list[bytes]) -> Reply:
     want_id = 0
     want_type: bytes | None = None
     want_addr: str | None = None
+    want_user: Any = None
     want_laddr: str | None = None
     skipme = True
     i = 0
@@ -450,7 +461,8 @@ def client_kill(ctx: Ctx, args: list[bytes]) -> Reply:
                 raise CommandError(msgs.unknown_client_type(to_str(value)))
             want_type = b"replica" if kind == b"slave" else kind
         elif opt == b"user":
-            if value != b"default":
+            want_user = engine.acl.get(value)
+            if want_user is None:
                 raise CommandError(msgs.no_such_user(to_str(value)))
         elif opt == b"addr":
             want_addr = to_str(value)
@@ -472,6 +484,8 @@ def client_kill(ctx: Ctx, args: list[bytes]) -> Reply:
         if want_id and client.id != want_id:
             continue
         if want_type is not None and _client_type(client) != want_type:
+            continue
+        if want_user is not None and client.user is not want_user:
             continue
         if want_addr is not None and client.addr != want_addr:
             continue

@@ -143,8 +143,15 @@ def _fcall(ctx: Ctx, args: list[bytes], read_only: bool) -> Reply:
     engine = ctx.engine
     errors_before = engine.stats_errors + engine.stats_rejected
     reply = runtime.call(ctx, fn, ctx.argv, args[2:split], args[split:], read_only)
-    if type(reply) is CommandError and not _counted_in_script(ctx, errors_before, reply):
-        raise reply
+    if type(reply) is CommandError:
+        if not _counted_in_script(ctx, errors_before, reply):
+            # Raised, core counts it for INFO errorstats.
+            raise reply
+        # Passed on from redis.call, counted when it happened: Redis replies it without
+        # counting it again, yet the call failed (commandstats).
+        spec = engine.table.get(ctx.argv[0].lower())
+        if spec is not None:
+            spec.failed_calls += 1
     return reply
 
 

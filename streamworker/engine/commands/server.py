@@ -8,6 +8,7 @@ import platform
 import resource
 import sys
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamworker.engine import msgs
@@ -705,6 +706,93 @@ def command_getkeysandflags(ctx: Ctx, args: list[bytes]) -> Reply:
     return [[key, [Status(f) for f in flags]] for key, flags in pairs]
 
 
+_NEEDS = {"access": 1, "insert": 2, "delete": 2, "update": 2}
+# Per command: its keys' fixed positions and permissions for acl_keys, or None when they
+# depend on the arguments (absent: not computed yet).
+_ACL_PLANS: dict[str, list[tuple[int, int, int, int]] | None] = {}
+_NO_PLAN: list[tuple[int, int, int, int]] = []
+
+
+def _acl_plan(spec: CommandSpec) -> list[tuple[int, int, int, int]] | None:
+    # (first index, last key offset (negative: from the end), step, needed permission) per
+    # key spec, when every spec is a plain index + range without a limit.
+    if (spec.first_key <= 0 and "movablekeys" not in spec.flags) or spec.name in _NOT_KEYS:
+        return []
+    if spec.name in ("set", "bitfield"):
+        return None
+    specs = KEY_SPECS.get(spec.name, ())
+    if not _specs_complete(specs):
+        return None
+    plan = []
+    for flags, begin, find in specs:
+        if "not_key" in flags:
+            continue
+        if begin[0] != "index" or find[0] != "range" or find[3]:
+            return None
+        needed = 0
+        for flag in flags:
+            needed |= _NEEDS.get(flag, 0)
+        plan.append((begin[1], find[1], find[2] or 1, needed))
+    return plan
+
+
+def acl_keys(spec: CommandSpec, argv: Sequence[bytes]) -> list[tuple[int, bytes, int]]:
+    """The keys ACL checks for a call of ``spec``: (argv index, key, needed permission:
+    1 read, 2 write, 3 both), from the key specs' access/insert/delete/update flags as
+    Redis's ACLSelectorCheckKey reads them. Never raises (malformed calls give what can be
+    found; the command refuses them afterwards)."""
+    name = spec.name
+    if name == "set":
+        # One key, written; read too when GET asks for the old value (its variable flags).
+        reads = any(a.lower() == b"get" for a in argv[3:])
+        return [(1, argv[1], 3 if reads else 2)]
+    plan = _ACL_PLANS.get(name, _NO_PLAN)
+    if plan is _NO_PLAN:
+        plan = _ACL_PLANS[name] = _acl_plan(spec)
+    if plan is not None:
+        # Fixed positions (GET, SET without options, MSET...): no per-call spec walk.
+        argc = len(argv)
+        out: list[tuple[int, bytes, int]] = []
+        for first, lastkey, step, needed in plan:
+            last = first + lastkey if lastkey >= 0 else argc + lastkey
+            if last >= argc:
+                last = argc - 1
+            out.extend((i, argv[i], needed) for i in range(first, last + 1, step))
+        return out
+    if (spec.first_key <= 0 and "movablekeys" not in spec.flags) or name in _NOT_KEYS:
+        return []
+    specs = KEY_SPECS.get(name, ())
+    found: list[tuple[int, tuple[str, ...]]] | None = None
+    if _specs_complete(specs):
+        found = _key_indexes_by_specs(specs, argv)
+    if found is None:
+        try:
+            keys = _movable_keys(name, list(argv))
+        except IndexError:
+            keys = []
+        if keys is None:
+            found = [(p, specs[0][0] if specs else ()) for p in spec.key_positions(len(argv))]
+        else:
+            found = []
+            at = 1
+            for i, key in enumerate(keys):
+                # The key's argv index: the same bytes object, from where the last was found.
+                pos = next((j for j in range(at, len(argv)) if argv[j] is key), at)
+                at = pos + 1
+                flags = _proc_flags(name, specs, list(argv), i) if specs else ()
+                found.append((pos, flags))
+        if name in ("set", "bitfield"):
+            found = [(p, _proc_flags(name, specs, list(argv), 0)) for p, _ in found]
+    out = []
+    for pos, flags in found:
+        needed = 0
+        for flag in flags:
+            needed |= _NEEDS.get(flag, 0)
+        if pos < len(argv):
+            out.append((pos, argv[pos], needed))
+    return out
+
+
 def _specs_complete(specs: tuple[Any, ...]) -> bool:
     return bool(specs) and all(
         "incomplete" not in flags and "variable_flags" not in flags and begin[0] != "unknown"
@@ -713,12 +801,20 @@ def _specs_complete(specs: tuple[Any, ...]) -> bool:
 
 
 def _keys_by_specs(
-    specs: tuple[Any, ...], argv: list[bytes]
+    specs: tuple[Any, ...], argv: Sequence[bytes]
 ) -> list[tuple[bytes, tuple[str, ...]]] | None:
     """Redis's getKeysUsingKeySpecs over ``argv`` (the command name first); None when a spec
     does not fit the arguments (Redis then falls back to the command's getkeys proc)."""
+    found = _key_indexes_by_specs(specs, argv)
+    return None if found is None else [(argv[i], flags) for i, flags in found]
+
+
+def _key_indexes_by_specs(
+    specs: tuple[Any, ...], argv: Sequence[bytes]
+) -> list[tuple[int, tuple[str, ...]]] | None:
+    # _keys_by_specs with argv indexes instead of the keys.
     argc = len(argv)
-    out: list[tuple[bytes, tuple[str, ...]]] = []
+    out: list[tuple[int, tuple[str, ...]]] = []
     for flags, begin, find in specs:
         if "not_key" in flags:
             continue
@@ -756,7 +852,7 @@ def _keys_by_specs(
             last = first + numkeys - 1
         if last >= argc or last < first or first >= argc:
             return None
-        out.extend((argv[i], flags) for i in range(first, last + 1, step))
+        out.extend((i, flags) for i in range(first, last + 1, step))
     return out
 
 

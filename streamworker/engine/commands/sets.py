@@ -134,6 +134,8 @@ def spop(ctx: Ctx, args: list[bytes]) -> Reply:
     key = args[0]
     s = _set(ctx, key)
     if s is None:
+        # Nothing popped, nothing to replicate (Redis propagates no SPOP of a missing key).
+        ctx.no_propagate()
         return NULL_BULK if count is None else SetReply()
     if count is None:
         member = random.choice(list(s))

@@ -68,6 +68,18 @@ def _score(text: bytes) -> float | None:
     return value
 
 
+def _full_key_access(ctx: Ctx) -> bool:
+    # BY and GET patterns name keys the ACL check cannot see: Redis allows them only to a
+    # user that may read every key with this command (ACLUserCheckCmdWithUnrestrictedKeyAccess).
+    user = ctx.client.user
+    if user is None or user.unrestricted:
+        return True
+    engine = ctx.engine
+    argv = ctx.argv
+    spec = engine.table[argv[0].lower()]
+    return bool(user.full_key_access(spec, argv, lambda: engine.acl_key_list(spec, argv)))
+
+
 def _sort(ctx: Ctx, args: list[bytes], readonly: bool) -> Reply:
     desc = alpha = dontsort = False
     limit_start, limit_count = 0, -1
@@ -96,8 +108,12 @@ def _sort(ctx: Ctx, args: list[bytes], readonly: bool) -> Reply:
             sortby = args[j + 1]
             # A pattern without '*' cannot name per-element keys: no sorting at all.
             dontsort = b"*" not in sortby
+            if not dontsort and not _full_key_access(ctx):
+                raise CommandError(msgs.SORT_BY_ACL)
             j += 1
         elif opt == b"get" and left >= 1:
+            if not _full_key_access(ctx):
+                raise CommandError(msgs.SORT_GET_ACL)
             gets.append(args[j + 1])
             j += 1
         else:
