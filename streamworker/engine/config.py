@@ -309,8 +309,9 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "lazyfree-lazy-user-flush": ("no", _bool),
     # Replication, as a standalone Redis 7.0 exposes it. The engine streams its writes to
     # SYNC/PSYNC clients (engine/replication.py) and pings them every
-    # repl-ping-replica-period seconds; the rest is accepted and reported, for Redis's test
-    # suites and config files (the engine never becomes a replica itself).
+    # repl-ping-replica-period seconds; as a replica (engine/replica_link.py) it obeys
+    # replica-read-only, replica-serve-stale-data, repl-timeout, masterauth/masteruser;
+    # the rest is accepted and reported, for Redis's test suites and config files.
     "repl-ping-replica-period": ("10", _int_range(1, 2**31 - 1)),
     "repl-ping-slave-period": ("10", _int_range(1, 2**31 - 1)),
     "repl-timeout": ("60", _int_range(1, 2**31 - 1)),
@@ -333,6 +334,10 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "slave-priority": ("100", _int_range(0, 2**31 - 1)),
     "replica-lazy-flush": ("no", _bool),
     "slave-lazy-flush": ("no", _bool),
+    "replica-announced": ("yes", _bool),
+    # The credentials a replica gives its master (AUTH [masteruser] masterauth).
+    "masterauth": ("", _any),
+    "masteruser": ("", _any),
 }
 
 

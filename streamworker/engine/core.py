@@ -222,6 +222,7 @@ class Engine:
         """Forget ``client``: drop its waiters, WATCHes and queued transaction."""
         with self.lock:
             client.closed = True
+            self.replication.listening_ports.pop(client.id, None)
             if client.replica:
                 client.replica = False
                 self.replication.detach(client)
@@ -374,6 +375,14 @@ class Engine:
             # CLIENT PAUSE, MONITOR or CLIENT TRACKING in use (one check on the hot path).
             if (client.monitor or client.replica) and spec.flags & _KEYSPACE_FLAGS:
                 return self._reject(client, msgs.REPLICA_KEYSPACE, spec)
+            repl = self.replication
+            if repl.master_host is not None and client is not repl.master_client:
+                refusal = self._replica_refusal(client, spec, argv)
+                if refusal is not None:
+                    if spec.name == "exec" and client.in_multi:
+                        spec.rejected_calls += 1
+                        return self._exec_abort(client, refusal)
+                    return self._reject(client, refusal, spec)
             if (
                 self.pause_until
                 and client.push is not None
@@ -551,6 +560,20 @@ class Engine:
             return CommandError(msgs.SCRIPT_WRONG_ARITY)
         if spec.noscript or spec.func is None:
             return CommandError(msgs.SCRIPT_COMMAND_NOT_ALLOWED)
+        repl = self.replication
+        if repl.master_host is not None and not repl.applying:
+            # Redis's scriptVerifyAllowStale, then the replica part of
+            # scriptVerifyWriteCommandAllow (a script that already wrote goes on).
+            if repl.stale and "stale" not in spec.flags:
+                return CommandError(msgs.SCRIPT_ON_STALE_REPLICA)
+            if (
+                spec.write
+                and not read_only
+                and repl.read_only
+                and (runtime := self._running_runtime()) is not None
+                and not runtime.written
+            ):
+                return CommandError(msgs.READONLY_REPLICA)
         if read_only and ("write" in spec.flags or "may-replicate" in spec.flags):
             # Redis counts may-replicate commands (PFCOUNT) as writes in read-only scripts.
             return CommandError(msgs.SCRIPT_WRITE_IN_READ_ONLY)
@@ -597,6 +620,69 @@ class Engine:
         if type(reply) is Blocked:
             return reply.on_timeout_reply
         return reply  # type: ignore[return-value]
+
+    def _replica_refusal(
+        self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]
+    ) -> str | None:
+        # Redis's processCommand on a replica: a write (a script that declares writes, an
+        # EXEC holding one) is READONLY on a read-only replica; a command without the stale
+        # flag (EXEC holding one) is MASTERDOWN while the link is down, if stale data is not
+        # served. The flags are the ones at EXEC time: a transaction queued before the
+        # engine became a replica is refused whole.
+        write = False
+        deny_stale = False
+        if spec.name == "exec" and client.in_multi:
+            for queued, qargv in client.multi_queue:
+                flags = self.command_flags(queued, qargv)
+                write = write or "write" in flags
+                deny_stale = deny_stale or "stale" not in flags
+        else:
+            flags = self.command_flags(spec, argv)
+            write = "write" in flags
+            deny_stale = "stale" not in flags
+        return self.replication.refusal(write, deny_stale)
+
+    def command_flags(self, spec: CommandSpec, argv: Sequence[bytes]) -> frozenset[str]:
+        """The flags a call of ``spec`` with ``argv`` has, as Redis's getCommandFlags: a
+        script that declares flags (shebang, or a function's) gets ``write`` unless
+        ``no-writes``, ``stale`` only with ``allow-stale`` and ``denyoom`` unless ``allow-oom``
+        or ``no-writes``; other calls have their command's flags."""
+        declared = self._declared_script_flags(spec, argv)
+        if declared is None:
+            return spec.flags
+        out = set(spec.flags) - {"stale", "denyoom", "write", "may-replicate"}
+        if "no-writes" not in declared:
+            out.add("write")
+            if "allow-oom" not in declared:
+                out.add("denyoom")
+        if "allow-stale" in declared:
+            out.add("stale")
+        return frozenset(out)
+
+    def _declared_script_flags(
+        self, spec: CommandSpec, argv: Sequence[bytes]
+    ) -> frozenset[str] | None:
+        # EVAL's shebang flags (the cached script's, else parsed from the body), EVALSHA's
+        # cached script's, FCALL's function's; None for any other call and for scripts
+        # without a shebang (Redis's eval compatibility mode).
+        name = spec.name
+        if name in _EVAL_COMMANDS and len(argv) > 1:
+            from streamworker.engine.scripting import parse_shebang, sha1hex
+
+            if name.startswith("evalsha"):
+                script = self.scripting.get(argv[1]) if self.scripting is not None else None
+                return script.flags if script is not None else None
+            cached = self.scripting.get(sha1hex(argv[1])) if self.scripting is not None else None
+            if cached is not None:
+                return cached.flags  # type: ignore[no-any-return]
+            try:
+                return parse_shebang(argv[1])[1]
+            except CommandError:
+                return None
+        if name in _FCALL_COMMANDS and len(argv) > 1:
+            fn = self.functions.find(argv[1]) if self.functions is not None else None
+            return frozenset(fn.flags) if fn is not None else None
+        return None
 
     def _check_oom(
         self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]
@@ -895,6 +981,7 @@ class Engine:
                 or self.monitors
                 or self.tracking_clients
                 or self.replication.replicas
+                or self.replication.master_host is not None
             )
             if self.tracking_clients:
                 self.tracker_for()

@@ -71,10 +71,12 @@ from streamworker.engine.context import NO_REPLY, RESUME, Blocked, RawPush
 from streamworker.engine.core import Engine
 from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import ProtocolError, RequestParser, encode, encode_into
+from streamworker.engine.replica_link import ReplicaLink
 from streamworker.engine.replies import OK, Frames, Push
 
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState
+    from streamworker.engine.replication import LinkHandle, Replication
     from streamworker.engine.replies import Reply
 
 __all__ = [
@@ -654,12 +656,18 @@ class EngineServer:
         # Set while serve_until runs: SHUTDOWN sets it.
         self._stop_event: asyncio.Event | None = None
         engine.script_tick = self._script_tick
+        # REPLICAOF host port: the link to the master runs on this server's loop.
+        engine.replication.link_starter = self._start_link
         self.refresh_config()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         assert self._loop is not None
         return self._loop
+
+    def _start_link(self, repl: Replication) -> LinkHandle:
+        # Called by REPLICAOF (engine lock held): the link starts at the loop's next turn.
+        return ReplicaLink(repl, self.loop, self.port, self.aof)
 
     def refresh_config(self) -> None:
         """Re-read the limits from the engine's config (CONFIG SET changed it)."""
@@ -746,6 +754,12 @@ class EngineServer:
         """Stop listening, flush (and fsync) the file, close every connection."""
         for srv in self._servers:
             srv.close()
+        with self.engine.lock:
+            link = self.engine.replication.link
+            if link is not None:
+                link.stop()
+        if isinstance(link, ReplicaLink):
+            await link.wait_stopped()
         if self._cron_task is not None:
             self._cron_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

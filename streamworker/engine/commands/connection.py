@@ -35,7 +35,7 @@ def ping(ctx: Ctx, args: list[bytes]) -> Reply:
     return args[0] if args else PONG
 
 
-@command("echo", arity=2, flags=("fast",))
+@command("echo", arity=2, flags=("loading", "stale", "fast"))
 def echo(ctx: Ctx, args: list[bytes]) -> Reply:
     """ECHO message -> message."""
     return args[0]
