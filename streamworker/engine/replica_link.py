@@ -58,6 +58,8 @@ _READ_CHUNK = 64 * 1024
 _FIRST_RETRY_S = 1.0
 _MAX_RETRY_S = 5.0
 _ACK_PERIOD_S = 1.0
+_QUICK_ACKS = 5
+_QUICK_ACK_PERIOD_S = 0.05
 _CONNECTING_AFTER_S = 0.05
 # Replies to PING that still mean "go on" (Redis's syncWithMaster: the master wants AUTH).
 _PING_OK_ERRORS = (b"-NOAUTH", b"-NOPERM", b"-ERR operation not permitted")
@@ -326,6 +328,14 @@ class ReplicaLink:
         return True
 
     async def _ack_every_second(self, writer: asyncio.StreamWriter) -> None:
+        # A redis-server master that sent its snapshot diskless starts the stream on the
+        # first ACK it gets once it has seen its own transfer end, which may come after the
+        # ACK sent at load: a few quick ones first start the stream without waiting a second.
+        for _ in range(_QUICK_ACKS):
+            await asyncio.sleep(_QUICK_ACK_PERIOD_S)
+            with self.engine.lock:
+                offset = self.repl.master_offset
+            writer.write(_command(b"REPLCONF", b"ACK", b"%d" % offset))
         while True:
             await asyncio.sleep(_ACK_PERIOD_S)
             with self.engine.lock:

@@ -1,0 +1,321 @@
+"""The engine's server as a replica of a real master: a redis-server 7.0 (both snapshot forms:
+the ``$<length>`` bulk of a disk-based sync and the ``$EOF:<mark>`` of a diskless one), or
+another engine. The master's data arrives by full resynchronization, its later writes by the
+stream (strings, lists, hashes, sets, sorted sets, streams with consumer groups, expiry), the
+replica acknowledges its offset (WAIT on the master counts it), authenticates with
+masterauth, survives the master going away (link down, then up again), keeps the data after
+REPLICAOF NO ONE, writes what it replicates to its append-only file, and hands the stream on
+to a replica of its own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from streamworker.engine import Engine
+from streamworker.engine.aof import open_persistent
+from tests.support.engine_server import ThreadedServer
+from tests.support.servers import RedisServer
+
+pytestmark = pytest.mark.redis
+
+
+def _wait(cond: Callable[[], Any], timeout_s: float = 15.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or cond}")
+        time.sleep(0.05)
+
+
+def _link_up(client: redis.Redis) -> bool:
+    return client.info("replication").get("master_link_status") == "up"
+
+
+def _start_master(tmp: Path, diskless: bool, *extra: str) -> RedisServer:
+    args = [
+        "--repl-diskless-sync",
+        "yes" if diskless else "no",
+        "--repl-diskless-sync-delay",
+        "0",
+        *extra,
+    ]
+    return RedisServer(tmp, extra_args=args).start()
+
+
+@pytest.fixture
+def replica() -> Iterator[ThreadedServer]:
+    server = ThreadedServer()
+    yield server
+    server.close()
+
+
+def _follow(replica: ThreadedServer, port: int) -> redis.Redis:
+    client = replica.client(decode_responses=True)
+    assert client.execute_command("REPLICAOF", "127.0.0.1", port) == "OK"
+    _wait(lambda: _link_up(client), what="the link to come up")
+    return client
+
+
+def _fill(m: redis.Redis) -> None:
+    m.set("str", "v")
+    m.rpush("list", "a", "b", "c")
+    m.hset("hash", mapping={"f1": "1", "f2": "2"})
+    m.sadd("set", "x", "y")
+    m.zadd("zset", {"m1": 1.5, "m2": 2})
+    m.xadd("stream", {"f": "v"}, id="1-1")
+    m.xadd("stream", {"f": "w"}, id="1-2")
+    m.xgroup_create("stream", "g", id="0")
+    m.xreadgroup("g", "alice", {"stream": ">"}, count=1)
+
+
+def _snapshot(c: redis.Redis) -> dict[str, Any]:
+    if not c.exists("stream"):
+        return {"keys": sorted(c.keys("*"))}
+    return {
+        "keys": sorted(c.keys("*")),
+        "str": c.get("str"),
+        "list": c.lrange("list", 0, -1),
+        "hash": c.hgetall("hash"),
+        "set": sorted(c.smembers("set")),
+        "zset": c.zrange("zset", 0, -1, withscores=True),
+        "stream": c.xrange("stream"),
+        "groups": c.xinfo_groups("stream"),
+        "pending": c.xpending_range("stream", "g", "-", "+", 10),
+    }
+
+
+def _same_data(master: redis.Redis, replica: redis.Redis) -> None:
+    def equal() -> bool:
+        real = _snapshot(master)
+        fake = _snapshot(replica)
+        for entry in real.get("pending", []) + fake.get("pending", []):
+            entry.pop("time_since_delivered", None)
+        # XREADGROUP reaches replicas as XCLAIM ... LASTID, which sets the group's last ID
+        # but not its read counter: a redis-server replica shows entries-read nil too.
+        for group in real.get("groups", []) + fake.get("groups", []):
+            group.pop("entries-read", None)
+            group.pop("lag", None)
+        return real == fake
+
+    _wait(equal, what="the replica's data to match the master's")
+
+
+@pytest.mark.parametrize("diskless", [False, True], ids=["disk-bulk", "diskless-eof"])
+def test_a_full_resync_loads_the_master_s_data(
+    tmp_path: Path, replica: ThreadedServer, diskless: bool
+) -> None:
+    master = _start_master(tmp_path / "m", diskless)
+    try:
+        m = redis.Redis(port=master.port, decode_responses=True)
+        _fill(m)
+        r = _follow(replica, master.port)
+        _same_data(m, r)
+        role = r.execute_command("ROLE")
+        assert role[:4] == ["slave", "127.0.0.1", master.port, "connected"]
+    finally:
+        master.stop()
+
+
+def test_the_master_s_later_writes_reach_the_replica(
+    tmp_path: Path, replica: ThreadedServer
+) -> None:
+    master = _start_master(tmp_path / "m", diskless=True)
+    try:
+        m = redis.Redis(port=master.port, decode_responses=True)
+        r = _follow(replica, master.port)
+        _fill(m)
+        m.xack("stream", "g", "1-1")
+        m.xreadgroup("g", "bob", {"stream": ">"})
+        m.xclaim("stream", "g", "alice", 0, ["1-2"])
+        m.lpop("list")
+        m.hincrby("hash", "f1", 10)
+        redis.Redis(port=master.port, db=3).set("in-db-3", "x")
+        _same_data(m, r)
+        r3 = replica.client(db=3, decode_responses=True)
+        _wait(lambda: r3.get("in-db-3") == "x", what="the write in db 3")
+    finally:
+        master.stop()
+
+
+def test_a_key_that_expires_on_the_master_goes_on_the_replica(
+    tmp_path: Path, replica: ThreadedServer
+) -> None:
+    master = _start_master(tmp_path / "m", diskless=True)
+    try:
+        m = redis.Redis(port=master.port, decode_responses=True)
+        r = _follow(replica, master.port)
+        m.set("short", "v", px=300)
+        _wait(lambda: r.get("short") == "v", what="the key")
+        assert 0 < r.pttl("short") <= 300
+        _wait(lambda: r.exists("short") == 0, what="the key to expire")
+    finally:
+        master.stop()
+
+
+def test_the_replica_acknowledges_its_offset_so_wait_counts_it(
+    tmp_path: Path, replica: ThreadedServer
+) -> None:
+    master = _start_master(tmp_path / "m", diskless=True)
+    try:
+        m = redis.Redis(port=master.port, decode_responses=True)
+        r = _follow(replica, master.port)
+        for i in range(50):
+            m.set(f"k{i}", i)
+        # WAIT sends REPLCONF GETACK; the engine answers with the offset it applied.
+        assert m.execute_command("WAIT", 1, 5000) == 1
+        offset = m.info("replication")["master_repl_offset"]
+        _wait(
+            lambda: r.info("replication")["slave_repl_offset"] == offset,
+            what="the replica's offset",
+        )
+        _wait(
+            lambda: m.info("replication")["slave0"]["offset"] == offset,
+            what="the master to see the replica's acknowledged offset",
+        )
+        assert m.info("replication")["slave0"]["port"] == replica.port
+    finally:
+        master.stop()
+
+
+def test_the_replica_authenticates_with_masterauth(tmp_path: Path, replica: ThreadedServer) -> None:
+    master = _start_master(tmp_path / "m", diskless=True)
+    try:
+        redis.Redis(port=master.port).config_set("requirepass", "s3cret")
+        m = redis.Redis(port=master.port, password="s3cret", decode_responses=True)
+        m.set("k", "v")
+        r = replica.client(decode_responses=True)
+        r.execute_command("REPLICAOF", "127.0.0.1", master.port)
+        time.sleep(1.0)
+        assert r.info("replication")["master_link_status"] == "down"
+        r.config_set("masterauth", "s3cret")
+        _wait(lambda: _link_up(r), what="the link with masterauth")
+        assert r.get("k") == "v"
+    finally:
+        master.stop()
+
+
+@pytest.mark.slow
+def test_the_link_goes_down_with_the_master_and_comes_back_with_it(
+    tmp_path: Path, replica: ThreadedServer
+) -> None:
+    master = _start_master(tmp_path / "m", diskless=True)
+    try:
+        m = redis.Redis(port=master.port, decode_responses=True)
+        m.set("before", "1")
+        r = _follow(replica, master.port)
+        r.config_set("replica-serve-stale-data", "no")
+        master.stop()
+        _wait(lambda: not _link_up(r), what="the link to go down")
+        info = r.info("replication")
+        assert info["master_link_down_since_seconds"] >= 0
+        with pytest.raises(redis.ResponseError, match="Link with MASTER is down"):
+            r.get("before")
+        master.start()
+        m = redis.Redis(port=master.port, decode_responses=True)
+        m.set("after", "2")
+        _wait(lambda: _link_up(r), timeout_s=20, what="the link to come back")
+        assert r.get("after") == "2"
+        # The master restarted empty (no persistence): a full resync replaced the data.
+        assert r.get("before") is None
+    finally:
+        master.stop()
+
+
+def test_replicaof_no_one_keeps_the_data_and_takes_writes(
+    tmp_path: Path, replica: ThreadedServer
+) -> None:
+    master = _start_master(tmp_path / "m", diskless=True)
+    try:
+        m = redis.Redis(port=master.port, decode_responses=True)
+        m.set("k", "v")
+        r = _follow(replica, master.port)
+        with pytest.raises(redis.ReadOnlyError):
+            r.set("mine", "1")
+        assert r.execute_command("REPLICAOF", "NO", "ONE") == "OK"
+        assert r.get("k") == "v"
+        assert r.set("mine", "1")
+        m.set("later", "x")
+        time.sleep(0.3)
+        assert r.get("later") is None
+    finally:
+        master.stop()
+
+
+def test_an_engine_replicates_from_another_engine(replica: ThreadedServer) -> None:
+    master = ThreadedServer()
+    try:
+        m = master.client(decode_responses=True)
+        _fill(m)
+        r = _follow(replica, master.port)
+        m.xadd("stream", {"f": "auto"})
+        m.set("short", "v", px=300)
+        m.incrbyfloat("float", 1.5)
+        _same_data(m, r)
+        _wait(lambda: r.get("float") == "1.5", what="INCRBYFLOAT")
+        _wait(lambda: r.exists("short") == 0, what="the key to expire")
+        _wait(
+            lambda: (
+                m.info("replication")["slave0"]["offset"]
+                == m.info("replication")["master_repl_offset"]
+            ),
+            what="the master to see the replica's acknowledged offset",
+        )
+    finally:
+        master.close()
+
+
+def test_the_replica_writes_what_it_replicates_to_its_append_only_file(
+    tmp_path: Path,
+) -> None:
+    master = _start_master(tmp_path / "m", diskless=True)
+    data_dir = tmp_path / "engine"
+    replica = ThreadedServer.persistent(data_dir)
+    try:
+        m = redis.Redis(port=master.port, decode_responses=True)
+        m.set("synced", "1")
+        r = _follow(replica, master.port)
+        m.rpush("streamed", "a", "b")
+        _wait(lambda: r.llen("streamed") == 2, what="the streamed write")
+    finally:
+        replica.close()
+        master.stop()
+    reopened = open_persistent(data_dir, Engine(), appendfsync="always")
+    try:
+        engine = reopened.engine
+        client = engine.connect()
+        assert engine.execute(client, [b"GET", b"synced"]) == b"1"
+        assert engine.execute(client, [b"LRANGE", b"streamed", b"0", b"-1"]) == [b"a", b"b"]
+    finally:
+        reopened.close()
+
+
+def test_a_replica_hands_its_master_s_stream_to_its_own_replica(
+    tmp_path: Path, replica: ThreadedServer
+) -> None:
+    master = _start_master(tmp_path / "m", diskless=True)
+    downstream = RedisServer(tmp_path / "d").start()
+    try:
+        m = redis.Redis(port=master.port, decode_responses=True)
+        m.set("first", "1")
+        _follow(replica, master.port)
+        d = redis.Redis(port=downstream.port, decode_responses=True)
+        d.execute_command("REPLICAOF", "127.0.0.1", replica.port)
+        _wait(lambda: _link_up(d), what="the downstream link")
+        assert d.get("first") == "1"
+        m.set("second", "2")
+        m.xadd("s", {"f": "v"})
+        _wait(lambda: d.get("second") == "2", what="the proxied write")
+        _wait(lambda: d.xlen("s") == 1, what="the proxied XADD")
+        assert d.info("replication")["master_replid"] == m.info("replication")["master_replid"]
+    finally:
+        downstream.stop()
+        master.stop()
