@@ -195,6 +195,8 @@ class Engine:
         self.admin_hooks = False
         # SYNC/PSYNC clients and the stream they get (engine/replication.py).
         self.replication = Replication(self)
+        # True while commands are checked against the replication state (admin_changed).
+        self.replica_checks = False
         # ACL LOG entries (the default user is never denied: the log stays empty).
         self.acl_log: list[Any] = []
         self.config_changed()
@@ -376,7 +378,7 @@ class Engine:
             if (client.monitor or client.replica) and spec.flags & _KEYSPACE_FLAGS:
                 return self._reject(client, msgs.REPLICA_KEYSPACE, spec)
             repl = self.replication
-            if repl.master_host is not None and client is not repl.master_client:
+            if self.replica_checks and client is not repl.master_client:
                 refusal = self._replica_refusal(client, spec, argv)
                 if refusal is not None:
                     if spec.name == "exec" and client.in_multi:
@@ -561,19 +563,21 @@ class Engine:
         if spec.noscript or spec.func is None:
             return CommandError(msgs.SCRIPT_COMMAND_NOT_ALLOWED)
         repl = self.replication
-        if repl.master_host is not None and not repl.applying:
-            # Redis's scriptVerifyAllowStale, then the replica part of
+        if self.replica_checks and not repl.applying:
+            # Redis's scriptVerifyAllowStale, then the replication part of
             # scriptVerifyWriteCommandAllow (a script that already wrote goes on).
             if repl.stale and "stale" not in spec.flags:
                 return CommandError(msgs.SCRIPT_ON_STALE_REPLICA)
             if (
                 spec.write
                 and not read_only
-                and repl.read_only
+                and (repl.read_only or repl.too_few_replicas)
                 and (runtime := self._running_runtime()) is not None
                 and not runtime.written
             ):
-                return CommandError(msgs.READONLY_REPLICA)
+                if repl.read_only:
+                    return CommandError(msgs.READONLY_REPLICA)
+                return CommandError(msgs.NOREPLICAS)
         if read_only and ("write" in spec.flags or "may-replicate" in spec.flags):
             # Redis counts may-replicate commands (PFCOUNT) as writes in read-only scripts.
             return CommandError(msgs.SCRIPT_WRITE_IN_READ_ONLY)
@@ -612,6 +616,9 @@ class Engine:
                 reply = self._internal_error(spec, exc)
             if prop is not None:
                 del prop.ops[mark:]
+                feed = self.replication.feed
+                if feed is not None and prop is feed:
+                    feed.forget_from(mark)
         self.account(spec, ctx, argv, _ns() - start)
         if self.tracking:
             self.memory.after_call(spec, ctx.db, argv)
@@ -785,6 +792,7 @@ class Engine:
 
     def config_changed(self) -> None:
         """Re-read the parameters the engine caches (after CONFIG SET)."""
+        self.admin_changed()
         cfg = self.config
         self.memory.configure()
         self.monitor_ns = self.diagnostics.configure(
@@ -976,12 +984,18 @@ class Engine:
         """Recompute :attr:`admin_hooks` after a pause, a MONITOR or a tracking client came or
         went; hook the databases for tracking while a client tracks, unhook them after."""
         with self.lock:
+            # A replica, or a master with min-replicas-to-write: commands are checked
+            # against the replication state (READONLY, MASTERDOWN, NOREPLICAS).
+            self.replica_checks = (
+                self.replication.master_host is not None
+                or self.config.get_int("min-replicas-to-write") > 0
+            )
             self.admin_hooks = bool(
                 self.pause_until
                 or self.monitors
                 or self.tracking_clients
                 or self.replication.replicas
-                or self.replication.master_host is not None
+                or self.replica_checks
             )
             if self.tracking_clients:
                 self.tracker_for()

@@ -571,6 +571,7 @@ SCRIPT_WRITE_FLAG_ON_READONLY_REPLICA = (
 )
 REPLICAOF_FROM_REPLICA = "ERR Command is not valid when client is a replica."
 ALREADY_CONNECTED_TO_MASTER = "OK Already connected to specified master"
+NOREPLICAS = "NOREPLICAS Not enough good replicas to write."
 NOMASTERLINK = "NOMASTERLINK Can't SYNC while not connected with my master"
 CLUSTER_DISABLED = "ERR This instance has cluster support disabled"
 NO_SUCH_CLIENT = "ERR No such client"

@@ -74,8 +74,11 @@ class ReplicationFeed:
         self.depth = 0
         self.ops: list[tuple[int, Sequence[bytes]]] = []
         # Positions in ops of the records for the replicas only (expired keys' DEL: the
-        # append-only file replays at the recorded time, so it needs none).
+        # append-only file replays at the recorded time, so it needs none; PUBLISH).
         self.replica_only: list[int] = []
+        # Positions in ops of the records for the append-only file only (what the engine's
+        # file needs to replay exactly and Redis does not stream: see Ctx.propagate).
+        self.file_only: list[int] = []
         # Encoded records not yet handed to the replicas (sent at the end of each execute).
         self.buf = bytearray()
 
@@ -114,15 +117,19 @@ class ReplicationFeed:
         # the master's stream), never what it executes: a demotion inside EXEC drops the
         # whole transaction for the replicas, as Redis 7.0 does (the file still gets it).
         if self.active and rep.master_host is None:
+            sent: Sequence[tuple[int, Sequence[bytes]]] = ops
+            if self.file_only:
+                hidden = set(self.file_only)
+                sent = [op for i, op in enumerate(ops) if i not in hidden]
             out = self.buf
-            wrap = len(ops) > 1
+            wrap = len(sent) > 1
             if wrap:
                 # Redis gives MULTI the first record's database, so its SELECT comes first.
-                if ops[0][0] != rep.db:
-                    out += _select(ops[0][0])
-                    rep.db = ops[0][0]
+                if sent[0][0] != rep.db:
+                    out += _select(sent[0][0])
+                    rep.db = sent[0][0]
                 out += _MULTI
-            for db, argv in ops:
+            for db, argv in sent:
                 if db != rep.db:
                     out += _select(db)
                     rep.db = db
@@ -140,6 +147,19 @@ class ReplicationFeed:
                 inner.end_call()
         ops.clear()
         self.replica_only.clear()
+        self.file_only.clear()
+
+    def forget_from(self, mark: int) -> None:
+        """The records from position ``mark`` on were dropped (a script's unpropagated call):
+        so are their replica-only / file-only marks."""
+        self.replica_only = [i for i in self.replica_only if i < mark]
+        self.file_only = [i for i in self.file_only if i < mark]
+
+    def replicas_only(self, db: int, argv: Sequence[bytes]) -> None:
+        """Record ``argv`` for the replicas alone (PUBLISH: Redis sends it to its replicas,
+        never to its append-only file)."""
+        self.replica_only.append(len(self.ops))
+        self.ops.append((db, argv))
 
     def expired(self, db: int, key: bytes) -> None:
         """``key`` expired (lazily inside a command, or by the active cycle): the replicas get
@@ -203,6 +223,8 @@ class Replication:
         self.replicas: dict[int, ClientState] = {}
         # What each replica acknowledged (REPLCONF ACK <offset>), by client id.
         self.acked: dict[int, int] = {}
+        # When each replica last acknowledged (monotonic seconds), by client id.
+        self.acked_at: dict[int, float] = {}
         # The port each replica listens on (REPLCONF listening-port), by client id.
         self.listening_ports: dict[int, int] = {}
         # Bytes of the replication stream so far (INFO's master_repl_offset).
@@ -255,6 +277,7 @@ class Replication:
         client.replica = True
         self.replicas[client.id] = client
         self.acked[client.id] = 0
+        self.acked_at[client.id] = time.monotonic()
         # As Redis after a full sync: the next record is preceded by a SELECT.
         self.db = -1
         engine = self.engine
@@ -267,6 +290,7 @@ class Replication:
         if self.replicas.pop(client.id, None) is None:
             return
         self.acked.pop(client.id, None)
+        self.acked_at.pop(client.id, None)
         self.listening_ports.pop(client.id, None)
         feed = self.feed
         if (
@@ -288,6 +312,7 @@ class Replication:
         """REPLCONF ACK from ``client``: the offset it has processed."""
         if client.id in self.replicas:
             self.acked[client.id] = offset
+            self.acked_at[client.id] = time.monotonic()
 
     def send(self, data: bytes) -> None:
         """Stream ``data`` to every replica."""
@@ -419,10 +444,32 @@ class Replication:
         else:
             self.offset += len(raw)
 
+    def good_replicas(self) -> int:
+        """Replicas that acknowledged within ``min-replicas-max-lag`` seconds."""
+        max_lag = self.engine.config.get_int("min-replicas-max-lag")
+        now = time.monotonic()
+        return sum(1 for when in self.acked_at.values() if int(now - when) <= max_lag)
+
+    @property
+    def too_few_replicas(self) -> bool:
+        """A master with ``min-replicas-to-write`` and ``min-replicas-max-lag`` set and fewer
+        good replicas than asked: writes get NOREPLICAS (Redis's checkGoodReplicasStatus)."""
+        cfg = self.engine.config
+        wanted = cfg.get_int("min-replicas-to-write")
+        return (
+            self.master_host is None
+            and wanted > 0
+            and cfg.get_int("min-replicas-max-lag") > 0
+            and self.good_replicas() < wanted
+        )
+
     def refusal(self, write: bool, deny_stale: bool) -> str | None:
-        """The error a normal client's command gets on a replica, or None: READONLY for a
-        write on a read-only replica, MASTERDOWN for a command without the ``stale`` flag
-        while the link is down and ``replica-serve-stale-data`` is no (Redis's order)."""
+        """The error a normal client's command gets for the replication state, or None:
+        NOREPLICAS for a write on a master short of good replicas, READONLY for a write on a
+        read-only replica, MASTERDOWN for a command without the ``stale`` flag while the link
+        is down and ``replica-serve-stale-data`` is no (Redis's order)."""
+        if write and self.too_few_replicas:
+            return msgs.NOREPLICAS
         if write and self.read_only:
             return msgs.READONLY_REPLICA
         if deny_stale and self.stale:
@@ -481,8 +528,12 @@ class Replication:
         ]
 
     def info_lines(self) -> list[str]:
-        """INFO replication's replica lines (``connected_slaves``, ``slaveN``)."""
+        """INFO replication's replica lines (``connected_slaves``, ``min_slaves_good_slaves``
+        when min-replicas-to-write is on, ``slaveN``)."""
         lines = [f"connected_slaves:{len(self.replicas)}"]
+        cfg = self.engine.config
+        if cfg.get_int("min-replicas-to-write") and cfg.get_int("min-replicas-max-lag"):
+            lines.append(f"min_slaves_good_slaves:{self.good_replicas()}")
         for i, client in enumerate(self.replicas.values()):
             ip = client.addr.rsplit(":", 1)[0] if client.addr else "?"
             acked = self.acked.get(client.id, 0)

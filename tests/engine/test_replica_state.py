@@ -37,6 +37,8 @@ def _clean(pair: Pair) -> Iterator[None]:
         conn.call("REPLICAOF", "NO", "ONE")
         conn.call("CONFIG", "SET", "replica-serve-stale-data", "yes")
         conn.call("CONFIG", "SET", "replica-read-only", "yes")
+        conn.call("CONFIG", "SET", "min-replicas-to-write", "0")
+        conn.call("CONFIG", "SET", "min-replicas-max-lag", "10")
         conn.call("SCRIPT", "FLUSH")
         conn.call("FUNCTION", "FLUSH")
         conn.close()
@@ -282,6 +284,57 @@ def test_exec_aborts_when_the_replica_became_stale_after_queueing(pair: Pair) ->
         assert conn.call("MULTI") == b"+OK\r\n"
         assert conn.call("GET", "xx") == b"+QUEUED\r\n"
         assert conn.call("EXEC") == b"*1\r\n$-1\r\n", name
+        conn.close()
+        other.close()
+
+
+# --- NOREPLICAS (min-replicas-to-write) -------------------------------------------------------
+
+NOREPLICAS_LINES = [
+    ["CONFIG", "SET", "min-replicas-to-write", "1"],
+    ["SET", "a", "1"],
+    ["GET", "a"],
+    ["PUBLISH", "ch", "m"],
+    ["EVAL", "return redis.call('set','a','b')", "0"],
+    ["EVAL", "return redis.call('get','a')", "0"],
+    ["EVAL", "#!lua\nreturn redis.call('get','a')", "0"],
+    ["EVAL", "#!lua flags=no-writes\nreturn redis.call('get','a')", "0"],
+    ["MULTI"],
+    ["INCR", "n"],
+    ["EXEC"],
+    ["CONFIG", "SET", "min-replicas-max-lag", "0"],
+    ["SET", "a", "2"],
+    ["CONFIG", "SET", "min-replicas-max-lag", "10"],
+    ["CONFIG", "SET", "min-replicas-to-write", "0"],
+    ["SET", "a", "3"],
+]
+
+
+@pytest.mark.parametrize("resp", [2, 3])
+def test_a_master_short_of_good_replicas_answers_noreplicas_to_writes(
+    pair: Pair, resp: int
+) -> None:
+    replies = _same(pair, NOREPLICAS_LINES, resp)
+    assert replies[1] == _err(msgs.NOREPLICAS)
+
+
+def test_info_counts_the_good_replicas_when_min_replicas_to_write_is_set(pair: Pair) -> None:
+    for name, conn in pair.conns().items():
+        conn.call("CONFIG", "SET", "min-replicas-to-write", "2")
+        info = _info_fields(conn.call("INFO", "replication"))
+        assert info["min_slaves_good_slaves"] == "0", name
+        conn.close()
+
+
+def test_exec_aborts_when_min_replicas_to_write_was_set_after_queueing(pair: Pair) -> None:
+    for name, port in pair.ports.items():
+        conn, other = Conn(port), Conn(port)
+        conn.call("SET", "xx", "1")
+        assert conn.call("MULTI") == b"+OK\r\n"
+        assert conn.call("INCR", "xx") == b"+QUEUED\r\n"
+        other.call("CONFIG", "SET", "min-replicas-to-write", "2")
+        assert conn.call("EXEC") == _err(msgs.execabort_because(msgs.NOREPLICAS)), name
+        assert conn.call("GET", "xx") == b"$1\r\n1\r\n", name
         conn.close()
         other.close()
 
