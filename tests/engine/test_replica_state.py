@@ -238,6 +238,24 @@ def test_exec_of_writes_queued_before_the_demotion_is_aborted_readonly(pair: Pai
         other.close()
 
 
+def test_scripts_queued_before_the_demotion_are_judged_at_exec(pair: Pair) -> None:
+    replies: dict[str, list[bytes]] = {}
+    for name, port in pair.ports.items():
+        declared, plain, other = Conn(port), Conn(port), Conn(port)
+        declared.call("MULTI")
+        plain.call("MULTI")
+        declared.call("EVAL", "#!lua\nreturn 1", "0")
+        plain.call("EVAL", "redis.call('set',KEYS[1],1) return 1", "1", "x")
+        other.call("REPLICAOF", *DEAD_MASTER)
+        # A declared script is a write for EXEC; a plain one fails inside, at its write.
+        replies[name] = [declared.call("EXEC"), plain.call("EXEC"), other.call("GET", "x")]
+        for conn in (declared, plain, other):
+            conn.close()
+        Conn(port).call("REPLICAOF", "NO", "ONE")
+    assert replies["engine"] == replies["redis"]
+    assert replies["engine"][0] == _err(msgs.execabort_because(msgs.READONLY_REPLICA))
+
+
 # --- MASTERDOWN (replica-serve-stale-data no) --------------------------------------------------
 
 STALE_LINES = [
@@ -252,6 +270,9 @@ STALE_LINES = [
     ["EVAL", "#!lua flags=no-writes\nreturn redis.call('get','a')", "0"],
     ["EVAL", "#!lua flags=no-writes,allow-stale\nreturn redis.call('get','a')", "0"],
     ["EVAL", "#!lua flags=no-writes,allow-stale\nreturn redis.call('ping')", "0"],
+    ["EVAL", "#!lua flags=allow-stale,no-writes\nreturn redis.call('echo','foobar')", "0"],
+    ["SCRIPT", "LOAD", "#!lua flags=allow-stale,no-writes\nreturn redis.call('echo','x')"],
+    ["EVALSHA", "5e9e0e9e18e16b0974050032b0c6b205e2d91d62", "0"],
     ["MULTI"],
     ["GET", "a"],
     ["EXEC"],
