@@ -359,6 +359,7 @@ class ReplicaLink:
                 commands = parser.feed(data)
                 client = repl.master_client
                 assert client is not None
+                client.last_interaction_ms = time.time_ns() // 1_000_000
                 for argv in commands:
                     raw = _command(*argv)
                     if (

@@ -125,6 +125,17 @@ def test_a_full_resync_loads_the_master_s_data(
         master.stop()
 
 
+def test_the_master_s_client_is_listed_with_flag_m(tmp_path: Path, replica: ThreadedServer) -> None:
+    master = _start_master(tmp_path / "m", diskless=True)
+    try:
+        r = _follow(replica, master.port)
+        listed = r.client_list()
+        masters = [c for c in listed if "M" in c["flags"]]
+        assert [c["addr"] for c in masters] == [f"127.0.0.1:{master.port}"]
+    finally:
+        master.stop()
+
+
 def test_the_master_s_later_writes_reach_the_replica(
     tmp_path: Path, replica: ThreadedServer
 ) -> None:

@@ -186,6 +186,8 @@ def client_info_line(ctx: Ctx, client: ClientState) -> str:
         flags += "S"
     if client.monitor:
         flags += "O"
+    if client is ctx.engine.replication.master_client:
+        flags += "M"
     if client.pubsub:
         flags += "P"
     if client.in_multi:
