@@ -534,11 +534,13 @@ class Replication:
         cfg = self.engine.config
         if cfg.get_int("min-replicas-to-write") and cfg.get_int("min-replicas-max-lag"):
             lines.append(f"min_slaves_good_slaves:{self.good_replicas()}")
+        now = time.monotonic()
         for i, client in enumerate(self.replicas.values()):
             ip = client.addr.rsplit(":", 1)[0] if client.addr else "?"
             acked = self.acked.get(client.id, 0)
             port = self.listening_ports.get(client.id, 0)
-            lines.append(f"slave{i}:ip={ip},port={port},state=online,offset={acked},lag=0")
+            lag = int(now - self.acked_at.get(client.id, now))
+            lines.append(f"slave{i}:ip={ip},port={port},state=online,offset={acked},lag={lag}")
         return lines
 
     def role_entries(self) -> list[list[bytes]]:

@@ -330,3 +330,28 @@ def test_a_replica_hands_its_master_s_stream_to_its_own_replica(
     finally:
         downstream.stop()
         master.stop()
+
+
+def test_a_full_resync_disconnects_the_replica_s_own_replicas(
+    tmp_path: Path, replica: ThreadedServer
+) -> None:
+    # As Redis 7.0: they stay attached while the new master is not reached, and are
+    # disconnected when its data replaces the replica's (they resynchronize from it).
+    master = _start_master(tmp_path / "m", diskless=True)
+    downstream = RedisServer(tmp_path / "d").start()
+    try:
+        r = replica.client(decode_responses=True)
+        r.set("old", "1")
+        d = redis.Redis(port=downstream.port, decode_responses=True)
+        d.execute_command("REPLICAOF", "127.0.0.1", replica.port)
+        _wait(lambda: _link_up(d), what="the downstream link")
+        assert d.get("old") == "1"
+        m = redis.Redis(port=master.port, decode_responses=True)
+        m.set("new", "2")
+        _follow(replica, master.port)
+        _wait(lambda: d.get("new") == "2", what="the downstream resync")
+        assert d.get("old") is None
+        assert d.info("replication")["master_replid"] == m.info("replication")["master_replid"]
+    finally:
+        downstream.stop()
+        master.stop()
