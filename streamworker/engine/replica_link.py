@@ -35,6 +35,7 @@ import time
 from typing import TYPE_CHECKING
 
 from streamworker.engine.context import Blocked
+from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import ProtocolError, RequestParser
 from streamworker.engine.rdb.primitives import RdbFormatError
 from streamworker.engine.replication import (
@@ -46,6 +47,7 @@ from streamworker.engine.replication import (
 
 if TYPE_CHECKING:
     from streamworker.engine.aof import AppendOnlyFile
+    from streamworker.engine.context import ClientState
     from streamworker.engine.core import Engine
     from streamworker.engine.replication import Replication
 
@@ -102,6 +104,7 @@ class ReplicaLink:
         self.stopped = False
         self._task: asyncio.Task[None] | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._last_error_log = 0.0
         loop.call_soon_threadsafe(self._start)
 
     # -- LinkHandle ---------------------------------------------------------------------
@@ -373,14 +376,26 @@ class ReplicaLink:
                         self._apply(client, argv)
                     repl.applied(raw)
 
-    def _apply(self, client: object, argv: list[bytes]) -> None:
+    def _apply(self, client: ClientState, argv: list[bytes]) -> None:
         engine = self.engine
         repl = self.repl
         repl.applying = True
         try:
-            reply = engine.execute(client, argv)  # type: ignore[arg-type]
+            reply = engine.execute(client, argv)
         finally:
             repl.applying = False
         if isinstance(reply, Blocked):
             # The master's stream holds effects, never a wait: do not keep one.
             engine.timeout_blocked(reply)
+        elif isinstance(reply, CommandError):
+            # The replica now differs from its master (a command the engine lacks or
+            # refuses): said in the log, at most once a second, as Redis warns of errors it
+            # would send its master.
+            now = time.monotonic()
+            if now - self._last_error_log >= 1.0:
+                self._last_error_log = now
+                _log.warning(
+                    "replication: the master's %s failed on this replica: %s",
+                    argv[0][:64].decode("utf-8", "replace").upper(),
+                    reply.text,
+                )

@@ -9,6 +9,7 @@ to a replica of its own."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,8 @@ import redis
 
 from streamworker.engine import Engine
 from streamworker.engine.aof import open_persistent
+from streamworker.engine.protocol import RequestParser
+from streamworker.engine.rdb.files import build_rdb
 from tests.support.engine_server import ThreadedServer
 from tests.support.servers import RedisServer
 
@@ -355,3 +358,79 @@ def test_a_full_resync_disconnects_the_replica_s_own_replicas(
     finally:
         downstream.stop()
         master.stop()
+
+
+class _ScriptedMaster:
+    """A master played by the test on a raw socket: it answers the handshake, sends a
+    diskless snapshot (after keep-alive newlines) and whatever stream the test writes."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.conn: socket.socket | None = None
+        self.parser = RequestParser()
+        self.pending: list[list[bytes]] = []
+
+    def next_command(self, timeout_s: float = 10.0) -> list[bytes]:
+        assert self.conn is not None
+        self.conn.settimeout(timeout_s)
+        while not self.pending:
+            data = self.conn.recv(65536)
+            if not data:
+                raise EOFError("the replica closed the link")
+            self.pending += self.parser.feed(data)
+        return self.pending.pop(0)
+
+    def serve_full_sync(self, offset: int) -> list[list[bytes]]:
+        self.listener.settimeout(10)
+        self.conn, _ = self.listener.accept()
+        seen = []
+        while True:
+            cmd = self.next_command()
+            seen.append(cmd)
+            if cmd[0].upper() == b"PSYNC":
+                break
+            self.conn.sendall(b"+PONG\r\n" if cmd[0].upper() == b"PING" else b"+OK\r\n")
+        mark = b"m" * 40
+        rdb = build_rdb(Engine())
+        self.conn.sendall(b"+FULLRESYNC " + b"ab" * 20 + b" %d\r\n" % offset)
+        self.conn.sendall(b"\n\n$EOF:" + mark + b"\r\n" + rdb + mark)
+        return seen
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.listener.close()
+
+
+def _wire(*argv: bytes) -> bytes:
+    return b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in argv)
+
+
+def test_the_replica_answers_getack_with_the_offset_of_what_it_applied_before_it(
+    replica: ThreadedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    master = _ScriptedMaster()
+    try:
+        r = replica.client(decode_responses=True)
+        r.execute_command("REPLICAOF", "127.0.0.1", master.port)
+        handshake = master.serve_full_sync(offset=100)
+        assert [c[:2] for c in handshake] == [
+            [b"PING"],
+            [b"REPLCONF", b"listening-port"],
+            [b"REPLCONF", b"capa"],
+            [b"PSYNC", b"?"],
+        ]
+        assert master.next_command() == [b"REPLCONF", b"ACK", b"100"]
+        unknown = _wire(b"NOSUCHCOMMAND", b"x")
+        write = _wire(b"SET", b"k", b"v")
+        assert master.conn is not None
+        master.conn.sendall(unknown + write + _wire(b"REPLCONF", b"GETACK", b"*"))
+        while (ack := master.next_command()) == [b"REPLCONF", b"ACK", b"100"]:
+            pass  # the periodic ACKs sent before the stream arrived
+        assert ack == [b"REPLCONF", b"ACK", b"%d" % (100 + len(unknown) + len(write))]
+        assert r.get("k") == "v"
+        assert "the master's NOSUCHCOMMAND failed on this replica" in caplog.text
+        assert r.execute_command("ROLE")[3:] == ["connected", 100 + len(unknown) + len(write) + 37]
+    finally:
+        master.close()
