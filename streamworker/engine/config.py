@@ -335,6 +335,9 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "replica-lazy-flush": ("no", _bool),
     "slave-lazy-flush": ("no", _bool),
     "replica-announced": ("yes", _bool),
+    # "host port" while the engine is a replica (REPLICAOF sets it; CONFIG SET cannot).
+    "replicaof": ("", None),
+    "slaveof": ("", None),
     # The credentials a replica gives its master (AUTH [masteruser] masterauth).
     "masterauth": ("", _any),
     "masteruser": ("", _any),
@@ -355,6 +358,7 @@ _ALIAS_PAIRS = (
     ("slave-serve-stale-data", "replica-serve-stale-data"),
     ("slave-priority", "replica-priority"),
     ("slave-lazy-flush", "replica-lazy-flush"),
+    ("slaveof", "replicaof"),
 )
 _ALIASES = {a: b for pair in _ALIAS_PAIRS for a, b in (pair, pair[::-1])}
 

@@ -367,6 +367,7 @@ class Replication:
             self.master_offset = self.master_read_offset = self.offset
         self.master_host = host
         self.master_port = port
+        self._show_master(f"{host} {port}")
         self.link_state = LINK_CONNECT
         self.engine.admin_changed()
         self.link = self.link_starter(self)
@@ -378,6 +379,7 @@ class Replication:
         if self.master_host is None:
             return
         self.master_host = None
+        self._show_master("")
         self._stop_link()
         self.replid2 = self.replid
         self.second_offset = self.offset + 1
@@ -386,6 +388,11 @@ class Replication:
         self.down_since = 0
         self.db = -1
         self.engine.admin_changed()
+
+    def _show_master(self, value: str) -> None:
+        # CONFIG GET replicaof / slaveof (immutable parameters that reflect the state).
+        values = self.engine.config.values
+        values["replicaof"] = values["slaveof"] = value
 
     def _stop_link(self) -> None:
         link, self.link = self.link, None

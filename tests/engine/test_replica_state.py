@@ -91,6 +91,21 @@ def test_replicaof_answers_ok_then_already_connected_for_the_same_master(
     assert replies[1] == b"+" + msgs.ALREADY_CONNECTED_TO_MASTER.encode() + b"\r\n"
 
 
+def test_config_get_replicaof_shows_the_master_and_cannot_be_set(pair: Pair) -> None:
+    _same(
+        pair,
+        [
+            ["CONFIG", "GET", "replicaof"],
+            ["REPLICAOF", *DEAD_MASTER],
+            ["CONFIG", "GET", "replicaof"],
+            ["CONFIG", "GET", "slaveof"],
+            ["CONFIG", "SET", "replicaof", "127.0.0.1 2"],
+            ["REPLICAOF", "NO", "ONE"],
+            ["CONFIG", "GET", "slaveof"],
+        ],
+    )
+
+
 def test_replicaof_compares_the_master_host_without_case(pair: Pair) -> None:
     _same(pair, [["REPLICAOF", "LOCALHOST", "1"], ["REPLICAOF", "localhost", "1"]])
 
