@@ -127,6 +127,10 @@ class ServerOptions:
     """An RDB file (redis-server 7.0's SAVE, or the engine's) to load at start. With a data
     directory, only into an empty one: the loaded data is then written to its append-only
     file, which is what later starts replay (the RDB file is not read again)."""
+    replicaof: tuple[str, int] | None = None
+    """Start as a replica of the master at (host, port) (REPLICAOF host port, once listening)."""
+    masterauth: str | None = None
+    """The password the replica gives its master (the ``masterauth`` parameter)."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -1072,6 +1076,8 @@ def open_engine(options: ServerOptions) -> tuple[Engine, AppendOnlyFile | None]:
         _load_rdb_at_start(engine, aof, options.load_rdb)
     if options.requirepass:
         engine.config.set("requirepass", options.requirepass)
+    if options.masterauth:
+        engine.config.set("masterauth", options.masterauth)
     engine.config.set("protected-mode", "yes")
     return engine, aof
 
@@ -1116,6 +1122,9 @@ async def run_server(
     try:
         server = EngineServer(engine, aof, bind=options.bind, port=options.port)
         await server.start()
+        if options.replicaof is not None:
+            with engine.lock:
+                engine.replication.become_replica(*options.replicaof)
         loop = asyncio.get_running_loop()
         stop = stop or asyncio.Event()
         stop_event = stop

@@ -22,7 +22,8 @@ from streamworker.engine import Engine
 from streamworker.engine.aof import open_persistent
 from streamworker.engine.protocol import RequestParser
 from streamworker.engine.rdb.files import build_rdb
-from tests.support.engine_server import ThreadedServer
+from tests.support.engine_server import EngineServerProcess, ThreadedServer
+from tests.support.proc import run_cli
 from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -434,3 +435,29 @@ def test_the_replica_answers_getack_with_the_offset_of_what_it_applied_before_it
         assert r.execute_command("ROLE")[3:] == ["connected", 100 + len(unknown) + len(write) + 37]
     finally:
         master.close()
+
+
+def test_engine_serve_replicaof_starts_as_a_replica(tmp_path: Path) -> None:
+    master = _start_master(tmp_path / "m", diskless=True)
+    replica = EngineServerProcess(
+        extra=("--replicaof", "127.0.0.1", str(master.port), "--masterauth", "pw")
+    )
+    try:
+        redis.Redis(port=master.port).config_set("requirepass", "pw")
+        m = redis.Redis(port=master.port, password="pw", decode_responses=True)
+        m.set("k", "v")
+        replica.start()
+        r = replica.client(decode_responses=True)
+        _wait(lambda: _link_up(r), what="the link to come up")
+        assert r.get("k") == "v"
+        assert r.config_get("replicaof") == {"replicaof": f"127.0.0.1 {master.port}"}
+    finally:
+        replica.stop()
+        master.stop()
+
+
+def test_engine_serve_refuses_a_bad_replicaof_port_in_one_line() -> None:
+    proc = run_cli("engine", "serve", "--port", "0", "--replicaof", "127.0.0.1", "99999")
+    assert proc.returncode == 2
+    assert "--replicaof 127.0.0.1 99999: the port must be a number in 0..65535" in proc.stderr
+    assert "Traceback" not in proc.stderr
