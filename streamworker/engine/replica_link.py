@@ -318,6 +318,9 @@ class ReplicaLink:
             repl = self.repl
             repl.disconnect_replicas()
             engine.keyspace.flush_all()
+            if engine.functions is not None:
+                # The master's libraries replace the replica's, none if it has none (Redis).
+                engine.functions.flush_all()
             try:
                 load_rdb_bytes(engine, payload)
             finally:

@@ -461,3 +461,22 @@ def test_engine_serve_refuses_a_bad_replicaof_port_in_one_line() -> None:
     assert proc.returncode == 2
     assert "--replicaof 127.0.0.1 99999: the port must be a number in 0..65535" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_full_resync_replaces_the_replica_s_function_libraries(
+    tmp_path: Path, replica: ThreadedServer
+) -> None:
+    master = _start_master(tmp_path / "m", diskless=True)
+    try:
+        r = replica.client(decode_responses=True)
+        r.function_load("#!lua name=mine\nredis.register_function('f', function() return 1 end)")
+        m = redis.Redis(port=master.port, decode_responses=True)
+        m.function_load("#!lua name=theirs\nredis.register_function('g', function() return 2 end)")
+        _follow(replica, master.port)
+        names = [dict(zip(lib[::2], lib[1::2]))["library_name"] for lib in r.function_list()]
+        assert names == ["theirs"]
+        # A function without the no-writes flag is a write: a read-only replica refuses it.
+        with pytest.raises(redis.ReadOnlyError):
+            r.fcall("g", 0)
+    finally:
+        master.stop()
