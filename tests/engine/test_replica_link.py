@@ -473,7 +473,9 @@ def test_a_full_resync_replaces_the_replica_s_function_libraries(
         m = redis.Redis(port=master.port, decode_responses=True)
         m.function_load("#!lua name=theirs\nredis.register_function('g', function() return 2 end)")
         _follow(replica, master.port)
-        names = [dict(zip(lib[::2], lib[1::2]))["library_name"] for lib in r.function_list()]
+        names = [
+            dict(zip(lib[::2], lib[1::2], strict=True))["library_name"] for lib in r.function_list()
+        ]
         assert names == ["theirs"]
         # A function without the no-writes flag is a write: a read-only replica refuses it.
         with pytest.raises(redis.ReadOnlyError):
