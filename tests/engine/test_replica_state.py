@@ -13,13 +13,16 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from streamworker.engine import Engine, msgs
+from streamworker.engine.aof import iter_records
 from streamworker.engine.replies import OK
 from tests.engine.admin_support import Conn, Pair, pair
 from tests.engine.conftest import read_raw_reply
+from tests.support.engine_server import ThreadedServer
 
 pytestmark = pytest.mark.redis
 
@@ -459,3 +462,31 @@ def test_in_process_engine_refuses_replicaof_host_port_clearly() -> None:
     # Still a writable master.
     assert engine.execute(client, [b"SET", b"k", b"v"]) == OK
     assert engine.execute(client, [b"REPLICAOF", b"NO", b"ONE"]) == OK
+
+
+def test_a_demotion_inside_exec_keeps_the_whole_transaction_in_the_file(
+    tmp_path: Path,
+) -> None:
+    # Redis 7.0 feeds its append-only file the transaction whole (its replicas get none of
+    # it, see above): replaying the file gives the data the server had.
+    server = ThreadedServer.persistent(tmp_path / "data")
+    try:
+        attached = _attach_replica(server.port)
+        conn = Conn(server.port)
+        conn.call("MULTI")
+        conn.call("SET", "foo2", "bar")
+        conn.call("REPLICAOF", "localhost", "9999")
+        conn.call("SET", "foo3", "bar")
+        assert conn.call("EXEC") == b"*3\r\n+OK\r\n+OK\r\n+OK\r\n"
+        conn.call("REPLICAOF", "NO", "ONE")
+        conn.close()
+        attached.close()
+        assert server.aof is not None
+        path = server.aof.path
+    finally:
+        server.close()
+    logged = [
+        item for _, _, item in iter_records(path.read_bytes(), path) if isinstance(item, list)
+    ]
+    writes = [r[:2] for r in logged if r[0] in (b"SET", b"MULTI", b"EXEC")]
+    assert writes == [[b"MULTI"], [b"SET", b"foo2"], [b"SET", b"foo3"], [b"EXEC"]]
