@@ -242,7 +242,10 @@ class _Connection(asyncio.Protocol):
     def kill(self) -> None:
         """CLIENT KILL: close now, or once the running commands are answered if this is the
         connection that asked."""
-        if self.server.executing is self:
+        blocked = self.blocked
+        if self.server.executing is self or (blocked is not None and blocked.resolved):
+            # Its reply is being written (or, for a blocked client just served, about to be:
+            # Redis's close-after-reply for clients a new replica unblocks).
             self.kill_after_reply = True
             return
         self.closing = True
@@ -517,6 +520,12 @@ class _Connection(asyncio.Protocol):
             self.queued.appendleft(list(blocked.postponed))
         elif not (client.reply_off or client.reply_skip):
             encode_into(self.out, blocked.reply, client.resp)
+        if self.kill_after_reply:
+            self.closing = True
+            self.server.send(self, force=True)
+            if self.transport is not None:
+                self.transport.close()
+            return
         self._drain()
         if self._gone():
             return

@@ -490,3 +490,25 @@ def test_a_demotion_inside_exec_keeps_the_whole_transaction_in_the_file(
     ]
     writes = [r[:2] for r in logged if r[0] in (b"SET", b"MULTI", b"EXEC")]
     assert writes == [[b"MULTI"], [b"SET", b"foo2"], [b"SET", b"foo3"], [b"EXEC"]]
+
+
+@pytest.mark.parametrize(
+    "blocking",
+    [["BLPOP", "list", "0"], ["XREAD", "BLOCK", "0", "STREAMS", "s", "$"], ["WAIT", "1", "0"]],
+)
+def test_clients_blocked_when_the_master_becomes_a_replica_are_unblocked_and_closed(
+    pair: Pair, blocking: list[str]
+) -> None:
+    answers = {}
+    for name, port in pair.ports.items():
+        waiter, admin = Conn(port), Conn(port)
+        waiter.send(*blocking)
+        assert waiter.nothing_within(0.2), name
+        admin.call("REPLICAOF", *DEAD_MASTER)
+        answers[name] = waiter.read()
+        assert waiter.closed_by_server(), name
+        admin.call("REPLICAOF", "NO", "ONE")
+        waiter.close()
+        admin.close()
+    assert answers["engine"] == answers["redis"]
+    assert answers["engine"].startswith(b"-UNBLOCKED ")
