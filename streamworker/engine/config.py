@@ -335,6 +335,9 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "replica-lazy-flush": ("no", _bool),
     "slave-lazy-flush": ("no", _bool),
     "replica-announced": ("yes", _bool),
+    # A replica neither evicts nor refuses for memory (its master decides) while yes.
+    "replica-ignore-maxmemory": ("yes", _bool),
+    "slave-ignore-maxmemory": ("yes", _bool),
     # "host port" while the engine is a replica (REPLICAOF sets it; CONFIG SET cannot).
     "replicaof": ("", None),
     "slaveof": ("", None),
@@ -359,6 +362,7 @@ _ALIAS_PAIRS = (
     ("slave-priority", "replica-priority"),
     ("slave-lazy-flush", "replica-lazy-flush"),
     ("slaveof", "replicaof"),
+    ("slave-ignore-maxmemory", "replica-ignore-maxmemory"),
 )
 _ALIASES = {a: b for pair in _ALIAS_PAIRS for a, b in (pair, pair[::-1])}
 

@@ -42,6 +42,8 @@ def _clean(pair: Pair) -> Iterator[None]:
         conn.call("CONFIG", "SET", "replica-read-only", "yes")
         conn.call("CONFIG", "SET", "min-replicas-to-write", "0")
         conn.call("CONFIG", "SET", "min-replicas-max-lag", "10")
+        conn.call("CONFIG", "SET", "maxmemory", "0")
+        conn.call("CONFIG", "SET", "replica-ignore-maxmemory", "yes")
         conn.call("SCRIPT", "FLUSH")
         conn.call("FUNCTION", "FLUSH")
         conn.close()
@@ -325,6 +327,27 @@ def test_exec_aborts_when_the_replica_became_stale_after_queueing(pair: Pair) ->
         assert conn.call("EXEC") == b"*1\r\n$-1\r\n", name
         conn.close()
         other.close()
+
+
+def test_a_replica_ignores_maxmemory_unless_told_otherwise(pair: Pair) -> None:
+    replies = _same(
+        pair,
+        [
+            ["CONFIG", "GET", "replica-ignore-maxmemory"],
+            ["CONFIG", "GET", "slave-ignore-maxmemory"],
+            ["SET", "a", "1"],
+            ["REPLICAOF", *DEAD_MASTER],
+            ["CONFIG", "SET", "maxmemory", "1"],
+            ["GET", "a"],
+            ["EVAL", "return 1", "0"],
+            ["CONFIG", "SET", "replica-ignore-maxmemory", "no"],
+            ["GET", "a"],
+            ["CONFIG", "SET", "replica-ignore-maxmemory", "yes"],
+            ["CONFIG", "SET", "maxmemory", "0"],
+            ["REPLICAOF", "NO", "ONE"],
+        ],
+    )
+    assert replies[5] == b"$1\r\n1\r\n"
 
 
 # --- NOREPLICAS (min-replicas-to-write) -------------------------------------------------------
