@@ -1,4 +1,5 @@
-"""The master side of Redis's replication: SYNC / PSYNC clients and the stream they receive.
+"""Redis's replication, both sides: SYNC / PSYNC clients and the stream they receive, and
+the engine's own state as a replica (REPLICAOF host port).
 
 A client that sends ``SYNC`` (or ``PSYNC ? -1``, answered ``+FULLRESYNC <replid> <offset>``
 first) gets the RDB of the current data as a bulk without its trailing CRLF, as Redis sends a
@@ -7,8 +8,8 @@ propagates it (the same records the append-only file gets: ``XADD *`` with its I
 expiries as ``PEXPIREAT``, ``SPOP`` as ``SREM``...), as RESP arrays, with ``SELECT <db>``
 whenever the database changes and ``MULTI``/``EXEC`` around the records of one command that
 wrote more than one (EXEC, a script), as Redis 7.0 does; a key that expires reaches them as
-``DEL`` (only them: the append-only file replays at the recorded times and needs none). ``PING`` goes to the replicas every
-``repl-ping-replica-period`` seconds. The connection is then a replica: it gets no replies to
+``DEL`` (only them: the append-only file replays at the recorded times and needs none), and
+``PUBLISH`` too. ``PING`` goes to the replicas every ``repl-ping-replica-period`` seconds. The connection is then a replica: it gets no replies to
 what it sends (``REPLCONF ACK`` is accepted silently).
 
 The replica side (REPLICAOF host port) keeps the state Redis 7.0 reports (ROLE, INFO
@@ -24,7 +25,6 @@ so an in-memory engine is back on its path that builds no propagated form.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     from streamworker.engine.core import Engine, Propagator
 
 __all__ = ["LinkHandle", "Replication", "ReplicationFeed", "encode_command"]
-
-_log = logging.getLogger("streamworker.engine")
 
 _MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 _EXEC = b"*1\r\n$4\r\nEXEC\r\n"
