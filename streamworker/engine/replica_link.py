@@ -329,7 +329,8 @@ class ReplicaLink:
                     self.aof.rewrite()
             client = engine.connect()
             client.addr = f"{self.host}:{self.port}"
-            client.name = None
+            # CLIENT KILL of the master's client closes the link (it reconnects, as Redis).
+            client.kill = self._close_writer
             repl.synced(replid, offset, client)
         return True
 

@@ -136,6 +136,26 @@ def test_the_master_s_client_is_listed_with_flag_m(tmp_path: Path, replica: Thre
         listed = r.client_list()
         masters = [c for c in listed if "M" in c["flags"]]
         assert [c["addr"] for c in masters] == [f"127.0.0.1:{master.port}"]
+        typed = r.client_list(_type="master")
+        assert [c["addr"] for c in typed] == [f"127.0.0.1:{master.port}"]
+        assert all("M" not in c["flags"] for c in r.client_list(_type="normal"))
+        hello = r.execute_command("HELLO", "2")
+        assert hello[hello.index("role") + 1] == "replica"
+    finally:
+        master.stop()
+
+
+def test_client_kill_type_master_drops_the_link_which_comes_back(
+    tmp_path: Path, replica: ThreadedServer
+) -> None:
+    master = _start_master(tmp_path / "m", diskless=True)
+    try:
+        m = redis.Redis(port=master.port, decode_responses=True)
+        r = _follow(replica, master.port)
+        assert r.execute_command("CLIENT", "KILL", "TYPE", "master") == 1
+        m.set("after-kill", "1")
+        _wait(lambda: r.get("after-kill") == "1", what="the link to come back")
+        assert _link_up(r)
     finally:
         master.stop()
 

@@ -111,6 +111,19 @@ def test_config_get_replicaof_shows_the_master_and_cannot_be_set(pair: Pair) -> 
     )
 
 
+def test_hello_and_client_list_types_of_a_replica(pair: Pair) -> None:
+    for name, conn in pair.conns().items():
+        conn.call("REPLICAOF", *DEAD_MASTER)
+        hello = conn.call("HELLO", "2")
+        assert b"$4\r\nrole\r\n$7\r\nreplica\r\n" in hello, name
+        # The link is down: no master's client to list.
+        assert conn.call("CLIENT", "LIST", "TYPE", "master") == b"$0\r\n\r\n", name
+        assert conn.call("CLIENT", "KILL", "TYPE", "master") == b":0\r\n", name
+        conn.call("REPLICAOF", "NO", "ONE")
+        assert b"$4\r\nrole\r\n$6\r\nmaster\r\n" in conn.call("HELLO", "2"), name
+        conn.close()
+
+
 def test_replicaof_compares_the_master_host_without_case(pair: Pair) -> None:
     _same(pair, [["REPLICAOF", "LOCALHOST", "1"], ["REPLICAOF", "localhost", "1"]])
 
