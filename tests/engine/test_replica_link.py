@@ -547,3 +547,76 @@ def test_random_workloads_reach_an_engine_replica_exactly(seed: int) -> None:
     finally:
         replica.close()
         master.close()
+
+
+class _RemoteSession:
+    """random_workload's session over redis-py, replies unparsed (lists and bytes, errors
+    returned, not raised), as the engine's Session gives them."""
+
+    def __init__(self, port: int) -> None:
+        self.client = redis.Redis(port=port)
+        self.client.response_callbacks.clear()
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            return self.client.execute_command(*args)
+        except redis.ResponseError as exc:
+            return exc
+
+
+def _dump_remote(port: int) -> dict[tuple[int, bytes], Any]:
+    """Every key of every database through redis-py: type, absolute expiry, contents
+    (streams as XINFO STREAM FULL, consumers' seen-time left out: each replica stamps its
+    own clock when it applies a claim)."""
+    out: dict[tuple[int, bytes], Any] = {}
+    for db in range(16):
+        c = redis.Redis(port=port, db=db)
+        c.response_callbacks.clear()
+        for key in sorted(c.execute_command("KEYS", "*")):
+            kind = c.execute_command("TYPE", key)
+            expiry = c.execute_command("PEXPIRETIME", key)
+            commands = {
+                b"string": ("GET", key),
+                b"hash": ("HGETALL", key),
+                b"set": ("SMEMBERS", key),
+                b"zset": ("ZRANGE", key, 0, -1, "WITHSCORES"),
+                b"list": ("LRANGE", key, 0, -1),
+                b"stream": ("XINFO", "STREAM", key, "FULL", "COUNT", 0),
+            }
+            value = c.execute_command(*commands[kind])
+            if kind in (b"hash", b"set"):
+                value = sorted(value)
+            if kind == b"stream":
+                value = re.sub(rb"seen-time'(:|,) \d+", b"seen-time': T", repr(value).encode())
+                value = re.sub(rb"b'radix-tree-(keys|nodes)'(:|,) \d+, ", b"", value)
+            out[(db, key)] = (kind, expiry, value)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_workloads_leave_an_engine_replica_as_a_redis_replica(
+    tmp_path: Path, replica: ThreadedServer, seed: int
+) -> None:
+    # The same redis-server master, a redis-server replica and an engine replica: after a
+    # random workload (streams and groups first of all), both replicas hold the same data.
+    master = _start_master(tmp_path / "m", diskless=True)
+    twin = RedisServer(tmp_path / "r").start()
+    try:
+        r = _follow(replica, master.port)
+        t = redis.Redis(port=twin.port, decode_responses=True)
+        t.execute_command("REPLICAOF", "127.0.0.1", master.port)
+        _wait(lambda: _link_up(t), what="the redis-server replica's link")
+        random_workload(_RemoteSession(master.port), random.Random(seed), 300)  # type: ignore[arg-type]
+        m = redis.Redis(port=master.port)
+        offset = m.info("replication")["master_repl_offset"]
+        _wait(
+            lambda: (
+                r.info("replication")["slave_repl_offset"] == offset
+                and t.info("replication")["slave_repl_offset"] == offset
+            ),
+            what="both replicas to apply the whole stream",
+        )
+        assert _dump_remote(replica.port) == _dump_remote(twin.port)
+    finally:
+        twin.stop()
+        master.stop()
