@@ -103,6 +103,7 @@ class ClientState:
         "sub_shard",
         "tracking",
         "watched",
+        "woff",
     )
 
     def __init__(self, client_id: int, created_ms: int) -> None:
@@ -157,6 +158,9 @@ class ClientState:
         self.reply_skip_next = False
         # CLIENT TRACKING state (commands/connection.py), None while tracking is off.
         self.tracking: Any = None
+        # The replication offset just past this client's last write streamed to replicas
+        # (Redis's woff): what WAIT waits for.
+        self.woff = 0
         self.ctx: Ctx
 
     def __repr__(self) -> str:

@@ -493,7 +493,12 @@ class Engine:
             prop.ops.append((db_index, argv))
         ctx.prop_custom = outer
         if top:
+            wrote = bool(prop.ops)
             prop.end_call()
+            feed = self.replication.feed
+            if wrote and feed is not None and prop is feed:
+                # Where the replicas' stream will be once this call's records are sent.
+                ctx.client.woff = self.replication.offset + len(feed.buf)
         return reply
 
     def run_queued(self, ctx: Ctx, spec: CommandSpec, argv: Sequence[bytes]) -> Reply:

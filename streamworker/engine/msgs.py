@@ -571,6 +571,11 @@ SCRIPT_WRITE_FLAG_ON_READONLY_REPLICA = (
 )
 REPLICAOF_FROM_REPLICA = "ERR Command is not valid when client is a replica."
 ALREADY_CONNECTED_TO_MASTER = "OK Already connected to specified master"
+WAIT_ON_REPLICA = (
+    "ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if "
+    "a replica is configured to be writable (which is not the default) writes to replicas are "
+    "just local and are not propagated."
+)
 NOREPLICAS = "NOREPLICAS Not enough good replicas to write."
 NOMASTERLINK = "NOMASTERLINK Can't SYNC while not connected with my master"
 CLUSTER_DISABLED = "ERR This instance has cluster support disabled"

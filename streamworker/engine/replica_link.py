@@ -62,7 +62,7 @@ _MAX_RETRY_S = 5.0
 _ACK_PERIOD_S = 1.0
 _QUICK_ACKS = 5
 _QUICK_ACK_PERIOD_S = 0.05
-_CONNECTING_AFTER_S = 0.05
+_CONNECTING_AFTER_S = 0.5
 # Replies to PING that still mean "go on" (Redis's syncWithMaster: the master wants AUTH).
 _PING_OK_ERRORS = (b"-NOAUTH", b"-NOPERM", b"-ERR operation not permitted")
 
@@ -196,7 +196,9 @@ class ReplicaLink:
         Returns True once the data was loaded (the next attempt starts with a short wait)."""
         timeout = self._timeout_s()
         # Redis tries a non-blocking connect at once: a refused one leaves the state at
-        # "connect"; one still in progress is "connecting". The same, seen from outside.
+        # "connect"; one still in progress is "connecting". The same, seen from outside (a
+        # connect that takes more than half a second is "connecting": a refused one never,
+        # however busy this loop is).
         pending = self.loop.call_later(_CONNECTING_AFTER_S, self._set_state, LINK_CONNECTING)
         try:
             reader, writer = await asyncio.wait_for(

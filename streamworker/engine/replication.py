@@ -35,7 +35,7 @@ from streamworker.engine.context import RawPush
 from streamworker.engine.errors import CommandError
 
 if TYPE_CHECKING:
-    from streamworker.engine.context import ClientState
+    from streamworker.engine.context import Blocked, ClientState
     from streamworker.engine.core import Engine, Propagator
 
 __all__ = ["LinkHandle", "Replication", "ReplicationFeed", "encode_command"]
@@ -43,6 +43,7 @@ __all__ = ["LinkHandle", "Replication", "ReplicationFeed", "encode_command"]
 _MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 _EXEC = b"*1\r\n$4\r\nEXEC\r\n"
 _PING = b"*1\r\n$4\r\nPING\r\n"
+_GETACK = b"*3\r\n$8\r\nREPLCONF\r\n$6\r\nGETACK\r\n$1\r\n*\r\n"
 
 
 def encode_command(out: bytearray, argv: Sequence[bytes]) -> None:
@@ -221,6 +222,8 @@ class Replication:
         self.replicas: dict[int, ClientState] = {}
         # What each replica acknowledged (REPLCONF ACK <offset>), by client id.
         self.acked: dict[int, int] = {}
+        # WAIT callers: (their blocked command, the offset they wait for, how many replicas).
+        self.waiting: list[tuple[Blocked, int, int]] = []
         # When each replica last acknowledged (monotonic seconds), by client id.
         self.acked_at: dict[int, float] = {}
         # The port each replica listens on (REPLCONF listening-port), by client id.
@@ -311,6 +314,35 @@ class Replication:
         if client.id in self.replicas:
             self.acked[client.id] = offset
             self.acked_at[client.id] = time.monotonic()
+            if self.waiting:
+                self._serve_waiting()
+
+    def count_acks(self, offset: int) -> int:
+        """Replicas that acknowledged ``offset`` or more (Redis's replicationCountAcksByOffset)."""
+        return sum(1 for acked in self.acked.values() if acked >= offset)
+
+    def wait_for(self, blocked: Blocked, offset: int, numreplicas: int) -> None:
+        """WAIT blocked: served once ``numreplicas`` replicas acknowledged ``offset``; its
+        timeout reply follows the count. The replicas are asked to acknowledge at once
+        (``REPLCONF GETACK *`` after the records in flight)."""
+        self.waiting.append((blocked, offset, numreplicas))
+        feed = self.feed
+        if feed is not None:
+            feed.buf += _GETACK
+
+    def _serve_waiting(self) -> None:
+        engine = self.engine
+        still = []
+        for blocked, offset, numreplicas in self.waiting:
+            if blocked.resolved:
+                continue
+            count = self.count_acks(offset)
+            blocked.on_timeout_reply = count
+            if count >= numreplicas:
+                engine.unblock(blocked, count)
+            else:
+                still.append((blocked, offset, numreplicas))
+        self.waiting = still
 
     def send(self, data: bytes) -> None:
         """Stream ``data`` to every replica."""

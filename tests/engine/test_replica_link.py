@@ -620,3 +620,30 @@ def test_random_workloads_leave_an_engine_replica_as_a_redis_replica(
     finally:
         twin.stop()
         master.stop()
+
+
+def test_wait_on_an_engine_master_counts_the_replicas_that_acknowledged(
+    tmp_path: Path, replica: ThreadedServer
+) -> None:
+    # One engine replica and one redis-server replica of an engine master: WAIT asks them
+    # for an ACK and returns as soon as enough acknowledged this client's writes.
+    master = ThreadedServer()
+    twin = RedisServer(tmp_path / "r").start()
+    try:
+        m = master.client(decode_responses=True)
+        r = _follow(replica, master.port)
+        t = redis.Redis(port=twin.port, decode_responses=True)
+        t.execute_command("REPLICAOF", "127.0.0.1", master.port)
+        _wait(lambda: _link_up(t), what="the redis-server replica's link")
+        m.set("k", "v")
+        started = time.monotonic()
+        assert m.execute_command("WAIT", 2, 5000) == 2
+        assert time.monotonic() - started < 2.0
+        assert r.get("k") == "v"
+        assert t.get("k") == "v"
+        # Asking for more replicas than there are: the count once the timeout passes.
+        assert m.execute_command("WAIT", 3, 300) == 2
+        assert m.execute_command("WAIT", 0, 0) == 2
+    finally:
+        twin.stop()
+        master.close()

@@ -124,6 +124,21 @@ def test_hello_and_client_list_types_of_a_replica(pair: Pair) -> None:
         conn.close()
 
 
+def test_wait_is_refused_on_a_replica(pair: Pair) -> None:
+    replies = _same(
+        pair,
+        [
+            ["WAIT", "0", "0"],
+            ["REPLICAOF", *DEAD_MASTER],
+            ["WAIT", "0", "0"],
+            ["WAIT", "a", "0"],
+            ["REPLICAOF", "NO", "ONE"],
+            ["WAIT", "0", "0"],
+        ],
+    )
+    assert replies[2] == _err(msgs.WAIT_ON_REPLICA)
+
+
 def test_replicaof_compares_the_master_host_without_case(pair: Pair) -> None:
     _same(pair, [["REPLICAOF", "LOCALHOST", "1"], ["REPLICAOF", "localhost", "1"]])
 

@@ -21,7 +21,7 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int, to_timeout_ms
 from streamworker.engine.commands.rdb import save_now
-from streamworker.engine.context import NO_REPLY
+from streamworker.engine.context import NO_REPLY, Blocked
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import parse_int
 from streamworker.engine.rdb.files import build_rdb
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from streamworker.engine.commands import CommandSpec
-    from streamworker.engine.context import Blocked, Ctx
+    from streamworker.engine.context import Ctx
     from streamworker.engine.replies import Reply
 
 __all__ = ["REDIS_VERSION", "monitor_line", "quote_arg"]
@@ -175,15 +175,25 @@ def _never(ctx: Ctx) -> Reply | None:
 
 @command("wait", arity=3, flags=("noscript",))
 def wait(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
-    """WAIT numreplicas timeout -> the number of replicas that acknowledged (always 0).
+    """WAIT numreplicas timeout -> how many replicas acknowledged this client's writes.
 
-    As redis-server without replicas: 0 at once when ``numreplicas`` <= 0 or inside MULTI,
-    else 0 once ``timeout`` ms have passed (timeout 0 blocks until CLIENT UNBLOCK)."""
+    As Redis 7.0: refused on a replica; the count at once when it reaches ``numreplicas``
+    or inside MULTI; else the client blocks (the replicas are asked for an ACK) until
+    enough replicas acknowledged, or ``timeout`` ms (0: no limit) passed, when it gets the
+    count then."""
+    repl = ctx.engine.replication
+    if repl.master_host is not None:
+        raise CommandError(msgs.WAIT_ON_REPLICA)
     numreplicas = to_int(args[0])
     timeout_ms = to_timeout_ms(args[1], seconds=False)
-    if numreplicas <= 0 or ctx.in_multi:
-        return 0
-    return ctx.block([], timeout_ms, on_ready=_never, on_timeout_reply=0)
+    offset = ctx.client.woff
+    acked = repl.count_acks(offset)
+    if acked >= numreplicas or ctx.in_multi:
+        return acked
+    blocked = ctx.block([], timeout_ms, on_ready=_never, on_timeout_reply=acked)
+    if isinstance(blocked, Blocked):
+        repl.wait_for(blocked, offset, numreplicas)
+    return blocked
 
 
 @command("role", arity=1, flags=("noscript", "loading", "stale", "fast", "sentinel"))
