@@ -28,6 +28,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         requirepass=args.requirepass or None,
         aof_skip_damaged=args.aof_skip_damaged,
         load_rdb=Path(args.load_rdb) if args.load_rdb else None,
+        replicaof=_replicaof(args.replicaof),
+        masterauth=args.masterauth or None,
     )
     try:
         return serve(options)
@@ -38,6 +40,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         # Say what failed (exc names the file, if any), not where the server would listen.
         raise StreamworkerError(f"engine serve failed: {exc}") from None
+
+
+def _replicaof(words: list[str] | None) -> tuple[str, int] | None:
+    if not words:
+        return None
+    host, port = words
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--replicaof {host} {port}: the port must be a number in 0..65535")
+    return host, int(port)
 
 
 def add_engine_commands(sub: Any) -> None:
@@ -91,4 +102,13 @@ def add_engine_commands(sub: Any) -> None:
         "with --dir only into an empty data directory, whose append-only file then holds "
         "the data",
     )
+    serve.add_argument(
+        "--replicaof",
+        nargs=2,
+        metavar=("HOST", "PORT"),
+        help="start as a replica of the master at HOST PORT (a redis-server 7.0 or another "
+        "engine): full resync, then its writes; read-only for clients (REPLICAOF NO ONE "
+        "makes it a master again)",
+    )
+    serve.add_argument("--masterauth", metavar="PASS", help="password to AUTH with at the master")
     serve.set_defaults(func=_cmd_serve)

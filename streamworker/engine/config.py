@@ -298,9 +298,6 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "protected-mode": ("yes", _bool),
     "enable-protected-configs": ("no", None),
     "requirepass": ("", _any),
-    # Credentials for a master: kept and shown (the engine replicates from no master).
-    "masterauth": ("", _any),
-    "masteruser": ("", _any),
     "acllog-max-len": ("128", _int_range(0, _LLONG_MAX)),
     "acl-pubsub-default": ("resetchannels", _enum("allchannels", "resetchannels")),
     "maxmemory-samples": ("5", _int_range(1, 2**31 - 1)),
@@ -314,8 +311,9 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "lazyfree-lazy-user-flush": ("no", _bool),
     # Replication, as a standalone Redis 7.0 exposes it. The engine streams its writes to
     # SYNC/PSYNC clients (engine/replication.py) and pings them every
-    # repl-ping-replica-period seconds; the rest is accepted and reported, for Redis's test
-    # suites and config files (the engine never becomes a replica itself).
+    # repl-ping-replica-period seconds; as a replica (engine/replica_link.py) it obeys
+    # replica-read-only, replica-serve-stale-data, repl-timeout, masterauth/masteruser;
+    # the rest is accepted and reported, for Redis's test suites and config files.
     "repl-ping-replica-period": ("10", _int_range(1, 2**31 - 1)),
     "repl-ping-slave-period": ("10", _int_range(1, 2**31 - 1)),
     "repl-timeout": ("60", _int_range(1, 2**31 - 1)),
@@ -338,6 +336,16 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     "slave-priority": ("100", _int_range(0, 2**31 - 1)),
     "replica-lazy-flush": ("no", _bool),
     "slave-lazy-flush": ("no", _bool),
+    "replica-announced": ("yes", _bool),
+    # A replica neither evicts nor refuses for memory (its master decides) while yes.
+    "replica-ignore-maxmemory": ("yes", _bool),
+    "slave-ignore-maxmemory": ("yes", _bool),
+    # "host port" while the engine is a replica (REPLICAOF sets it; CONFIG SET cannot).
+    "replicaof": ("", None),
+    "slaveof": ("", None),
+    # The credentials a replica gives its master (AUTH [masteruser] masterauth).
+    "masterauth": ("", _any),
+    "masteruser": ("", _any),
 }
 
 
@@ -355,6 +363,8 @@ _ALIAS_PAIRS = (
     ("slave-serve-stale-data", "replica-serve-stale-data"),
     ("slave-priority", "replica-priority"),
     ("slave-lazy-flush", "replica-lazy-flush"),
+    ("slaveof", "replicaof"),
+    ("slave-ignore-maxmemory", "replica-ignore-maxmemory"),
 )
 _ALIASES = {a: b for pair in _ALIAS_PAIRS for a, b in (pair, pair[::-1])}
 

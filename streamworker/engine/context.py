@@ -104,6 +104,7 @@ class ClientState:
         "tracking",
         "user",
         "watched",
+        "woff",
     )
 
     def __init__(self, client_id: int, created_ms: int) -> None:
@@ -160,6 +161,9 @@ class ClientState:
         self.reply_skip_next = False
         # CLIENT TRACKING state (commands/connection.py), None while tracking is off.
         self.tracking: Any = None
+        # The replication offset just past this client's last write streamed to replicas
+        # (Redis's woff): what WAIT waits for.
+        self.woff = 0
         self.ctx: Ctx
 
     def __repr__(self) -> str:
@@ -237,17 +241,32 @@ class Ctx:
         prop = self.engine.propagator
         return prop is not None and prop.active
 
-    def propagate(self, argv: Sequence[bytes]) -> None:
+    def propagate(self, argv: Sequence[bytes], *, replicas: bool = True) -> None:
         """Log ``argv`` (in the current db) *instead of* the running command; call it again to
         log more, in order. The effects must be deterministic: what the clock or randomness
         decided is spelled out (XADD's generated ID, an absolute expiry time).
+
+        ``replicas=False``: for the append-only file only, a record Redis does not stream to
+        its replicas but the engine's file needs to replay exactly.
 
         No-op without persistence. Calling it with nothing to log is :meth:`no_propagate`."""
         prop = self.engine.propagator
         if prop is not None:
             self.prop_custom = True
             if prop.active:
+                if not replicas:
+                    feed = self.engine.replication.feed
+                    if feed is not None and prop is feed:
+                        feed.file_only.append(len(feed.ops))
                 prop.ops.append((self.db.index, argv))
+
+    def propagate_to_replicas(self, argv: Sequence[bytes]) -> None:
+        """Send ``argv`` (in the current db) to the replicas, if any, not to the append-only
+        file, besides what the running command logs (PUBLISH, as Redis 7.0)."""
+        engine = self.engine
+        feed = engine.replication.feed
+        if feed is not None and engine.propagator is feed and feed.active:
+            feed.replicas_only(self.db.index, argv)
 
     def also_propagate(self, argv: Sequence[bytes]) -> None:
         """Log ``argv`` (in the current db) before the running command's own record (which is

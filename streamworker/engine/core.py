@@ -205,8 +205,8 @@ class Engine:
         self._acl_keys = acl_keys
         self._requirepass = ""
         self._acl_config_version = -1
-        self.min_replicas = 0
-        self.min_replicas_lag = 0
+        # True while commands are checked against the replication state (admin_changed).
+        self.replica_checks = False
         self.config_changed()
 
     def set_clock(self, clock: Callable[[], int]) -> None:
@@ -234,6 +234,7 @@ class Engine:
         """Forget ``client``: drop its waiters, WATCHes and queued transaction."""
         with self.lock:
             client.closed = True
+            self.replication.listening_ports.pop(client.id, None)
             if client.replica:
                 client.replica = False
                 self.replication.detach(client)
@@ -383,9 +384,6 @@ class Engine:
             refused = self._check_oom(client, spec, argv)
             if refused is not None:
                 return refused
-        if self.min_replicas and self._writes(client, spec, argv) and self.replicas_short():
-            # min-replicas-to-write: writes wait for enough acknowledging replicas.
-            return self._reject(client, msgs.NOREPLICAS, spec)
         if client.pubsub and client.resp == 2 and spec.name not in _SUBSCRIBED_OK:
             # RESP2 has no way to tell a reply from a message: Redis refuses the rest.
             return self._reject(client, msgs.subscribed_context(spec.name), spec)
@@ -394,6 +392,14 @@ class Engine:
             # CLIENT PAUSE, MONITOR or CLIENT TRACKING in use (one check on the hot path).
             if (client.monitor or client.replica) and spec.flags & _KEYSPACE_FLAGS:
                 return self._reject(client, msgs.REPLICA_KEYSPACE, spec)
+            repl = self.replication
+            if self.replica_checks and client is not repl.master_client:
+                refusal = self._replica_refusal(client, spec, argv)
+                if refusal is not None:
+                    if spec.name == "exec" and client.in_multi:
+                        spec.rejected_calls += 1
+                        return self._exec_abort(client, refusal)
+                    return self._reject(client, refusal, spec)
             if (
                 self.pause_until
                 and client.push is not None
@@ -502,7 +508,12 @@ class Engine:
             prop.ops.append((db_index, argv))
         ctx.prop_custom = outer
         if top:
+            wrote = bool(prop.ops)
             prop.end_call()
+            feed = self.replication.feed
+            if wrote and feed is not None and prop is feed:
+                # Where the replicas' stream will be once this call's records are sent.
+                ctx.client.woff = self.replication.offset + len(feed.buf)
         return reply
 
     def run_queued(self, ctx: Ctx, spec: CommandSpec, argv: Sequence[bytes]) -> Reply:
@@ -587,11 +598,25 @@ class Engine:
             if result:
                 self._acl_log(ctx, spec, argv, result, idx, "lua")
                 return self._script_reject(spec, "ERR " + msgs.SCRIPT_ACL_DENIED[result])
+        repl = self.replication
+        if self.replica_checks and not repl.applying:
+            # Redis's scriptVerifyAllowStale, then the replication part of
+            # scriptVerifyWriteCommandAllow (a script that already wrote goes on).
+            if repl.stale and "stale" not in spec.flags:
+                return self._script_reject(spec, msgs.SCRIPT_ON_STALE_REPLICA)
+            if (
+                spec.write
+                and not read_only
+                and (repl.read_only or repl.too_few_replicas)
+                and (runtime := self._running_runtime()) is not None
+                and not runtime.written
+            ):
+                if repl.read_only:
+                    return self._script_reject(spec, msgs.READONLY_REPLICA)
+                return self._script_reject(spec, msgs.NOREPLICAS)
         if read_only and ("write" in spec.flags or "may-replicate" in spec.flags):
             # Redis counts may-replicate commands (PFCOUNT) as writes in read-only scripts.
             return self._script_reject(spec, msgs.SCRIPT_WRITE_IN_READ_ONLY)
-        if spec.write and self.min_replicas and self.replicas_short():
-            return self._script_reject(spec, msgs.NOREPLICAS)
         if (
             spec.denyoom
             and self.memory.pre_command_oom
@@ -627,6 +652,9 @@ class Engine:
                 reply = self._internal_error(spec, exc)
             if prop is not None:
                 del prop.ops[mark:]
+                feed = self.replication.feed
+                if feed is not None and prop is feed:
+                    feed.forget_from(mark)
         self.account(spec, ctx, argv, _ns() - start)
         if self.tracking:
             self.memory.after_call(spec, ctx.db, argv)
@@ -711,6 +739,44 @@ class Engine:
         for user in self.acl.users.values():
             user.refresh()
 
+    def _replica_refusal(
+        self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]
+    ) -> str | None:
+        # Redis's processCommand on a replica: a write (a script that declares writes, an
+        # EXEC holding one) is READONLY on a read-only replica; a command without the stale
+        # flag (EXEC holding one) is MASTERDOWN while the link is down, if stale data is not
+        # served. The flags are the ones at EXEC time: a transaction queued before the
+        # engine became a replica is refused whole.
+        write = False
+        deny_stale = False
+        if spec.name == "exec" and client.in_multi:
+            for queued, qargv in client.multi_queue:
+                flags = self.command_flags(queued, qargv)
+                write = write or "write" in flags
+                deny_stale = deny_stale or "stale" not in flags
+        else:
+            flags = self.command_flags(spec, argv)
+            write = "write" in flags
+            deny_stale = "stale" not in flags
+        return self.replication.refusal(write, deny_stale)
+
+    def command_flags(self, spec: CommandSpec, argv: Sequence[bytes]) -> frozenset[str]:
+        """The flags a call of ``spec`` with ``argv`` has, as Redis's getCommandFlags: a
+        script that declares flags (shebang, or a function's) gets ``write`` unless
+        ``no-writes``, ``stale`` only with ``allow-stale`` and ``denyoom`` unless ``allow-oom``
+        or ``no-writes``; other calls have their command's flags."""
+        declared = self._script_flags(spec, argv)
+        if declared is None:
+            return spec.flags
+        out = set(spec.flags) - {"stale", "denyoom", "write", "may-replicate"}
+        if "no-writes" not in declared:
+            out.add("write")
+            if "allow-oom" not in declared:
+                out.add("denyoom")
+        if "allow-stale" in declared:
+            out.add("stale")
+        return frozenset(out)
+
     def _check_oom(
         self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]
     ) -> CommandError | None:
@@ -745,23 +811,6 @@ class Engine:
         self.count_error(text)
         self._errors_seen = self.stats_errors
         return CommandError(text)
-
-    def replicas_short(self) -> bool:
-        """True when min-replicas-to-write asks for more replicas acknowledging within
-        min-replicas-max-lag than there are (Redis's checkGoodReplicasStatus, inverted)."""
-        if not self.min_replicas:
-            return False
-        return self.replication.good_replicas(self.min_replicas_lag) < self.min_replicas
-
-    def _writes(self, client: ClientState, spec: CommandSpec, argv: Sequence[bytes]) -> bool:
-        # Redis's is_write_command: write commands, scripts declared without no-writes
-        # (their shebang or function flags), EXEC of a transaction holding a write.
-        if spec.write:
-            return True
-        if spec.name == "exec":
-            return client.in_multi and any(q.write for q, _ in client.multi_queue)
-        flags = self._script_flags(spec, argv)
-        return flags is not None and "no-writes" not in flags
 
     def _running_runtime(self) -> Any:
         # The Lua runtime whose script or function is running (EVAL's or FCALL's), if any.
@@ -842,12 +891,9 @@ class Engine:
 
     def config_changed(self) -> None:
         """Re-read the parameters the engine caches (after CONFIG SET)."""
+        self.admin_changed()
         cfg = self.config
         self.acl_sync()
-        # min-replicas-to-write: 0 (the usual) keeps its check off the command path.
-        lag = int(cfg.get("min-replicas-max-lag") or 0)
-        self.min_replicas = int(cfg.get("min-replicas-to-write") or 0) if lag else 0
-        self.min_replicas_lag = lag
         self.memory.configure()
         self.monitor_ns = self.diagnostics.configure(
             int(cfg.get("slowlog-log-slower-than") or 0),
@@ -1038,11 +1084,18 @@ class Engine:
         """Recompute :attr:`admin_hooks` after a pause, a MONITOR or a tracking client came or
         went; hook the databases for tracking while a client tracks, unhook them after."""
         with self.lock:
+            # A replica, or a master with min-replicas-to-write: commands are checked
+            # against the replication state (READONLY, MASTERDOWN, NOREPLICAS).
+            self.replica_checks = (
+                self.replication.master_host is not None
+                or self.config.get_int("min-replicas-to-write") > 0
+            )
             self.admin_hooks = bool(
                 self.pause_until
                 or self.monitors
                 or self.tracking_clients
                 or self.replication.replicas
+                or self.replica_checks
             )
             if self.tracking_clients:
                 self.tracker_for()

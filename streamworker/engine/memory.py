@@ -447,8 +447,15 @@ class MemoryManager:
 
     def perform_evictions(self) -> bool:
         """Evict by ``maxmemory-policy`` until used memory is within ``maxmemory``; True if
-        that could not be reached (Redis's EVICT_FAIL: denyoom commands are refused)."""
+        that could not be reached (Redis's EVICT_FAIL: denyoom commands are refused).
+        A replica with ``replica-ignore-maxmemory yes`` does neither (its master evicts)."""
         if not self.maxmemory:
+            return False
+        engine = self.engine
+        if (
+            engine.replication.master_host is not None
+            and engine.config.get("replica-ignore-maxmemory") == "yes"
+        ):
             return False
         used = STARTUP_BYTES + self.meter.total
         if used <= self.maxmemory:

@@ -558,6 +558,26 @@ def geo_need_by(command_name: bytes) -> str:
 # --- administration: MONITOR, CLIENT KILL/PAUSE/REPLY/TRACKING, replication, cluster --------
 
 REPLICA_KEYSPACE = "ERR Replica can't interact with the keyspace"
+# A replica's refusals (Redis's shared.roslaveerr, masterdownerr, and replicaofCommand's).
+READONLY_REPLICA = "READONLY You can't write against a read only replica."
+MASTERDOWN = "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."
+MASTERDOWN_SCRIPT = (
+    "MASTERDOWN Link with MASTER is down, replica-serve-stale-data is set to 'no' and "
+    "'allow-stale' flag is not set on the script."
+)
+SCRIPT_ON_STALE_REPLICA = "ERR Can not execute the command on a stale replica"
+SCRIPT_WRITE_FLAG_ON_READONLY_REPLICA = (
+    "READONLY Can not run script with write flag on readonly replica"
+)
+REPLICAOF_FROM_REPLICA = "ERR Command is not valid when client is a replica."
+ALREADY_CONNECTED_TO_MASTER = "OK Already connected to specified master"
+WAIT_ON_REPLICA = (
+    "ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if "
+    "a replica is configured to be writable (which is not the default) writes to replicas are "
+    "just local and are not propagated."
+)
+NOREPLICAS = "NOREPLICAS Not enough good replicas to write."
+NOMASTERLINK = "NOMASTERLINK Can't SYNC while not connected with my master"
 CLUSTER_DISABLED = "ERR This instance has cluster support disabled"
 NO_SUCH_CLIENT = "ERR No such client"
 CLIENT_ID_NOT_POSITIVE = "ERR client-id should be greater than 0"
@@ -597,9 +617,9 @@ ACL_NO_FILE = (
 
 # What the engine refuses because it is one process that talks to no other server (documented
 # divergences: redis-server would start replicating, fail over or open a connection).
-ENGINE_NO_REPLICATION = (
-    "ERR the streamworker engine does not replicate from another server: REPLICAOF/SLAVEOF "
-    "<host> <port> is not supported (REPLICAOF NO ONE is; replicas may SYNC/PSYNC from it)"
+ENGINE_REPLICA_NEEDS_SERVER = (
+    "ERR REPLICAOF <host> <port> needs the engine's server (streamworker engine serve): an "
+    "in-process engine has no event loop to run the link to a master (REPLICAOF NO ONE works)"
 )
 SYNC_NEEDS_CONNECTION = (
     "ERR SYNC and PSYNC need a network connection (the replication stream is sent over it)"

@@ -447,6 +447,18 @@ class ScriptRuntime:
         ``no-writes`` is refused there; write commands are refused in read-only runs.
         """
         flags = script.flags
+        repl = caller.engine.replication
+        if repl.master_host is not None and not repl.applying:
+            # Redis's scriptPrepareForRun on a replica: a script without a shebang is refused
+            # whole while stale data is not served; one with flags as they say.
+            if flags is None:
+                if repl.stale:
+                    return CommandError(msgs.MASTERDOWN)
+            else:
+                if repl.stale and "allow-stale" not in flags:
+                    return CommandError(msgs.MASTERDOWN_SCRIPT)
+                if "no-writes" not in flags and repl.read_only:
+                    return CommandError(msgs.SCRIPT_WRITE_FLAG_ON_READONLY_REPLICA)
         if flags is not None and ro and "no-writes" not in flags:
             return CommandError(msgs.SCRIPT_RO_WITH_WRITE_FLAG)
         st = self._st

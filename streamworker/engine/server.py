@@ -71,10 +71,12 @@ from streamworker.engine.context import NO_REPLY, RESUME, Blocked, RawPush
 from streamworker.engine.core import Engine
 from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import ProtocolError, RequestParser, encode, encode_into
+from streamworker.engine.replica_link import ReplicaLink
 from streamworker.engine.replies import OK, Frames, Push
 
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState
+    from streamworker.engine.replication import LinkHandle, Replication
     from streamworker.engine.replies import Reply
 
 __all__ = [
@@ -125,6 +127,10 @@ class ServerOptions:
     """An RDB file (redis-server 7.0's SAVE, or the engine's) to load at start. With a data
     directory, only into an empty one: the loaded data is then written to its append-only
     file, which is what later starts replay (the RDB file is not read again)."""
+    replicaof: tuple[str, int] | None = None
+    """Start as a replica of the master at (host, port) (REPLICAOF host port, once listening)."""
+    masterauth: str | None = None
+    """The password the replica gives its master (the ``masterauth`` parameter)."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -236,7 +242,10 @@ class _Connection(asyncio.Protocol):
     def kill(self) -> None:
         """CLIENT KILL: close now, or once the running commands are answered if this is the
         connection that asked."""
-        if self.server.executing is self:
+        blocked = self.blocked
+        if self.server.executing is self or (blocked is not None and blocked.resolved):
+            # Its reply is being written (or, for a blocked client just served, about to be:
+            # Redis's close-after-reply for clients a new replica unblocks).
             self.kill_after_reply = True
             return
         self.closing = True
@@ -511,6 +520,12 @@ class _Connection(asyncio.Protocol):
             self.queued.appendleft(list(blocked.postponed))
         elif not (client.reply_off or client.reply_skip):
             encode_into(self.out, blocked.reply, client.resp)
+        if self.kill_after_reply:
+            self.closing = True
+            self.server.send(self, force=True)
+            if self.transport is not None:
+                self.transport.close()
+            return
         self._drain()
         if self._gone():
             return
@@ -654,12 +669,18 @@ class EngineServer:
         # Set while serve_until runs: SHUTDOWN sets it.
         self._stop_event: asyncio.Event | None = None
         engine.script_tick = self._script_tick
+        # REPLICAOF host port: the link to the master runs on this server's loop.
+        engine.replication.link_starter = self._start_link
         self.refresh_config()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         assert self._loop is not None
         return self._loop
+
+    def _start_link(self, repl: Replication) -> LinkHandle:
+        # Called by REPLICAOF (engine lock held): the link starts at the loop's next turn.
+        return ReplicaLink(repl, self.loop, self.port, self.aof)
 
     def refresh_config(self) -> None:
         """Re-read the limits from the engine's config (CONFIG SET changed it)."""
@@ -746,6 +767,12 @@ class EngineServer:
         """Stop listening, flush (and fsync) the file, close every connection."""
         for srv in self._servers:
             srv.close()
+        with self.engine.lock:
+            link = self.engine.replication.link
+            if link is not None:
+                link.stop()
+        if isinstance(link, ReplicaLink):
+            await link.wait_stopped()
         if self._cron_task is not None:
             self._cron_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -1059,6 +1086,8 @@ def open_engine(options: ServerOptions) -> tuple[Engine, AppendOnlyFile | None]:
     if options.requirepass:
         engine.config.set("requirepass", options.requirepass)
         engine.config_changed()
+    if options.masterauth:
+        engine.config.set("masterauth", options.masterauth)
     engine.config.set("protected-mode", "yes")
     return engine, aof
 
@@ -1103,6 +1132,9 @@ async def run_server(
     try:
         server = EngineServer(engine, aof, bind=options.bind, port=options.port)
         await server.start()
+        if options.replicaof is not None:
+            with engine.lock:
+                engine.replication.become_replica(*options.replicaof)
         loop = asyncio.get_running_loop()
         stop = stop or asyncio.Event()
         stop_event = stop

@@ -3,8 +3,9 @@ standalone server (WAIT, ROLE, REPLICAOF, FAILOVER, CLUSTER, MODULE, LOLWUT, MIG
 over real sockets, side by side with a redis-server 7.0 of the module's own: same reply bytes,
 same waiting and closing, in RESP2 and RESP3 where the protocol matters.
 
-Where redis-server would talk to another server (REPLICAOF host port, SYNC, PSYNC, MIGRATE of a
-key) the engine refuses with its documented error; those are checked on the engine alone."""
+REPLICAOF host port (the engine as a replica) has its own tests (test_replica_state.py,
+test_replica_link.py); MIGRATE of a key is refused with the engine's documented error,
+checked on the engine alone."""
 
 from __future__ import annotations
 
@@ -251,21 +252,7 @@ def test_wait_with_timeout_0_blocks_until_client_unblock(pair: Pair) -> None:
         admin.close()
 
 
-# --- what the engine refuses (it talks to no other server) -----------------------------------
-
-
-@pytest.mark.parametrize(
-    "line",
-    [
-        "REPLICAOF 127.0.0.1 6379",
-        "SLAVEOF localhost 0",
-    ],
-)
-def test_replication_towards_another_server_is_refused_clearly(pair: Pair, line: str) -> None:
-    conn = Conn(pair.engine.port)
-    assert conn.call(*_words(line)) == _err(msgs.ENGINE_NO_REPLICATION)
-    assert conn.call("ROLE") == b"*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"
-    conn.close()
+# --- what the engine refuses (it does not move keys to other servers) ------------------------
 
 
 def test_migrate_of_an_existing_key_is_refused_clearly_and_keeps_the_key(pair: Pair) -> None:

@@ -1,13 +1,13 @@
 """Server administration: MONITOR, SHUTDOWN, WAIT, ROLE, the replication and cluster commands
-of a standalone master, MODULE, LOLWUT and MIGRATE.
+of a standalone server, MODULE, LOLWUT and MIGRATE.
 
-The engine is one process that opens no connection to another server. It is a master that
-replicas may attach to (SYNC, PSYNC and REPLCONF: see :mod:`streamworker.engine.replication`).
-Where redis-server 7.0 standing alone answers without a peer (ROLE, WAIT, FAILOVER, REPLICAOF NO
-ONE, CLUSTER's "support disabled", MODULE LIST, MIGRATE of missing keys) the engine answers the
-same; where Redis would start talking to another server (REPLICAOF host port, MIGRATE of a key)
-the engine refuses with an error that says so (:data:`~streamworker.engine.msgs.ENGINE_NO_REPLICATION`,
-:data:`~streamworker.engine.msgs.ENGINE_NO_MIGRATE`).
+The engine is a master that replicas may attach to (SYNC, PSYNC and REPLCONF: see
+:mod:`streamworker.engine.replication`), and becomes a replica with REPLICAOF host port when
+it runs as a server (the link to the master is :mod:`streamworker.engine.replica_link`; an
+in-process engine refuses with :data:`~streamworker.engine.msgs.ENGINE_REPLICA_NEEDS_SERVER`).
+Where redis-server 7.0 standing alone answers without a peer (WAIT, FAILOVER, CLUSTER's
+"support disabled", MODULE LIST, MIGRATE of missing keys) the engine answers the same; MIGRATE
+of a key is refused (:data:`~streamworker.engine.msgs.ENGINE_NO_MIGRATE`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int, to_timeout_ms
 from streamworker.engine.commands.rdb import save_now
-from streamworker.engine.context import NO_REPLY
+from streamworker.engine.context import NO_REPLY, Blocked
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import parse_int
 from streamworker.engine.rdb.files import build_rdb
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from streamworker.engine.commands import CommandSpec
-    from streamworker.engine.context import Blocked, Ctx
+    from streamworker.engine.context import Ctx
     from streamworker.engine.replies import Reply
 
 __all__ = ["REDIS_VERSION", "monitor_line", "quote_arg"]
@@ -175,32 +175,58 @@ def _never(ctx: Ctx) -> Reply | None:
 
 @command("wait", arity=3, flags=("noscript",))
 def wait(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
-    """WAIT numreplicas timeout -> the number of replicas that acknowledged (always 0).
+    """WAIT numreplicas timeout -> how many replicas acknowledged this client's writes.
 
-    As redis-server without replicas: 0 at once when ``numreplicas`` <= 0 or inside MULTI,
-    else 0 once ``timeout`` ms have passed (timeout 0 blocks until CLIENT UNBLOCK)."""
+    As Redis 7.0: refused on a replica; the count at once when it reaches ``numreplicas``
+    or inside MULTI; else the client blocks (the replicas are asked for an ACK) until
+    enough replicas acknowledged, or ``timeout`` ms (0: no limit) passed, when it gets the
+    count then."""
+    repl = ctx.engine.replication
+    if repl.master_host is not None:
+        raise CommandError(msgs.WAIT_ON_REPLICA)
     numreplicas = to_int(args[0])
     timeout_ms = to_timeout_ms(args[1], seconds=False)
-    if numreplicas <= 0 or ctx.in_multi:
-        return 0
-    return ctx.block([], timeout_ms, on_ready=_never, on_timeout_reply=0)
+    offset = ctx.client.woff
+    acked = repl.count_acks(offset)
+    if acked >= numreplicas or ctx.in_multi:
+        return acked
+    blocked = ctx.block([], timeout_ms, on_ready=_never, on_timeout_reply=acked)
+    if isinstance(blocked, Blocked):
+        repl.wait_for(blocked, offset, numreplicas)
+    return blocked
 
 
 @command("role", arity=1, flags=("noscript", "loading", "stale", "fast", "sentinel"))
 def role(ctx: Ctx, args: list[bytes]) -> Reply:
-    """ROLE -> ["master", replication offset, [[ip, port, acked offset] per replica]]."""
-    repl = ctx.engine.replication
-    return [b"master", repl.offset, repl.role_entries()]
+    """ROLE -> ["master", replication offset, [[ip, port, acked offset] per replica]], or as
+    a replica ["slave", master host, master port, link state, offset applied (-1: link down)]."""
+    return ctx.engine.replication.role_reply()
 
 
 def _replicaof(ctx: Ctx, args: list[bytes]) -> Reply:
+    # Redis 7.0's replicaofCommand, check for check.
     host, port = args
+    repl = ctx.engine.replication
     if host.lower() == b"no" and port.lower() == b"one":
+        if repl.master_host is not None:
+            repl.become_master()
+            _log.info("MASTER MODE enabled (user request from %s)", ctx.client.addr)
         return OK
+    if ctx.client.replica:
+        raise CommandError(msgs.REPLICAOF_FROM_REPLICA)
     value = parse_int(port)
     if value is None or not 0 <= value <= 65535:
         raise CommandError(msgs.INVALID_MASTER_PORT)
-    raise CommandError(msgs.ENGINE_NO_REPLICATION)
+    name = host.decode("utf-8", "surrogateescape")
+    if (
+        repl.master_host is not None
+        and repl.master_host.lower() == name.lower()
+        and repl.master_port == value
+    ):
+        return Status(msgs.ALREADY_CONNECTED_TO_MASTER)
+    repl.become_replica(name, value)
+    _log.info("REPLICAOF %s:%d enabled (user request from %s)", name, value, ctx.client.addr)
+    return OK
 
 
 _REPL_FLAGS = ("admin", "noscript", "stale", "no-async-loading")
@@ -208,8 +234,9 @@ _REPL_FLAGS = ("admin", "noscript", "stale", "no-async-loading")
 
 @command("replicaof", arity=3, flags=_REPL_FLAGS)
 def replicaof(ctx: Ctx, args: list[bytes]) -> Reply:
-    """REPLICAOF NO ONE -> OK (already a master); REPLICAOF host port -> an error (the engine
-    does not replicate), after Redis's port check."""
+    """REPLICAOF host port -> OK (the link starts in the background; "OK Already connected
+    to specified master" if it is the current one); REPLICAOF NO ONE -> OK (a master again,
+    with the data and a new replication ID)."""
     return _replicaof(ctx, args)
 
 
@@ -226,6 +253,10 @@ def _full_sync(ctx: Ctx, fullresync: bool) -> Reply:
     if client.push is None:
         raise CommandError(msgs.SYNC_NEEDS_CONNECTION)
     engine = ctx.engine
+    repl = engine.replication
+    if repl.master_host is not None and repl.master_client is None:
+        # A replica serves its data only while its own master's link is up (Redis).
+        raise CommandError(msgs.NOMASTERLINK)
     engine.replication.attach(client, build_rdb(engine), fullresync)
     # A replica gets no replies from now on (Redis writes nothing to a replica but the stream).
     client.reply_off = True
@@ -257,7 +288,7 @@ def replconf(ctx: Ctx, args: list[bytes]) -> Reply:
         option = args[i].lower()
         value = args[i + 1]
         if option == b"listening-port":
-            to_int(value)
+            ctx.engine.replication.listening_ports[ctx.client.id] = to_int(value)
         elif option == b"ip-address":
             if len(value) >= 256:
                 raise CommandError(

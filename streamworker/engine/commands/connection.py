@@ -35,7 +35,7 @@ def ping(ctx: Ctx, args: list[bytes]) -> Reply:
     return args[0] if args else PONG
 
 
-@command("echo", arity=2, flags=("fast",))
+@command("echo", arity=2, flags=("loading", "stale", "fast"))
 def echo(ctx: Ctx, args: list[bytes]) -> Reply:
     """ECHO message -> message."""
     return args[0]
@@ -65,7 +65,7 @@ def _hello_map(ctx: Ctx) -> Map:
             (b"proto", ctx.client.resp),
             (b"id", ctx.client.id),
             (b"mode", b"standalone"),
-            (b"role", b"master"),
+            (b"role", b"master" if ctx.engine.replication.master_host is None else b"replica"),
             (b"modules", []),
         ]
     )
@@ -195,6 +195,8 @@ def client_info_line(ctx: Ctx, client: ClientState) -> str:
         flags += "S"
     if client.monitor:
         flags += "O"
+    if client is ctx.engine.replication.master_client:
+        flags += "M"
     if client.pubsub:
         flags += "P"
     if client.in_multi:
@@ -286,12 +288,8 @@ def client_list(ctx: Ctx, args: list[bytes]) -> Reply:
             kind = args[i + 1].lower()
             if kind not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
                 raise CommandError(msgs.unknown_client_type(to_str(args[i + 1])))
-            if kind == b"normal":
-                clients = [c for c in clients if not c.pubsub]
-            elif kind == b"pubsub":
-                clients = [c for c in clients if c.pubsub]
-            else:
-                clients = []
+            want = b"replica" if kind == b"slave" else kind
+            clients = [c for c in clients if _client_type(ctx.engine, c) == want]
             i += 2
         elif opt == b"id" and i + 1 < len(args):
             ids = set()
@@ -408,9 +406,13 @@ def client_help(ctx: Ctx, args: list[bytes]) -> Reply:
 _CLIENT_TYPES = (b"normal", b"master", b"replica", b"slave", b"pubsub")
 
 
-def _client_type(client: ClientState) -> bytes:
-    # Redis's getClientType: a MONITOR connection counts as normal, a client with a
-    # subscription (CLIENT_PUBSUB) as pubsub; the engine has no masters or replicas.
+def _client_type(engine: Engine, client: ClientState) -> bytes:
+    # Redis's getClientType: the master's client (a replica's link), then replicas (a
+    # MONITOR connection counts as normal), then a client with a subscription (pubsub).
+    if client is engine.replication.master_client:
+        return b"master"
+    if client.replica and not client.monitor:
+        return b"replica"
     return b"pubsub" if client.pubsub else b"normal"
 
 
@@ -483,7 +485,7 @@ def client_kill(ctx: Ctx, args: list[bytes]) -> Reply:
     for client in list(engine.clients.values()):
         if want_id and client.id != want_id:
             continue
-        if want_type is not None and _client_type(client) != want_type:
+        if want_type is not None and _client_type(engine, client) != want_type:
             continue
         if want_user is not None and client.user is not want_user:
             continue

@@ -140,13 +140,17 @@ def sunsubscribe(ctx: Ctx, args: list[bytes]) -> Reply:
 
 @command("publish", arity=3, flags=("pubsub", "loading", "stale", "fast"))
 def publish(ctx: Ctx, args: list[bytes]) -> Reply:
-    """PUBLISH channel message -> the number of deliveries (channel and pattern ones)."""
+    """PUBLISH channel message -> the number of deliveries (channel and pattern ones). The
+    replicas get the PUBLISH (they deliver it to their own subscribers), the file does not."""
+    ctx.propagate_to_replicas(ctx.argv)
     return ctx.engine.pubsub.publish(args[0], args[1])
 
 
 @command("spublish", arity=3, flags=("pubsub", "loading", "stale", "fast"), first_key=1, last_key=1)
 def spublish(ctx: Ctx, args: list[bytes]) -> Reply:
-    """SPUBLISH shardchannel message -> the number of shard subscribers reached."""
+    """SPUBLISH shardchannel message -> the number of shard subscribers reached (streamed to
+    the replicas as PUBLISH is)."""
+    ctx.propagate_to_replicas(ctx.argv)
     return ctx.engine.pubsub.spublish(args[0], args[1])
 
 

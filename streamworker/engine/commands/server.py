@@ -390,14 +390,18 @@ def _utf8(text: str) -> bytes:
 
 
 def _section_replication(ctx: Ctx) -> list[str]:
+    repl = ctx.engine.replication
+    head = ["role:master"]
+    if repl.master_host is not None:
+        head = ["role:slave", *repl.replica_info_lines()]
     return [
-        "role:master",
-        *ctx.engine.replication.info_lines(),
+        *head,
+        *repl.info_lines(),
         "master_failover_state:no-failover",
-        f"master_replid:{ctx.engine.run_id}",
-        "master_replid2:0000000000000000000000000000000000000000",
-        f"master_repl_offset:{ctx.engine.replication.offset}",
-        "second_repl_offset:-1",
+        f"master_replid:{repl.replid}",
+        f"master_replid2:{repl.replid2}",
+        f"master_repl_offset:{repl.offset}",
+        f"second_repl_offset:{repl.second_offset}",
         "repl_backlog_active:0",
         "repl_backlog_size:1048576",
         "repl_backlog_first_byte_offset:0",

@@ -528,11 +528,22 @@ _TOUCH_ID: Final = format_id(MAX_ID - 1)
 
 
 def _log_claims(
-    ctx: Ctx, key: bytes, g: ConsumerGroup, name: bytes, sids: list[int], with_lastid: bool
+    ctx: Ctx,
+    key: bytes,
+    g: ConsumerGroup,
+    name: bytes,
+    sids: list[int],
+    with_lastid: bool,
+    last_before: int | None = None,
 ) -> None:
     # Redis's streamPropagateXCLAIM, batched: one XCLAIM ... FORCE JUSTID per (delivery time,
     # count), which sets owner, time and count exactly (and the consumer's seen-time, at the
-    # record's clock).
+    # record's clock). A group read's replicas get Redis 7.0.15's form instead: one XCLAIM
+    # per new entry (``last_before`` being the group's last-delivered-id before the read),
+    # its LASTID that entry; nothing for pending entries read again.
+    engine = ctx.engine
+    feed = engine.replication.feed
+    split = with_lastid and feed is not None and engine.propagator is feed and feed.active
     batches: dict[tuple[int, int], list[bytes]] = {}
     pel = g.pel
     for sid in sids:
@@ -555,11 +566,38 @@ def _log_claims(
                 b"RETRYCOUNT",
                 b"%d" % n,
                 *tail,
-            ]
+            ],
+            replicas=not split,
         )
+    if split:
+        for sid in sids:
+            if last_before is not None and sid <= last_before:
+                # A re-read of the consumer's own pending entries (an ID other than ">"):
+                # Redis 7.0.15 streams nothing for it.
+                continue
+            pe = pel[sid]
+            last = sid if last_before is not None else g.last_id
+            ctx.propagate_to_replicas(
+                [
+                    b"XCLAIM",
+                    key,
+                    g.name,
+                    name,
+                    b"0",
+                    format_id(sid),
+                    b"TIME",
+                    b"%d" % pe.delivery_time,
+                    b"RETRYCOUNT",
+                    b"%d" % pe.delivery_count,
+                    b"FORCE",
+                    b"JUSTID",
+                    b"LASTID",
+                    format_id(last),
+                ]
+            )
 
 
-def _log_setid(ctx: Ctx, key: bytes, g: ConsumerGroup) -> None:
+def _log_setid(ctx: Ctx, key: bytes, g: ConsumerGroup, replicas: bool = True) -> None:
     # Redis's streamPropagateGroupID: last-delivered-id and entries-read together.
     ctx.propagate(
         [
@@ -570,7 +608,8 @@ def _log_setid(ctx: Ctx, key: bytes, g: ConsumerGroup) -> None:
             format_id(g.last_id),
             b"ENTRIESREAD",
             b"%d" % g.entries_read,
-        ]
+        ],
+        replicas=replicas,
     )
 
 
@@ -581,19 +620,23 @@ def _log_group_read(
     name: bytes,
     created: bool,
     delivered: list[int],
-    moved: bool,
+    last_before: int,
 ) -> None:
-    # What a group read did, as Redis 7.0 propagates it: XGROUP CREATECONSUMER for a consumer
-    # it created, XCLAIMs for the deliveries, XGROUP SETID when last-delivered-id moved. A
-    # read that only refreshed the consumer's seen-time is logged as the touch read.
+    # What a group read did: XGROUP CREATECONSUMER for a consumer it created, XCLAIMs for
+    # the deliveries, XGROUP SETID when last-delivered-id moved (with entries-read: the file
+    # then replays exactly). A read that only refreshed the consumer's seen-time is logged
+    # as the touch read. The replicas get Redis 7.0.15's stream: the XCLAIMs alone when the
+    # read delivered (they create the consumer, and their LASTID moves the group), so the
+    # CREATECONSUMER and SETID of such a read are for the file only.
     if created:
-        ctx.propagate([b"XGROUP", b"CREATECONSUMER", key, g.name, name])
+        ctx.propagate([b"XGROUP", b"CREATECONSUMER", key, g.name, name], replicas=not delivered)
+    moved = g.last_id != last_before
     if delivered:
-        _log_claims(ctx, key, g, name, delivered, True)
+        _log_claims(ctx, key, g, name, delivered, True, last_before)
     elif not created:
         ctx.propagate([b"XREADGROUP", b"GROUP", g.name, name, b"STREAMS", key, _TOUCH_ID])
     if moved:
-        _log_setid(ctx, key, g)
+        _log_setid(ctx, key, g, replicas=not delivered)
 
 
 def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blocked:
@@ -707,8 +750,7 @@ def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blo
             else:
                 entries = _read_group_new(ctx, s, g, consumer, count, noack, delivered)
             if delivered is not None:
-                moved = g.last_id != last_before
-                _log_group_read(ctx, keys[k], g, consumername, created, delivered, moved)
+                _log_group_read(ctx, keys[k], g, consumername, created, delivered, last_before)
         else:
             last = s.last_live_id() if s.length else None
             if last is None or last <= gt:
@@ -785,8 +827,7 @@ class _Waiter:
             consumer = _consumer(ctx, key, g, self.consumer, ctx.engine.clock())
             entries = _read_group_new(ctx, s, g, consumer, self.count, self.noack, delivered)
             if delivered is not None:
-                moved = g.last_id != last_before
-                _log_group_read(ctx, key, g, self.consumer, created, delivered, moved)
+                _log_group_read(ctx, key, g, self.consumer, created, delivered, last_before)
         else:
             entries = s.range_reply(gt + 1, MAX_ID, self.count)
         return _streams_reply(ctx, [(key, entries)], True)
