@@ -143,6 +143,10 @@ class Engine:
         self.started_monotonic = time.monotonic()
         self.started_ms = _wall_clock_ms()
         self.run_id = os.urandom(20).hex()
+        # Redis's server.dirty: changes to the dataset since the last successful SAVE/BGSAVE
+        # (INFO rdb_changes_since_last_save; the ``save`` schedule reads it). Write commands
+        # add what they changed (Ctx.changed), one by default.
+        self.dirty = 0
         self.stats_commands = 0
         self.stats_connections = 0
         self.stats_errors = 0
@@ -409,6 +413,9 @@ class Engine:
                 spec, ctx, argv, args if type(args) is list else list(args)
             )
         else:
+            write = spec.write
+            if write:
+                ctx.counted = False
             try:
                 reply = func(ctx, args if type(args) is list else list(args))
             except CommandError as exc:
@@ -416,6 +423,8 @@ class Engine:
                 reply = exc
             except Exception as exc:
                 reply = self._internal_error(spec, exc)
+            if write and not ctx.counted:
+                self._count_write(spec, reply)
         if self.tracking:
             self.memory.after_call(spec, ctx.db, argv)
         if type(reply) is Blocked:
@@ -462,6 +471,7 @@ class Engine:
         db_index = ctx.db.index
         outer = ctx.prop_custom
         ctx.prop_custom = False
+        ctx.counted = False
         try:
             reply = spec.func(ctx, args)
         except CommandError as exc:
@@ -471,6 +481,8 @@ class Engine:
             reply = self._internal_error(spec, exc)
         finally:
             prop.depth -= 1
+        if spec.write and not ctx.counted:
+            self._count_write(spec, reply)
         rtype = type(reply)
         if (
             not ctx.prop_custom
@@ -485,6 +497,18 @@ class Engine:
             prop.end_call()
         return reply
 
+    def _count_write(self, spec: CommandSpec, reply: Reply | Blocked) -> None:
+        # A write command that did not count its changes itself: its integer reply for the
+        # commands whose reply is that count, else one change if it succeeded (a command that
+        # blocked counts when it is served).
+        rtype = type(reply)
+        if rtype is CommandError or rtype is Blocked:
+            return
+        if spec.dirty_reply and rtype is int:
+            self.dirty += reply  # type: ignore[operator]
+        else:
+            self.dirty += 1
+
     def run_queued(self, ctx: Ctx, spec: CommandSpec, argv: Sequence[bytes]) -> Reply:
         """Run one command queued by MULTI (EXEC's loop). Blocking commands don't block."""
         self.stats_commands += 1
@@ -496,6 +520,7 @@ class Engine:
         if self.propagator is not None:
             reply = self._call_propagating(spec, ctx, argv, list(argv[spec.skip :]))
         else:
+            ctx.counted = False
             try:
                 reply = func(ctx, list(argv[spec.skip :]))
             except CommandError as exc:
@@ -503,6 +528,8 @@ class Engine:
                 reply = exc
             except Exception as exc:
                 reply = self._internal_error(spec, exc)
+            if spec.write and not ctx.counted:
+                self._count_write(spec, reply)
         self.account(spec, ctx, argv, _ns() - start)
         if self.tracking:
             self.memory.after_call(spec, ctx.db, argv)
@@ -580,6 +607,7 @@ class Engine:
         else:
             # Not propagated: also drop what the command chose to log itself.
             mark = len(prop.ops) if prop is not None else 0
+            ctx.counted = False
             try:
                 reply = spec.func(ctx, argv[spec.skip :])
             except CommandError as exc:
@@ -587,6 +615,8 @@ class Engine:
                 reply = exc
             except Exception as exc:
                 reply = self._internal_error(spec, exc)
+            if spec.write and not ctx.counted:
+                self._count_write(spec, reply)
             if prop is not None:
                 del prop.ops[mark:]
         self.account(spec, ctx, argv, _ns() - start)
@@ -813,6 +843,7 @@ class Engine:
                     prop = self.propagator
                     if prop is not None:
                         prop.depth += 1
+                    blocked.ctx.counted = False
                     try:
                         reply = blocked.on_ready(blocked.ctx)
                     except CommandError as exc:
@@ -829,6 +860,10 @@ class Engine:
                         continue
                     if type(reply) is CommandError:
                         self.count_error(reply.text)
+                    elif (
+                        not blocked.ctx.counted and blocked.spec is not None and blocked.spec.write
+                    ):
+                        self.dirty += 1
                     self._unblock(blocked)
                     self._account_unblocked(blocked, reply)
                     if prop is not None:
@@ -1001,6 +1036,10 @@ class Engine:
         start = _ns()
         self.keyspace.active_expire()
         self.diagnostics.add_latency("expire-cycle", _wall_clock_ms(), _ns() - start)
+        if self.config.get("save"):
+            from streamworker.engine.commands.rdb import scheduled_save
+
+            scheduled_save(self)
         if self._ready:
             self._serve_ready()
 

@@ -88,6 +88,7 @@ class CommandSpec:
         "arity",
         "container",
         "denyoom",
+        "dirty_reply",
         "duration_ns",
         "failed_calls",
         "first_key",
@@ -135,6 +136,8 @@ class CommandSpec:
         self.denyoom = "denyoom" in self.flags
         self.movable = "movablekeys" in self.flags
         self.write = "write" in self.flags
+        # Its integer reply is what it changed (Redis's server.dirty increment): DEL's count.
+        self.dirty_reply = name in _DIRTY_IS_REPLY
         # Looks its keys up without touching their LRU/LFU data (Redis's LOOKUP_NOTOUCH).
         self.notouch = name in _NOTOUCH or self.container in ("object", "memory")
         self.reset_stats()
@@ -183,6 +186,36 @@ HISTOGRAM_BUCKETS = 44
 
 # Commands that read keys without touching their access data (LOOKUP_NOTOUCH in Redis 7.0).
 _NOTOUCH = frozenset({"exists", "type", "ttl", "pttl", "expiretime", "pexpiretime"})
+# Write commands whose integer reply is the number of changes Redis 7.0 counts for them
+# (server.dirty): the keys DEL removed, the members SREM removed, 1 when EXPIRE set a TTL...
+_DIRTY_IS_REPLY = frozenset(
+    {
+        "del",
+        "unlink",
+        "expire",
+        "pexpire",
+        "expireat",
+        "pexpireat",
+        "persist",
+        "renamenx",
+        "move",
+        "copy",
+        "hdel",
+        "hsetnx",
+        "sadd",
+        "srem",
+        "zrem",
+        "zremrangebyrank",
+        "zremrangebyscore",
+        "zremrangebylex",
+        "lrem",
+        "xdel",
+        "xtrim",
+        "xack",
+        "xgroup|createconsumer",
+        "xgroup|destroy",
+    }
+)
 
 _MULTI_IMMEDIATE = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
 

@@ -315,8 +315,10 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
                 ctx.notify(NOTIFY_GENERIC, b"del", storekey)
             else:
                 ctx.no_propagate()
+                ctx.changed(0)
             return 0
         ctx.no_propagate()
+        ctx.changed(0)
         return EMPTY_ARRAY
 
     if count and not sort and not any_:
@@ -325,6 +327,7 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
     points = _collect(zs, shape, count if any_ else 0)
     if not points and storekey is None:
         ctx.no_propagate()
+        ctx.changed(0)
         return EMPTY_ARRAY
     returned = len(points) if not count or len(points) < count else count
     if sort:
@@ -343,6 +346,7 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
 
     if storekey is None:
         ctx.no_propagate()
+        ctx.changed(0)
         out: list[Reply] = []
         plain = not (withdist or withhash or withcoord)
         for p in points:
@@ -360,6 +364,7 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
         return out
 
     if points:
+        ctx.changed(returned)
         result = ZSet()
         for p in points:
             result.add(p.member, p.dist if storedist else p.score)
@@ -371,6 +376,7 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
         ctx.notify(NOTIFY_GENERIC, b"del", storekey)
     else:
         ctx.no_propagate()
+        ctx.changed(0)
     return returned
 
 

@@ -78,6 +78,8 @@ def pfadd(ctx: Ctx, args: list[bytes]) -> Reply:
                 _store(ctx, key, hll.final_value(buf))
             ctx.no_propagate()
             raise CommandError(msgs.HLL_CORRUPTED)
+    # Redis 7.0 counts the key's creation and each register that changed.
+    ctx.changed(updated)
     if not updated:
         ctx.no_propagate()
         return 0
@@ -114,6 +116,7 @@ def pfcount(ctx: Ctx, args: list[bytes]) -> Reply:
     hll.store_cardinality(buf, card)
     _store(ctx, key, bytes(buf))
     # A read-only command that changed the string: Redis propagates it as received.
+    ctx.changed()
     ctx.propagate(list(ctx.argv))
     return card
 

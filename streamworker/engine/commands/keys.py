@@ -322,6 +322,7 @@ def _rename(ctx: Ctx, args: list[bytes], nx: bool) -> Reply:
     if value is None:
         raise CommandError(msgs.NO_SUCH_KEY)
     if src == dst:
+        ctx.changed(0)
         return 0 if nx else OK
     when = db.get_expire(src)
     if db.get(dst) is not None:

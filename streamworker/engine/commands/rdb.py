@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
+from streamworker.engine.config import parse_save_points
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import LLONG_MAX
 from streamworker.engine.pubsub import NOTIFY_GENERIC
@@ -163,6 +164,7 @@ def save_now(engine: Engine, why: str) -> None:
     st.last_status_ok = True
     st.saves += 1
     st.last_save_s = int(time.time())
+    engine.dirty = 0
 
 
 @command("bgsave", arity=-1, flags=("admin", "noscript", "no-async-loading"))
@@ -173,9 +175,48 @@ def bgsave(ctx: Ctx, args: list[bytes]) -> Reply:
     engine = ctx.engine
     if _bgsave_running(engine):
         raise CommandError(msgs.BGSAVE_IN_PROGRESS)
+    start_bgsave(engine)
+    ctx.no_propagate()
+    return Status("Background saving started")
+
+
+def save_points(engine: Engine) -> list[tuple[int, int]]:
+    """The ``save`` parameter's (seconds, changes) pairs; empty when automatic saves are off."""
+    return parse_save_points(engine.config.get("save") or "")
+
+
+def scheduled_save(engine: Engine) -> bool:
+    """Start a BGSAVE if a save point is reached (Redis's serverCron, engine lock held):
+    at least ``changes`` changes and more than ``seconds`` since the last successful save,
+    no save running, and the last attempt succeeded or is over 5 seconds old. True if one
+    started."""
+    st = snapshot_state(engine)
+    if _bgsave_running(engine):
+        return False
+    now = int(time.time())
+    if not st.last_status_ok and now - st.last_bgsave_try_s <= _BGSAVE_RETRY_DELAY_S:
+        return False
+    for seconds, changes in save_points(engine):
+        if engine.dirty >= changes and now - st.last_save_s > seconds:
+            _log.info("%d changes in %d seconds: saving", changes, seconds)
+            start_bgsave(engine)
+            return True
+    return False
+
+
+_BGSAVE_RETRY_DELAY_S = 5  # Redis's CONFIG_BGSAVE_RETRY_DELAY
+
+
+def start_bgsave(engine: Engine) -> None:
+    """Fork (or, without fork, encode now and write from a thread) a save of the data as of
+    now; a thread records the outcome. On success the changes made before the fork are
+    taken off the change counter (those made meanwhile still count). Engine lock held; the
+    caller checked that no save is running."""
     st = snapshot_state(engine)
     path = _target(engine)
     started = time.monotonic()
+    dirty_at_fork = engine.dirty
+    st.last_bgsave_try_s = int(time.time())
     pid = _fork_writer(engine, path)
     data = build_rdb(engine) if pid is None else b""
 
@@ -199,13 +240,12 @@ def bgsave(ctx: Ctx, args: list[bytes]) -> Reply:
             if ok:
                 st.saves += 1
                 st.last_save_s = int(time.time())
+                engine.dirty = max(0, engine.dirty - dirty_at_fork)
 
     st.bgsave_started = started
     thread = threading.Thread(target=write, name="streamworker-bgsave", daemon=True)
     st.bgsave_thread = thread
     thread.start()
-    ctx.no_propagate()
-    return Status("Background saving started")
 
 
 def _fork_writer(engine: Engine, path: Path) -> int | None:

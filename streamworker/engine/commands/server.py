@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
@@ -49,7 +50,7 @@ def _flush_mode(args: list[bytes]) -> None:
 def flushdb(ctx: Ctx, args: list[bytes]) -> Reply:
     """FLUSHDB [ASYNC|SYNC] -> OK."""
     _flush_mode(args)
-    ctx.db.flush()
+    ctx.changed(ctx.db.flush())
     return OK
 
 
@@ -57,7 +58,14 @@ def flushdb(ctx: Ctx, args: list[bytes]) -> Reply:
 def flushall(ctx: Ctx, args: list[bytes]) -> Reply:
     """FLUSHALL [ASYNC|SYNC] -> OK."""
     _flush_mode(args)
-    ctx.keyspace.flush_all()
+    ctx.changed(ctx.keyspace.flush_all())
+    if ctx.engine.config.get("save"):
+        # Redis 7.0 saves the empty dataset at once when save points are configured (the
+        # counter starts again from zero); a failed save is only logged, as there.
+        from streamworker.engine.commands.rdb import save_now
+
+        with contextlib.suppress(OSError):
+            save_now(ctx.engine, "FLUSHALL")
     return OK
 
 
@@ -249,7 +257,7 @@ def _rdb_lines(ctx: Ctx) -> list[str]:
     running = st.bgsave_started is not None
     current = int(time.monotonic() - st.bgsave_started) if st.bgsave_started is not None else -1
     return [
-        "rdb_changes_since_last_save:0",
+        f"rdb_changes_since_last_save:{ctx.engine.dirty}",
         f"rdb_bgsave_in_progress:{1 if running else 0}",
         f"rdb_last_save_time:{st.last_save_s}",
         f"rdb_last_bgsave_status:{'ok' if st.last_status_ok else 'err'}",

@@ -84,6 +84,7 @@ class SnapshotState:
     saves: int = 0
     last_status_ok: bool = True
     last_bgsave_time_s: int = -1
+    last_bgsave_try_s: int = 0
     bgsave_started: float | None = None
     bgsave_thread: threading.Thread | None = None
     keys_loaded: int = 0
