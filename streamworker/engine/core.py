@@ -21,7 +21,8 @@ from streamworker.engine.context import RESUME, Blocked, ClientState, Ctx, OnRea
 from streamworker.engine.diagnostics import Diagnostics
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import Keyspace, unwatch_all
-from streamworker.engine.memory import MemoryManager
+from streamworker.engine.memory import LRU_CLOCK_MAX as _LRU_CLOCK_MAX
+from streamworker.engine.memory import MemoryManager, command_keys, movable_keys
 from streamworker.engine.pubsub import NOTIFY_EXPIRED, NOTIFY_NEW, PubSub
 from streamworker.engine.replication import Replication
 from streamworker.engine.replies import NULL_BULK, QUEUED
@@ -29,6 +30,7 @@ from streamworker.engine.tracking import Tracker
 
 if TYPE_CHECKING:
     from streamworker.engine.aof import AppendOnlyFile
+    from streamworker.engine.keyspace import Database
     from streamworker.engine.replies import Reply
 
 __all__ = ["Blocked", "ClientState", "Ctx", "Engine", "OnReady", "Propagator"]
@@ -41,6 +43,7 @@ def _wall_clock_ms() -> int:
 
 
 _CRON_INTERVAL_S = 0.1  # Redis's default hz 10
+_LRU_REFRESH_NS = 100_000_000  # the cached LRU clock's age at most (Redis: 1000 / hz ms)
 
 _ns = time.perf_counter_ns
 _LAST_BUCKET = HISTOGRAM_BUCKETS - 1
@@ -147,6 +150,12 @@ class Engine:
         # (INFO rdb_changes_since_last_save; the ``save`` schedule reads it). Write commands
         # add what they changed (Ctx.changed), one by default.
         self.dirty = 0
+        # The LRU clock (Unix seconds mod 2**24) stamped on the keys each command looks up
+        # (OBJECT IDLETIME), cached like Redis's server.lruclock: re-read from the engine
+        # clock once the perf counter passes _lru_next_ns (every 100 ms on the wall clock,
+        # every command on an injected clock).
+        self.lru_now = 0
+        self._lru_next_ns = 0
         self.stats_commands = 0
         self.stats_connections = 0
         self.stats_errors = 0
@@ -206,6 +215,7 @@ class Engine:
     def set_clock(self, clock: Callable[[], int]) -> None:
         """Replace the engine clock (commands and key expiry both use it)."""
         self.clock = clock
+        self._lru_next_ns = 0
         self.keyspace.clock = clock
         for db in self.keyspace.dbs:
             db._clock = clock
@@ -427,6 +437,21 @@ class Engine:
                 self._count_write(spec, reply)
         if self.tracking:
             self.memory.after_call(spec, ctx.db, argv)
+        else:
+            at = spec.touch_at
+            if at:
+                # The access time of the command's key (the hot path: one dict store; a
+                # key that is not there is not stamped, or reads of missing keys would grow
+                # the table).
+                if start >= self._lru_next_ns:
+                    self._lru_tick(start)
+                if at < n:
+                    key = argv[at]
+                    db = ctx.db
+                    if key in db.data:
+                        db.access[key] = self.lru_now
+            elif spec.touch_keys:
+                self.stamp_keys(spec, ctx.db, argv)
         if type(reply) is Blocked:
             # Redis counts a blocked command when it is served or times out.
             reply.spec = spec
@@ -497,6 +522,33 @@ class Engine:
             prop.end_call()
         return reply
 
+    def _lru_tick(self, now_ns: int) -> None:
+        self.lru_now = (self.clock() // 1000) & _LRU_CLOCK_MAX
+        self._lru_next_ns = now_ns + _LRU_REFRESH_NS if self.clock is _wall_clock_ms else 0
+
+    def stamp_key(self, db: Database, key: bytes) -> None:
+        """Record an access to ``key`` of ``db`` now (a command that stores a key in another
+        database than the one its keys are named in: MOVE, COPY ... DB)."""
+        if self.tracking:
+            self.memory.touch(db, key)
+        else:
+            self._lru_tick(_ns())
+            db.access[key] = self.lru_now
+
+    def stamp_keys(self, spec: CommandSpec, db: Database, argv: Sequence[bytes]) -> None:
+        """Record now as the last access of the keys a call of ``spec`` named that exist
+        (memory tracking off: Redis's LRU field, for OBJECT IDLETIME). Not for LOOKUP_NOTOUCH
+        commands (TYPE, TTL, EXISTS, OBJECT...)."""
+        if spec.notouch:
+            return
+        self._lru_tick(_ns())
+        now = self.lru_now
+        data = db.data
+        access = db.access
+        for key in command_keys(spec, argv) if not spec.movable else movable_keys(spec, argv):
+            if key in data:
+                access[key] = now
+
     def _count_write(self, spec: CommandSpec, reply: Reply | Blocked) -> None:
         # A write command that did not count its changes itself: its integer reply for the
         # commands whose reply is that count, else one change if it succeeded (a command that
@@ -533,6 +585,8 @@ class Engine:
         self.account(spec, ctx, argv, _ns() - start)
         if self.tracking:
             self.memory.after_call(spec, ctx.db, argv)
+        else:
+            self.stamp_keys(spec, ctx.db, argv)
         if self.monitors:
             self.feed_monitors(ctx.client, spec, argv, ctx.client.db_index)
         if self.tracker is not None and ctx.client.tracking is not None:
@@ -622,6 +676,8 @@ class Engine:
         self.account(spec, ctx, argv, _ns() - start)
         if self.tracking:
             self.memory.after_call(spec, ctx.db, argv)
+        else:
+            self.stamp_keys(spec, ctx.db, argv)
         if self.monitors:
             self.feed_monitors(ctx.client, spec, argv, ctx.client.db_index, lua=True)
         if type(reply) is Blocked:
@@ -711,6 +767,8 @@ class Engine:
         if self.tracking:
             # Served: it popped or read its keys now (sizes and access data follow).
             self.memory.after_call(spec, blocked.ctx.db, blocked.argv)
+        else:
+            self.stamp_keys(spec, blocked.ctx.db, blocked.argv)
 
     def monitor(self, spec: CommandSpec, ctx: Ctx, argv: Sequence[bytes], elapsed: int) -> None:
         """A call that took ``elapsed`` ns, at least :attr:`monitor_ns`: into the slow log
@@ -1040,6 +1098,14 @@ class Engine:
             from streamworker.engine.commands.rdb import scheduled_save
 
             scheduled_save(self)
+        if not self.tracking:
+            for db in self.keyspace.dbs:
+                access = db.access
+                if len(access) > 2 * len(db.data) + 1024:
+                    # Stamps of keys that went by a path that does not drop them: pruned
+                    # once they outnumber the keys (amortized O(1) per stamp).
+                    data = db.data
+                    db.access = {k: v for k, v in access.items() if k in data}
         if self._ready:
             self._serve_ready()
 

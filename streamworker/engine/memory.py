@@ -23,7 +23,8 @@ start-up overhead (:data:`STARTUP_BYTES`) plus the estimates of every key.
 each key's estimate (``Database.sizes``) and access field (``Database.access``): after every
 write it re-estimates the keys the command named, deletions and expiry subtract theirs, and
 every command stamps the keys it looked up (except Redis's LOOKUP_NOTOUCH ones: OBJECT,
-EXISTS, TYPE, TTL...). Otherwise nothing is kept (the dispatch stays as fast as before) and
+EXISTS, TYPE, TTL...). Otherwise only the access field is kept, as an LRU stamp from the
+engine's cached LRU clock (one dict store per command: ``Engine._dispatch``), and
 ``used_memory`` is computed by a walk over the keys when asked (over the first 10,000 keys of
 a database, extrapolated, when it has more). Not charged until next written: a key that
 MOVE or COPY ... DB puts in another database.
@@ -292,7 +293,7 @@ class MemoryManager:
         if want and not self.tracking:
             self._start_tracking()
         elif not want and self.tracking:
-            self._stop_tracking()
+            self._stop_tracking(was_lfu)
         elif want and changed_kind:
             # Switching between LRU and LFU: the fields mean something else now (Redis lets
             # them "adjust over time"; the engine restarts them from now).
@@ -316,21 +317,31 @@ class MemoryManager:
                 meter.total += size
             db.sizes = sizes
             db.meter = meter
-        self._stamp_all()
+        if self.lfu:
+            self._stamp_all()
+        else:
+            # The LRU stamps kept without tracking carry on; a key without one starts now.
+            stamp = self._new_field()
+            for db in engine.keyspace.dbs:
+                access = db.access
+                for key in db.data:
+                    access.setdefault(key, stamp)
 
     def _stamp_all(self) -> None:
         stamp = self._new_field()
         for db in self.engine.keyspace.dbs:
             db.access = dict.fromkeys(db.data, stamp)
 
-    def _stop_tracking(self) -> None:
+    def _stop_tracking(self, was_lfu: bool) -> None:
         self.tracking = False
         self.engine.tracking = False
         self.meter = SizeMeter()
         for db in self.engine.keyspace.dbs:
             db.sizes = None
             db.meter = None
-            db.access = {}
+        if was_lfu:
+            # LFU fields are no LRU stamps: access times start again from now.
+            self._stamp_all()
 
     # -- used memory -------------------------------------------------------------------------
 

@@ -106,6 +106,8 @@ class CommandSpec:
         "skip",
         "step",
         "subcommands",
+        "touch_at",
+        "touch_keys",
         "write",
     )
 
@@ -140,6 +142,12 @@ class CommandSpec:
         self.dirty_reply = name in _DIRTY_IS_REPLY
         # Looks its keys up without touching their LRU/LFU data (Redis's LOOKUP_NOTOUCH).
         self.notouch = name in _NOTOUCH or self.container in ("object", "memory")
+        # Where the engine stamps the access time of the keys a call named (OBJECT IDLETIME):
+        # ``touch_at`` is the argv position of a command's one key (0: none, or several),
+        # ``touch_keys`` marks the commands with several (or movable) keys.
+        single = first_key > 0 and first_key == last_key
+        self.touch_at = first_key if single and not self.notouch else 0
+        self.touch_keys = not self.notouch and not single and (first_key > 0 or self.movable)
         self.reset_stats()
 
     def reset_stats(self) -> None:

@@ -4,7 +4,7 @@ RESTORE follows ``restoreCommand``'s order of checks exactly: options (``REPLACE
 ``ABSTTL``, ``IDLETIME s`` / ``FREQ f``, mutually exclusive), then BUSYKEY, then the TTL, then
 the payload's version and CRC-64, then its contents ("Bad data format"). A relative TTL is
 logged to the append-only file as an absolute one (``ABSTTL``), as Redis propagates it. The
-engine tracks no access times, so IDLETIME and FREQ are checked and otherwise ignored.
+engine does not apply IDLETIME and FREQ (checked, then the key counts as accessed now).
 
 BGSAVE forks, as Redis does: the child encodes and writes the data as of the fork
 (copy-on-write) while the engine serves on, and a thread waits for it and records the outcome

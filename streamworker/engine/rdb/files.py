@@ -268,11 +268,15 @@ def load_rdb_bytes(engine: Engine, data: bytes) -> LoadStats:
     if stats.libraries:
         _load_libraries(engine, stats)
     dbs = engine.keyspace.dbs
+    # Loaded keys were last accessed at the load (the IDLE/FREQ records are skipped).
+    loaded_at = (now // 1000) & 0xFFFFFF
     for dbi, key, value, when in loaded:
         db = dbs[dbi]
         if key in db.data:
             raise RdbFormatError(f"duplicate key {key!r} in database {dbi}", 0)
         db.data[key] = value
+        if not engine.tracking:
+            db.access[key] = loaded_at
         if when is not None:
             db.set_expire(key, when)
         stats.keys_loaded += 1
