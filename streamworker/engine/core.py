@@ -134,9 +134,10 @@ class Engine:
             db.new_event = self._key_new
         self.table: dict[bytes, CommandSpec] = load_commands()
         self.diagnostics = Diagnostics()
-        # Memory accounting and eviction; ``tracking`` mirrors memory.tracking for the hot
-        # path (per-key sizes and LRU/LFU fields kept after every command).
-        self.tracking = False
+        # Memory accounting and eviction; ``memory_upkeep`` mirrors memory.upkeep for the hot
+        # path (per-key size estimates and LRU/LFU fields kept up after every command, while
+        # maxmemory is set or an LRU/LFU policy chosen). Not CLIENT TRACKING (``tracker``).
+        self.memory_upkeep = False
         self.memory = MemoryManager(self)
         self.clients: dict[int, ClientState] = {}
         self._next_client_id = 1
@@ -376,7 +377,7 @@ class Engine:
             return self._reject(client, msgs.wrong_arity(spec.name), spec)
         if not client.authenticated and "no-auth" not in spec.flags:
             return self._reject(client, msgs.NOAUTH, spec)
-        if self.tracking and self.memory.maxmemory:
+        if self.memory_upkeep and self.memory.maxmemory:
             refused = self._check_oom(client, spec, argv)
             if refused is not None:
                 return refused
@@ -435,7 +436,7 @@ class Engine:
                 reply = self._internal_error(spec, exc)
             if write and not ctx.counted:
                 self._count_write(spec, reply)
-        if self.tracking:
+        if self.memory_upkeep:
             self.memory.after_call(spec, ctx.db, argv)
         else:
             at = spec.touch_at
@@ -529,7 +530,7 @@ class Engine:
     def stamp_key(self, db: Database, key: bytes) -> None:
         """Record an access to ``key`` of ``db`` now (a command that stores a key in another
         database than the one its keys are named in: MOVE, COPY ... DB)."""
-        if self.tracking:
+        if self.memory_upkeep:
             self.memory.touch(db, key)
         else:
             self._lru_tick(_ns())
@@ -537,7 +538,7 @@ class Engine:
 
     def stamp_keys(self, spec: CommandSpec, db: Database, argv: Sequence[bytes]) -> None:
         """Record now as the last access of the keys a call of ``spec`` named that exist
-        (memory tracking off: Redis's LRU field, for OBJECT IDLETIME). Not for LOOKUP_NOTOUCH
+        (memory upkeep off: Redis's LRU field, for OBJECT IDLETIME). Not for LOOKUP_NOTOUCH
         commands (TYPE, TTL, EXISTS, OBJECT...)."""
         if spec.notouch:
             return
@@ -583,7 +584,7 @@ class Engine:
             if spec.write and not ctx.counted:
                 self._count_write(spec, reply)
         self.account(spec, ctx, argv, _ns() - start)
-        if self.tracking:
+        if self.memory_upkeep:
             self.memory.after_call(spec, ctx.db, argv)
         else:
             self.stamp_keys(spec, ctx.db, argv)
@@ -674,7 +675,7 @@ class Engine:
             if prop is not None:
                 del prop.ops[mark:]
         self.account(spec, ctx, argv, _ns() - start)
-        if self.tracking:
+        if self.memory_upkeep:
             self.memory.after_call(spec, ctx.db, argv)
         else:
             self.stamp_keys(spec, ctx.db, argv)
@@ -764,7 +765,7 @@ class Engine:
         self._errors_seen = self.stats_errors
         if elapsed >= self.monitor_ns:
             self.monitor(spec, blocked.ctx, blocked.argv, elapsed)
-        if self.tracking:
+        if self.memory_upkeep:
             # Served: it popped or read its keys now (sizes and access data follow).
             self.memory.after_call(spec, blocked.ctx.db, blocked.argv)
         else:
@@ -1098,7 +1099,7 @@ class Engine:
             from streamworker.engine.commands.rdb import scheduled_save
 
             scheduled_save(self)
-        if not self.tracking:
+        if not self.memory_upkeep:
             for db in self.keyspace.dbs:
                 access = db.access
                 if len(access) > 2 * len(db.data) + 1024:

@@ -237,7 +237,7 @@ class Database:
         return True
 
     def forget_size(self, key: bytes) -> None:
-        """Drop a deleted key's size estimate and access field (memory tracking on)."""
+        """Drop a deleted key's size estimate and access field (memory upkeep on)."""
         assert self.sizes is not None
         size = self.sizes.pop(key, None)
         if size is not None and self.meter is not None:
@@ -363,7 +363,7 @@ class Database:
 
 
 class SizeMeter:
-    """The sum of every database's key size estimates (memory tracking on; memory.py)."""
+    """The sum of every database's key size estimates (memory upkeep on; memory.py)."""
 
     __slots__ = ("total",)
 

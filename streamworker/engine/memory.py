@@ -93,7 +93,7 @@ _QUICKLIST_NODE = 32
 _LISTPACK_HEADER = 7  # 6 header bytes + the end byte
 _LIST_NODE_BYTES = 8192  # list-max-listpack-size -2
 _EMBSTR_MAX = 44
-_WALK_KEYS = 10_000  # keys measured per database when used memory is not tracked
+_WALK_KEYS = 10_000  # keys measured per database when the upkeep is off
 
 
 def alloc_size(n: int) -> int:
@@ -261,8 +261,9 @@ class MemoryManager:
         self.lfu_decay_time = 1
         self.evicted_keys = 0
         self.peak = STARTUP_BYTES
-        # Whether Database.sizes / Database.access are maintained (see the module doc).
-        self.tracking = False
+        # Whether Database.sizes are maintained and Database.access holds LRU/LFU fields (see
+        # the module doc); Engine.memory_upkeep mirrors it.
+        self.upkeep = False
         # performEvictions's verdict at the start of the current top-level command (scripts
         # refuse their first denyoom write when it was OOM).
         self.pre_command_oom = False
@@ -290,10 +291,10 @@ class MemoryManager:
         changed_kind = policy != self.policy and was_lfu != self.lfu
         self.policy = policy
         want = self.maxmemory > 0 or policy.endswith(("-lru", "-lfu"))
-        if want and not self.tracking:
-            self._start_tracking()
-        elif not want and self.tracking:
-            self._stop_tracking(was_lfu)
+        if want and not self.upkeep:
+            self._start_upkeep()
+        elif not want and self.upkeep:
+            self._stop_upkeep(was_lfu)
         elif want and changed_kind:
             # Switching between LRU and LFU: the fields mean something else now (Redis lets
             # them "adjust over time"; the engine restarts them from now).
@@ -304,10 +305,10 @@ class MemoryManager:
             # now), not at the next command.
             self.perform_evictions()
 
-    def _start_tracking(self) -> None:
-        self.tracking = True
+    def _start_upkeep(self) -> None:
+        self.upkeep = True
         engine = self.engine
-        engine.tracking = True
+        engine.memory_upkeep = True
         meter = self.meter = SizeMeter()
         for db in engine.keyspace.dbs:
             sizes: dict[bytes, int] = {}
@@ -320,7 +321,7 @@ class MemoryManager:
         if self.lfu:
             self._stamp_all()
         else:
-            # The LRU stamps kept without tracking carry on; a key without one starts now.
+            # The LRU stamps kept without the upkeep carry on; a key without one starts now.
             stamp = self._new_field()
             for db in engine.keyspace.dbs:
                 access = db.access
@@ -332,9 +333,9 @@ class MemoryManager:
         for db in self.engine.keyspace.dbs:
             db.access = dict.fromkeys(db.data, stamp)
 
-    def _stop_tracking(self, was_lfu: bool) -> None:
-        self.tracking = False
-        self.engine.tracking = False
+    def _stop_upkeep(self, was_lfu: bool) -> None:
+        self.upkeep = False
+        self.engine.memory_upkeep = False
         self.meter = SizeMeter()
         for db in self.engine.keyspace.dbs:
             db.sizes = None
@@ -348,7 +349,7 @@ class MemoryManager:
     def dataset_bytes(self) -> int:
         """The estimates of every key (kept up to date, or a walk over the keys)."""
         engine = self.engine
-        if self.tracking:
+        if self.upkeep:
             return self.meter.total
         total = 0
         for db in engine.keyspace.dbs:
@@ -425,7 +426,7 @@ class MemoryManager:
             access[key] = self.lru_clock()
 
     def after_call(self, spec: CommandSpec, db: Database, argv: Sequence[bytes]) -> None:
-        """Upkeep after a command ran (tracking on): stamp the keys it looked up,
+        """Upkeep after a command ran (upkeep on): stamp the keys it looked up,
         re-estimate those it may have written."""
         first = spec.first_key
         keys: Sequence[bytes]

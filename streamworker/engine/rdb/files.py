@@ -275,7 +275,7 @@ def load_rdb_bytes(engine: Engine, data: bytes) -> LoadStats:
         if key in db.data:
             raise RdbFormatError(f"duplicate key {key!r} in database {dbi}", 0)
         db.data[key] = value
-        if not engine.tracking:
+        if not engine.memory_upkeep:
             db.access[key] = loaded_at
         if when is not None:
             db.set_expire(key, when)
