@@ -251,6 +251,9 @@ CASES: dict[str, list[str]] = {
         "XCLAIM x g c4 0 3-1 4-1",
         "XCLAIM x g c4 0 3-1 JUSTID",
         "XCLAIM x g c5 0 3-1 99-1",
+        "XCLAIM x g c5 0 3-1 LASTID 90-0",
+        "XCLAIM x g c5 0 98-1 LASTID 91-0",
+        "XCLAIM x g c5 0 98-1 LASTID 1-0",
         "XAUTOCLAIM x g c6 0 0 COUNT 1",
         "XAUTOCLAIM x g c6 0 0 JUSTID",
         "XDEL x 5-1 9-9",
@@ -442,3 +445,25 @@ def test_config_set_save_accepts_and_refuses_what_redis_does(
         assert fake.call("CONFIG", "GET", "save") == real.call("CONFIG", "GET", "save")
     finally:
         real.call("CONFIG", "SET", "save", "")
+
+
+def test_restore_of_an_already_expired_value_adds_only_a_deletion(
+    sides: tuple[RawRedis, RawEngine],
+) -> None:
+    real, fake = sides
+    real.call("SET", "src", "hello")
+    payload = real.call("DUMP", "src").split(b"\r\n", 1)[1][:-2]
+    added = []
+    for side in (real, fake):
+        side.call("SET", "old", "x")
+        counts = []
+        for args in (
+            ("RESTORE", "missing", "1", payload, "ABSTTL"),
+            ("RESTORE", "old", "1", payload, "REPLACE", "ABSTTL"),
+            ("RESTORE", "fresh", "0", payload),
+        ):
+            before = _dirty(side)
+            side.call(*args)
+            counts.append(_dirty(side) - before)
+        added.append(counts)
+    assert added[1] == added[0]

@@ -106,6 +106,8 @@ def restore(ctx: Ctx, args: list[bytes]) -> Reply:
         if deleted:
             ctx.propagate([b"DEL", key])
             ctx.notify(NOTIFY_GENERIC, b"del", key)
+        else:
+            ctx.changed(0)
         return OK
     db.set(key, value)
     if ttl:

@@ -983,8 +983,10 @@ def xclaim(ctx: Ctx, args: list[bytes]) -> Reply:
             pe.delivery_count += 1
         out.append(format_id(sid) if fv is None else [format_id(sid), fv])
         claimed.append(sid)
-    # Each claim and each PEL entry dropped for a deleted stream entry is a change.
-    ctx.changed(len(claimed) + len(dropped))
+    # Each claim and each PEL entry dropped for a deleted stream entry is a change; a LASTID
+    # that moved the group counts on its own only when nothing else was (Redis 7.0 carries
+    # it in the claims it propagates).
+    ctx.changed(len(claimed) + len(dropped) + (moved and not claimed and not dropped))
     if ctx.propagating:
         _log_claim_effects(ctx, args[0], g, name, claimed, dropped, moved)
     return out
