@@ -223,6 +223,12 @@ CASES: dict[str, list[str]] = {
         "PFCOUNT hll",
         "PFCOUNT hll hll2",
         "PFMERGE hll3 hll hll2",
+        "PFDEBUG ENCODING hll",
+        "PFDEBUG DECODE hll",
+        "PFDEBUG GETREG hll",
+        "PFDEBUG GETREG hll",
+        "PFDEBUG TODENSE hll2",
+        "PFDEBUG TODENSE hll2",
         "GEOADD g 13.36 38.11 Palermo 15.08 37.50 Catania",
         "GEOADD g 13.36 38.11 Palermo",
         "GEOADD g XX 13.36 38.12 Palermo",
@@ -466,4 +472,25 @@ def test_restore_of_an_already_expired_value_adds_only_a_deletion(
             side.call(*args)
             counts.append(_dirty(side) - before)
         added.append(counts)
+    assert added[1] == added[0]
+
+
+def test_a_transaction_adds_what_its_commands_changed_and_nothing_more(
+    sides: tuple[RawRedis, RawEngine],
+) -> None:
+    real, fake = sides
+    added = []
+    for side in (real, fake):
+        side.call("SET", "old", "x")
+        before = _dirty(side)
+        for args in (
+            ("MULTI",),
+            ("SET", "m1", "v"),
+            ("DEL", "m1", "old", "missing"),
+            ("MSET", "a", "1", "b", "2"),
+            ("GET", "a"),
+            ("EXEC",),
+        ):
+            side.call(*args)
+        added.append(_dirty(side) - before)
     assert added[1] == added[0]

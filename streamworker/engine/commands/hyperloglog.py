@@ -177,9 +177,11 @@ def pfdebug(ctx: Ctx, args: list[bytes]) -> Reply:
             _store(ctx, key, value)
         else:
             ctx.no_propagate()
+            ctx.changed(0)
         return hll.dense_registers(value)
     if name != b"todense":
         ctx.no_propagate()
+        ctx.changed(0)
     if name == b"decode":
         if value[4] != hll.SPARSE:
             raise CommandError(msgs.HLL_NOT_SPARSE)
@@ -189,6 +191,7 @@ def pfdebug(ctx: Ctx, args: list[bytes]) -> Reply:
     if name == b"todense":
         if value[4] != hll.SPARSE:
             ctx.no_propagate()
+            ctx.changed(0)
             return 0
         dense = hll.sparse_to_dense(value)
         if dense is None:
