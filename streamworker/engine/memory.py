@@ -587,11 +587,18 @@ def _random_key(pool: dict[bytes, Any]) -> bytes:
 
 def movable_keys(spec: CommandSpec, argv: Sequence[bytes]) -> list[bytes]:
     """The keys of a movable-keys command's call (LMPOP, ZMPOP, SORT ... STORE...), as COMMAND
-    GETKEYS finds them; none for the ones it does not know (XREAD/XREADGROUP, scripts: their
-    writes are re-estimated by the commands they run, or at the next write of the key)."""
-    from streamworker.engine.commands.server import _movable_keys
+    GETKEYS finds them, else as Redis 7.0's key specs find them (XREAD and XREADGROUP: the
+    first half of the words after STREAMS); none when neither fits the arguments."""
+    from streamworker.engine.commands.server import _keys_by_specs, _movable_keys
+    from streamworker.engine.keyspecs_data import KEY_SPECS
 
-    return _movable_keys(spec.name, list(argv)) or []
+    args = list(argv)
+    found = _movable_keys(spec.name, args)
+    if found is not None:
+        return found
+    specs = KEY_SPECS.get(spec.name)
+    by_specs = _keys_by_specs(specs, args) if specs else None
+    return [key for key, _ in by_specs] if by_specs else []
 
 
 def command_keys(spec: CommandSpec, argv: Sequence[bytes]) -> list[bytes]:

@@ -44,6 +44,9 @@ _AFTER_WAIT = [
     ("ZADD z3 1 a", "ZUNION 1 z3", "z3"),
     ("XADD x1 1-1 f v", "XRANGE x1 - +", "x1"),
     ("SET e1 v", "EVAL \"return redis.call('get', KEYS[1])\" 1 e1", "e1"),
+    ("SET e2 v", "EVAL 'return 1' 1 e2", "e2"),
+    ("XADD x2 1-1 f v", "XREAD STREAMS x2 0", "x2"),
+    ("XGROUP CREATE x3 g $ MKSTREAM", "XREADGROUP GROUP g c STREAMS x3 >", "x3"),
     ("SET c1 v", "COPY c1 c2", "c1"),
     ("SET o1 v", "OBJECT FREQ o1", "o1"),
 ]

@@ -147,7 +147,13 @@ class CommandSpec:
         # ``touch_keys`` marks the commands with several (or movable) keys.
         single = first_key > 0 and first_key == last_key
         self.touch_at = first_key if single and not self.notouch else 0
-        self.touch_keys = not self.notouch and not single and (first_key > 0 or self.movable)
+        # (EVAL and FCALL look nothing up themselves: their scripts' calls stamp their keys.)
+        self.touch_keys = (
+            not self.notouch
+            and not single
+            and (first_key > 0 or self.movable)
+            and name not in _SCRIPT_CALLS
+        )
         self.reset_stats()
 
     def reset_stats(self) -> None:
@@ -194,6 +200,7 @@ HISTOGRAM_BUCKETS = 44
 
 # Commands that read keys without touching their access data (LOOKUP_NOTOUCH in Redis 7.0).
 _NOTOUCH = frozenset({"exists", "type", "ttl", "pttl", "expiretime", "pexpiretime"})
+_SCRIPT_CALLS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"})
 # Write commands whose integer reply is the number of changes Redis 7.0 counts for them
 # (server.dirty): the keys DEL removed, the members SREM removed, 1 when EXPIRE set a TTL...
 _DIRTY_IS_REPLY = frozenset(
