@@ -813,6 +813,11 @@ def _getkeys(ctx: Ctx, args: list[bytes]) -> tuple[CommandSpec, list[bytes]]:
     if (spec.arity > 0 and spec.arity != n) or n < -spec.arity:
         raise CommandError(msgs.GETKEYS_WRONG_ARITY)
     movable = _movable_keys(spec.name, args)
+    if movable is None and spec.first_key <= 0:
+        # No legacy key positions (XREAD, XREADGROUP): Redis's key specs find the keys.
+        specs = KEY_SPECS.get(spec.name, ())
+        pairs = _keys_by_specs(specs, args) if _specs_complete(specs) else None
+        movable = [key for key, _ in pairs] if pairs else []
     if movable is not None:
         if not movable and "no-mandatory-keys" not in spec.flags:
             raise CommandError(msgs.GETKEYS_INVALID_ARGUMENTS)
