@@ -4,7 +4,8 @@ Run: ``python -m benchmarks.dispatch_bench [--against DIR] [--ops N] [--repeat N
 
 GET and SET of a small string and HSET of one field of a 1,000-field hash, on an engine with
 the default configuration (no ``maxmemory``, no persistence), through ``Engine.execute`` (no
-client library, no socket). Each round times every command once per side; the best round is
+client library, no socket); and GET and SET run by a Lua script (``redis.call`` in a loop of
+1,000 per EVAL, per call). Each round times every command once per side; the best round is
 reported, in ns per command.
 
 ``--against DIR`` names another checkout (for instance ``git archive`` of the commit before a
@@ -24,7 +25,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-_NAMES = ("GET", "SET", "HSET 1,000 fields")
+_NAMES = ("GET", "SET", "HSET 1,000 fields", "redis.call GET", "redis.call SET")
+_SCRIPT_CALLS = 1000  # redis.call per EVAL in the script rows
 
 
 def _one_round(ops: int) -> dict[str, float]:
@@ -37,12 +39,25 @@ def _one_round(ops: int) -> dict[str, float]:
     engine.execute_many(client, [[b"HSET", b"h", b"f%d" % i, b"v" * 10] for i in range(1000)])
     out: dict[str, float] = {}
     commands = ([b"GET", b"k"], [b"SET", b"k", b"v"], [b"HSET", b"h", b"f1", b"w" * 10])
-    for name, argv in zip(_NAMES, commands, strict=True):
+    for name, argv in zip(_NAMES, commands, strict=False):
         execute = engine.execute
         t = time.perf_counter()
         for _ in range(ops):
             execute(client, argv)
         out[name] = (time.perf_counter() - t) / ops * 1e9
+    # Commands a Lua script runs (Engine.call_from_script): a loop of redis.call per EVAL.
+    for name, call in (
+        ("redis.call GET", b"redis.call('get', KEYS[1])"),
+        ("redis.call SET", b"redis.call('set', KEYS[1], 'v')"),
+    ):
+        body = b"for i = 1, %d do %s end return 1" % (_SCRIPT_CALLS, call)
+        argv = [b"EVAL", body, b"1", b"k"]
+        engine.execute(client, argv)  # compiled and cached before timing
+        evals = max(1, ops // _SCRIPT_CALLS)
+        t = time.perf_counter()
+        for _ in range(evals):
+            engine.execute(client, argv)
+        out[name] = (time.perf_counter() - t) / (evals * _SCRIPT_CALLS) * 1e9
     return out
 
 

@@ -538,14 +538,22 @@ class Engine:
 
     def stamp_keys(self, spec: CommandSpec, db: Database, argv: Sequence[bytes]) -> None:
         """Record now as the last access of the keys a call of ``spec`` named that exist
-        (memory upkeep off: Redis's LRU field, for OBJECT IDLETIME). Not for LOOKUP_NOTOUCH
-        commands (TYPE, TTL, EXISTS, OBJECT...)."""
-        if spec.notouch:
+        (memory upkeep off: Redis's LRU field, for OBJECT IDLETIME). Nothing for LOOKUP_NOTOUCH
+        commands (TYPE, TTL, EXISTS, OBJECT...). The nested calls' path (EXEC's, scripts'):
+        the top-level dispatch inlines the one-key case."""
+        at = spec.touch_at
+        if not at and not spec.touch_keys:
             return
-        self._lru_tick(_ns())
+        now_ns = _ns()
+        if now_ns >= self._lru_next_ns:
+            self._lru_tick(now_ns)
         now = self.lru_now
         data = db.data
         access = db.access
+        if at:
+            if at < len(argv) and argv[at] in data:
+                access[argv[at]] = now
+            return
         for key in command_keys(spec, argv) if not spec.movable else movable_keys(spec, argv):
             if key in data:
                 access[key] = now
@@ -671,13 +679,26 @@ class Engine:
             except Exception as exc:
                 reply = self._internal_error(spec, exc)
             if spec.write and not ctx.counted:
-                self._count_write(spec, reply)
+                # _count_write, inlined for scripts.
+                rtype = type(reply)
+                if rtype is not CommandError and rtype is not Blocked:
+                    self.dirty += reply if spec.dirty_reply and rtype is int else 1  # type: ignore[operator]
             if prop is not None:
                 del prop.ops[mark:]
         self.account(spec, ctx, argv, _ns() - start)
         if self.memory_upkeep:
             self.memory.after_call(spec, ctx.db, argv)
-        else:
+        elif at := spec.touch_at:
+            # Inlined stamp_keys for one key (scripts call many commands; the clock read
+            # at the start of the call serves).
+            if start >= self._lru_next_ns:
+                self._lru_tick(start)
+            if at < n:
+                key = argv[at]
+                db = ctx.db
+                if key in db.data:
+                    db.access[key] = self.lru_now
+        elif spec.touch_keys:
             self.stamp_keys(spec, ctx.db, argv)
         if self.monitors:
             self.feed_monitors(ctx.client, spec, argv, ctx.client.db_index, lua=True)
