@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from streamworker.engine import Engine
+from streamworker.engine.aof import open_persistent
 from streamworker.engine.commands.rdb import wait_bgsave
 from streamworker.engine.context import Blocked
 from streamworker.engine.rdb.files import snapshot_state
@@ -494,3 +495,25 @@ def test_a_transaction_adds_what_its_commands_changed_and_nothing_more(
             side.call(*args)
         added.append(_dirty(side) - before)
     assert added[1] == added[0]
+
+
+@pytest.mark.parametrize("family", ["strings", "lists", "streams", "zsets"])
+def test_an_engine_with_an_append_only_file_counts_as_one_in_memory(
+    tmp_path: Path, family: str
+) -> None:
+    aof = open_persistent(tmp_path / "data", appendfsync="no")
+    try:
+        persistent = RawEngine(aof.engine)
+        memory = RawEngine()
+        wrong = []
+        for line in CASES[family]:
+            args = shlex.split(line)
+            before = _dirty(memory), _dirty(persistent)
+            memory.call(*args)
+            persistent.call(*args)
+            added = _dirty(memory) - before[0], _dirty(persistent) - before[1]
+            if added[0] != added[1]:
+                wrong.append(f"{line}: in memory +{added[0]}, with the file +{added[1]}")
+        assert not wrong, "\n".join(wrong)
+    finally:
+        aof.close()
