@@ -290,6 +290,8 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
     # No automatic snapshots by default (Redis's built-in default is "3600 1 300 100 60
     # 10000"): SAVE/BGSAVE write dir/dbfilename on request; save points BGSAVE from the cron.
     "save": ("", _save),
+    # With save points set, a failed BGSAVE refuses writes (and PING) until a save succeeds.
+    "stop-writes-on-bgsave-error": ("yes", _bool),
     "rdbcompression": ("yes", _bool),
     "rdbchecksum": ("yes", None),
     "databases": ("16", None),

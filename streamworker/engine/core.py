@@ -157,6 +157,9 @@ class Engine:
         # every command on an injected clock).
         self.lru_now = 0
         self._lru_next_ns = 0
+        # Redis's writeCommandsDeniedByDiskError for RDB: save points are set, the last save
+        # failed and stop-writes-on-bgsave-error is on (see rdb_status_changed).
+        self.rdb_refuses_writes = False
         self.stats_commands = 0
         self.stats_connections = 0
         self.stats_errors = 0
@@ -389,6 +392,8 @@ class Engine:
             # CLIENT PAUSE, MONITOR or CLIENT TRACKING in use (one check on the hot path).
             if (client.monitor or client.replica) and spec.flags & _KEYSPACE_FLAGS:
                 return self._reject(client, msgs.REPLICA_KEYSPACE, spec)
+            if self.rdb_refuses_writes and (spec.write or spec.name == "ping"):
+                return self._reject(client, msgs.MISCONF_RDB, spec)
             if (
                 self.pause_until
                 and client.push is not None
@@ -644,6 +649,8 @@ class Engine:
         if read_only and ("write" in spec.flags or "may-replicate" in spec.flags):
             # Redis counts may-replicate commands (PFCOUNT) as writes in read-only scripts.
             return CommandError(msgs.SCRIPT_WRITE_IN_READ_ONLY)
+        if self.rdb_refuses_writes and spec.write:
+            return CommandError(msgs.MISCONF_RDB)
         if (
             spec.denyoom
             and self.memory.pre_command_oom
@@ -807,9 +814,26 @@ class Engine:
             client_name=client.name or b"",
         )
 
+    def rdb_status_changed(self) -> None:
+        """Recompute :attr:`rdb_refuses_writes` after a save ended or CONFIG SET (engine lock
+        held): writes and PING are refused with MISCONF while save points are set, the last
+        save failed and ``stop-writes-on-bgsave-error`` is yes, as in Redis 7.0."""
+        cfg = self.config
+        state = self.rdb_state
+        refuses = bool(
+            state is not None
+            and not state.last_status_ok
+            and cfg.get("save")
+            and cfg.get("stop-writes-on-bgsave-error") == "yes"
+        )
+        if refuses != self.rdb_refuses_writes:
+            self.rdb_refuses_writes = refuses
+            self.admin_changed()
+
     def config_changed(self) -> None:
         """Re-read the parameters the engine caches (after CONFIG SET)."""
         cfg = self.config
+        self.rdb_status_changed()
         self.memory.configure()
         self.monitor_ns = self.diagnostics.configure(
             int(cfg.get("slowlog-log-slower-than") or 0),
@@ -1010,6 +1034,7 @@ class Engine:
                 or self.monitors
                 or self.tracking_clients
                 or self.replication.replicas
+                or self.rdb_refuses_writes
             )
             if self.tracking_clients:
                 self.tracker_for()

@@ -23,6 +23,7 @@ from streamworker.engine.commands.rdb import wait_bgsave
 from streamworker.engine.context import Blocked
 from streamworker.engine.rdb.files import snapshot_state
 from tests.engine.conftest import RawEngine, RawRedis, pack, read_raw_reply
+from tests.support.servers import RedisServer
 
 _DIRTY = re.compile(rb"rdb_changes_since_last_save:(\d+)")
 
@@ -517,3 +518,62 @@ def test_an_engine_with_an_append_only_file_counts_as_one_in_memory(
         assert not wrong, "\n".join(wrong)
     finally:
         aof.close()
+
+
+_AFTER_FAILED_SAVE = [
+    "SET b 1",
+    "PING",
+    "GET a",
+    "MULTI",
+    "SET c 1",
+    "EXEC",
+    "MULTI",
+    "GET a",
+    "EXEC",
+    "EVAL \"return redis.call('set', 'x', '1')\" 0",
+    "EVAL \"return redis.call('get', 'a')\" 0",
+    "PUBLISH ch x",
+    "CONFIG SET stop-writes-on-bgsave-error no",
+    "SET b 1",
+    "CONFIG SET stop-writes-on-bgsave-error yes",
+    "SET b 2",
+    "CONFIG SET save ''",
+    "SET b 3",
+]
+
+
+@pytest.mark.slow
+def test_a_failed_bgsave_with_save_points_refuses_writes_as_redis_does(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis", extra_args=["--enable-protected-configs", "yes"])
+    server.start()
+    try:
+        real = RawRedis(server.port)
+        real_bad = tmp_path / "redis-gone"
+        real_bad.mkdir()
+        real.call("CONFIG", "SET", "dir", str(real_bad))
+        engine_bad = tmp_path / "engine-gone"
+        engine_bad.mkdir()
+        engine, fake = _engine_in(engine_bad)
+        # The directory disappears: the next save cannot write its file.
+        real_bad.rmdir()
+        engine_bad.rmdir()
+        for side in (real, fake):
+            side.call("SET", "a", "1")
+            side.call("CONFIG", "SET", "save", "900 1")
+            side.call("BGSAVE")
+        wait_bgsave(engine, 30)
+        for _ in range(500):
+            if b"rdb_last_bgsave_status:err" in real.call("INFO", "persistence"):
+                break
+            time.sleep(0.01)
+        assert b"rdb_last_bgsave_status:err" in fake.call("INFO", "persistence")
+        wrong = []
+        for line in _AFTER_FAILED_SAVE:
+            args = shlex.split(line)
+            replies = real.call(*args), fake.call(*args)
+            if replies[0] != replies[1]:
+                wrong.append(f"{line}: redis {replies[0]!r}, engine {replies[1]!r}")
+        assert not wrong, "\n".join(wrong)
+        real.close()
+    finally:
+        server.stop()

@@ -162,11 +162,13 @@ def save_now(engine: Engine, why: str) -> None:
     except OSError as exc:
         _log.warning("%s: cannot write %s: %s", why, _target(engine), exc)
         st.last_status_ok = False
+        engine.rdb_status_changed()
         raise
     st.last_status_ok = True
     st.saves += 1
     st.last_save_s = int(time.time())
     engine.dirty = 0
+    engine.rdb_status_changed()
 
 
 @command("bgsave", arity=-1, flags=("admin", "noscript", "no-async-loading"))
@@ -243,6 +245,7 @@ def start_bgsave(engine: Engine) -> None:
                 st.saves += 1
                 st.last_save_s = int(time.time())
                 engine.dirty = max(0, engine.dirty - dirty_at_fork)
+            engine.rdb_status_changed()
 
     st.bgsave_started = started
     thread = threading.Thread(target=write, name="streamworker-bgsave", daemon=True)
