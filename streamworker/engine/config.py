@@ -13,7 +13,13 @@ from streamworker.engine import msgs
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import parse_int
 
-__all__ = ["EngineConfig", "memtoull", "parse_client_output_buffer_limit", "parse_percentiles"]
+__all__ = [
+    "EngineConfig",
+    "memtoull",
+    "parse_client_output_buffer_limit",
+    "parse_percentiles",
+    "parse_save_points",
+]
 
 _Validator = Callable[[str], str]
 
@@ -149,6 +155,31 @@ def _any(value: str) -> str:
     return value
 
 
+def parse_save_points(value: str) -> list[tuple[int, int]]:
+    """The ``save`` parameter as (seconds, changes) pairs: BGSAVE when at least ``changes``
+    changes happened and ``seconds`` passed since the last save. Redis 7.0's rules: words
+    split on single spaces, pairs of integers, seconds at least 1, changes at least 0;
+    ValueError otherwise. The empty string: no automatic saves."""
+    if not value:
+        return []
+    words = value.split(" ")
+    numbers = [_strtoll_to_int(w) if w else 0 for w in words]
+    if len(words) % 2:
+        raise ValueError("Invalid save parameters")
+    points: list[tuple[int, int]] = []
+    for i in range(0, len(words), 2):
+        seconds, changes = numbers[i], numbers[i + 1]
+        if seconds is None or changes is None or seconds < 1 or changes < 0:
+            raise ValueError("Invalid save parameters")
+        points.append((seconds, changes))
+    return points
+
+
+def _save(value: str) -> str:
+    parse_save_points(value)
+    return value
+
+
 class _EventClasses(str):
     """notify-keyspace-events as CONFIG GET shows it, carrying the class bits it was parsed
     from: the text can hide a class ('A' hides 'n', as in Redis 7.0), the bits do not."""
@@ -256,8 +287,11 @@ _PARAMS: dict[str, tuple[str, _Validator | None]] = {
         "normal 268435456 67108864 60 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
         _client_output_buffer_limit,
     ),
-    # No automatic snapshots: SAVE/BGSAVE write dir/dbfilename on request (engine.rdb).
-    "save": ("", _any),
+    # No automatic snapshots by default (Redis's built-in default is "3600 1 300 100 60
+    # 10000"): SAVE/BGSAVE write dir/dbfilename on request; save points BGSAVE from the cron.
+    "save": ("", _save),
+    # With save points set, a failed BGSAVE refuses writes (and PING) until a save succeeds.
+    "stop-writes-on-bgsave-error": ("yes", _bool),
     "rdbcompression": ("yes", _bool),
     "rdbchecksum": ("yes", None),
     "databases": ("16", None),

@@ -207,6 +207,7 @@ class Ctx:
     __slots__ = (
         "argv",
         "client",
+        "counted",
         "db",
         "engine",
         "in_multi",
@@ -224,6 +225,9 @@ class Ctx:
         self.in_script = False
         # The whole command being run, as received (argv[1] is a subcommand as typed).
         self.argv: Sequence[bytes] = ()
+        # True once the running write command counted its changes itself (:meth:`changed`);
+        # otherwise the engine counts one change for it when it succeeds.
+        self.counted = False
         # True once the running command chose what it propagates (ctx.propagate /
         # ctx.no_propagate): the engine then does not log the command as received.
         self.prop_custom = False
@@ -279,6 +283,16 @@ class Ctx:
         """Do not log the running command (it changed nothing, or logged its effects with
         :meth:`also_propagate`)."""
         self.prop_custom = True
+
+    def changed(self, n: int = 1) -> None:
+        """Count ``n`` changes to the dataset (Redis's ``server.dirty += n``: INFO
+        ``rdb_changes_since_last_save`` and the ``save`` schedule read the total).
+
+        A write command that succeeds without calling this counts as one change; one that
+        changed nothing calls ``changed(0)``, one that changed several things (DEL of three
+        keys, HSET of two fields) says how many. May be called several times in one call."""
+        self.counted = True
+        self.engine.dirty += n
 
     def notify(self, kind: int, event: bytes, key: bytes) -> None:
         """A keyspace event on ``key`` of the current db (Redis's notifyKeyspaceEvent):

@@ -23,7 +23,8 @@ from streamworker.engine.context import RESUME, Blocked, ClientState, Ctx, OnRea
 from streamworker.engine.diagnostics import Diagnostics
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import Keyspace, unwatch_all
-from streamworker.engine.memory import MemoryManager
+from streamworker.engine.memory import LRU_CLOCK_MAX as _LRU_CLOCK_MAX
+from streamworker.engine.memory import MemoryManager, command_keys, movable_keys
 from streamworker.engine.pubsub import NOTIFY_EXPIRED, NOTIFY_NEW, PubSub
 from streamworker.engine.replication import Replication
 from streamworker.engine.replies import NULL_BULK, QUEUED
@@ -31,6 +32,7 @@ from streamworker.engine.tracking import Tracker
 
 if TYPE_CHECKING:
     from streamworker.engine.aof import AppendOnlyFile
+    from streamworker.engine.keyspace import Database
     from streamworker.engine.replies import Reply
 
 __all__ = ["Blocked", "ClientState", "Ctx", "Engine", "OnReady", "Propagator"]
@@ -43,6 +45,7 @@ def _wall_clock_ms() -> int:
 
 
 _CRON_INTERVAL_S = 0.1  # Redis's default hz 10
+_LRU_REFRESH_NS = 100_000_000  # the cached LRU clock's age at most (Redis: 1000 / hz ms)
 
 _ns = time.perf_counter_ns
 _LAST_BUCKET = HISTOGRAM_BUCKETS - 1
@@ -133,9 +136,10 @@ class Engine:
             db.new_event = self._key_new
         self.table: dict[bytes, CommandSpec] = load_commands()
         self.diagnostics = Diagnostics()
-        # Memory accounting and eviction; ``tracking`` mirrors memory.tracking for the hot
-        # path (per-key sizes and LRU/LFU fields kept after every command).
-        self.tracking = False
+        # Memory accounting and eviction; ``memory_upkeep`` mirrors memory.upkeep for the hot
+        # path (per-key size estimates and LRU/LFU fields kept up after every command, while
+        # maxmemory is set or an LRU/LFU policy chosen). Not CLIENT TRACKING (``tracker``).
+        self.memory_upkeep = False
         self.memory = MemoryManager(self)
         self.clients: dict[int, ClientState] = {}
         self._next_client_id = 1
@@ -145,6 +149,19 @@ class Engine:
         self.started_monotonic = time.monotonic()
         self.started_ms = _wall_clock_ms()
         self.run_id = os.urandom(20).hex()
+        # Redis's server.dirty: changes to the dataset since the last successful SAVE/BGSAVE
+        # (INFO rdb_changes_since_last_save; the ``save`` schedule reads it). Write commands
+        # add what they changed (Ctx.changed), one by default.
+        self.dirty = 0
+        # The LRU clock (Unix seconds mod 2**24) stamped on the keys each command looks up
+        # (OBJECT IDLETIME), cached like Redis's server.lruclock: re-read from the engine
+        # clock once the perf counter passes _lru_next_ns (every 100 ms on the wall clock,
+        # every command on an injected clock).
+        self.lru_now = 0
+        self._lru_next_ns = 0
+        # Redis's writeCommandsDeniedByDiskError for RDB: save points are set, the last save
+        # failed and stop-writes-on-bgsave-error is on (see rdb_status_changed).
+        self.rdb_refuses_writes = False
         self.stats_commands = 0
         self.stats_connections = 0
         self.stats_errors = 0
@@ -212,6 +229,7 @@ class Engine:
     def set_clock(self, clock: Callable[[], int]) -> None:
         """Replace the engine clock (commands and key expiry both use it)."""
         self.clock = clock
+        self._lru_next_ns = 0
         self.keyspace.clock = clock
         for db in self.keyspace.dbs:
             db._clock = clock
@@ -380,7 +398,7 @@ class Engine:
             denied = self._acl_deny(client, spec, argv)
             if denied is not None:
                 return denied
-        if self.tracking and self.memory.maxmemory:
+        if self.memory_upkeep and self.memory.maxmemory:
             refused = self._check_oom(client, spec, argv)
             if refused is not None:
                 return refused
@@ -392,6 +410,8 @@ class Engine:
             # CLIENT PAUSE, MONITOR or CLIENT TRACKING in use (one check on the hot path).
             if (client.monitor or client.replica) and spec.flags & _KEYSPACE_FLAGS:
                 return self._reject(client, msgs.REPLICA_KEYSPACE, spec)
+            if self.rdb_refuses_writes and (spec.write or spec.name == "ping"):
+                return self._reject(client, msgs.MISCONF_RDB, spec)
             repl = self.replication
             if self.replica_checks and client is not repl.master_client:
                 refusal = self._replica_refusal(client, spec, argv)
@@ -435,6 +455,9 @@ class Engine:
                 spec, ctx, argv, args if type(args) is list else list(args)
             )
         else:
+            write = spec.write
+            if write:
+                ctx.counted = False
             try:
                 reply = func(ctx, args if type(args) is list else list(args))
             except CommandError as exc:
@@ -442,8 +465,25 @@ class Engine:
                 reply = exc
             except Exception as exc:
                 reply = self._internal_error(spec, exc)
-        if self.tracking:
+            if write and not ctx.counted:
+                self._count_write(spec, reply)
+        if self.memory_upkeep:
             self.memory.after_call(spec, ctx.db, argv)
+        else:
+            at = spec.touch_at
+            if at:
+                # The access time of the command's key (the hot path: one dict store; a
+                # key that is not there is not stamped, or reads of missing keys would grow
+                # the table).
+                if start >= self._lru_next_ns:
+                    self._lru_tick(start)
+                if at < n:
+                    key = argv[at]
+                    db = ctx.db
+                    if key in db.data:
+                        db.access[key] = self.lru_now
+            elif spec.touch_keys:
+                self.stamp_keys(spec, ctx.db, argv)
         if type(reply) is Blocked:
             # Redis counts a blocked command when it is served or times out.
             reply.spec = spec
@@ -488,6 +528,7 @@ class Engine:
         db_index = ctx.db.index
         outer = ctx.prop_custom
         ctx.prop_custom = False
+        ctx.counted = False
         try:
             reply = spec.func(ctx, args)
         except CommandError as exc:
@@ -497,6 +538,8 @@ class Engine:
             reply = self._internal_error(spec, exc)
         finally:
             prop.depth -= 1
+        if spec.write and not ctx.counted:
+            self._count_write(spec, reply)
         rtype = type(reply)
         if (
             not ctx.prop_custom
@@ -515,6 +558,53 @@ class Engine:
                 # Where the replicas' stream will be once this call's records are sent.
                 ctx.client.woff = self.replication.offset + len(feed.buf)
         return reply
+
+    def _lru_tick(self, now_ns: int) -> None:
+        self.lru_now = (self.clock() // 1000) & _LRU_CLOCK_MAX
+        self._lru_next_ns = now_ns + _LRU_REFRESH_NS if self.clock is _wall_clock_ms else 0
+
+    def stamp_key(self, db: Database, key: bytes) -> None:
+        """Record an access to ``key`` of ``db`` now (a command that stores a key in another
+        database than the one its keys are named in: MOVE, COPY ... DB)."""
+        if self.memory_upkeep:
+            self.memory.touch(db, key)
+        else:
+            self._lru_tick(_ns())
+            db.access[key] = self.lru_now
+
+    def stamp_keys(self, spec: CommandSpec, db: Database, argv: Sequence[bytes]) -> None:
+        """Record now as the last access of the keys a call of ``spec`` named that exist
+        (memory upkeep off: Redis's LRU field, for OBJECT IDLETIME). Nothing for LOOKUP_NOTOUCH
+        commands (TYPE, TTL, EXISTS, OBJECT...). The nested calls' path (EXEC's, scripts'):
+        the top-level dispatch inlines the one-key case."""
+        at = spec.touch_at
+        if not at and not spec.touch_keys:
+            return
+        now_ns = _ns()
+        if now_ns >= self._lru_next_ns:
+            self._lru_tick(now_ns)
+        now = self.lru_now
+        data = db.data
+        access = db.access
+        if at:
+            if at < len(argv) and argv[at] in data:
+                access[argv[at]] = now
+            return
+        for key in command_keys(spec, argv) if not spec.movable else movable_keys(spec, argv):
+            if key in data:
+                access[key] = now
+
+    def _count_write(self, spec: CommandSpec, reply: Reply | Blocked) -> None:
+        # A write command that did not count its changes itself: its integer reply for the
+        # commands whose reply is that count, else one change if it succeeded (a command that
+        # blocked counts when it is served).
+        rtype = type(reply)
+        if rtype is CommandError or rtype is Blocked:
+            return
+        if spec.dirty_reply and rtype is int:
+            self.dirty += reply  # type: ignore[operator]
+        else:
+            self.dirty += 1
 
     def run_queued(self, ctx: Ctx, spec: CommandSpec, argv: Sequence[bytes]) -> Reply:
         """Run one command queued by MULTI (EXEC's loop). Blocking commands don't block.
@@ -537,6 +627,7 @@ class Engine:
         if self.propagator is not None:
             reply = self._call_propagating(spec, ctx, argv, list(argv[spec.skip :]))
         else:
+            ctx.counted = False
             try:
                 reply = func(ctx, list(argv[spec.skip :]))
             except CommandError as exc:
@@ -544,9 +635,13 @@ class Engine:
                 reply = exc
             except Exception as exc:
                 reply = self._internal_error(spec, exc)
+            if spec.write and not ctx.counted:
+                self._count_write(spec, reply)
         self.account(spec, ctx, argv, _ns() - start)
-        if self.tracking:
+        if self.memory_upkeep:
             self.memory.after_call(spec, ctx.db, argv)
+        else:
+            self.stamp_keys(spec, ctx.db, argv)
         if self.monitors:
             self.feed_monitors(ctx.client, spec, argv, ctx.client.db_index)
         if self.tracker is not None and ctx.client.tracking is not None:
@@ -617,6 +712,8 @@ class Engine:
         if read_only and ("write" in spec.flags or "may-replicate" in spec.flags):
             # Redis counts may-replicate commands (PFCOUNT) as writes in read-only scripts.
             return self._script_reject(spec, msgs.SCRIPT_WRITE_IN_READ_ONLY)
+        if self.rdb_refuses_writes and spec.write:
+            return self._script_reject(spec, msgs.MISCONF_RDB)
         if (
             spec.denyoom
             and self.memory.pre_command_oom
@@ -643,6 +740,7 @@ class Engine:
         else:
             # Not propagated: also drop what the command chose to log itself.
             mark = len(prop.ops) if prop is not None else 0
+            ctx.counted = False
             try:
                 reply = spec.func(ctx, argv[spec.skip :])
             except CommandError as exc:
@@ -650,14 +748,31 @@ class Engine:
                 reply = exc
             except Exception as exc:
                 reply = self._internal_error(spec, exc)
+            if spec.write and not ctx.counted:
+                # _count_write, inlined for scripts.
+                rtype = type(reply)
+                if rtype is not CommandError and rtype is not Blocked:
+                    self.dirty += reply if spec.dirty_reply and rtype is int else 1  # type: ignore[operator]
             if prop is not None:
                 del prop.ops[mark:]
                 feed = self.replication.feed
                 if feed is not None and prop is feed:
                     feed.forget_from(mark)
         self.account(spec, ctx, argv, _ns() - start)
-        if self.tracking:
+        if self.memory_upkeep:
             self.memory.after_call(spec, ctx.db, argv)
+        elif at := spec.touch_at:
+            # Inlined stamp_keys for one key (scripts call many commands; the clock read
+            # at the start of the call serves).
+            if start >= self._lru_next_ns:
+                self._lru_tick(start)
+            if at < n:
+                key = argv[at]
+                db = ctx.db
+                if key in db.data:
+                    db.access[key] = self.lru_now
+        elif spec.touch_keys:
+            self.stamp_keys(spec, ctx.db, argv)
         if self.monitors:
             self.feed_monitors(ctx.client, spec, argv, ctx.client.db_index, lua=True)
         if type(reply) is Blocked:
@@ -870,9 +985,11 @@ class Engine:
         self._errors_seen = self.stats_errors
         if elapsed >= self.monitor_ns:
             self.monitor(spec, blocked.ctx, blocked.argv, elapsed)
-        if self.tracking:
+        if self.memory_upkeep:
             # Served: it popped or read its keys now (sizes and access data follow).
             self.memory.after_call(spec, blocked.ctx.db, blocked.argv)
+        else:
+            self.stamp_keys(spec, blocked.ctx.db, blocked.argv)
 
     def monitor(self, spec: CommandSpec, ctx: Ctx, argv: Sequence[bytes], elapsed: int) -> None:
         """A call that took ``elapsed`` ns, at least :attr:`monitor_ns`: into the slow log
@@ -889,11 +1006,28 @@ class Engine:
             client_name=client.name or b"",
         )
 
+    def rdb_status_changed(self) -> None:
+        """Recompute :attr:`rdb_refuses_writes` after a save ended or CONFIG SET (engine lock
+        held): writes and PING are refused with MISCONF while save points are set, the last
+        save failed and ``stop-writes-on-bgsave-error`` is yes, as in Redis 7.0."""
+        cfg = self.config
+        state = self.rdb_state
+        refuses = bool(
+            state is not None
+            and not state.last_status_ok
+            and cfg.get("save")
+            and cfg.get("stop-writes-on-bgsave-error") == "yes"
+        )
+        if refuses != self.rdb_refuses_writes:
+            self.rdb_refuses_writes = refuses
+            self.admin_changed()
+
     def config_changed(self) -> None:
         """Re-read the parameters the engine caches (after CONFIG SET)."""
         self.admin_changed()
         cfg = self.config
         self.acl_sync()
+        self.rdb_status_changed()
         self.memory.configure()
         self.monitor_ns = self.diagnostics.configure(
             int(cfg.get("slowlog-log-slower-than") or 0),
@@ -1007,6 +1141,7 @@ class Engine:
                     prop = self.propagator
                     if prop is not None:
                         prop.depth += 1
+                    blocked.ctx.counted = False
                     try:
                         reply = blocked.on_ready(blocked.ctx)
                     except CommandError as exc:
@@ -1023,6 +1158,10 @@ class Engine:
                         continue
                     if type(reply) is CommandError:
                         self.count_error(reply.text)
+                    elif (
+                        not blocked.ctx.counted and blocked.spec is not None and blocked.spec.write
+                    ):
+                        self.dirty += 1
                     self._unblock(blocked)
                     self._account_unblocked(blocked, reply)
                     if prop is not None:
@@ -1096,6 +1235,7 @@ class Engine:
                 or self.tracking_clients
                 or self.replication.replicas
                 or self.replica_checks
+                or self.rdb_refuses_writes
             )
             if self.tracking_clients:
                 self.tracker_for()
@@ -1202,6 +1342,18 @@ class Engine:
         start = _ns()
         self.keyspace.active_expire()
         self.diagnostics.add_latency("expire-cycle", _wall_clock_ms(), _ns() - start)
+        if self.config.get("save"):
+            from streamworker.engine.commands.rdb import scheduled_save
+
+            scheduled_save(self)
+        if not self.memory_upkeep:
+            for db in self.keyspace.dbs:
+                access = db.access
+                if len(access) > 2 * len(db.data) + 1024:
+                    # Stamps of keys that went by a path that does not drop them: pruned
+                    # once they outnumber the keys (amortized O(1) per stamp).
+                    data = db.data
+                    db.access = {k: v for k, v in access.items() if k in data}
         if self._ready:
             self._serve_ready()
 

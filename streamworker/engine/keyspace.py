@@ -105,9 +105,9 @@ class Database:
         # CLIENT TRACKING: called with (db index, key) for every modified key and with
         # (db index, None) for a flush; None while no client tracks keys.
         self.track_hook: Callable[[int, bytes | None], None] | None = None
-        # Memory upkeep (see memory.py), kept only while the engine tracks memory: each key's
-        # size estimate (None when not tracking), the engine-wide total they add to, and each
-        # key's LRU/LFU field.
+        # Memory upkeep (see memory.py): each key's size estimate (None while the engine does
+        # not track memory) and the engine-wide total they add to; each key's LRU/LFU field
+        # (always kept: OBJECT IDLETIME reads it; only existing keys have one).
         self.sizes: dict[bytes, int] | None = None
         self.meter: SizeMeter | None = None
         self.access: dict[bytes, int] = {}
@@ -203,6 +203,8 @@ class Database:
             self.expires.pop(key, None)
         if self.sizes is not None:
             self.forget_size(key)
+        elif self.access:
+            self.access.pop(key, None)
         if self.watchers or self.track_hook is not None:
             self.touch(key)
         self._key_event(self.index, key)
@@ -227,13 +229,15 @@ class Database:
             self.expires.pop(key, None)
         if self.sizes is not None:
             self.forget_size(key)
+        elif self.access:
+            self.access.pop(key, None)
         if self.watchers or self.track_hook is not None:
             self.touch(key)
         self._key_event(self.index, key)
         return True
 
     def forget_size(self, key: bytes) -> None:
-        """Drop a deleted key's size estimate and access field (memory tracking on)."""
+        """Drop a deleted key's size estimate and access field (memory upkeep on)."""
         assert self.sizes is not None
         size = self.sizes.pop(key, None)
         if size is not None and self.meter is not None:
@@ -328,6 +332,8 @@ class Database:
         self.expired_count += 1
         if self.sizes is not None:
             self.forget_size(key)
+        elif self.access:
+            self.access.pop(key, None)
         if self.watchers or self.track_hook is not None:
             self.touch(key)
         self._key_event(self.index, key)
@@ -357,7 +363,7 @@ class Database:
 
 
 class SizeMeter:
-    """The sum of every database's key size estimates (memory tracking on; memory.py)."""
+    """The sum of every database's key size estimates (memory upkeep on; memory.py)."""
 
     __slots__ = ("total",)
 

@@ -23,7 +23,8 @@ start-up overhead (:data:`STARTUP_BYTES`) plus the estimates of every key.
 each key's estimate (``Database.sizes``) and access field (``Database.access``): after every
 write it re-estimates the keys the command named, deletions and expiry subtract theirs, and
 every command stamps the keys it looked up (except Redis's LOOKUP_NOTOUCH ones: OBJECT,
-EXISTS, TYPE, TTL...). Otherwise nothing is kept (the dispatch stays as fast as before) and
+EXISTS, TYPE, TTL...). Otherwise only the access field is kept, as an LRU stamp from the
+engine's cached LRU clock (one dict store per command: ``Engine._dispatch``), and
 ``used_memory`` is computed by a walk over the keys when asked (over the first 10,000 keys of
 a database, extrapolated, when it has more). Not charged until next written: a key that
 MOVE or COPY ... DB puts in another database.
@@ -92,7 +93,7 @@ _QUICKLIST_NODE = 32
 _LISTPACK_HEADER = 7  # 6 header bytes + the end byte
 _LIST_NODE_BYTES = 8192  # list-max-listpack-size -2
 _EMBSTR_MAX = 44
-_WALK_KEYS = 10_000  # keys measured per database when used memory is not tracked
+_WALK_KEYS = 10_000  # keys measured per database when the upkeep is off
 
 
 def alloc_size(n: int) -> int:
@@ -260,8 +261,9 @@ class MemoryManager:
         self.lfu_decay_time = 1
         self.evicted_keys = 0
         self.peak = STARTUP_BYTES
-        # Whether Database.sizes / Database.access are maintained (see the module doc).
-        self.tracking = False
+        # Whether Database.sizes are maintained and Database.access holds LRU/LFU fields (see
+        # the module doc); Engine.memory_upkeep mirrors it.
+        self.upkeep = False
         # performEvictions's verdict at the start of the current top-level command (scripts
         # refuse their first denyoom write when it was OOM).
         self.pre_command_oom = False
@@ -289,10 +291,10 @@ class MemoryManager:
         changed_kind = policy != self.policy and was_lfu != self.lfu
         self.policy = policy
         want = self.maxmemory > 0 or policy.endswith(("-lru", "-lfu"))
-        if want and not self.tracking:
-            self._start_tracking()
-        elif not want and self.tracking:
-            self._stop_tracking()
+        if want and not self.upkeep:
+            self._start_upkeep()
+        elif not want and self.upkeep:
+            self._stop_upkeep(was_lfu)
         elif want and changed_kind:
             # Switching between LRU and LFU: the fields mean something else now (Redis lets
             # them "adjust over time"; the engine restarts them from now).
@@ -303,10 +305,10 @@ class MemoryManager:
             # now), not at the next command.
             self.perform_evictions()
 
-    def _start_tracking(self) -> None:
-        self.tracking = True
+    def _start_upkeep(self) -> None:
+        self.upkeep = True
         engine = self.engine
-        engine.tracking = True
+        engine.memory_upkeep = True
         meter = self.meter = SizeMeter()
         for db in engine.keyspace.dbs:
             sizes: dict[bytes, int] = {}
@@ -316,28 +318,38 @@ class MemoryManager:
                 meter.total += size
             db.sizes = sizes
             db.meter = meter
-        self._stamp_all()
+        if self.lfu:
+            self._stamp_all()
+        else:
+            # The LRU stamps kept without the upkeep carry on; a key without one starts now.
+            stamp = self._new_field()
+            for db in engine.keyspace.dbs:
+                access = db.access
+                for key in db.data:
+                    access.setdefault(key, stamp)
 
     def _stamp_all(self) -> None:
         stamp = self._new_field()
         for db in self.engine.keyspace.dbs:
             db.access = dict.fromkeys(db.data, stamp)
 
-    def _stop_tracking(self) -> None:
-        self.tracking = False
-        self.engine.tracking = False
+    def _stop_upkeep(self, was_lfu: bool) -> None:
+        self.upkeep = False
+        self.engine.memory_upkeep = False
         self.meter = SizeMeter()
         for db in self.engine.keyspace.dbs:
             db.sizes = None
             db.meter = None
-            db.access = {}
+        if was_lfu:
+            # LFU fields are no LRU stamps: access times start again from now.
+            self._stamp_all()
 
     # -- used memory -------------------------------------------------------------------------
 
     def dataset_bytes(self) -> int:
         """The estimates of every key (kept up to date, or a walk over the keys)."""
         engine = self.engine
-        if self.tracking:
+        if self.upkeep:
             return self.meter.total
         total = 0
         for db in engine.keyspace.dbs:
@@ -414,7 +426,7 @@ class MemoryManager:
             access[key] = self.lru_clock()
 
     def after_call(self, spec: CommandSpec, db: Database, argv: Sequence[bytes]) -> None:
-        """Upkeep after a command ran (tracking on): stamp the keys it looked up,
+        """Upkeep after a command ran (upkeep on): stamp the keys it looked up,
         re-estimate those it may have written."""
         first = spec.first_key
         keys: Sequence[bytes]
@@ -582,11 +594,18 @@ def _random_key(pool: dict[bytes, Any]) -> bytes:
 
 def movable_keys(spec: CommandSpec, argv: Sequence[bytes]) -> list[bytes]:
     """The keys of a movable-keys command's call (LMPOP, ZMPOP, SORT ... STORE...), as COMMAND
-    GETKEYS finds them; none for the ones it does not know (XREAD/XREADGROUP, scripts: their
-    writes are re-estimated by the commands they run, or at the next write of the key)."""
-    from streamworker.engine.commands.server import _movable_keys
+    GETKEYS finds them, else as Redis 7.0's key specs find them (XREAD and XREADGROUP: the
+    first half of the words after STREAMS); none when neither fits the arguments."""
+    from streamworker.engine.commands.server import _keys_by_specs, _movable_keys
+    from streamworker.engine.keyspecs_data import KEY_SPECS
 
-    return _movable_keys(spec.name, list(argv)) or []
+    args = list(argv)
+    found = _movable_keys(spec.name, args)
+    if found is not None:
+        return found
+    specs = KEY_SPECS.get(spec.name)
+    by_specs = _keys_by_specs(specs, args) if specs else None
+    return [key for key, _ in by_specs] if by_specs else []
 
 
 def command_keys(spec: CommandSpec, argv: Sequence[bytes]) -> list[bytes]:

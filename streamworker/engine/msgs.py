@@ -380,6 +380,15 @@ def script_unexpected_flag(flag: str) -> str:
 
 
 # core.py
+MISCONF_RDB = (
+    "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist "
+    "to disk. Commands that may modify the data set are disabled, because this instance is "
+    "configured to report errors during writes if RDB snapshotting fails "
+    "(stop-writes-on-bgsave-error option). Please check the Redis logs for details about the "
+    "RDB error."
+)
+
+
 def misconf_aof(write_error: object) -> str:
     """A write refused because the last write to the append-only file failed."""
     return f"MISCONF Errors writing to the AOF file: {write_error}"

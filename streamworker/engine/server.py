@@ -1171,6 +1171,8 @@ async def run_server(
         finally:
             for sig, previous in installed:
                 signal.signal(sig, previous)
+        if server.stop_requested and engine.shutdown_request is None:
+            _save_at_signal(engine)
         _log.warning(
             "streamworker engine: shut down (%d connections closed)", len(server.connections)
         )
@@ -1178,6 +1180,21 @@ async def run_server(
         if aof is not None:
             aof.close()
     return 0
+
+
+def _save_at_signal(engine: Engine) -> None:
+    # Redis's SIGTERM/SIGINT shutdown saves the RDB file while save points are set. Unlike
+    # Redis, which then stays up when the save fails, the engine logs it and exits: its
+    # append-only file, when it has one, holds every write anyway.
+    from streamworker.engine.commands.rdb import save_now
+
+    with engine.lock:
+        if not engine.config.get("save"):
+            return
+        try:
+            save_now(engine, "shutdown")
+        except OSError:
+            _log.error("shutdown: the RDB file could not be saved (see the warning above)")
 
 
 def serve(options: ServerOptions) -> int:

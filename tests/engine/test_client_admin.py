@@ -1068,3 +1068,52 @@ def test_client_kill_type_pubsub_kills_subscribers_and_type_normal_the_others(pa
         assert admin.call("CLIENT", "KILL", "TYPE", "normal") == b":1\r\n", name
         assert plain.closed_by_server(), name
         admin.close()
+
+
+def test_shutdown_without_nosave_saves_while_save_points_are_set(tmp_path: object) -> None:
+    from pathlib import Path
+
+    assert isinstance(tmp_path, Path)
+    server = EngineServerProcess(tmp_path / "data").start()
+    conn = Conn(server.port)
+    conn.call("SET", "k", "v")
+    conn.call("CONFIG", "SET", "save", "3600 1")
+    conn.send("SHUTDOWN")
+    assert conn.closed_by_server()
+    assert server.proc is not None
+    assert server.proc.wait(20) == 0
+    # As Redis: a plain SHUTDOWN with save points writes the snapshot first.
+    from streamworker.engine import Engine
+    from streamworker.engine.rdb.files import load_rdb
+
+    assert load_rdb(Engine(), tmp_path / "data" / "dump.rdb").keys_loaded == 1
+
+
+def test_shutdown_without_save_points_writes_no_snapshot(tmp_path: object) -> None:
+    from pathlib import Path
+
+    assert isinstance(tmp_path, Path)
+    server = EngineServerProcess(tmp_path / "data").start()
+    conn = Conn(server.port)
+    conn.call("SET", "k", "v")
+    conn.send("SHUTDOWN")
+    assert conn.closed_by_server()
+    assert server.proc is not None
+    assert server.proc.wait(20) == 0
+    assert not (tmp_path / "data" / "dump.rdb").exists()
+
+
+def test_sigterm_saves_while_save_points_are_set(tmp_path: object) -> None:
+    from pathlib import Path
+
+    assert isinstance(tmp_path, Path)
+    server = EngineServerProcess(tmp_path / "data").start()
+    conn = Conn(server.port)
+    conn.call("SET", "k", "v")
+    conn.call("CONFIG", "SET", "save", "3600 1")
+    assert server.stop() == 0
+    # As Redis's shutdown on SIGTERM: the snapshot is written before the process exits.
+    from streamworker.engine import Engine
+    from streamworker.engine.rdb.files import load_rdb
+
+    assert load_rdb(Engine(), tmp_path / "data" / "dump.rdb").keys_loaded == 1

@@ -77,6 +77,22 @@ def test_getkeysandflags_refuses_what_getkeys_refuses(differ: Differ, call: str)
 
 
 @pytest.mark.parametrize(
+    "call",
+    [
+        "xread streams x 0",
+        "xread count 2 streams x y 0 0",
+        "xread streams x y z 0",
+        "xread streams x",
+        "xread count 1 x",
+        "xreadgroup group g c streams x >",
+        "xreadgroup group g c noack streams x y 0 0",
+    ],
+)
+def test_getkeys_finds_xread_keys_by_their_key_spec(differ: Differ, call: str) -> None:
+    differ.check("COMMAND", "GETKEYS", *shlex.split(call))
+
+
+@pytest.mark.parametrize(
     "args",
     [
         "bad_arg",

@@ -88,6 +88,7 @@ class CommandSpec:
         "arity",
         "container",
         "denyoom",
+        "dirty_reply",
         "duration_ns",
         "failed_calls",
         "first_key",
@@ -105,6 +106,8 @@ class CommandSpec:
         "skip",
         "step",
         "subcommands",
+        "touch_at",
+        "touch_keys",
         "write",
     )
 
@@ -135,8 +138,22 @@ class CommandSpec:
         self.denyoom = "denyoom" in self.flags
         self.movable = "movablekeys" in self.flags
         self.write = "write" in self.flags
+        # Its integer reply is what it changed (Redis's server.dirty increment): DEL's count.
+        self.dirty_reply = name in _DIRTY_IS_REPLY
         # Looks its keys up without touching their LRU/LFU data (Redis's LOOKUP_NOTOUCH).
         self.notouch = name in _NOTOUCH or self.container in ("object", "memory")
+        # Where the engine stamps the access time of the keys a call named (OBJECT IDLETIME):
+        # ``touch_at`` is the argv position of a command's one key (0: none, or several),
+        # ``touch_keys`` marks the commands with several (or movable) keys.
+        single = first_key > 0 and first_key == last_key
+        self.touch_at = first_key if single and not self.notouch else 0
+        # (EVAL and FCALL look nothing up themselves: their scripts' calls stamp their keys.)
+        self.touch_keys = (
+            not self.notouch
+            and not single
+            and (first_key > 0 or self.movable)
+            and name not in _SCRIPT_CALLS
+        )
         self.reset_stats()
 
     def reset_stats(self) -> None:
@@ -183,6 +200,37 @@ HISTOGRAM_BUCKETS = 44
 
 # Commands that read keys without touching their access data (LOOKUP_NOTOUCH in Redis 7.0).
 _NOTOUCH = frozenset({"exists", "type", "ttl", "pttl", "expiretime", "pexpiretime"})
+_SCRIPT_CALLS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"})
+# Write commands whose integer reply is the number of changes Redis 7.0 counts for them
+# (server.dirty): the keys DEL removed, the members SREM removed, 1 when EXPIRE set a TTL...
+_DIRTY_IS_REPLY = frozenset(
+    {
+        "del",
+        "unlink",
+        "expire",
+        "pexpire",
+        "expireat",
+        "pexpireat",
+        "persist",
+        "renamenx",
+        "move",
+        "copy",
+        "hdel",
+        "hsetnx",
+        "sadd",
+        "srem",
+        "zrem",
+        "zremrangebyrank",
+        "zremrangebyscore",
+        "zremrangebylex",
+        "lrem",
+        "xdel",
+        "xtrim",
+        "xack",
+        "xgroup|createconsumer",
+        "xgroup|destroy",
+    }
+)
 
 _MULTI_IMMEDIATE = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
 

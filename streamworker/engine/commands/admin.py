@@ -138,10 +138,10 @@ def shutdown(ctx: Ctx, args: list[bytes]) -> Reply:
     """SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: the server stops accepting, flushes and
     fsyncs its append-only file and closes every connection (no reply on success, as Redis).
 
-    SAVE writes the RDB file (``dir``/``dbfilename``) first, as Redis does; if that fails the
-    server stays up with Redis's "Errors trying to SHUTDOWN" unless FORCE is given. Without
-    SAVE no snapshot is written (the engine has no ``save`` points: its append-only file, when
-    it has one, is what persists). NOW changes nothing (there are no replicas to wait for). ABORT
+    SAVE writes the RDB file (``dir``/``dbfilename``) first, as Redis does, and so does a
+    SHUTDOWN without NOSAVE while ``save`` points are set; if that fails the server stays up
+    with Redis's "Errors trying to SHUTDOWN" unless FORCE is given. Otherwise no snapshot is
+    written (the append-only file, when there is one, is what persists). NOW changes nothing (there are no replicas to wait for). ABORT
     answers Redis's "No shutdown in progress." (a shutdown here never waits). Without a server
     (in-process) the command is refused."""
     words = set()
@@ -156,7 +156,7 @@ def shutdown(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.NO_SHUTDOWN_IN_PROGRESS)
     if ctx.client.kill is None:
         raise CommandError(msgs.ENGINE_NEEDS_CONNECTION.format("SHUTDOWN"))
-    if "save" in words:
+    if "save" in words or ("nosave" not in words and ctx.engine.config.get("save")):
         try:
             save_now(ctx.engine, "SHUTDOWN SAVE")
         except OSError:

@@ -157,7 +157,9 @@ def setbit(ctx: Ctx, args: list[bytes]) -> Reply:
     if _store(ctx, key, old is not None, overlay):
         ctx.notify(NOTIFY_STRING, b"setbit", key)
     else:
+        # Redis 7.0 counts a change only for a new bit value or a longer string.
         ctx.no_propagate()
+        ctx.changed(0)
     return before
 
 
@@ -312,6 +314,8 @@ def bitop(ctx: Ctx, args: list[bytes]) -> Reply:
     if not maxlen:
         if ctx.db.discard(dest):
             ctx.notify(NOTIFY_GENERIC, b"del", dest)
+        else:
+            ctx.changed(0)
         return 0
     if op == b"not":
         result = _invert(sources[0])
@@ -453,6 +457,10 @@ def _bitfield(ctx: Ctx, args: list[bytes], readonly_cmd: bool) -> Reply:
     else:
         overlay = _Overlay(value if value is not None else b"", (highest >> 3) + 1)
     out: list[Reply] = []
+    # Redis 7.0 counts each SET/INCRBY that changed its field, or all of them when the
+    # string had to be created or grown for them.
+    grew = not readonly and (value is None or len(value) <= highest >> 3)
+    changes = 0
     for opcode, offset, signed, bits, i64, ow in ops:
         if opcode == _GET:
             # Reads past the end (of a read-only lookup too) see zero bytes.
@@ -484,7 +492,11 @@ def _bitfield(ctx: Ctx, args: list[bytes], readonly_cmd: bool) -> Reply:
             out.append(NULL_BULK)
             continue
         out.append(ret)
-        overlay.set_bits(offset, bits, new & ((1 << bits) - 1))
+        stored = new & ((1 << bits) - 1)
+        if grew or stored != raw_old:
+            changes += 1
+        overlay.set_bits(offset, bits, stored)
+    ctx.changed(changes)
     if not readonly and _store(ctx, key, value is not None, overlay):
         # As SETBIT: the event only when the string changed.
         ctx.notify(NOTIFY_STRING, b"setbit", key)

@@ -116,19 +116,26 @@ def geoadd(ctx: Ctx, args: list[bytes]) -> Reply:
     return _zadd_generic(ctx, zargs, False)
 
 
-@command("geopos", arity=-2, flags=("readonly",), first_key=1, last_key=1, step=1)
-def geopos(ctx: Ctx, args: list[bytes]) -> Reply:
-    """GEOPOS key [member ...] -> [longitude, latitude] per member, null array if missing."""
+def _per_member(
+    ctx: Ctx, args: list[bytes], missing: Reply, render: Callable[[float, float], Reply]
+) -> Reply:
+    """GEOPOS / GEOHASH: for each member after the key, ``render(lon, lat)`` of its position,
+    or ``missing`` when it (or the key) is not there."""
     zs = ctx.db.get_typed(args[0], ZSet)
     out: list[Reply] = []
     for member in args[1:]:
         score = zs.scores.get(member) if zs is not None else None
         if score is None:
-            out.append(NULL_ARRAY)
+            out.append(missing)
             continue
-        lon, lat = geohash.decode_score(score)
-        out.append([_coord(lon), _coord(lat)])
+        out.append(render(*geohash.decode_score(score)))
     return out
+
+
+@command("geopos", arity=-2, flags=("readonly",), first_key=1, last_key=1, step=1)
+def geopos(ctx: Ctx, args: list[bytes]) -> Reply:
+    """GEOPOS key [member ...] -> [longitude, latitude] per member, null array if missing."""
+    return _per_member(ctx, args, NULL_ARRAY, lambda lon, lat: [_coord(lon), _coord(lat)])
 
 
 @command("geodist", arity=-4, flags=("readonly",), first_key=1, last_key=1, step=1)
@@ -154,16 +161,7 @@ def geodist(ctx: Ctx, args: list[bytes]) -> Reply:
 @command("geohash", arity=-2, flags=("readonly",), first_key=1, last_key=1, step=1)
 def geohash_cmd(ctx: Ctx, args: list[bytes]) -> Reply:
     """GEOHASH key [member ...] -> 11-character standard geohash per member, nil if missing."""
-    zs = ctx.db.get_typed(args[0], ZSet)
-    out: list[Reply] = []
-    for member in args[1:]:
-        score = zs.scores.get(member) if zs is not None else None
-        if score is None:
-            out.append(NULL_BULK)
-            continue
-        lon, lat = geohash.decode_score(score)
-        out.append(geohash.geohash_string(lon, lat))
-    return out
+    return _per_member(ctx, args, NULL_BULK, geohash.geohash_string)
 
 
 # --- searches -------------------------------------------------------------------------------
@@ -315,8 +313,10 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
                 ctx.notify(NOTIFY_GENERIC, b"del", storekey)
             else:
                 ctx.no_propagate()
+                ctx.changed(0)
             return 0
         ctx.no_propagate()
+        ctx.changed(0)
         return EMPTY_ARRAY
 
     if count and not sort and not any_:
@@ -325,6 +325,7 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
     points = _collect(zs, shape, count if any_ else 0)
     if not points and storekey is None:
         ctx.no_propagate()
+        ctx.changed(0)
         return EMPTY_ARRAY
     returned = len(points) if not count or len(points) < count else count
     if sort:
@@ -343,6 +344,7 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
 
     if storekey is None:
         ctx.no_propagate()
+        ctx.changed(0)
         out: list[Reply] = []
         plain = not (withdist or withhash or withcoord)
         for p in points:
@@ -360,6 +362,7 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
         return out
 
     if points:
+        ctx.changed(returned)
         result = ZSet()
         for p in points:
             result.add(p.member, p.dist if storedist else p.score)
@@ -371,6 +374,7 @@ def _search(ctx: Ctx, args: list[bytes], src_index: int, flags: int) -> Reply:
         ctx.notify(NOTIFY_GENERIC, b"del", storekey)
     else:
         ctx.no_propagate()
+        ctx.changed(0)
     return returned
 
 

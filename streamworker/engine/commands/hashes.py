@@ -70,6 +70,7 @@ def hset(ctx: Ctx, args: list[bytes]) -> Reply:
     _note_conversion(ctx, args[0], h, args[1:])
     ctx.touch(args[0])
     ctx.notify(NOTIFY_HASH, b"hset", args[0])
+    ctx.changed(len(args) // 2)  # every field given, new or not (Redis 7.0)
     return added
 
 

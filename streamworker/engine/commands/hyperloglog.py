@@ -78,6 +78,8 @@ def pfadd(ctx: Ctx, args: list[bytes]) -> Reply:
                 _store(ctx, key, hll.final_value(buf))
             ctx.no_propagate()
             raise CommandError(msgs.HLL_CORRUPTED)
+    # Redis 7.0 counts the key's creation and each register that changed.
+    ctx.changed(updated)
     if not updated:
         ctx.no_propagate()
         return 0
@@ -114,6 +116,7 @@ def pfcount(ctx: Ctx, args: list[bytes]) -> Reply:
     hll.store_cardinality(buf, card)
     _store(ctx, key, bytes(buf))
     # A read-only command that changed the string: Redis propagates it as received.
+    ctx.changed()
     ctx.propagate(list(ctx.argv))
     return card
 
@@ -174,9 +177,11 @@ def pfdebug(ctx: Ctx, args: list[bytes]) -> Reply:
             _store(ctx, key, value)
         else:
             ctx.no_propagate()
+            ctx.changed(0)
         return hll.dense_registers(value)
     if name != b"todense":
         ctx.no_propagate()
+        ctx.changed(0)
     if name == b"decode":
         if value[4] != hll.SPARSE:
             raise CommandError(msgs.HLL_NOT_SPARSE)
@@ -186,6 +191,7 @@ def pfdebug(ctx: Ctx, args: list[bytes]) -> Reply:
     if name == b"todense":
         if value[4] != hll.SPARSE:
             ctx.no_propagate()
+            ctx.changed(0)
             return 0
         dense = hll.sparse_to_dense(value)
         if dense is None:

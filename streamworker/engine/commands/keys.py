@@ -322,6 +322,7 @@ def _rename(ctx: Ctx, args: list[bytes], nx: bool) -> Reply:
     if value is None:
         raise CommandError(msgs.NO_SUCH_KEY)
     if src == dst:
+        ctx.changed(0)
         return 0 if nx else OK
     when = db.get_expire(src)
     if db.get(dst) is not None:
@@ -396,6 +397,8 @@ def copy_(ctx: Ctx, args: list[bytes]) -> Reply:
         dst.mark_big(dst_key)
     if when is not None:
         dst.set_expire(dst_key, when)
+    if dst is not ctx.db:
+        ctx.engine.stamp_key(dst, dst_key)
     ctx.engine.signal_key_ready(dst.index, dst_key)
     ctx.engine.pubsub.notify(NOTIFY_GENERIC, b"copy_to", dst_key, dst.index)
     return 1
@@ -425,6 +428,7 @@ def move(ctx: Ctx, args: list[bytes]) -> Reply:
     big = src.is_big(key)
     src.delete(key)
     dst.set(key, value)
+    ctx.engine.stamp_key(dst, key)
     if big:
         dst.mark_big(key)
     if when is not None:
@@ -550,9 +554,9 @@ def object_refcount(ctx: Ctx, args: list[bytes]) -> Reply:
 
 @command("object|idletime", arity=3, flags=("readonly",), first_key=2, last_key=2, step=1)
 def object_idletime(ctx: Ctx, args: list[bytes]) -> Reply:
-    """OBJECT IDLETIME key -> seconds since the last access; nil. Accesses are tracked while
-    ``maxmemory`` is set or an LRU/LFU policy is chosen (see memory.py); otherwise 0. Redis's
-    shared integers report the server's start."""
+    """OBJECT IDLETIME key -> seconds since the last access (a command that looked the key
+    up, LOOKUP_NOTOUCH ones aside: TYPE, TTL, EXISTS, OBJECT...); nil. Refused under an LFU
+    policy. Redis's shared integers report the server's start."""
     value = _object_value(ctx, args[0])
     if value is None:
         return NULL_BULK

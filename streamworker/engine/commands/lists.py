@@ -28,9 +28,11 @@ def _push(ctx: Ctx, args: list[bytes], left: bool, only_existing: bool) -> Reply
     lst = _list(ctx, key)
     if lst is None:
         if only_existing:
+            ctx.changed(0)
             return 0
         lst = deque()
         ctx.db.set(key, lst)
+    ctx.changed(len(args) - 1)
     if left:
         lst.extendleft(args[1:])
     else:
@@ -76,10 +78,9 @@ def _pop(ctx: Ctx, args: list[bytes], left: bool, name: str) -> Reply:
             raise CommandError(msgs.NOT_POSITIVE)
     key = args[0]
     lst = _list(ctx, key)
-    if lst is None:
-        return NULL_ARRAY if has_count else NULL_BULK
-    if has_count and not count:
-        return EMPTY_ARRAY
+    if lst is None or (has_count and not count):
+        ctx.changed(0)
+        return EMPTY_ARRAY if lst is not None else NULL_ARRAY if has_count else NULL_BULK
     if not has_count:
         value = lst.popleft() if left else lst.pop()
         out: Reply = value
@@ -87,6 +88,7 @@ def _pop(ctx: Ctx, args: list[bytes], left: bool, name: str) -> Reply:
         take = min(count, len(lst))
         pop = lst.popleft if left else lst.pop
         out = [pop() for _ in range(take)]
+    ctx.changed(len(out) if type(out) is list else 1)
     _popped(ctx, key, lst, left)
     return out
 
@@ -167,9 +169,12 @@ def ltrim(ctx: Ctx, args: list[bytes]) -> Reply:
     key = args[0]
     lst = _list(ctx, key)
     if lst is None:
+        ctx.changed(0)
         return OK
     rng = _norm_range(start, end, len(lst))
     ctx.notify(NOTIFY_LIST, b"ltrim", key)
+    # Redis 7.0 counts the elements trimmed away.
+    ctx.changed(len(lst) - (rng[1] + 1 - rng[0] if rng is not None else 0))
     if rng is None:
         ctx.db.delete(key)
         ctx.notify(NOTIFY_GENERIC, b"del", key)
@@ -200,6 +205,7 @@ def _bpop(ctx: Ctx, args: list[bytes], left: bool) -> Reply | Blocked:
 
     def retry(c: Ctx) -> Reply | None:
         # A key that became a non-list while we waited is skipped, as Redis does.
+        c.changed(0)  # served later: no change counted (Redis 7.0)
         try:
             return attempt(c)
         except CommandError:
@@ -306,11 +312,13 @@ def linsert(ctx: Ctx, args: list[bytes]) -> Reply:
     key = args[0]
     lst = _list(ctx, key)
     if lst is None:
+        ctx.changed(0)
         return 0
     try:
         index = lst.index(args[2])
     except ValueError:
         ctx.no_propagate()
+        ctx.changed(0)
         return -1
     lst.insert(index + 1 if where == b"after" else index, args[3])
     ctx.touch(key)
@@ -349,6 +357,7 @@ def _mpop_from(c: Ctx, keys: list[bytes], left: bool, count: int) -> Reply | Non
         take = min(count, len(lst))
         pop = lst.popleft if left else lst.pop
         out: list[Reply] = [pop() for _ in range(take)]
+        c.changed(take)
         _popped(c, key, lst, left)
         c.propagate([b"LPOP" if left else b"RPOP", key, str(take).encode()])
         return [key, out]
@@ -362,6 +371,7 @@ def lmpop(ctx: Ctx, args: list[bytes]) -> Reply:
     reply = _mpop_from(ctx, keys, left, count)
     if reply is None:
         ctx.no_propagate()  # nothing popped: Redis propagates nothing
+        ctx.changed(0)
         return NULL_ARRAY
     return reply
 
@@ -484,6 +494,7 @@ def lmove(ctx: Ctx, args: list[bytes]) -> Reply:
     value = _move(ctx, args[0], args[1], from_left, to_left)
     if value is None:
         ctx.no_propagate()
+        ctx.changed(0)
         return NULL_BULK
     return value
 
@@ -494,6 +505,7 @@ def rpoplpush(ctx: Ctx, args: list[bytes]) -> Reply:
     value = _move(ctx, args[0], args[1], False, True)
     if value is None:
         ctx.no_propagate()
+        ctx.changed(0)
         return NULL_BULK
     return value
 
@@ -518,6 +530,9 @@ def _blocking_move(
         # type answers it with WRONGTYPE (the list untouched) and unblocks it.
         if type(c.db.get(src)) is not deque:
             return None
+        # Redis 7.0 counts no change for a move served to a blocked client (BLMPOP's pops
+        # count, BLMOVE's and BLPOP's do not).
+        c.changed(0)
         return attempt(c)
 
     reply = attempt(ctx)

@@ -18,6 +18,8 @@ from streamworker.engine.pubsub import stringmatch
 from streamworker.engine.replies import NULL_BULK, Frames, Push, Status
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from streamworker.engine.context import ClientState, Ctx
     from streamworker.engine.replies import Reply
 
@@ -90,20 +92,41 @@ def ssubscribe(ctx: Ctx, args: list[bytes]) -> Reply:
     return Frames(frames)
 
 
+def _unsubscribe_frames(
+    ctx: Ctx,
+    kind: bytes,
+    names: list[bytes],
+    held: dict[bytes, None],
+    drop: Callable[[bytes], object],
+    count: Callable[[], int],
+) -> Reply:
+    """The (P|S)UNSUBSCRIBE reply: ``drop`` each of ``names`` (every name in ``held``, the
+    client's subscriptions of this kind, when none is given), one ``kind`` frame each with
+    ``count()`` after it; one frame with a null name when there was nothing to drop."""
+    client = ctx.client
+    frames: list[Reply] = []
+    for name in names if names else list(held):
+        drop(name)
+        frames.append(Push([kind, name, count()]))
+    if not frames:
+        frames.append(Push([kind, NULL_BULK, count()]))
+    _update_flag(client)
+    return Frames(frames)
+
+
 @command("unsubscribe", arity=-1, flags=_FLAGS)
 def unsubscribe(ctx: Ctx, args: list[bytes]) -> Reply:
     """UNSUBSCRIBE [channel ...] -> one ``unsubscribe`` frame per channel (all if none)."""
     client = ctx.client
     ps = ctx.engine.pubsub
-    frames: list[Reply] = []
-    channels = args if args else list(client.sub_channels)
-    for channel in channels:
-        ps.unsubscribe(client, channel)
-        frames.append(Push([b"unsubscribe", channel, _count(client)]))
-    if not frames:
-        frames.append(Push([b"unsubscribe", NULL_BULK, _count(client)]))
-    _update_flag(client)
-    return Frames(frames)
+    return _unsubscribe_frames(
+        ctx,
+        b"unsubscribe",
+        args,
+        client.sub_channels,
+        lambda channel: ps.unsubscribe(client, channel),
+        lambda: _count(client),
+    )
 
 
 @command("punsubscribe", arity=-1, flags=_FLAGS)
@@ -111,31 +134,30 @@ def punsubscribe(ctx: Ctx, args: list[bytes]) -> Reply:
     """PUNSUBSCRIBE [pattern ...] -> one ``punsubscribe`` frame per pattern (all if none)."""
     client = ctx.client
     ps = ctx.engine.pubsub
-    frames: list[Reply] = []
-    patterns = args if args else list(client.sub_patterns)
-    for pattern in patterns:
-        ps.punsubscribe(client, pattern)
-        frames.append(Push([b"punsubscribe", pattern, _count(client)]))
-    if not frames:
-        frames.append(Push([b"punsubscribe", NULL_BULK, _count(client)]))
-    _update_flag(client)
-    return Frames(frames)
+    return _unsubscribe_frames(
+        ctx,
+        b"punsubscribe",
+        args,
+        client.sub_patterns,
+        lambda pattern: ps.punsubscribe(client, pattern),
+        lambda: _count(client),
+    )
 
 
 @command("sunsubscribe", arity=-1, flags=_FLAGS, **_SHARD_KEYS)
 def sunsubscribe(ctx: Ctx, args: list[bytes]) -> Reply:
-    """SUNSUBSCRIBE [shardchannel ...] -> one ``sunsubscribe`` frame per channel."""
+    """SUNSUBSCRIBE [shardchannel ...] -> one ``sunsubscribe`` frame per channel (all if
+    none); its count is of shard channels only."""
     client = ctx.client
     ps = ctx.engine.pubsub
-    frames: list[Reply] = []
-    channels = args if args else list(client.sub_shard)
-    for channel in channels:
-        ps.unsubscribe(client, channel, shard=True)
-        frames.append(Push([b"sunsubscribe", channel, len(client.sub_shard)]))
-    if not frames:
-        frames.append(Push([b"sunsubscribe", NULL_BULK, len(client.sub_shard)]))
-    _update_flag(client)
-    return Frames(frames)
+    return _unsubscribe_frames(
+        ctx,
+        b"sunsubscribe",
+        args,
+        client.sub_shard,
+        lambda channel: ps.unsubscribe(client, channel, shard=True),
+        lambda: len(client.sub_shard),
+    )
 
 
 @command("publish", arity=3, flags=("pubsub", "loading", "stale", "fast"))

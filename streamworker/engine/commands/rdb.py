@@ -4,7 +4,7 @@ RESTORE follows ``restoreCommand``'s order of checks exactly: options (``REPLACE
 ``ABSTTL``, ``IDLETIME s`` / ``FREQ f``, mutually exclusive), then BUSYKEY, then the TTL, then
 the payload's version and CRC-64, then its contents ("Bad data format"). A relative TTL is
 logged to the append-only file as an absolute one (``ABSTTL``), as Redis propagates it. The
-engine tracks no access times, so IDLETIME and FREQ are checked and otherwise ignored.
+engine does not apply IDLETIME and FREQ (checked, then the key counts as accessed now).
 
 BGSAVE forks, as Redis does: the child encodes and writes the data as of the fork
 (copy-on-write) while the engine serves on, and a thread waits for it and records the outcome
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
+from streamworker.engine.config import parse_save_points
 from streamworker.engine.errors import CommandError
 from streamworker.engine.numbers import LLONG_MAX
 from streamworker.engine.pubsub import NOTIFY_GENERIC
@@ -105,6 +106,8 @@ def restore(ctx: Ctx, args: list[bytes]) -> Reply:
         if deleted:
             ctx.propagate([b"DEL", key])
             ctx.notify(NOTIFY_GENERIC, b"del", key)
+        else:
+            ctx.changed(0)
         return OK
     db.set(key, value)
     if ttl:
@@ -159,10 +162,13 @@ def save_now(engine: Engine, why: str) -> None:
     except OSError as exc:
         _log.warning("%s: cannot write %s: %s", why, _target(engine), exc)
         st.last_status_ok = False
+        engine.rdb_status_changed()
         raise
     st.last_status_ok = True
     st.saves += 1
     st.last_save_s = int(time.time())
+    engine.dirty = 0
+    engine.rdb_status_changed()
 
 
 @command("bgsave", arity=-1, flags=("admin", "noscript", "no-async-loading"))
@@ -173,9 +179,48 @@ def bgsave(ctx: Ctx, args: list[bytes]) -> Reply:
     engine = ctx.engine
     if _bgsave_running(engine):
         raise CommandError(msgs.BGSAVE_IN_PROGRESS)
+    start_bgsave(engine)
+    ctx.no_propagate()
+    return Status("Background saving started")
+
+
+def save_points(engine: Engine) -> list[tuple[int, int]]:
+    """The ``save`` parameter's (seconds, changes) pairs; empty when automatic saves are off."""
+    return parse_save_points(engine.config.get("save") or "")
+
+
+def scheduled_save(engine: Engine) -> bool:
+    """Start a BGSAVE if a save point is reached (Redis's serverCron, engine lock held):
+    at least ``changes`` changes and more than ``seconds`` since the last successful save,
+    no save running, and the last attempt succeeded or is over 5 seconds old. True if one
+    started."""
+    st = snapshot_state(engine)
+    if _bgsave_running(engine):
+        return False
+    now = int(time.time())
+    if not st.last_status_ok and now - st.last_bgsave_try_s <= _BGSAVE_RETRY_DELAY_S:
+        return False
+    for seconds, changes in save_points(engine):
+        if engine.dirty >= changes and now - st.last_save_s > seconds:
+            _log.info("%d changes in %d seconds: saving", changes, seconds)
+            start_bgsave(engine)
+            return True
+    return False
+
+
+_BGSAVE_RETRY_DELAY_S = 5  # Redis's CONFIG_BGSAVE_RETRY_DELAY
+
+
+def start_bgsave(engine: Engine) -> None:
+    """Fork (or, without fork, encode now and write from a thread) a save of the data as of
+    now; a thread records the outcome. On success the changes made before the fork are
+    taken off the change counter (those made meanwhile still count). Engine lock held; the
+    caller checked that no save is running."""
     st = snapshot_state(engine)
     path = _target(engine)
     started = time.monotonic()
+    dirty_at_fork = engine.dirty
+    st.last_bgsave_try_s = int(time.time())
     pid = _fork_writer(engine, path)
     data = build_rdb(engine) if pid is None else b""
 
@@ -199,13 +244,13 @@ def bgsave(ctx: Ctx, args: list[bytes]) -> Reply:
             if ok:
                 st.saves += 1
                 st.last_save_s = int(time.time())
+                engine.dirty = max(0, engine.dirty - dirty_at_fork)
+            engine.rdb_status_changed()
 
     st.bgsave_started = started
     thread = threading.Thread(target=write, name="streamworker-bgsave", daemon=True)
     st.bgsave_thread = thread
     thread.start()
-    ctx.no_propagate()
-    return Status("Background saving started")
 
 
 def _fork_writer(engine: Engine, path: Path) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
@@ -50,7 +51,7 @@ def _flush_mode(args: list[bytes]) -> None:
 def flushdb(ctx: Ctx, args: list[bytes]) -> Reply:
     """FLUSHDB [ASYNC|SYNC] -> OK."""
     _flush_mode(args)
-    ctx.db.flush()
+    ctx.changed(ctx.db.flush())
     return OK
 
 
@@ -58,7 +59,14 @@ def flushdb(ctx: Ctx, args: list[bytes]) -> Reply:
 def flushall(ctx: Ctx, args: list[bytes]) -> Reply:
     """FLUSHALL [ASYNC|SYNC] -> OK."""
     _flush_mode(args)
-    ctx.keyspace.flush_all()
+    ctx.changed(ctx.keyspace.flush_all())
+    if ctx.engine.config.get("save"):
+        # Redis 7.0 saves the empty dataset at once when save points are configured (the
+        # counter starts again from zero); a failed save is only logged, as there.
+        from streamworker.engine.commands.rdb import save_now
+
+        with contextlib.suppress(OSError):
+            save_now(ctx.engine, "FLUSHALL")
     return OK
 
 
@@ -250,7 +258,7 @@ def _rdb_lines(ctx: Ctx) -> list[str]:
     running = st.bgsave_started is not None
     current = int(time.monotonic() - st.bgsave_started) if st.bgsave_started is not None else -1
     return [
-        "rdb_changes_since_last_save:0",
+        f"rdb_changes_since_last_save:{ctx.engine.dirty}",
         f"rdb_bgsave_in_progress:{1 if running else 0}",
         f"rdb_last_save_time:{st.last_save_s}",
         f"rdb_last_bgsave_status:{'ok' if st.last_status_ok else 'err'}",
@@ -905,6 +913,11 @@ def _getkeys(ctx: Ctx, args: list[bytes]) -> tuple[CommandSpec, list[bytes]]:
     if (spec.arity > 0 and spec.arity != n) or n < -spec.arity:
         raise CommandError(msgs.GETKEYS_WRONG_ARITY)
     movable = _movable_keys(spec.name, args)
+    if movable is None and spec.first_key <= 0:
+        # No legacy key positions (XREAD, XREADGROUP): Redis's key specs find the keys.
+        specs = KEY_SPECS.get(spec.name, ())
+        pairs = _keys_by_specs(specs, args) if _specs_complete(specs) else None
+        movable = [key for key, _ in pairs] if pairs else []
     if movable is not None:
         if not movable and "no-mandatory-keys" not in spec.flags:
             raise CommandError(msgs.GETKEYS_INVALID_ARGUMENTS)

@@ -136,6 +136,7 @@ def spop(ctx: Ctx, args: list[bytes]) -> Reply:
     if s is None:
         # Nothing popped, nothing to replicate (Redis propagates no SPOP of a missing key).
         ctx.no_propagate()
+        ctx.changed(0)
         return NULL_BULK if count is None else SetReply()
     if count is None:
         member = random.choice(list(s))
@@ -147,6 +148,7 @@ def spop(ctx: Ctx, args: list[bytes]) -> Reply:
         popped = random.sample(list(s), min(count, len(s)))
         s.difference_update(popped)
         out = SetReply(popped)
+    ctx.changed(len(popped))
     if popped:
         _removed(ctx, key, s, b"spop")
         if count is not None and whole:
@@ -264,11 +266,14 @@ def smove(ctx: Ctx, args: list[bytes]) -> Reply:
     target = _set(ctx, dst)
     if src == dst:
         ctx.no_propagate()
+        ctx.changed(0)
         return 1 if member in source else 0
     if member not in source:
         ctx.no_propagate()
+        ctx.changed(0)
         return 0
     source.discard(member)
+    ctx.changed()
     # Redis's order: "srem" (and "del") on the source, then the destination's "new" (when
     # created) and "sadd" (only when the member was not there yet).
     _removed(ctx, src, source, b"srem")
@@ -277,6 +282,7 @@ def smove(ctx: Ctx, args: list[bytes]) -> Reply:
         ctx.db.set(dst, target)
     if member not in target:
         target.add(member)
+        ctx.changed()
         _note_conversion(ctx, dst, target, [member])
         ctx.touch(dst)
         ctx.notify(NOTIFY_SET, b"sadd", dst)
@@ -297,6 +303,7 @@ def _store_set(ctx: Ctx, dst: bytes, members: set[bytes], event: bytes) -> Reply
         ctx.notify(NOTIFY_GENERIC, b"del", dst)
     else:
         ctx.no_propagate()
+        ctx.changed(0)
     return len(members)
 
 

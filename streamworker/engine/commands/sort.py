@@ -152,6 +152,7 @@ def _sort(ctx: Ctx, args: list[bytes], readonly: bool) -> Reply:
     chosen = elements[start : end + 1] if end >= start else []
     if store is None:
         ctx.no_propagate()
+        ctx.changed(0)
         if not gets:
             return list(chosen)
         out: list[Reply] = []
@@ -170,10 +171,13 @@ def _sort(ctx: Ctx, args: list[bytes], readonly: bool) -> Reply:
             result.append(b"" if got is None else got)
     if result:
         db.set_key(store, result)
+        ctx.changed(len(result))
         ctx.signal_key_ready(store)
         ctx.notify(NOTIFY_LIST, b"sortstore", store)
     elif db.discard(store):
         ctx.notify(NOTIFY_GENERIC, b"del", store)
+    else:
+        ctx.changed(0)
     return len(result)
 
 

@@ -144,6 +144,7 @@ def _streams_reply(ctx: Ctx, served: list[tuple[bytes, list[Any]]], plain: bool 
 def _consumer(ctx: Ctx, key: bytes, g: ConsumerGroup, name: bytes, now_ms: int) -> Consumer:
     # XREADGROUP, XCLAIM and XAUTOCLAIM create a missing consumer, with Redis's event.
     if name not in g.consumers:
+        ctx.changed()  # a change of its own in Redis 7.0's count
         ctx.notify(NOTIFY_STREAM, b"xgroup-createconsumer", key)
     return g.get_or_create_consumer(name, now_ms)
 
@@ -289,6 +290,7 @@ def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
     created = False
     if s is None:
         if p is not None and p.nomkstream:
+            ctx.changed(0)
             return NULL_BULK
         s = Stream()
         created = True
@@ -759,6 +761,8 @@ def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blo
         served.append((keys[k], entries))
     if xreadgroup:
         ctx.no_propagate()
+        # Redis 7.0 counts one change per stream it answered for (and each consumer created).
+        ctx.changed(len(served))
     if served:
         return _streams_reply(ctx, served, plain)
     if timeout == -1:
@@ -826,6 +830,8 @@ class _Waiter:
             delivered: list[int] | None = [] if logged else None
             consumer = _consumer(ctx, key, g, self.consumer, ctx.engine.clock())
             entries = _read_group_new(ctx, s, g, consumer, self.count, self.noack, delivered)
+            # Served later, only a consumer created for it counts (Redis 7.0).
+            ctx.changed(0)
             if delivered is not None:
                 _log_group_read(ctx, key, g, self.consumer, created, delivered, last_before)
         else:
@@ -1018,6 +1024,10 @@ def xclaim(ctx: Ctx, args: list[bytes]) -> Reply:
             pe.delivery_count += 1
         out.append(format_id(sid) if fv is None else [format_id(sid), fv])
         claimed.append(sid)
+    # Each claim and each PEL entry dropped for a deleted stream entry is a change; a LASTID
+    # that moved the group counts on its own only when nothing else was (Redis 7.0 carries
+    # it in the claims it propagates).
+    ctx.changed(len(claimed) + len(dropped) + (moved and not claimed and not dropped))
     if ctx.propagating:
         _log_claim_effects(ctx, args[0], g, name, claimed, dropped, moved)
     return out
@@ -1120,6 +1130,7 @@ def xautoclaim(ctx: Ctx, args: list[bytes]) -> Reply:
         claimed_sids.append(sid)
         count -= 1
     cursor = b"0-0" if sid_or_none is None else format_id(sid_or_none)
+    ctx.changed(len(claimed_sids) + len(deleted))
     if ctx.propagating:
         _log_claim_effects(ctx, args[0], g, name, claimed_sids, deleted, False)
     return [cursor, claimed, deleted]
@@ -1252,6 +1263,7 @@ def xgroup_delconsumer(ctx: Ctx, args: list[bytes]) -> Reply:
     _, g = _xgroup_group(ctx, args)
     pending = g.delete_consumer(args[2])
     if pending is None:
+        ctx.changed(0)
         return 0
     ctx.notify(NOTIFY_STREAM, b"xgroup-delconsumer", args[0])
     return pending

@@ -114,6 +114,7 @@ def _set_generic(
     found = old is not None
     if (flags & _NX and found) or (flags & _XX and not found):
         ctx.no_propagate()
+        ctx.changed(0)
         return reply if flags & _GET else NULL_BULK
     db.set(key, value, keep_ttl=bool(flags & _KEEPTTL) or when is not None)
     ctx.notify(NOTIFY_STRING, b"set", key)
@@ -142,6 +143,7 @@ def setnx(ctx: Ctx, args: list[bytes]) -> Reply:
     """SETNX key value -> 1 if set, 0 if the key exists."""
     db = ctx.db
     if db.get(args[0]) is not None:
+        ctx.changed(0)
         return 0
     db.set(args[0], args[1])
     ctx.notify(NOTIFY_STRING, b"set", args[0])
@@ -178,6 +180,7 @@ def getdel(ctx: Ctx, args: list[bytes]) -> Reply:
             ctx.propagate([b"DEL", args[0]])
     else:
         ctx.no_propagate()
+        ctx.changed(0)
     return reply
 
 
@@ -187,6 +190,8 @@ def getex(ctx: Ctx, args: list[bytes]) -> Reply:
     flags, expire = _parse_set_options(args, 1, False)
     reply = get(ctx, args[:1])
     ctx.no_propagate()
+    # Counted where it changed the key (an expiry set, removed, or the key deleted).
+    ctx.changed(0)
     if reply is NULL_BULK:
         return reply
     when = _expire_ms(ctx, expire, flags, "getex") if expire is not None else None
@@ -195,14 +200,17 @@ def getex(ctx: Ctx, args: list[bytes]) -> Reply:
     if when is not None:
         if when <= ctx.now_ms():
             db.delete(key)
+            ctx.changed()
             ctx.propagate([b"DEL", key])
             ctx.notify(NOTIFY_GENERIC, b"del", key)
         else:
             db.set_expire(key, when)
+            ctx.changed()
             ctx.touch(key)
             ctx.propagate([b"PEXPIREAT", key, b"%d" % when])
             ctx.notify(NOTIFY_GENERIC, b"expire", key)
     elif flags & _PERSIST and db.persist(key):
+        ctx.changed()
         ctx.touch(key)
         ctx.propagate([b"PERSIST", key])
         ctx.notify(NOTIFY_GENERIC, b"persist", key)
@@ -303,6 +311,7 @@ def mset(ctx: Ctx, args: list[bytes]) -> Reply:
     for i in range(0, len(args), 2):
         db.set(args[i], args[i + 1])
         ctx.notify(NOTIFY_STRING, b"set", args[i])
+    ctx.changed(len(args) // 2)
     return OK
 
 
@@ -313,10 +322,12 @@ def msetnx(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.wrong_arity("msetnx"))
     db = ctx.db
     if any(db.get(args[i]) is not None for i in range(0, len(args), 2)):
+        ctx.changed(0)
         return 0
     for i in range(0, len(args), 2):
         db.set(args[i], args[i + 1])
         ctx.notify(NOTIFY_STRING, b"set", args[i])
+    ctx.changed(len(args) // 2)
     return 1
 
 
@@ -449,6 +460,7 @@ def setrange(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.WRONGTYPE)
     base = old if old is not None else b""
     if not patch:
+        ctx.changed(0)
         return len(base)
     if offset + len(patch) > _MAX_STRING:
         raise CommandError(msgs.STRING_TOO_LONG)

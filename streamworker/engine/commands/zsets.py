@@ -124,6 +124,7 @@ def _zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
     score = 0.0
     if zs is None:
         if xx:
+            ctx.changed(0)
             return (NULL_BULK if not processed else Double(score)) if incr else 0
         zs = ZSet()
         db.set(key, zs)
@@ -153,6 +154,7 @@ def _zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
             zs.add(member, score)
             added += 1
             processed += 1
+    ctx.changed(added + updated)
     if added or updated:
         ctx.touch(key)
         ctx.notify(NOTIFY_ZSET, b"zincr" if incr else b"zadd", key)
@@ -495,6 +497,7 @@ def _zpop(ctx: Ctx, args: list[bytes], reverse: bool) -> Reply:
     key = args[0]
     zs = _zset(ctx, key)
     if zs is None or count == 0:
+        ctx.changed(0)
         return EMPTY_ARRAY
     size = len(zs)
     take = min(count, size)
@@ -503,6 +506,7 @@ def _zpop(ctx: Ctx, args: list[bytes], reverse: bool) -> Reply:
         items.reverse()
     for _, m in items:
         zs.remove(m)
+    ctx.changed(len(items))
     _removed(ctx, key, zs, b"zpopmax" if reverse else b"zpopmin")
     if has_count and ctx.client.resp > 2:
         return [[m, Double(s)] for s, m in items]
@@ -586,6 +590,8 @@ def zrangestore(ctx: Ctx, args: list[bytes]) -> Reply:
     if not items:
         if ctx.db.discard(dst):
             ctx.notify(NOTIFY_GENERIC, b"del", dst)
+        else:
+            ctx.changed(0)
         return 0
     entries, value = _listpack_limits(ctx)
     # Redis creates the destination as a skiplist when a rank range gives more members than
@@ -659,6 +665,7 @@ def _pop_items(c: Ctx, key: bytes, zs: ZSet, count: int, top: bool) -> list[tupl
         items.reverse()
     for _, m in items:
         zs.remove(m)
+    c.changed(len(items))
     _removed(c, key, zs, b"zpopmax" if top else b"zpopmin")
     return items
 
@@ -705,6 +712,7 @@ def zmpop(ctx: Ctx, args: list[bytes]) -> Reply:
     reply = _zmpop_from(ctx, keys, top, count)
     if reply is None:
         ctx.no_propagate()  # nothing popped: Redis propagates nothing
+        ctx.changed(0)
         return NULL_ARRAY
     return reply
 
@@ -928,6 +936,7 @@ def _setop_store(ctx: Ctx, args: list[bytes], op: int, name: str) -> Reply:
             ctx.notify(NOTIFY_GENERIC, b"del", dst)
         else:
             ctx.no_propagate()
+            ctx.changed(0)
         return 0
     ctx.db.set_key(dst, _new_zset(ctx, scores.items()))
     ctx.signal_key_ready(dst)

@@ -21,6 +21,7 @@ which rejects such an overflow wherever a sparse value is decoded (count, merge,
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Final
 
 __all__ = [
@@ -205,38 +206,57 @@ def _zero_seq(length: int) -> bytes:
     return bytes((length - 1,))
 
 
-def sparse_to_dense(buf: bytes | bytearray, end: int | None = None) -> bytearray | None:
-    """The dense form of a sparse value (header copied, encoding set to dense), or None when
-    the opcodes do not cover exactly 16384 registers. ``end`` is the value's length when
-    ``buf`` is a work buffer with a tail byte."""
-    dense = bytearray(DENSE_SIZE)
-    dense[0:HDR_SIZE] = buf[0:HDR_SIZE]
-    dense[4] = DENSE
-    idx = 0
+def _sparse_runs(buf: bytes | bytearray, end: int | None = None) -> Iterator[tuple[int, int]]:
+    """The runs of a sparse value's opcodes in register order, as (length, register value)
+    pairs: value 0 for ZERO and XZERO runs, 1..32 for VAL runs. ``end`` is the value's
+    length when ``buf`` is a work buffer with a tail byte. Nothing is checked: the callers
+    refuse a value whose runs pass register 16383 or stop short of it (:func:`_covered`)."""
     p = HDR_SIZE
     if end is None:
         end = len(buf)
     while p < end:
         b = buf[p]
         if b & 0xC0 == 0:
-            runlen = (b & 0x3F) + 1
+            yield (b & 0x3F) + 1, 0
             p += 1
         elif b & 0x80 == 0:
-            runlen = _xzero_len(buf, p)
+            yield _xzero_len(buf, p), 0
             p += 2
         else:
-            runlen = (b & 3) + 1
-            value = ((b >> 2) & 0x1F) + 1
-            if runlen + idx > REGISTERS:
-                return None
-            for i in range(idx, idx + runlen):
-                dense_put(dense, i, value)
+            yield (b & 3) + 1, ((b >> 2) & 0x1F) + 1
             p += 1
-        if runlen + idx > REGISTERS:
+
+
+def _covered(
+    buf: bytes | bytearray, end: int | None = None
+) -> Iterator[tuple[int, int, int]] | None:
+    """The runs of a sparse value as (first register, length, value), or None when they do
+    not cover exactly the 16384 registers (a corrupted value, which every reader refuses
+    before using any of it)."""
+    runs: list[tuple[int, int, int]] = []
+    idx = 0
+    for run, value in _sparse_runs(buf, end):
+        if idx + run > REGISTERS:
             return None
-        idx += runlen
-    if idx != REGISTERS:
+        runs.append((idx, run, value))
+        idx += run
+    return iter(runs) if idx == REGISTERS else None
+
+
+def sparse_to_dense(buf: bytes | bytearray, end: int | None = None) -> bytearray | None:
+    """The dense form of a sparse value (header copied, encoding set to dense), or None when
+    the opcodes do not cover exactly 16384 registers. ``end`` is the value's length when
+    ``buf`` is a work buffer with a tail byte."""
+    runs = _covered(buf, end)
+    if runs is None:
         return None
+    dense = bytearray(DENSE_SIZE)
+    dense[0:HDR_SIZE] = buf[0:HDR_SIZE]
+    dense[4] = DENSE
+    for first, run, value in runs:
+        if value:
+            for i in range(first, first + run):
+                dense_put(dense, i, value)
     return dense
 
 
@@ -437,29 +457,11 @@ def _histogram(buf: bytes | bytearray) -> list[int] | None:
         for r in dense_registers(buf):
             histo[r] += 1
         return histo
-    idx = 0
-    p = HDR_SIZE
-    end = len(buf)
-    while p < end:
-        b = buf[p]
-        if b & 0xC0 == 0:
-            run = (b & 0x3F) + 1
-            bucket = 0
-            p += 1
-        elif b & 0x80 == 0:
-            run = _xzero_len(buf, p)
-            bucket = 0
-            p += 2
-        else:
-            run = (b & 3) + 1
-            bucket = ((b >> 2) & 0x1F) + 1
-            p += 1
-        if run + idx > REGISTERS:
-            return None
-        histo[bucket] += run
-        idx += run
-    if idx != REGISTERS:
+    runs = _covered(buf)
+    if runs is None:
         return None
+    for _, run, value in runs:
+        histo[value] += run
     return histo
 
 
@@ -524,30 +526,15 @@ def merge_max(registers: bytearray, buf: bytes | bytearray) -> bool:
             if r > registers[i]:
                 registers[i] = r
         return True
-    i = 0
-    p = HDR_SIZE
-    end = len(buf)
-    while p < end:
-        b = buf[p]
-        if b & 0xC0 == 0:
-            run = (b & 0x3F) + 1
-            p += 1
-        elif b & 0x80 == 0:
-            run = _xzero_len(buf, p)
-            p += 2
-        else:
-            run = (b & 3) + 1
-            value = ((b >> 2) & 0x1F) + 1
-            if run + i > REGISTERS:
-                return False
-            for j in range(i, i + run):
+    runs = _covered(buf)
+    if runs is None:
+        return False
+    for first, run, value in runs:
+        if value:
+            for j in range(first, first + run):
                 if value > registers[j]:
                     registers[j] = value
-            p += 1
-        if run + i > REGISTERS:
-            return False
-        i += run
-    return i == REGISTERS
+    return True
 
 
 def raw_histogram(registers: bytearray) -> list[int]:

@@ -84,6 +84,7 @@ class SnapshotState:
     saves: int = 0
     last_status_ok: bool = True
     last_bgsave_time_s: int = -1
+    last_bgsave_try_s: int = 0
     bgsave_started: float | None = None
     bgsave_thread: threading.Thread | None = None
     keys_loaded: int = 0
@@ -267,11 +268,15 @@ def load_rdb_bytes(engine: Engine, data: bytes) -> LoadStats:
     if stats.libraries:
         _load_libraries(engine, stats)
     dbs = engine.keyspace.dbs
+    # Loaded keys were last accessed at the load (the IDLE/FREQ records are skipped).
+    loaded_at = (now // 1000) & 0xFFFFFF
     for dbi, key, value, when in loaded:
         db = dbs[dbi]
         if key in db.data:
             raise RdbFormatError(f"duplicate key {key!r} in database {dbi}", 0)
         db.data[key] = value
+        if not engine.memory_upkeep:
+            db.access[key] = loaded_at
         if when is not None:
             db.set_expire(key, when)
         stats.keys_loaded += 1
