@@ -427,11 +427,11 @@ class NextRead:
 
     Each batch ends with one Redis call of its strategy (the XACK, or the apply script that acks),
     after which the loop reads the next batch: two round trips. A strategy that ends with
-    :func:`xack_then_read` (or :meth:`LuaScript.then_read`) sends the offered read behind its call, in the same write on the same
-    connection. Redis runs a connection's commands in order, so the read still happens after the
-    ack, never before: this consumer never holds more than the batch in hand, exactly as with two
-    round trips (what is pending at a crash does not change), but the batch costs one round trip
-    fewer.
+    :func:`xack_then_read` (or :meth:`LuaScript.then_read`) sends the offered read behind its
+    call, in the same write on the same connection. Redis runs a connection's commands in order,
+    so the read still happens after the ack, never before: this consumer never holds more than
+    the batch in hand (at a crash, at most that batch is pending, as with two round trips), but
+    the batch costs one round trip fewer.
 
     The loop offers it (:meth:`offer`) only for ``>`` reads of its own task, and only while it is
     not stopping; the reply (or the error the read met) waits here for :meth:`take`. Calls from
@@ -471,9 +471,8 @@ class NextRead:
     @contextlib.contextmanager
     def offer(self) -> Iterator[None]:
         """Within the block, the current task's :func:`xack_then_read` (or
-        :meth:`LuaScript.then_read`) may send the read.
-        Redis Cluster and other client types never piggyback (a read of another slot's node
-        could not share the connection)."""
+        :meth:`LuaScript.then_read`) may send the read. Redis Cluster and other client types
+        never take it (a read of another slot's node could not share the connection)."""
         if type(self._client) is not aioredis.Redis:
             yield
             return
