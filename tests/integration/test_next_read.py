@@ -41,6 +41,13 @@ def _setup(sync: redis.Redis, n: int) -> list[bytes]:
     return [sync.xadd(STREAM, {"n": str(i)}) for i in range(n)]
 
 
+def _two_of_four_pending(sync: redis.Redis) -> list[bytes]:
+    """Four entries, the first two read by the consumer (its batch in hand)."""
+    ids = _setup(sync, 4)
+    sync.xreadgroup(GROUP, NAME, {STREAM: ">"}, count=2)
+    return ids
+
+
 def _pending(sync: redis.Redis) -> list[bytes]:
     return [r["message_id"] for r in sync.xpending_range(STREAM, GROUP, "-", "+", 1000)]
 
@@ -52,8 +59,7 @@ def _slot(client: aioredis.Redis, *, count: int = 2, wanted: bool = True) -> Nex
 async def test_the_read_goes_out_behind_the_ack_and_waits_for_the_loop(
     client: aioredis.Redis, redis_client: redis.Redis
 ) -> None:
-    ids = _setup(redis_client, 4)
-    redis_client.xreadgroup(GROUP, NAME, {STREAM: ">"}, count=2)
+    ids = _two_of_four_pending(redis_client)
     slot = _slot(client)
     with slot.offer():
         assert await xack_then_read(client, STREAM, GROUP, ids[:2]) == 2
@@ -67,8 +73,7 @@ async def test_the_read_goes_out_behind_the_ack_and_waits_for_the_loop(
 async def test_without_an_offer_the_ack_reads_nothing(
     client: aioredis.Redis, redis_client: redis.Redis
 ) -> None:
-    ids = _setup(redis_client, 4)
-    redis_client.xreadgroup(GROUP, NAME, {STREAM: ">"}, count=2)
+    ids = _two_of_four_pending(redis_client)
     slot = _slot(client)
     assert await xack_then_read(client, STREAM, GROUP, ids[:2]) == 2
     assert not slot.holding()
@@ -78,8 +83,7 @@ async def test_without_an_offer_the_ack_reads_nothing(
 async def test_a_stopping_loop_is_offered_nothing(
     client: aioredis.Redis, redis_client: redis.Redis
 ) -> None:
-    ids = _setup(redis_client, 4)
-    redis_client.xreadgroup(GROUP, NAME, {STREAM: ">"}, count=2)
+    ids = _two_of_four_pending(redis_client)
     slot = _slot(client, wanted=False)
     with slot.offer():
         await xack_then_read(client, STREAM, GROUP, ids[:2])
@@ -91,8 +95,7 @@ async def test_another_task_never_takes_the_offer(
     client: aioredis.Redis, redis_client: redis.Redis
 ) -> None:
     """The reclaimer's batches run in their own task: their acks must not read for the loop."""
-    ids = _setup(redis_client, 4)
-    redis_client.xreadgroup(GROUP, NAME, {STREAM: ">"}, count=2)
+    ids = _two_of_four_pending(redis_client)
     slot = _slot(client)
     with slot.offer():
         # A task created inside the offer inherits the context, not the ownership.
@@ -104,8 +107,7 @@ async def test_another_task_never_takes_the_offer(
 async def test_another_client_never_takes_the_offer(
     client: aioredis.Redis, redis_client: redis.Redis, redis_url: str
 ) -> None:
-    ids = _setup(redis_client, 4)
-    redis_client.xreadgroup(GROUP, NAME, {STREAM: ">"}, count=2)
+    ids = _two_of_four_pending(redis_client)
     other = aioredis.Redis.from_url(redis_url)
     slot = _slot(client)
     try:
@@ -133,8 +135,7 @@ async def test_a_failed_ack_still_keeps_the_reply_of_the_read(
 async def test_a_discarded_reply_leaves_its_entries_pending_for_the_backlog(
     client: aioredis.Redis, redis_client: redis.Redis
 ) -> None:
-    ids = _setup(redis_client, 4)
-    redis_client.xreadgroup(GROUP, NAME, {STREAM: ">"}, count=2)
+    ids = _two_of_four_pending(redis_client)
     slot = _slot(client)
     with slot.offer():
         await xack_then_read(client, STREAM, GROUP, ids[:2])

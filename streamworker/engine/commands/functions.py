@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
+from streamworker.engine.commands.scripting import script_reply
 from streamworker.engine.errors import CommandError
 from streamworker.engine.functions import (
     ENGINE_NAME,
@@ -143,25 +144,7 @@ def _fcall(ctx: Ctx, args: list[bytes], read_only: bool) -> Reply:
     engine = ctx.engine
     errors_before = engine.stats_errors + engine.stats_rejected
     reply = runtime.call(ctx, fn, ctx.argv, args[2:split], args[split:], read_only)
-    if type(reply) is CommandError:
-        if not _counted_in_script(ctx, errors_before, reply):
-            # Raised, core counts it for INFO errorstats.
-            raise reply
-        # Passed on from redis.call, counted when it happened: Redis replies it without
-        # counting it again, yet the call failed (commandstats).
-        spec = engine.table.get(ctx.argv[0].lower())
-        if spec is not None:
-            spec.failed_calls += 1
-    return reply
-
-
-def _counted_in_script(ctx: Ctx, errors_before: int, reply: CommandError) -> bool:
-    # As for EVAL: an error the function got from redis.call was counted when it failed.
-    engine = ctx.engine
-    if engine.stats_errors + engine.stats_rejected == errors_before:
-        return False
-    inner = engine.last_error_text
-    return reply.text == inner or reply.text.startswith(inner + " script: ")
+    return script_reply(ctx, errors_before, reply)  # counted as EVAL's
 
 
 if lua_available():

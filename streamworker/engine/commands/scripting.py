@@ -66,15 +66,21 @@ def _eval_generic(ctx: Ctx, args: list[bytes], by_sha: bool, read_only: bool) ->
     engine = ctx.engine
     errors_before = engine.stats_errors + engine.stats_rejected
     reply = runtime.run(ctx, script, args[2:split], args[split:], read_only)
-    if type(reply) is CommandError:
-        if not _counted_in_script(engine, errors_before, reply):
-            # Raised, core counts it for INFO errorstats.
-            raise reply
-        # Passed on from redis.call, counted when it happened: Redis replies it without
-        # counting it again, yet the call failed (commandstats).
-        spec = engine.table.get(ctx.argv[0].lower())
-        if spec is not None:
-            spec.failed_calls += 1
+    return script_reply(ctx, errors_before, reply)
+
+
+def script_reply(ctx: Ctx, errors_before: int, reply: Reply) -> Reply:
+    """The reply of an EVAL or FCALL whose script ran (``errors_before``: the engine's error
+    and rejection counts before it). An error the script made itself is raised, for the core to
+    count as the call's; one passed on from ``redis.call`` was counted when that command failed:
+    Redis replies it without counting it again, yet the call failed (commandstats)."""
+    if type(reply) is not CommandError:
+        return reply
+    if not _counted_in_script(ctx.engine, errors_before, reply):
+        raise reply
+    spec = ctx.engine.table.get(ctx.argv[0].lower())
+    if spec is not None:
+        spec.failed_calls += 1
     return reply
 
 
