@@ -94,3 +94,15 @@ def test_the_contents_of_a_dumped_hashtable_hash_match_redis(differ: Differ) -> 
     differ.check("HGET", "h", "field:599")
     assert differ.real.call("HGET", "from-engine", "field:599") == b"$1\r\nv\r\n"
     assert differ.fake.call("HGET", "from-redis", "field:599") == b"$1\r\nv\r\n"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="RESTORE's IDLETIME and FREQ are validated but not applied: the restored key counts "
+    "as accessed now",
+)
+def test_restore_idletime_sets_the_keys_idle_time(differ: Differ) -> None:
+    differ.both("SET", "src", "value")
+    payload = _payload(differ.real.call("DUMP", "src"))
+    differ.check("RESTORE", "dst", "0", payload, "IDLETIME", "1000")
+    differ.check("OBJECT", "IDLETIME", "dst")
