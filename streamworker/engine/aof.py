@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamworker.engine.aof_rewrite import (
+    encode_call,
     encode_record,
     rewrite_records,
     select_record,
@@ -476,20 +477,15 @@ class AppendOnlyFile:
         if now != self._last_ts:
             out += b"#T:%d\r\n" % now
             self._last_ts = now
-        wrap = len(ops) > 1
-        if wrap:
-            first_db = ops[0][0]
-            if first_db != self._db:
-                out += select_record(first_db)
-                self._db = first_db
-            out += _MULTI
-        for db, argv in ops:
-            if db != self._db:
-                out += select_record(db)
-                self._db = db
-            encode_record(out, argv)
-        if wrap:
-            out += _EXEC
+        self._db = encode_call(
+            out,
+            ops,
+            self._db,
+            encode=encode_record,
+            select=select_record,
+            multi=_MULTI,
+            exec_=_EXEC,
+        )
         ops.clear()
 
     def after_execute(self) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from streamworker.engine import msgs
+from streamworker.engine.aof_rewrite import encode_call
 from streamworker.engine.context import RawPush
 from streamworker.engine.errors import CommandError
 
@@ -120,21 +121,15 @@ class ReplicationFeed:
             if self.file_only:
                 hidden = set(self.file_only)
                 sent = [op for i, op in enumerate(ops) if i not in hidden]
-            out = self.buf
-            wrap = len(sent) > 1
-            if wrap:
-                # Redis gives MULTI the first record's database, so its SELECT comes first.
-                if sent[0][0] != rep.db:
-                    out += _select(sent[0][0])
-                    rep.db = sent[0][0]
-                out += _MULTI
-            for db, argv in sent:
-                if db != rep.db:
-                    out += _select(db)
-                    rep.db = db
-                encode_command(out, argv)
-            if wrap:
-                out += _EXEC
+            rep.db = encode_call(
+                self.buf,
+                sent,
+                rep.db,
+                encode=encode_command,
+                select=_select,
+                multi=_MULTI,
+                exec_=_EXEC,
+            )
         inner = self.inner
         if inner is not None:
             if self.replica_only:
