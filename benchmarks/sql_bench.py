@@ -181,7 +181,8 @@ async def _drive(redis_url: str, strategy: Strategy, invoke: Invoke, batch: int)
                 )
                 for eid, fields in entries
             ]
-            outcomes = await strategy.process(messages, invoke)
+            # Read with '>' just now: fresh, as the consume loop says of such a batch.
+            outcomes = await strategy.process(messages, invoke, fresh=True)
             done += sum(1 for o in outcomes if o.acked)
     finally:
         await client.aclose()
@@ -221,6 +222,7 @@ async def run_variant(redis_url: str, db: SqlDatabase, variant: str, n: int, bat
             group=GROUP,
             consumer=CONSUMER,
             max_deliveries=5,
+            claim_idle_ms=60_000,  # the App default, as the worker passes it
             is_async=False,
             run_sync=run_sync,
         )

@@ -40,6 +40,11 @@ class Invoke(Protocol):
     handler is to run (not the duplicates, nor the ones claimed away) instead of the invoke for
     each."""
 
+    batch_inline: BatchInlineInvoke | None
+    """The blocking form of :attr:`batch` (a ``def`` batch handler whose arguments need nothing
+    awaited), to be called from a pool thread: a strategy doing the batch's database work in one
+    thread hop calls the handler there too. Same result as awaiting :attr:`batch`."""
+
     def __call__(self, msg: Message[Any], provided: Mapping[type, Any], /) -> Awaitable[Outcome]:
         """Run the handler for ``msg``."""
         ...
@@ -58,12 +63,17 @@ class BatchInvoke(Protocol):
         ...
 
 
+BatchInlineInvoke = Callable[[Sequence[Message[Any]], Mapping[type, Any]], BatchOutcomes]
+"""The blocking form of a :class:`BatchInvoke`, to be called from a pool thread."""
+
+
 class CoroutineInvoke:
     """An :class:`Invoke` made of a coroutine function, without a blocking form (for tools and
     tests that drive a strategy with their own handler runner)."""
 
     inline: InlineInvoke | None = None
     batch: BatchInvoke | None = None
+    batch_inline: BatchInlineInvoke | None = None
 
     def __init__(
         self, func: Callable[[Message[Any], Mapping[type, Any]], Awaitable[Outcome]]
@@ -90,9 +100,11 @@ class Strategy(Protocol):
     ) -> list[Outcome]:
         """Handle ``batch``; return one outcome per message, in order.
 
-        ``fresh``: every message was delivered to this consumer by a ``>`` read moments ago
-        (well within ``claim_idle_ms``), so no other consumer can have claimed one yet; a
-        strategy may skip its ownership check before the handlers (never the one with the ack).
+        ``fresh``: every message was delivered to this consumer by a ``>`` read sent less than
+        half of ``claim_idle_ms`` ago, so no other consumer can have claimed one yet; a strategy
+        may skip its ownership check before the handlers (never the one with the ack). One whose
+        check guards more than the handlers (the SQL strategy's: its processed rows) may skip it
+        only for what completes before the other half has passed too, by its own clock.
         """
         ...
 
@@ -117,6 +129,8 @@ class HandlerConfig(Protocol):
     def dedup_window_ms(self) -> int: ...
     @property
     def is_async(self) -> bool: ...
+    @property
+    def claim_idle_ms(self) -> int: ...
 
 
 class WorkerConfig(Protocol):

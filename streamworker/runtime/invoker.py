@@ -83,6 +83,15 @@ class HandlerInvoker:
         self.batch: (
             Callable[[Sequence[Message[Any]], Mapping[type, Any]], Awaitable[BatchOutcomes]] | None
         ) = self._call_batch if spec.batch else None
+        # The blocking form of :attr:`batch` (a ``def`` batch handler whose arguments need
+        # nothing awaited), for a strategy that runs the batch's database work in one pool thread.
+        self.batch_inline: (
+            Callable[[Sequence[Message[Any]], Mapping[type, Any]], BatchOutcomes] | None
+        ) = (
+            self._call_batch_inline
+            if spec.batch and not self._is_async and self._plain_arguments
+            else None
+        )
         # The usual handler, ``async def handle(msg)``: called with the message, nothing to look up.
         params = spec.plan.params
         self._message_only = (
@@ -188,6 +197,50 @@ class HandlerInvoker:
     ) -> BatchOutcomes:
         """Call the batch handler once with the messages not decided before (see
         :class:`~streamworker.idempotency.base.BatchInvoke`)."""
+        outcomes, run, at = self._split_batch(msgs)
+        raised = False
+        if run:
+            spec = self._spec
+            started = time.perf_counter()
+            try:
+                if self._plain_arguments:
+                    kwargs = self._resolver.arguments_inline(spec.plan, run, provided)
+                    result = await self._call(kwargs)
+                else:
+                    async with self._resolver.arguments(spec.plan, run, dict(provided)) as kwargs:
+                        result = await self._call(kwargs)
+                ran = self._batch_returned(run, result, started)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                ran, raised = self._batch_raised(run, exc, started), True
+            for i, outcome in zip(at, ran, strict=True):
+                outcomes[i] = outcome
+        return _joined(outcomes, raised)
+
+    def _call_batch_inline(
+        self, msgs: Sequence[Message[Any]], provided: Mapping[type, Any]
+    ) -> BatchOutcomes:
+        # Runs in a pool thread (the caller's): the same steps as _call_batch, nothing awaited.
+        outcomes, run, at = self._split_batch(msgs)
+        raised = False
+        if run:
+            spec = self._spec
+            started = time.perf_counter()
+            try:
+                kwargs = self._resolver.arguments_inline(spec.plan, run, provided)
+                ran = self._batch_returned(run, spec.func(**kwargs), started)
+            except Exception as exc:
+                ran, raised = self._batch_raised(run, exc, started), True
+            for i, outcome in zip(at, ran, strict=True):
+                outcomes[i] = outcome
+        return _joined(outcomes, raised)
+
+    def _split_batch(
+        self, msgs: Sequence[Message[Any]]
+    ) -> tuple[list[Outcome | None], list[Message[Any]], list[int]]:
+        """The outcomes known before the call (verdicts; NOT_STARTED for all when stopping),
+        the messages to pass and their positions in ``msgs``."""
         outcomes: list[Outcome | None] = [None] * len(msgs)
         run: list[Message[Any]] = []
         at: list[int] = []
@@ -201,43 +254,31 @@ class HandlerInvoker:
         if run and self._stopping():
             for i in at:
                 outcomes[i] = NOT_STARTED
-            run = []
-        raised = False
-        if run:
-            ran, raised = await self._run_batch(run, provided)
-            for i, outcome in zip(at, ran, strict=True):
-                outcomes[i] = outcome
-        done = [o for o in outcomes if o is not None]
-        assert len(done) == len(msgs)
-        return BatchOutcomes(done, raised=raised)
+            run, at = [], []
+        return outcomes, run, at
 
-    async def _run_batch(
-        self, run: list[Message[Any]], provided: Mapping[type, Any]
-    ) -> tuple[list[Outcome], bool]:
+    def _batch_raised(
+        self, run: list[Message[Any]], exc: Exception, started: float
+    ) -> list[Outcome]:
         spec = self._spec
-        started = time.perf_counter()
-        try:
-            if self._plain_arguments:
-                kwargs = self._resolver.arguments_inline(spec.plan, run, provided)
-                result = await self._call(kwargs)
-            else:
-                async with self._resolver.arguments(spec.plan, run, dict(provided)) as kwargs:
-                    result = await self._call(kwargs)
-            outcomes = batch_outcomes(result, run, spec.max_deliveries)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._timings.append(time.perf_counter() - started)
-            if isinstance(exc, BadBatchResult):
-                self._log.error("batch_result_invalid", error=str(exc), batch=len(run))
-            else:
-                self._log.warning(
-                    "batch_handler_failed",
-                    error=f"{type(exc).__name__}: {exc}",
-                    batch=len(run),
-                    exc_info=exc,
-                )
-            return [decide(exc, m.delivery_count, spec.max_deliveries) for m in run], True
+        self._timings.append(time.perf_counter() - started)
+        if isinstance(exc, BadBatchResult):
+            self._log.error("batch_result_invalid", error=str(exc), batch=len(run))
+        else:
+            self._log.warning(
+                "batch_handler_failed",
+                error=f"{type(exc).__name__}: {exc}",
+                batch=len(run),
+                exc_info=exc,
+            )
+        return [decide(exc, m.delivery_count, spec.max_deliveries) for m in run]
+
+    def _batch_returned(
+        self, run: list[Message[Any]], result: Any, started: float
+    ) -> list[Outcome]:
+        """The outcomes of a batch call that returned ``result``; raises BadBatchResult when it
+        is not a result map."""
+        outcomes = batch_outcomes(result, run, self._spec.max_deliveries)
         self._timings.append(time.perf_counter() - started)
         for i, (msg, outcome) in enumerate(zip(run, outcomes, strict=True)):
             if outcome.action is Action.ACK:
@@ -255,7 +296,7 @@ class HandlerInvoker:
             self._log.debug(
                 "batch_handled", batch=len(run), duration_s=time.perf_counter() - started
             )
-        return outcomes, False
+        return outcomes
 
     def _conclude(
         self, msg: Message[Any], started: float, exc: BaseException | None, result: Any = None
@@ -327,3 +368,9 @@ def make_invoker(
     return HandlerInvoker(
         spec, resolver=resolver, threads=threads, metrics=metrics, stopping=stopping, log=log
     )
+
+
+def _joined(outcomes: list[Outcome | None], raised: bool) -> BatchOutcomes:
+    done = [o for o in outcomes if o is not None]
+    assert len(done) == len(outcomes)
+    return BatchOutcomes(done, raised=raised)

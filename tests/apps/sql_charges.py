@@ -40,6 +40,7 @@ _record, _die, _at = _plan.record, _plan.die, _plan.at
 
 
 _commit = sql.SqlStrategy._commit
+_commit_in_thread = sql.SqlStrategy._commit_in_thread
 _xack = sql.SqlStrategy._xack
 
 
@@ -49,6 +50,13 @@ async def _commit_or_die(self: sql.SqlStrategy, tx: Any) -> BaseException | None
     return await _commit(self, tx)
 
 
+def _commit_in_thread_or_die(self: sql.SqlStrategy, tx: Any) -> BaseException | None:
+    # The commit of a fresh batch of a batch handler, in the handler's thread.
+    if _at("before_commit"):
+        _die("before_commit")
+    return _commit_in_thread(self, tx)
+
+
 async def _xack_or_die(self: sql.SqlStrategy, ids: Any) -> None:
     if _at("after_commit"):
         _die("after_commit")
@@ -56,6 +64,7 @@ async def _xack_or_die(self: sql.SqlStrategy, ids: Any) -> None:
 
 
 sql.SqlStrategy._commit = _commit_or_die  # type: ignore[method-assign]
+sql.SqlStrategy._commit_in_thread = _commit_in_thread_or_die  # type: ignore[method-assign]
 sql.SqlStrategy._xack = _xack_or_die  # type: ignore[method-assign]
 
 

@@ -28,6 +28,30 @@ def test_sortable_id_round_trips() -> None:
     assert sortable_id("5-1") == "00000000000000000005-00000000000000000001"
 
 
+@pytest.mark.parametrize(
+    "entry_id",
+    [
+        "0-0",
+        "1-1",
+        "1700000000000-3",
+        "18446744073709551615-18446744073709551615",
+        "007-01",  # leading zeros: stored as the number they spell
+        "000000000000000000000000007-1",  # longer than 20 digits with its zeros
+        "١٢-3",  # digits of another script: int() reads them
+    ],
+)
+def test_sortable_id_is_the_zero_padded_number_pair(entry_id: str) -> None:
+    ms, _, seq = entry_id.partition("-")
+    assert sortable_id(entry_id) == f"{int(ms):020d}-{int(seq):020d}"
+    assert stream_id(sortable_id(entry_id)) == f"{int(ms)}-{int(seq)}"
+
+
+@pytest.mark.parametrize("bad", ["x-1", "00000000000000000005-0000000000000000000a", "5"])
+def test_stream_id_rejects_what_is_not_a_stored_id(bad: str) -> None:
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        stream_id(bad)
+
+
 @pytest.mark.parametrize("bad", ["", "5", "a-1", "5-", "-1", "5-1-2"])
 def test_sortable_id_rejects_what_is_not_an_entry_id(bad: str) -> None:
     with pytest.raises(ValueError, match="not a stream entry id"):

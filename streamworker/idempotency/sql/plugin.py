@@ -153,6 +153,7 @@ class SqlPlugin:
             group=spec.group,
             consumer=context.consumer,
             max_deliveries=spec.max_deliveries,
+            claim_idle_ms=spec.claim_idle_ms,
             is_async=spec.is_async,
             run_sync=context.run_sync,
             on_timeout=context.on_timeout,

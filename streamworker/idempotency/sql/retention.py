@@ -27,6 +27,11 @@ Races, and why the rule holds anyway:
   That is why step 2 of a batch (:mod:`.strategy`) checks ownership *after* the claim INSERT: if the message is still pending and
   ours at that moment, it was never acked, so its row (if any) was never pruned, and any other
   holder that claims it later blocks on our uncommitted row. If it is not ours any more, we skip it.
+  A claim that completes less than ``claim_idle_ms`` after the ``>`` read that delivered the
+  message needs no check: no other consumer may claim it before then (the reclaimer takes
+  entries idle past ``claim_idle_ms``), so it cannot have been acked and pruned either. An
+  operator's claim with a smaller minimum idle time (the dashboard's, ``XCLAIM`` by hand) on a
+  consumer that is processing is outside that rule, as ``XGROUP SETID`` is.
 * ``XGROUP SETID`` to an earlier id re-delivers acked entries on purpose; those whose rows were
   pruned are processed again.
 """

@@ -53,10 +53,16 @@ def sortable_id(entry_id: str) -> str:
     ms, sep, seq = entry_id.partition("-")
     if not sep or not ms.isdigit() or not seq.isdigit():
         raise ValueError(f"not a stream entry id: {entry_id!r}")
+    if ms.isascii() and seq.isascii() and len(ms) <= _ID_WIDTH and len(seq) <= _ID_WIDTH:
+        # The usual id: padding the digits as they are gives the same text, five times faster
+        # (this runs for every message of an idempotency="sql" batch).
+        return ms.zfill(_ID_WIDTH) + "-" + seq.zfill(_ID_WIDTH)
     return f"{int(ms):0{_ID_WIDTH}d}-{int(seq):0{_ID_WIDTH}d}"
 
 
 def stream_id(stored: str) -> str:
     """The inverse of :func:`sortable_id`."""
     ms, _, seq = stored.partition("-")
-    return f"{int(ms)}-{int(seq)}"
+    if ms.isascii() and ms.isdigit() and seq.isascii() and seq.isdigit():
+        return (ms.lstrip("0") or "0") + "-" + (seq.lstrip("0") or "0")
+    return f"{int(ms)}-{int(seq)}"  # raises ValueError for what is not a stored id

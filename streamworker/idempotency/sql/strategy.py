@@ -14,8 +14,11 @@ How one batch goes (:class:`SqlStrategy`)
 1. ``BEGIN``; claim the batch's rows with one ``INSERT … VALUES (…), (…) ON CONFLICT DO NOTHING
    RETURNING message_id``. A message whose row was not inserted is a duplicate: it is acked without
    running its handler.
-2. Check in Redis (one XPENDING) that this consumer still owns the claimed messages (see
-   *Retention* for why); a message claimed away by another consumer is un-claimed and left alone.
+2. Check in Redis (one round trip, ``check_ownership.lua``) that this consumer still owns the
+   claimed messages (see *Retention* for why); a message claimed away by another consumer is
+   un-claimed and left alone. A *fresh* batch (read with ``>`` less than half of
+   ``claim_idle_ms`` ago) whose claim completes within another half needs no check: the claim
+   completed before anyone else may claim those entries (:meth:`SqlStrategy._ours_by_time`).
 3. Run the handlers one after another with a session bound to this transaction, then flush,
    ``COMMIT`` and one ``XACK`` for the successes and the duplicates. ``def`` handlers whose
    arguments need nothing awaited per message (no message-scoped ``Depends``) run in one worker
@@ -41,7 +44,10 @@ Batch handlers (``batch=True``) are called once with the messages claimed and ow
 transaction and with the same session: claim, ownership check, one call, flush, ``COMMIT``,
 ``XACK``. A raise rolls back the whole transaction; a message the handler reports failed (its
 result map) has its row deleted before the commit, and the handler must not have written for it
-(see ``SqlStrategy._attempt_many``).
+(see ``SqlStrategy._attempt_many``). A fresh batch of a ``def`` batch handler goes in one thread
+hop (``SqlStrategy._attempt_fresh_many``): BEGIN, the claim as a plain INSERT (no row can exist for
+entries never delivered before; a conflict, after ``XGROUP SETID``, sends the batch the usual way),
+the handler, flush, COMMIT; then the XACK.
 
 Messages whose outcome is DEAD_LETTER are failures here too: their writes are undone and their row
 is not kept; the consume loop then dead-letters them (its script XACKs them).
@@ -79,6 +85,7 @@ one consume loop at a time. :class:`SqlDatabase` engines are shared by the whole
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -86,11 +93,12 @@ import redis.asyncio as aioredis
 import structlog
 
 from streamworker.errors import ConfigError, DatabaseTimeout, DatabaseUnavailable
-from streamworker.idempotency.base import BatchInvoke, Invoke
+from streamworker.idempotency.base import BatchInlineInvoke, BatchInvoke, Invoke
 from streamworker.idempotency.deadline import abort_driver_connection
 from streamworker.idempotency.sql.database import SqlDatabase
 from streamworker.idempotency.sql.schema import TABLE_NAME, sortable_id, stream_id
 from streamworker.idempotency.sql.transactions import _AsyncTx, _SyncTx, _Tx
+from streamworker.keys import dedup_record_key
 from streamworker.message import Message
 from streamworker.outcomes import (
     CLAIMED_AWAY,
@@ -101,10 +109,12 @@ from streamworker.outcomes import (
     decide,
     describe,
 )
-from streamworker.redisio import as_text, connection_errors, xack_then_read
+from streamworker.redisio import LuaScript, connection_errors, xack_then_read
 
 T = TypeVar("T")
 
+
+_CHECK = LuaScript("check_ownership")
 
 LOST_OWNERSHIP = CLAIMED_AWAY
 """A message another consumer took over (XCLAIM) while this one held it: left to that consumer."""
@@ -118,6 +128,8 @@ class SqlStrategy:
         client: the Redis client (XPENDING for the ownership check, XACK).
         stream, group, consumer: the subscription and this consumer's name (stored in each row).
         max_deliveries: to decide on a message whose flush failed after its handler returned.
+        claim_idle_ms: the handler's; with it, a fresh batch whose claim completes within half of
+            it needs no ownership check (``_ours_by_time``). None: always checked.
         is_async: ``async def`` handler (AsyncSession on the event loop) or ``def`` (Session, its
             calls in worker threads through ``run_sync``).
         run_sync: runs a blocking callable off the event loop; the worker passes its handler pool.
@@ -137,6 +149,7 @@ class SqlStrategy:
         consumer: str,
         max_deliveries: int,
         is_async: bool,
+        claim_idle_ms: int | None = None,
         run_sync: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
         on_timeout: Callable[[], None] | None = None,
     ) -> None:
@@ -148,9 +161,16 @@ class SqlStrategy:
         self.group = group
         self.consumer = consumer
         self._max_deliveries = max_deliveries
+        self._claim_idle_ms = claim_idle_ms
+        # Claims that complete before this moment (monotonic) need no ownership check: see
+        # _ours_by_time. Set per batch by process() for fresh batches.
+        self._fresh_until = 0.0
         self._is_async = is_async
         self._run_sync = run_sync or _to_thread
         self._schema_ok = False
+        self._stream_key = stream.encode()
+        # Names the stream's slot for check_ownership.lua, which does not touch it here.
+        self._record_key = dedup_record_key(stream, group).encode()
         self._log = structlog.get_logger("streamworker.sql").bind(
             stream=stream, group=group, consumer=consumer
         )
@@ -164,9 +184,11 @@ class SqlStrategy:
         async with connection_errors():
             await xack_then_read(self._client, self.stream, self.group, ids)
 
-    async def _open(self, claim: Sequence[str] = ()) -> tuple[_Tx, set[str]]:
-        """The batch's transaction, begun, and of ``claim`` the ids whose rows it inserted (one
-        thread hop for both with a sync engine)."""
+    def _commit_in_thread(self, tx: _SyncTx) -> BaseException | None:
+        # _commit's form inside a pool thread (the one-hop batch).
+        return tx.commit_now()
+
+    async def _check_schema(self) -> None:
         if not self._schema_ok:
             if not await self._run_sync(self.db.has_schema):
                 raise ConfigError(
@@ -174,6 +196,11 @@ class SqlStrategy:
                     f"run `streamworker migrate --db-url URL` first"
                 )
             self._schema_ok = True
+
+    async def _open(self, claim: Sequence[str] = ()) -> tuple[_Tx, set[str]]:
+        """The batch's transaction, begun, and of ``claim`` the ids whose rows it inserted (one
+        thread hop for both with a sync engine)."""
+        await self._check_schema()
         tx: _SyncTx | _AsyncTx
         if self._is_async:
             tx = _AsyncTx(self.db.async_engine, self.group, self.stream)
@@ -183,46 +210,52 @@ class SqlStrategy:
         claimed = await tx.open(claim, self.consumer)
         return tx, claimed
 
-    async def _owned(self, ids: set[str], count_hint: int) -> set[str]:
-        """Of ``ids`` (sortable), those still pending and owned by this consumer."""
+    def _ours_by_time(self) -> bool:
+        """True when the claim that just completed needs no ownership check: the batch is fresh
+        (read with ``>`` less than half of ``claim_idle_ms`` before :meth:`process` began) and
+        the claim completed less than half of ``claim_idle_ms`` after that. So it completed less
+        than ``claim_idle_ms`` after the read was sent, before the earliest moment another
+        consumer may claim those entries (idle past ``claim_idle_ms``): nobody else can have
+        processed, acked and pruned them, and whoever claims them later waits on our rows."""
+        return time.monotonic() < self._fresh_until
+
+    async def _owned(self, ids: set[str]) -> set[str]:
+        """Of ``ids`` (sortable), those still pending and owned by this consumer: one round trip
+        (``check_ownership.lua``, which answers 0 when all of them are, the common case)."""
         if not ids:
             return set()
-        ordered = sorted(ids)
-        low, high = stream_id(ordered[0]), stream_id(ordered[-1])
-        count = max(count_hint, len(ids))
-        owned: set[str] = set()
-        # This consumer's PEL may hold other entries inside the batch's id range (failed ones
-        # waiting for a retry, older claims), so one page of len(batch) rows can stop short of
-        # the batch's own: page on until every id is found or the range is exhausted.
-        while True:
-            async with connection_errors():
-                rows = await self._client.xpending_range(
-                    self.stream,
-                    self.group,
-                    min=low,
-                    max=high,
-                    count=count,
-                    consumername=self.consumer,
-                )
-            last = ""
-            for row in rows:
-                mid = row["message_id"]
-                last = as_text(mid)
-                owned.add(sortable_id(last))
-            if len(rows) < count or ids <= owned:
-                return owned & ids
-            low = "(" + last
+        ordered = sorted(ids)  # sortable ids sort as stream ids do
+        entry_ids = [stream_id(sid) for sid in ordered]
+        args: list[str | bytes | int] = [
+            self.group,
+            self.consumer,
+            "",
+            entry_ids[0],
+            entry_ids[-1],
+            len(ordered),
+            " ".join(entry_ids),
+        ]
+        async with connection_errors():
+            reply = await _CHECK(self._client, [self._stream_key, self._record_key], args)
+        if isinstance(reply, int):
+            return set(ids)
+        return {sid for sid, status in zip(ordered, reply, strict=True) if int(status) == 0}
 
     async def process(
         self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
     ) -> list[Outcome]:
-        """See :class:`~streamworker.idempotency.base.Strategy` (``fresh`` changes nothing here:
-        ownership is checked in the batch's transaction). Raises DatabaseUnavailable
+        """See :class:`~streamworker.idempotency.base.Strategy` (``fresh``: the ownership check is
+        skipped when the claim completes in time, see :meth:`_ours_by_time`, and a batch handler's
+        batch goes in one thread hop). Raises DatabaseUnavailable
         (nothing acked) when the database cannot take the batch, DatabaseTimeout (one) when the
         batch passed ``db.deadline`` (its connection was aborted and is not reused); ConfigError
         when the table is missing."""
         if not batch:
             return []
+        if fresh and self._claim_idle_ms:
+            self._fresh_until = time.monotonic() + self._claim_idle_ms / 2000
+        else:
+            self._fresh_until = 0.0
         deadline = self.db.deadline
         expired = False
 
@@ -243,7 +276,7 @@ class SqlStrategy:
 
         timer = asyncio.get_running_loop().call_later(deadline.deadline_s, expire)
         try:
-            outcomes = await self._process_batch(batch, invoke)
+            outcomes = await self._process_batch(batch, invoke, fresh)
         except DatabaseUnavailable as exc:
             if expired:
                 raise DatabaseTimeout(
@@ -257,9 +290,16 @@ class SqlStrategy:
             deadline.recovered()
         return outcomes
 
-    async def _process_batch(self, batch: Sequence[Message[Any]], invoke: Invoke) -> list[Outcome]:
+    async def _process_batch(
+        self, batch: Sequence[Message[Any]], invoke: Invoke, fresh: bool
+    ) -> list[Outcome]:
         many = invoke.batch
         if many is not None:
+            call = invoke.batch_inline
+            if fresh and call is not None and not self._is_async:
+                outcomes = await self._attempt_fresh_many(batch, call)
+                if outcomes is not None:
+                    return outcomes
             return await self._attempt_many(batch, many)
         known: dict[int, Outcome] = {}
         outcomes = await self._attempt(batch, invoke, known, savepoints=False)
@@ -286,7 +326,7 @@ class SqlStrategy:
         tx, claimed = await self._open(wanted)
         try:
             # After the claim (our rows are locked now): see the docstring of .retention.
-            owned = await self._owned(claimed, len(batch))
+            owned = claimed if self._ours_by_time() else await self._owned(claimed)
             release = sorted(claimed - owned)
             # def handlers without per-message dependencies: the fast path runs them all in one
             # thread hop (the loop below then reads their outcomes instead of invoking).
@@ -373,6 +413,68 @@ class SqlStrategy:
             await self._xack(acked)
         return outcomes
 
+    async def _attempt_fresh_many(
+        self, batch: Sequence[Message[Any]], call: BatchInlineInvoke
+    ) -> list[Outcome] | None:
+        """A fresh batch of a ``def`` batch handler, its blocking part in one pool-thread hop:
+        BEGIN, the claim (a plain INSERT: no row can exist yet), the handler, flush, COMMIT; then
+        the XACK. No ownership check: the claim completed while the batch was still fresh
+        (:meth:`_ours_by_time`).
+
+        Returns None, with nothing written and nothing acked, when the batch must go the way of
+        :meth:`_attempt_many` instead: the claim met a processed row (``XGROUP SETID`` delivered
+        the message again), or completed too late for the batch to count as fresh."""
+        sids = [sortable_id(m.id) for m in batch]
+        await self._check_schema()
+        tx = _SyncTx(self.db.sync_engine, self._run_sync, self.group, self.stream)
+        self._tx = tx
+
+        def through() -> list[Outcome] | str:
+            if tx.open_now(sids, self.consumer, fresh=True) is None:
+                return "the claim met a processed row"
+            try:
+                if not self._ours_by_time():
+                    tx.close_now()
+                    return "the claim completed too late for the batch to count as fresh"
+                result = call(batch, tx.provided)
+                if tx.broken():
+                    raise DatabaseUnavailable(
+                        f"database connection lost while handling a batch of {len(batch)}: "
+                        f"{next((o.error for o in result.outcomes if o.error), '')}"
+                    )
+                outcomes = result.outcomes
+                if result.raised:
+                    tx.close_now()  # rolls back everything, the claims with the handler's writes
+                    return outcomes
+                # Over-delivered (preset), failed, or not started: their rows go, the rest commit.
+                release = [sid for sid, o in zip(sids, outcomes, strict=True) if not o.acked]
+                if release:
+                    tx.unclaim_now(release)
+                error = self._commit_in_thread(tx)
+                if error is not None:
+                    tx.close_now()
+                    self._log.error("batch_commit_failed", error=describe(error))
+                    return [
+                        self._flush_failed(m, error) if o.acked else o
+                        for m, o in zip(batch, outcomes, strict=True)
+                    ]
+                return outcomes
+            except BaseException:
+                tx.close_now()
+                raise
+
+        try:
+            done: list[Outcome] | str = await self._run_sync(through)
+        finally:
+            self._tx = None
+        if isinstance(done, str):
+            self._log.info("fresh_batch_claimed_again", batch=len(batch), reason=done)
+            return None
+        acked = [m.id for m, o in zip(batch, done, strict=True) if o.acked]
+        if acked:
+            await self._xack(acked)
+        return done
+
     async def _attempt_many(
         self, batch: Sequence[Message[Any]], many: BatchInvoke
     ) -> list[Outcome]:
@@ -389,7 +491,7 @@ class SqlStrategy:
         outcomes: list[Outcome] = []
         tx, claimed = await self._open(sids)
         try:
-            owned = await self._owned(claimed, len(batch))
+            owned = claimed if self._ours_by_time() else await self._owned(claimed)
             release = sorted(claimed - owned)
             run: list[int] = []
             for i, (msg, sid) in enumerate(zip(batch, sids, strict=True)):

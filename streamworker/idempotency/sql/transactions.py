@@ -95,19 +95,36 @@ _SQLITE_CLAIM = (
 )
 
 
+# The claim of a fresh batch (just read with ``>``: no row can exist yet, short of ``XGROUP
+# SETID`` re-delivering): no conflict arbitration, nothing returned; a conflict raises
+# IntegrityError and the batch is claimed again with the statements above (see SqlStrategy).
+_PG_CLAIM_FRESH = sa.text(
+    f"INSERT INTO {TABLE_NAME} (group_name, stream, message_id, consumer) "
+    "SELECT :group_name, :stream, m, :consumer FROM unnest(CAST(:ids AS VARCHAR[])) AS m"
+)
+_SQLITE_CLAIM_FRESH = sa.insert(processed_messages)
+
+
 def claim_call(
-    dialect: str, group: str, stream: str, consumer: str, sids: Sequence[str]
+    dialect: str,
+    group: str,
+    stream: str,
+    consumer: str,
+    sids: Sequence[str],
+    *,
+    fresh: bool = False,
 ) -> tuple[Any, Any]:
-    """The statement and parameters that claim ``sids``; the result's scalars are the new ones."""
+    """The statement and parameters that claim ``sids``; the result's scalars are the new ones.
+    ``fresh``: the plain INSERT, which returns nothing and raises IntegrityError on a conflict."""
     ordered = sorted(sids)
     if dialect == "postgresql":
         params = {"group_name": group, "stream": stream, "consumer": consumer, "ids": ordered}
-        return _PG_CLAIM, params
+        return (_PG_CLAIM_FRESH if fresh else _PG_CLAIM), params
     rows = [
         {"group_name": group, "stream": stream, "message_id": sid, "consumer": consumer}
         for sid in ordered
     ]
-    return _SQLITE_CLAIM, rows
+    return (_SQLITE_CLAIM_FRESH if fresh else _SQLITE_CLAIM), rows
 
 
 def unclaim_statement(group: str, stream: str, ids: Sequence[str]) -> sa.Delete:
@@ -183,30 +200,51 @@ class _SyncTx:
     async def open(self, claim: Sequence[str] = (), consumer: str = "") -> set[str]:
         """Connect and begin; with ``claim``, also claim those ids (as :meth:`claim`) in the
         same thread hop. On a failed claim the connection is closed before the error is raised."""
-
-        def _open() -> set[str]:
-            with database_errors("connecting"):
-                self._conn = self._engine.connect()
-                self._trans = self._conn.begin()
-            self._session = BatchSession(
-                bind=self._conn, join_transaction_mode="rollback_only", expire_on_commit=False
-            )
-            self.provided = {Session: self._session}
-            if not claim:
-                return set()
-            try:
-                return self._claim_now(claim, consumer)
-            except BaseException:
-                self._close_now()
-                raise
-
-        claimed: set[str] = await self._run(_open)
+        claimed: set[str] | None = await self._run(lambda: self.open_now(claim, consumer))
+        assert claimed is not None
         return claimed
+
+    def open_now(
+        self, claim: Sequence[str] = (), consumer: str = "", *, fresh: bool = False
+    ) -> set[str] | None:
+        """:meth:`open`, in the calling (pool) thread. ``fresh``: claim with the plain INSERT
+        (see ``_PG_CLAIM_FRESH``); on a conflict the connection is closed and None returned
+        (claim the normal way then)."""
+        with database_errors("connecting"):
+            self._conn = self._engine.connect()
+            self._trans = self._conn.begin()
+        self._session = BatchSession(
+            bind=self._conn, join_transaction_mode="rollback_only", expire_on_commit=False
+        )
+        self.provided = {Session: self._session}
+        if not claim:
+            return set()
+        try:
+            if fresh:
+                return self._claim_fresh_now(claim, consumer)
+            return self._claim_now(claim, consumer)
+        except BaseException:
+            self.close_now()
+            raise
 
     def _claim_now(self, sids: Sequence[str], consumer: str) -> set[str]:
         stmt, params = claim_call(self._dialect, self._group, self._stream, consumer, sids)
         with database_errors("claiming the batch"):
             return set(self.session.connection().execute(stmt, params).scalars())
+
+    def _claim_fresh_now(self, sids: Sequence[str], consumer: str) -> set[str] | None:
+        """Claim ``sids`` of a fresh batch (see ``_PG_CLAIM_FRESH``): all of them, or None after
+        a conflict (the transaction, which held nothing else, is then rolled back and closed)."""
+        stmt, params = claim_call(
+            self._dialect, self._group, self._stream, consumer, sids, fresh=True
+        )
+        try:
+            with database_errors("claiming the batch"):
+                self.session.connection().execute(stmt, params)
+        except sa.exc.IntegrityError:
+            self.close_now()
+            return None
+        return set(sids)
 
     @property
     def session(self) -> BatchSession:
@@ -218,11 +256,12 @@ class _SyncTx:
         return result
 
     async def unclaim(self, ids: Sequence[str]) -> None:
-        def _unclaim() -> None:
-            with database_errors("releasing claims"):
-                self.session.execute(unclaim_statement(self._group, self._stream, ids))
+        await self._run(lambda: self.unclaim_now(ids))
 
-        await self._run(_unclaim)
+    def unclaim_now(self, ids: Sequence[str]) -> None:
+        """:meth:`unclaim`, in the calling (pool) thread."""
+        with database_errors("releasing claims"):
+            self.session.execute(unclaim_statement(self._group, self._stream, ids))
 
     async def savepoint(self) -> None:
         def _savepoint() -> None:
@@ -266,34 +305,37 @@ class _SyncTx:
         await self._run(_rollback)
 
     async def commit(self) -> BaseException | None:
-        def _commit() -> BaseException | None:
-            assert self._conn is not None
-            assert self._trans is not None
-            try:
-                with database_errors("flushing the batch"):
-                    self.session.flush()
-            except DatabaseUnavailable:
-                raise
-            except Exception as exc:
-                return exc
-            if _aborted(self._dialect, self._conn.connection.driver_connection):
-                return _SwallowedError(_SWALLOWED)
-            self.session.close()
-            try:
-                with database_errors("committing"):
-                    self._trans.commit()
-            except DatabaseUnavailable:
-                raise
-            except Exception as exc:
-                return exc
-            # Committed: hand the connection back to the pool in this same thread hop, so that
-            # close() has nothing left to do (one hop per batch less).
-            self._close_now()
-            self._done = True
-            return None
-
-        result: BaseException | None = await self._run(_commit)
+        result: BaseException | None = await self._run(self.commit_now)
         return result
+
+    def commit_now(self) -> BaseException | None:
+        """:meth:`commit`, in the calling (pool) thread: flush, COMMIT, and the connection back
+        to the pool. Returns the error of a flush or commit the batch's statements caused;
+        raises DatabaseUnavailable for an outage."""
+        assert self._conn is not None
+        assert self._trans is not None
+        try:
+            with database_errors("flushing the batch"):
+                self.session.flush()
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:
+            return exc
+        if _aborted(self._dialect, self._conn.connection.driver_connection):
+            return _SwallowedError(_SWALLOWED)
+        self.session.close()
+        try:
+            with database_errors("committing"):
+                self._trans.commit()
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:
+            return exc
+        # Committed: hand the connection back to the pool in this same thread hop, so that
+        # close() has nothing left to do (one hop per batch less).
+        self.close_now()
+        self._done = True
+        return None
 
     def broken(self) -> bool:
         if self._done:
@@ -333,7 +375,9 @@ class _SyncTx:
             return True
         return _aborted(self._dialect, self._conn.connection.driver_connection)
 
-    def _close_now(self) -> None:
+    def close_now(self) -> None:
+        """Roll back what was not committed and give the connection back (in the calling
+        thread)."""
         with contextlib.suppress(Exception):
             if self._session is not None:
                 self._session.close()
@@ -343,7 +387,7 @@ class _SyncTx:
 
     async def close(self) -> None:
         if self._conn is not None and not self._done:
-            await self._run(self._close_now)
+            await self._run(self.close_now)
 
 
 class _AsyncTx:
