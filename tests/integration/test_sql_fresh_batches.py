@@ -345,3 +345,37 @@ async def test_batch_inline_gives_the_same_outcomes_as_the_awaited_batch_call(
         assert (await h.invoker.batch(msgs[:2], {})).raised
     finally:
         await h.close()
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+async def test_per_message_handlers_skip_the_ownership_check_only_for_a_fresh_batch(
+    db_url: str, redis_url: str, redis_client: redis.Redis, fresh: bool
+) -> None:
+    create_business_tables(db_url)
+    ids = _add(redis_client, 5)
+    app = App("t")
+
+    @app.handler("orders", group="g", idempotency="sql")
+    def charge(msg: Message[Any], session: Session) -> None:
+        session.add(Charge(message_id=msg.id, order_id=msg.fields["n"], amount_cents=1))
+
+    h = Harness(db_url, redis_url, redis_client, _charge)
+    try:
+        resolver = Resolver()
+        await resolver.start([app.handlers[0].plan])
+        invoke = make_invoker(
+            app.handlers[0],
+            resolver=resolver,
+            threads=h.threads,
+            metrics=Metrics(),
+            stopping=lambda: False,
+        )
+        h.invoker = invoke
+        checks = h.checks()
+        outcomes = await h.read_and_process(fresh=fresh)
+        assert h.checks() == (checks if fresh else checks + 1)
+    finally:
+        await h.close()
+    assert all(o.acked for o in outcomes)
+    assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
+    assert processed_ids(db_url) == ids

@@ -17,7 +17,7 @@ How one batch goes (:class:`SqlStrategy`)
 2. Check in Redis (one round trip, ``check_ownership.lua``) that this consumer still owns the
    claimed messages (see *Retention* for why); a message claimed away by another consumer is
    un-claimed and left alone. A *fresh* batch (read with ``>`` less than half of
-   ``claim_idle_ms`` ago) whose claim completes within another half needs no check: the claim
+   ``claim_idle_ms`` ago) whose claim completes within 45% more of it needs no check: the claim
    completed before anyone else may claim those entries (:meth:`SqlStrategy._ours_by_time`).
 3. Run the handlers one after another with a session bound to this transaction, then flush,
    ``COMMIT`` and one ``XACK`` for the successes and the duplicates. ``def`` handlers whose
@@ -116,6 +116,11 @@ T = TypeVar("T")
 
 _CHECK = LuaScript("check_ownership")
 
+_FRESH_CLAIM = 0.45
+"""The part of ``claim_idle_ms`` after the start of a fresh batch (read less than half of it
+before) within which its claim needs no ownership check: under the other half, the slack covering
+the moments between the consume loop's freshness test and :meth:`SqlStrategy.process`."""
+
 LOST_OWNERSHIP = CLAIMED_AWAY
 """A message another consumer took over (XCLAIM) while this one held it: left to that consumer."""
 
@@ -128,8 +133,8 @@ class SqlStrategy:
         client: the Redis client (XPENDING for the ownership check, XACK).
         stream, group, consumer: the subscription and this consumer's name (stored in each row).
         max_deliveries: to decide on a message whose flush failed after its handler returned.
-        claim_idle_ms: the handler's; with it, a fresh batch whose claim completes within half of
-            it needs no ownership check (``_ours_by_time``). None: always checked.
+        claim_idle_ms: the handler's; with it, a fresh batch whose claim completes soon enough
+            needs no ownership check (``_ours_by_time``). None: always checked.
         is_async: ``async def`` handler (AsyncSession on the event loop) or ``def`` (Session, its
             calls in worker threads through ``run_sync``).
         run_sync: runs a blocking callable off the event loop; the worker passes its handler pool.
@@ -213,10 +218,10 @@ class SqlStrategy:
     def _ours_by_time(self) -> bool:
         """True when the claim that just completed needs no ownership check: the batch is fresh
         (read with ``>`` less than half of ``claim_idle_ms`` before :meth:`process` began) and
-        the claim completed less than half of ``claim_idle_ms`` after that. So it completed less
-        than ``claim_idle_ms`` after the read was sent, before the earliest moment another
-        consumer may claim those entries (idle past ``claim_idle_ms``): nobody else can have
-        processed, acked and pruned them, and whoever claims them later waits on our rows."""
+        the claim completed less than :data:`_FRESH_CLAIM` of ``claim_idle_ms`` after that. So it
+        completed less than ``claim_idle_ms`` after the read was sent, before the earliest moment
+        another consumer may claim those entries (idle past ``claim_idle_ms``): nobody else can
+        have processed, acked and pruned them, and whoever claims them later waits on our rows."""
         return time.monotonic() < self._fresh_until
 
     async def _owned(self, ids: set[str]) -> set[str]:
@@ -253,7 +258,7 @@ class SqlStrategy:
         if not batch:
             return []
         if fresh and self._claim_idle_ms:
-            self._fresh_until = time.monotonic() + self._claim_idle_ms / 2000
+            self._fresh_until = time.monotonic() + self._claim_idle_ms * _FRESH_CLAIM / 1000
         else:
             self._fresh_until = 0.0
         deadline = self.db.deadline
