@@ -18,7 +18,8 @@ message into ``bench_charges``:
   row, the batch's rows flushed together), as :mod:`benchmarks.sql_bench` measures it.
 
 The three run interleaved in each round (order rotated per round), ``--rounds`` rounds; the
-medians and the ratios b/a and b/c are printed at the end.
+medians, b/a (the median of the per-round ratios and the ratio of the medians) and b/c are
+printed at the end.
 """
 
 from __future__ import annotations
@@ -174,9 +175,15 @@ def _report(rounds: list[dict[str, float]], out: Any = sys.stdout) -> None:
     a, b, c = (medians[v] for v in VARIANTS)
     print(file=out)
     print(f"msgs/s (median of {len(rounds)} rounds): a={a:.0f} b={b:.0f} c={c:.0f}", file=out)
-    print(f"b/a = {b / a:.2f}   b/c = {b / c:.2f}", file=out)
-    per_round = ", ".join(f"{r[VARIANTS[1]] / r[VARIANTS[0]]:.2f}" for r in rounds)
-    print(f"b/a per round: {per_round}", file=out)
+    # Per round, a and b ran minutes apart at most: the median of their ratios is steadier than
+    # the ratio of the medians on a shared machine (both are printed).
+    ratios = [r[VARIANTS[1]] / r[VARIANTS[0]] for r in rounds]
+    print(
+        f"b/a: median of the rounds {statistics.median(ratios):.2f}, ratio of the medians "
+        f"{b / a:.2f} (target >= 0.8)   b/c = {b / c:.2f}",
+        file=out,
+    )
+    print(f"b/a per round: {', '.join(f'{x:.2f}' for x in ratios)}", file=out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

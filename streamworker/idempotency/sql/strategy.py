@@ -101,6 +101,7 @@ from streamworker.idempotency.sql.transactions import _AsyncTx, _SyncTx, _Tx
 from streamworker.keys import dedup_record_key
 from streamworker.message import Message
 from streamworker.outcomes import (
+    ACKED,
     CLAIMED_AWAY,
     DUPLICATE,
     NOT_STARTED,
@@ -452,9 +453,12 @@ class SqlStrategy:
                     tx.close_now()  # rolls back everything, the claims with the handler's writes
                     return outcomes
                 # Over-delivered (preset), failed, or not started: their rows go, the rest commit.
-                release = [sid for sid, o in zip(sids, outcomes, strict=True) if not o.acked]
-                if release:
-                    tx.unclaim_now(release)
+                # (The common batch, all acked, is told by one list.count: ACKED is compared by
+                # identity first.)
+                if outcomes.count(ACKED) != len(outcomes):
+                    release = [sid for sid, o in zip(sids, outcomes, strict=True) if not o.acked]
+                    if release:
+                        tx.unclaim_now(release)
                 error = self._commit_in_thread(tx)
                 if error is not None:
                     tx.close_now()
@@ -475,7 +479,10 @@ class SqlStrategy:
         if isinstance(done, str):
             self._log.info("fresh_batch_claimed_again", batch=len(batch), reason=done)
             return None
-        acked = [m.id for m, o in zip(batch, done, strict=True) if o.acked]
+        if done.count(ACKED) == len(done):
+            acked = [m.id for m in batch]
+        else:
+            acked = [m.id for m, o in zip(batch, done, strict=True) if o.acked]
         if acked:
             await self._xack(acked)
         return done
