@@ -198,43 +198,38 @@ class HandlerInvoker:
         """Call the batch handler once with the messages not decided before (see
         :class:`~streamworker.idempotency.base.BatchInvoke`)."""
         outcomes, run, at = self._split_batch(msgs)
-        raised = False
-        if run:
-            spec = self._spec
-            started = time.perf_counter()
-            try:
-                if self._plain_arguments:
-                    kwargs = self._resolver.arguments_inline(spec.plan, run, provided)
+        if not run:
+            return _joined(outcomes, at, [], raised=False)
+        spec = self._spec
+        started = time.perf_counter()
+        try:
+            if self._plain_arguments:
+                kwargs = self._resolver.arguments_inline(spec.plan, run, provided)
+                result = await self._call(kwargs)
+            else:
+                async with self._resolver.arguments(spec.plan, run, dict(provided)) as kwargs:
                     result = await self._call(kwargs)
-                else:
-                    async with self._resolver.arguments(spec.plan, run, dict(provided)) as kwargs:
-                        result = await self._call(kwargs)
-                ran = self._batch_returned(run, result, started)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                ran, raised = self._batch_raised(run, exc, started), True
-            for i, outcome in zip(at, ran, strict=True):
-                outcomes[i] = outcome
-        return _joined(outcomes, raised)
+            ran = self._batch_returned(run, result, started)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return _joined(outcomes, at, self._batch_raised(run, exc, started), raised=True)
+        return _joined(outcomes, at, ran, raised=False)
 
     def _call_batch_inline(
         self, msgs: Sequence[Message[Any]], provided: Mapping[type, Any]
     ) -> BatchOutcomes:
         # Runs in a pool thread (the caller's): the same steps as _call_batch, nothing awaited.
         outcomes, run, at = self._split_batch(msgs)
-        raised = False
-        if run:
-            spec = self._spec
-            started = time.perf_counter()
-            try:
-                kwargs = self._resolver.arguments_inline(spec.plan, run, provided)
-                ran = self._batch_returned(run, spec.func(**kwargs), started)
-            except Exception as exc:
-                ran, raised = self._batch_raised(run, exc, started), True
-            for i, outcome in zip(at, ran, strict=True):
-                outcomes[i] = outcome
-        return _joined(outcomes, raised)
+        if not run:
+            return _joined(outcomes, at, [], raised=False)
+        started = time.perf_counter()
+        try:
+            kwargs = self._resolver.arguments_inline(self._spec.plan, run, provided)
+            ran = self._batch_returned(run, self._spec.func(**kwargs), started)
+        except Exception as exc:
+            return _joined(outcomes, at, self._batch_raised(run, exc, started), raised=True)
+        return _joined(outcomes, at, ran, raised=False)
 
     def _split_batch(
         self, msgs: Sequence[Message[Any]]
@@ -370,7 +365,13 @@ def make_invoker(
     )
 
 
-def _joined(outcomes: list[Outcome | None], raised: bool) -> BatchOutcomes:
+def _joined(
+    outcomes: list[Outcome | None], at: list[int], ran: list[Outcome], *, raised: bool
+) -> BatchOutcomes:
+    """The batch's outcomes: those known before the call, with ``ran`` (the call's, for the
+    messages passed) put at their positions ``at``."""
+    for i, outcome in zip(at, ran, strict=True):
+        outcomes[i] = outcome
     done = [o for o in outcomes if o is not None]
     assert len(done) == len(outcomes)
     return BatchOutcomes(done, raised=raised)

@@ -154,6 +154,17 @@ async def _harness(
     return harness
 
 
+async def _one_batch(h: Harness, *, fresh: bool) -> tuple[list[Outcome], int]:
+    """One read and its batch through the strategy; the outcomes and the ownership checks Redis
+    ran for it. Closes the harness."""
+    try:
+        checks = h.checks()
+        outcomes = await h.read_and_process(fresh=fresh)
+        return outcomes, h.checks() - checks
+    finally:
+        await h.close()
+
+
 async def test_fresh_batch_goes_in_one_hop_without_an_ownership_check(
     db_url: str, redis_url: str, redis_client: redis.Redis
 ) -> None:
@@ -181,12 +192,8 @@ async def test_batch_that_is_not_fresh_checks_ownership_after_its_claim(
 ) -> None:
     ids = _add(redis_client, 10)
     h = await _harness(db_url, redis_url, redis_client)
-    try:
-        checks = h.checks()
-        outcomes = await h.read_and_process(fresh=False)
-        assert h.checks() == checks + 1
-    finally:
-        await h.close()
+    outcomes, checks = await _one_batch(h, fresh=False)
+    assert checks == 1
     assert all(o.acked for o in outcomes)
     assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
     assert h.calls == [ids]
@@ -195,16 +202,12 @@ async def test_batch_that_is_not_fresh_checks_ownership_after_its_claim(
 async def test_fresh_claim_completing_late_is_undone_and_checked_before_the_handler(
     db_url: str, redis_url: str, redis_client: redis.Redis
 ) -> None:
-    """claim_idle_ms=20: the fresh window closes 10 ms after the batch starts, and every thread
+    """claim_idle_ms=20: the fresh window closes 9 ms after the batch starts, and every thread
     hop starts 30 ms late, so the fresh claim completes outside it."""
     ids = _add(redis_client, 10)
     h = await _harness(db_url, redis_url, redis_client, claim_idle_ms=20, hop_delay_s=0.03)
-    try:
-        checks = h.checks()
-        outcomes = await h.read_and_process(fresh=True)
-        assert h.checks() == checks + 1
-    finally:
-        await h.close()
+    outcomes, checks = await _one_batch(h, fresh=True)
+    assert checks == 1
     assert all(o.acked and not o.duplicate for o in outcomes)
     assert h.calls == [ids]  # the handler ran once: the late claim was undone before it
     assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
@@ -243,10 +246,7 @@ async def test_fresh_batch_handler_that_raises_keeps_no_claim_and_no_write(
         raise RuntimeError("the batch failed after its insert")
 
     h = await _harness(db_url, redis_url, redis_client, fail)
-    try:
-        outcomes = await h.read_and_process(fresh=True)
-    finally:
-        await h.close()
+    outcomes, _ = await _one_batch(h, fresh=True)
     assert [o.action for o in outcomes] == [Action.LEAVE_PENDING] * 5
     assert charges_per_message(db_url) == {}
     assert processed_ids(db_url) == []
@@ -263,10 +263,7 @@ async def test_fresh_batch_result_map_deletes_the_failed_rows_and_commits_the_re
         return {ids[1]: RuntimeError("card declined")}
 
     h = await _harness(db_url, redis_url, redis_client, partly)
-    try:
-        outcomes = await h.read_and_process(fresh=True)
-    finally:
-        await h.close()
+    outcomes, _ = await _one_batch(h, fresh=True)
     assert [o.acked for o in outcomes] == [True, False, True, True]
     assert charges_per_message(db_url) == {i: 1 for i in ids if i != ids[1]}
     assert processed_ids(db_url) == [ids[0], ids[2], ids[3]]
@@ -284,10 +281,7 @@ async def test_fresh_batch_whose_commit_fails_fails_every_message_and_keeps_noth
         session.add(Charge(id=7, message_id=msgs[-1].id, order_id="b", amount_cents=1))
 
     h = await _harness(db_url, redis_url, redis_client, clash)
-    try:
-        outcomes = await h.read_and_process(fresh=True)
-    finally:
-        await h.close()
+    outcomes, _ = await _one_batch(h, fresh=True)
     assert [o.action for o in outcomes] == [Action.LEAVE_PENDING] * 3
     assert all("IntegrityError" in o.error or "UNIQUE" in o.error for o in outcomes)
     assert charges_per_message(db_url) == {}
@@ -371,11 +365,11 @@ async def test_per_message_handlers_skip_the_ownership_check_only_for_a_fresh_ba
             stopping=lambda: False,
         )
         h.invoker = invoke
-        checks = h.checks()
-        outcomes = await h.read_and_process(fresh=fresh)
-        assert h.checks() == (checks if fresh else checks + 1)
-    finally:
+    except BaseException:
         await h.close()
+        raise
+    outcomes, checks = await _one_batch(h, fresh=fresh)
+    assert checks == (0 if fresh else 1)
     assert all(o.acked for o in outcomes)
     assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
     assert processed_ids(db_url) == ids
