@@ -54,7 +54,7 @@ def sortable_id(entry_id: str) -> str:
     if not sep or not ms.isdigit() or not seq.isdigit():
         raise ValueError(f"not a stream entry id: {entry_id!r}")
     if ms.isascii() and seq.isascii() and len(ms) <= _ID_WIDTH and len(seq) <= _ID_WIDTH:
-        # The usual id: padding the digits as they are gives the same text, five times faster
+        # The usual id: padding the digits as they are gives the same text, three times faster
         # (this runs for every message of an idempotency="sql" batch).
         return ms.zfill(_ID_WIDTH) + "-" + seq.zfill(_ID_WIDTH)
     return f"{int(ms):0{_ID_WIDTH}d}-{int(seq):0{_ID_WIDTH}d}"
