@@ -33,7 +33,9 @@ from tests.support.sql import (
     create_business_tables,
     pending_ids,
     processed_ids,
+    running_sql_worker,
 )
+from tests.support.worker import eventually
 
 Handler = Callable[[list[Message[Any]], Session], Any]
 
@@ -371,5 +373,32 @@ async def test_per_message_handlers_skip_the_ownership_check_only_for_a_fresh_ba
     outcomes, checks = await _one_batch(h, fresh=fresh)
     assert checks == (0 if fresh else 1)
     assert all(o.acked for o in outcomes)
+    assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
+    assert processed_ids(db_url) == ids
+
+
+async def test_fresh_batch_whose_handler_outlives_claim_idle_ms_is_neither_taken_nor_run_twice(
+    db_url: str, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """c1's batch handler sleeps four times claim_idle_ms while c2's reclaimer looks for idle
+    entries: c1's leases keep the batch (renewed by time alone), so c2 takes nothing and every
+    message is handled and committed once."""
+    create_business_tables(db_url)
+    ids = _add(redis_client, 5)
+    calls: list[tuple[str, list[str]]] = []
+    app = App("t")
+
+    @app.handler("orders", group="g", idempotency="sql", batch=True, block_ms=50, claim_idle_ms=300)
+    def charge(msgs: list[Message[Any]], session: Session) -> None:
+        calls.append((msgs[0].consumer, [m.id for m in msgs]))
+        _charge(msgs, session)
+        time.sleep(1.2)
+
+    async with running_sql_worker(app, redis_url, db_url, consumer="c1"):
+        await eventually(lambda: bool(calls), what="c1 in its handler")
+        async with running_sql_worker(app, redis_url, db_url, consumer="c2"):
+            await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="all acked")
+            await asyncio.sleep(0.5)  # c2's reclaimer has had several looks meanwhile
+    assert calls == [("c1", ids)]
     assert charges_per_message(db_url) == dict.fromkeys(ids, 1)
     assert processed_ids(db_url) == ids

@@ -106,6 +106,7 @@ from streamworker.outcomes import (
     DUPLICATE,
     NOT_STARTED,
     Action,
+    BatchOutcomes,
     Outcome,
     decide,
     describe,
@@ -206,6 +207,13 @@ class SqlStrategy:
     async def _open(self, claim: Sequence[str] = ()) -> tuple[_Tx, set[str]]:
         """The batch's transaction, begun, and of ``claim`` the ids whose rows it inserted (one
         thread hop for both with a sync engine)."""
+        tx = await self._new_tx()
+        claimed = await tx.open(claim, self.consumer)
+        return tx, claimed
+
+    async def _new_tx(self) -> _SyncTx | _AsyncTx:
+        """The batch's transaction, not begun yet, after the schema check; kept as ``_tx`` for
+        the batch deadline to abort its connection."""
         await self._check_schema()
         tx: _SyncTx | _AsyncTx
         if self._is_async:
@@ -213,8 +221,7 @@ class SqlStrategy:
         else:
             tx = _SyncTx(self.db.sync_engine, self._run_sync, self.group, self.stream)
         self._tx = tx
-        claimed = await tx.open(claim, self.consumer)
-        return tx, claimed
+        return tx
 
     def _ours_by_time(self) -> bool:
         """True when the claim that just completed needs no ownership check: the batch is fresh
@@ -431,9 +438,8 @@ class SqlStrategy:
         :meth:`_attempt_many` instead: the claim met a processed row (``XGROUP SETID`` delivered
         the message again), or completed too late for the batch to count as fresh."""
         sids = [sortable_id(m.id) for m in batch]
-        await self._check_schema()
-        tx = _SyncTx(self.db.sync_engine, self._run_sync, self.group, self.stream)
-        self._tx = tx
+        tx = await self._new_tx()
+        assert isinstance(tx, _SyncTx)  # only def handlers come this way
 
         def through() -> list[Outcome] | str:
             if tx.open_now(sids, self.consumer, fresh=True) is None:
@@ -444,10 +450,7 @@ class SqlStrategy:
                     return "the claim completed too late for the batch to count as fresh"
                 result = call(batch, tx.provided)
                 if tx.broken():
-                    raise DatabaseUnavailable(
-                        f"database connection lost while handling a batch of {len(batch)}: "
-                        f"{next((o.error for o in result.outcomes if o.error), '')}"
-                    )
+                    raise _lost_in_batch(result)
                 outcomes = result.outcomes
                 if result.raised:
                     tx.close_now()  # rolls back everything, the claims with the handler's writes
@@ -520,10 +523,7 @@ class SqlStrategy:
             if run:
                 result = await many([batch[i] for i in run], tx.provided)
                 if tx.broken():
-                    raise DatabaseUnavailable(
-                        f"database connection lost while handling a batch of {len(run)}: "
-                        f"{next((o.error for o in result.outcomes if o.error), '')}"
-                    )
+                    raise _lost_in_batch(result)
                 raised = result.raised
                 for i, outcome in zip(run, result.outcomes, strict=True):
                     outcomes[i] = outcome
@@ -559,6 +559,14 @@ class SqlStrategy:
             stage="flush",
         )
         return outcome
+
+
+def _lost_in_batch(result: BatchOutcomes) -> DatabaseUnavailable:
+    """A batch handler's statements met a dead connection: an outage, not its fault."""
+    error = next((o.error for o in result.outcomes if o.error), "")
+    return DatabaseUnavailable(
+        f"database connection lost while handling a batch of {len(result.outcomes)}: {error}"
+    )
 
 
 async def _to_thread(func: Callable[[], T]) -> T:
