@@ -1,8 +1,10 @@
 """The four operator actions: replay or purge a dead letter, claim a consumer's entries to another
 consumer, delete an empty consumer. Each returns a one-line outcome for the page and the log.
 
-Replay and purge go through :mod:`streamworker.admin` (the same code as ``streamworker dlq``),
-with a sync client in a worker thread; deleting a consumer uses the runtime's
+Replay goes through :mod:`streamworker.admin` (the same code as ``streamworker dlq replay``),
+with a sync client in a worker thread; purge through ``purge_dead_letters.lua``, which deletes an
+entry only if it carries the dead-letter provenance (a live stream named by mistake loses
+nothing); deleting a consumer uses the runtime's
 ``delete_consumer.lua``, which deletes only a consumer that holds nothing.
 """
 
@@ -20,6 +22,8 @@ from streamworker.errors import StreamworkerError
 from streamworker.redisio import LuaScript, as_text
 
 _DELETE_CONSUMER = LuaScript("delete_consumer")
+# Deletes only entries that carry the dead-letter provenance: {deleted, refused, gone}.
+PURGE_DEAD_LETTERS = LuaScript("purge_dead_letters")
 _CLAIM_PAGE = 500
 
 
@@ -40,10 +44,19 @@ async def replay_dead_letter(sync_client: redis.Redis, dlq: str, entry_id: str) 
     raise ActionFailed(f"did not replay {entry_id}: {reason}")
 
 
-async def purge_dead_letter(sync_client: redis.Redis, dlq: str, entry_id: str) -> str:
-    """Delete one dead letter for good."""
-    n = await asyncio.to_thread(admin.purge_dead_letters, sync_client, dlq, [entry_id])
-    if n == 0:
+async def purge_dead_letter(client: aioredis.Redis, dlq: str, entry_id: str) -> str:
+    """Delete one dead letter for good; ActionFailed, and nothing deleted, when the entry is
+    not a streamworker dead letter (checked in the same script as the delete)."""
+    try:
+        deleted, refused, _ = await PURGE_DEAD_LETTERS(client, [dlq], [entry_id])
+    except rex.ResponseError as exc:
+        raise ActionFailed(f"cannot purge {entry_id}: {exc}") from None
+    if int(refused):
+        raise ActionFailed(
+            f"refused to purge {entry_id}: it is not a streamworker dead letter (no dlq_stream "
+            f"field), so {dlq} is not a dead-letter stream; nothing was deleted"
+        )
+    if int(deleted) == 0:
         raise ActionFailed(f"no dead letter {entry_id} in {dlq} (already gone)")
     return f"deleted dead letter {entry_id} from {dlq}"
 

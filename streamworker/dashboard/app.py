@@ -234,6 +234,8 @@ class Dashboard:
         env.filters["bytes"] = fmt_bytes
         env.filters["rate"] = fmt_rate
         env.filters["since"] = fmt_since
+        env.filters["utc"] = fmt_utc
+        env.filters["val"] = data.show_value
         env.globals["link"] = link
         self.templates = Jinja2Templates(env=env)
 
@@ -372,6 +374,13 @@ def fmt_rate(value: float | None) -> str:
     if value < 10:
         return f"{value:.1f}/s"
     return f"{value:,.0f}/s"
+
+
+def fmt_utc(ms: int | float | None) -> str:
+    """A unix time in milliseconds as ``2026-11-28 13:40:01 UTC``; a dash for none."""
+    if not ms:
+        return "\u2013"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
 
 
 def fmt_since(ms: int | None) -> str:
@@ -594,7 +603,8 @@ async def _job_page(dash: Dashboard, request: Request) -> Response:
     found = dash.jobs.get(_int(_param(request, "id")) or 0)
     if found is None:
         raise data.NotFound("no such job (jobs live in the dashboard's memory until it restarts)")
-    return dash.render(request, "job.html", {"job": found})
+    again, exact = await bulk.dead_lettered_again(dash.conn(), found)
+    return dash.render(request, "job.html", {"job": found, "again": again, "again_exact": exact})
 
 
 async def _entries_page(dash: Dashboard, request: Request) -> Response:
@@ -648,16 +658,20 @@ async def _group_page(dash: Dashboard, request: Request) -> Response:
 
 async def _dlq_page(dash: Dashboard, request: Request) -> Response:
     key = _param(request, "key")
+    client = dash.conn()
+    await data.check_dead_letter_stream(client, key)
     flt = bulk.DeadLetterFilter.from_params(request.query_params)
     before = request.query_params.get("before")
     count = _int(request.query_params.get("count"))
     scanned = None
     if flt.active:
-        page, scanned = await bulk.filtered_page(dash.conn(), key, flt, before=before, count=count)
+        page, scanned = await bulk.filtered_page(client, key, flt, before=before, count=count)
     else:
-        page = await data.dead_letter_page(dash.conn(), key, before=before, count=count)
-    length = int(await dash.conn().xlen(key))
+        page = await data.dead_letter_page(client, key, before=before, count=count)
+    length = int(await client.xlen(key))
+    summary = await bulk.summarize(client, key, flt)
     active = [j for j in dash.jobs.all() if j.dlq == key and j.active]
+    stream = data.stream_of_dlq(key)
     return dash.render(
         request,
         "dlq.html",
@@ -668,6 +682,8 @@ async def _dlq_page(dash: Dashboard, request: Request) -> Response:
             "flt": flt,
             "fp": flt.params(),
             "scanned": scanned,
+            "summary": summary,
+            "stream": stream if stream and await client.exists(stream) else None,
             "running": active[0] if active else None,
         },
     )
@@ -676,7 +692,8 @@ async def _dlq_page(dash: Dashboard, request: Request) -> Response:
 async def _dead_letter_page(dash: Dashboard, request: Request) -> Response:
     key = _param(request, "key")
     entry = await data.get_dead_letter(dash.conn(), key, _param(request, "id"))
-    return dash.render(request, "dead_letter.html", {"key": key, "d": entry})
+    flt = bulk.DeadLetterFilter.from_params(request.query_params)
+    return dash.render(request, "dead_letter.html", {"key": key, "d": entry, "fp": flt.params()})
 
 
 async def _confirm_page(dash: Dashboard, request: Request) -> Response:
@@ -695,9 +712,15 @@ async def _confirm_page(dash: Dashboard, request: Request) -> Response:
     if action in ("replay", "purge"):
         key, entry_id = _param(request, "key"), _param(request, "id")
         context["d"] = await data.get_dead_letter(dash.conn(), key, entry_id)
-        context["fields"] = {"key": key, "id": entry_id}
+        # The list's filter rides along, so the list comes back filtered after the action.
+        context["fields"] = {
+            "key": key,
+            "id": entry_id,
+            **bulk.DeadLetterFilter.from_params(q).params(),
+        }
     elif action in ("bulk-replay", "bulk-purge"):
         key = _param(request, "key")
+        await data.check_dead_letter_stream(dash.conn(), key)
         flt = bulk.DeadLetterFilter.from_params(q)
         matched, partial = await bulk.count_matching(dash.conn(), key, flt)
         context.update(matched=matched, partial=partial, flt=flt)
@@ -797,9 +820,7 @@ def _need(fields: dict[str, str], *names: str) -> list[str]:
 
 
 def _back(action: str, fields: dict[str, str]) -> str:
-    if action in ("replay", "purge"):
-        return link("/dlq", key=fields.get("key"))
-    if action in ("bulk-replay", "bulk-purge"):
+    if action in ("replay", "purge", "bulk-replay", "bulk-purge"):
         flt = {k: fields.get(k) for k in ("error", "handler", "older_than_s", "newer_than_s")}
         return link("/dlq", key=fields.get("key"), **flt)
     if action in ("job-stop", "job-resume"):
@@ -815,6 +836,9 @@ async def _perform(
     back = _back(action, fields)
     if action in ("bulk-replay", "bulk-purge"):
         (key,) = _need(fields, "key")
+        # Never trust the form: the key must hold dead letters (the job skips any entry that
+        # is not one, and its purge checks each entry again in the deleting script).
+        await data.check_dead_letter_stream(dash.conn(), key)
         flt = bulk.DeadLetterFilter.from_params(fields)
         expected = _int(fields.get("expected"), 0) or 0
         kind = action.removeprefix("bulk-")
@@ -839,7 +863,7 @@ async def _perform(
         return await actions.replay_dead_letter(dash.sync_conn(), key, entry_id), back
     if action == "purge":
         key, entry_id = _need(fields, "key", "id")
-        return await actions.purge_dead_letter(dash.sync_conn(), key, entry_id), back
+        return await actions.purge_dead_letter(dash.conn(), key, entry_id), back
     stream, group, consumer = _need(fields, "stream", "group", "consumer")
     if action == "claim":
         min_idle = _int(fields.get("min_idle_ms"), 0) or 0

@@ -239,6 +239,26 @@ SCENARIOS: dict[str, list[Scenario]] = {
             fails=True,
         ),
     ],
+    "purge_dead_letters": [
+        Scenario(
+            "dead letters, a live entry, a gone id",
+            [
+                ("XADD", "s:dlq", "5-1", "f", "v", "dlq_stream", "s", "dlq_id", "1-1"),
+                ("XADD", "s:dlq", "6-1", "f", "live"),
+                ("XADD", "s:dlq", "7-1", "dlq_stream", "s", "dlq_id", "2-1"),
+            ],
+            ["s:dlq"],
+            ["5-1", "6-1", "7-1", "8-1"],
+            ["s:dlq"],
+        ),
+        Scenario(
+            "a live stream",
+            [("XADD", "s", "1-1", "dlq_stream", "x"), ("XADD", "s", "2-1", "f", "v")],
+            ["s"],
+            ["2-1"],
+            ["s"],
+        ),
+    ],
     "check_ownership": [
         Scenario(
             "owned, acked, other's, business duplicate",
