@@ -25,6 +25,7 @@ PROVENANCE_FIELDS = (
     "dlq_error",
     "dlq_handler",
     "dlq_at_ms",
+    "dlq_traceback",
     "dlq_body_missing",
 )
 

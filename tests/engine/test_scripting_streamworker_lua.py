@@ -128,6 +128,13 @@ SCENARIOS: dict[str, list[Scenario]] = {
             ["s", "s:dlq"],
         ),
         Scenario(
+            "owned, with a traceback",
+            _stream_setup(),
+            ["s", "s:dlq"],
+            ["g", "2-1", "c1", "3", "ValueError: boom", "handle", "1700000000000", "Trace\n  x"],
+            ["s", "s:dlq"],
+        ),
+        Scenario(
             "not pending (acked)",
             [*_stream_setup(), ("XACK", "s", "g", "2-1")],
             ["s", "s:dlq"],
