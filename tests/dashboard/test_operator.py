@@ -14,9 +14,11 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from streamworker.dashboard.history import Rates
+from streamworker.dashboard.overview import Health, _problems
 from tests.dashboard.conftest import Scene, Store
 from tests.dashboard.test_http import ORIGIN, client_for, csrf_of, login
-from tests.dashboard.test_pages import _wait_job, cell_text
+from tests.dashboard.test_pages import _beat, _wait_job, cell_text
 
 WAIT_S = 30.0
 
@@ -88,3 +90,92 @@ def test_a_bulk_purge_skips_an_entry_that_is_not_a_dead_letter(
     assert cell_text(html, "done") == "3"
     assert cell_text(html, "skipped") == "1"
     assert [i for i, _ in store.client.xrange(scene.dlq)] == [stray]
+
+
+# --- 8. the overview grades a stuck group critical -----------------------------------------------
+
+
+def _overview_row(html: str, stream: str, group: str) -> str:
+    m = re.search(
+        rf'<tr class="level-[a-z]+" data-stream="{re.escape(stream)}" '
+        rf'data-group="{re.escape(group)}" data-level="([a-z]+)">(.*?)</tr>',
+        html,
+        re.S,
+    )
+    assert m, f"no overview row for {stream}/{group}"
+    return m.group(1) + "|" + m.group(2)
+
+
+RELAXED = (
+    "/?dead_letters_warn=1000&dead_letters_crit=2000&work_left_warn=1000&work_left_crit=2000"
+    "&oldest_pending_s_warn=100000&oldest_pending_s_crit=200000"
+)
+
+
+def test_a_group_with_work_left_and_no_live_consumer_is_critical(
+    dash: TestClient, store: Store
+) -> None:
+    # billing's consumers hold entries, but no worker of theirs is running (no name record).
+    row = _overview_row(dash.get(RELAXED).text, "orders", "billing")
+    assert row.startswith("crit|")
+    assert "no live consumer" in row
+    assert re.search(r'data-testid="live-consumers">0<', row)
+    # audit has nothing to do: no live consumer is no problem there.
+    assert _overview_row(dash.get(RELAXED).text, "orders", "audit").startswith("ok|")
+
+
+def test_only_consumers_with_a_running_worker_count_as_live(dash: TestClient, store: Store) -> None:
+    _beat(store, "orders", "billing", "c1")
+    row = _overview_row(dash.get(RELAXED).text, "orders", "billing")
+    assert re.search(r'data-testid="live-consumers">1<', row)
+    assert re.search(r'data-testid="consumers">4<', row)  # c1..c4 listed, one running
+    assert row.startswith("ok|")
+
+
+def test_nothing_done_while_entries_come_in_is_a_problem() -> None:
+    def row(added: float, done: float) -> Health:
+        return Health(
+            "s", "g", 10, 5, 1, 1, 1, None, None, "{s}:dlq", 0, Rates(0, 10, added, done, 0, 1, 5)
+        )
+
+    assert _problems(row(3.0, 0.0)) == ("nothing done while entries come in",)
+    assert _problems(row(3.0, 2.5)) == ()
+    assert _problems(row(0.0, 0.0)) == ()  # idle stream: nothing comes in, nothing to do
+
+
+def test_oldest_pending_is_graded_by_time_since_delivery_not_entry_age(
+    dash: TestClient, store: Store
+) -> None:
+    c = store.client
+    c.xadd("old", {"n": "1"}, id="1000-0")  # an entry from 1970: its age is huge
+    c.xgroup_create("old", "g", id="0")
+    c.xreadgroup("g", "w1", {"old": ">"})  # delivered just now
+    _beat(store, "old", "g", "w1")
+    row = _overview_row(dash.get("/").text, "old", "g")
+    assert row.startswith("ok|"), row
+    oldest = re.search(r'data-testid="oldest">([^<]*)<', row)
+    assert oldest
+    assert re.fullmatch(r"\d+ms|\d+\.\ds", oldest.group(1))  # seconds at most, not 56 years
+
+
+def test_an_unknown_lag_ranks_by_its_bound_and_says_so(dash: TestClient, store: Store) -> None:
+    c = store.client
+    ids = [c.xadd("gappy", {"n": str(i)}) for i in range(30)]
+    c.xgroup_create("gappy", "g", id="0")
+    c.xreadgroup("g", "w1", {"gappy": ">"}, count=2)
+    c.xdel("gappy", ids[10])  # a deleted unread entry: Redis can no longer tell the lag
+    _beat(store, "gappy", "g", "w1")
+    assert c.xinfo_groups("gappy")[0]["lag"] is None
+    for i in range(10):  # known lag 10: more than gappy's pending, less than its bound
+        c.xadd("steady", {"n": str(i)})
+    c.xgroup_create("steady", "g", id="0")
+    c.xgroup_createconsumer("steady", "g", "w1")
+    _beat(store, "steady", "g", "w1")
+    html = dash.get("/?work_left_warn=5&work_left_crit=1000").text
+    row = _overview_row(html, "gappy", "g")
+    work = re.search(r'data-testid="work-left" title="a bound[^"]*">([^<]*)<', row)
+    assert work, row
+    assert work.group(1) == "≤ 31"  # 29 entries + 2 pending
+    assert row.startswith("warn|")  # graded by the bound
+    streams = re.findall(r'<tr class="level-[a-z]+" data-stream="([^"]+)" data-group="g"', html)
+    assert streams == ["gappy", "steady"]  # 31 at most before 10
