@@ -164,7 +164,8 @@ def link(path: str, **params: Any) -> str:
 
 
 def pending_chart(history: History, stream: str, group: str, minutes: int = 10) -> Chart:
-    """Pending and lag of one group over the last ``minutes``, from the first sample on."""
+    """Pending (left axis) and lag (right axis, a scale of its own) of one group over the last
+    ``minutes``, from the first sample on: a PEL of 5 stays visible next to a lag of 50,000."""
     now = time.time()
     points = history.samples(stream, group, int(now) - minutes * 60, int(now))
     # The axis ends at the newest sample: the line reaches the right edge.
@@ -172,34 +173,40 @@ def pending_chart(history: History, stream: str, group: str, minutes: int = 10) 
     t1 = max(points[-1].second if points else now, t0 + 1)
     return time_chart(
         f"pending and lag of {group}",
-        "entries",
-        [
-            ("pending", "pending", [(p.second, float(p.pending)) for p in points]),
-            (
-                "lag",
-                "lag",
-                [(p.second, None if p.lag == UNKNOWN else float(p.lag)) for p in points],
-            ),
-        ],
+        "pending (entries)",
+        [("pending", "pending", [(p.second, float(p.pending)) for p in points])],
         t0,
         t1,
+        right=(
+            "lag (entries)",
+            [
+                (
+                    "lag (right axis)",
+                    "lag",
+                    [(p.second, None if p.lag == UNKNOWN else float(p.lag)) for p in points],
+                )
+            ],
+        ),
     )
 
 
 def rate_chart(history: History, stream: str, group: str | None, minutes: int) -> Chart:
     """Entries added to the stream, done by the group (acked, dead-lettered included) and
-    dead-lettered, per second, over the last ``minutes`` (at most 300 points)."""
+    dead-lettered, per second, over the last ``minutes`` (at most 300 points). Dead letters
+    are counted per stream (its dead-letter stream's entries), so on a group's chart the line
+    says it is the whole stream's."""
     now = int(time.time())
     rates = history.rates(stream, group, now - minutes * 60, now, buckets=300)
     t0 = rates[0].start if rates else now - 1
     t1 = max(rates[-1].end if rates else now, t0 + 1)
+    dead = "dead-lettered" if group is None else "dead-lettered (whole stream, all groups)"
     return time_chart(
         f"throughput of {group or stream}",
         "entries/s",
         [
             ("added", "added", [(r.end, r.added) for r in rates]),
             ("done", "done", [(r.end, r.done) for r in rates]),
-            ("dead-lettered", "dead", [(r.end, r.dead) for r in rates]),
+            (dead, "dead", [(r.end, r.dead) for r in rates]),
         ],
         t0,
         t1,

@@ -5,6 +5,7 @@ group critical; the claim says what it moves and to whom; the dead-letter pages 
 from __future__ import annotations
 
 import re
+import time
 import warnings
 from collections.abc import Iterator
 
@@ -14,7 +15,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from streamworker.dashboard.history import Rates
+from streamworker.dashboard.app import pending_chart, rate_chart
+from streamworker.dashboard.history import History, Rates
 from streamworker.dashboard.overview import Health, _problems
 from tests.dashboard.conftest import Scene, Store
 from tests.dashboard.test_http import ORIGIN, client_for, csrf_of, login
@@ -179,3 +181,28 @@ def test_an_unknown_lag_ranks_by_its_bound_and_says_so(dash: TestClient, store: 
     assert row.startswith("warn|")  # graded by the bound
     streams = re.findall(r'<tr class="level-[a-z]+" data-stream="([^"]+)" data-group="g"', html)
     assert streams == ["gappy", "steady"]  # 31 at most before 10
+
+
+# --- 12. charts -----------------------------------------------------------------------------------
+
+
+def test_pending_has_its_own_axis_next_to_a_large_lag() -> None:
+    history = History(max_series=1, slots=60)
+    now = int(time.time())
+    for i in range(5):  # pending 2, lag 50,000: one scale would flatten pending to the floor
+        history.record("s", "g", (0, 0, 0, 2, 50_000), at=now - 4 + i)
+    chart = pending_chart(history, "s", "g")
+    assert chart.unit == "pending (entries)"
+    assert chart.unit2 == "lag (entries)"
+    assert chart.y_ticks[-1][1] == "2"  # the left axis tops out at pending's scale
+    assert chart.y2_ticks[-1][1] == "80k"  # the right one at lag's: 4 round steps of 20k
+    pending = next(line for line in chart.lines if line.css == "pending")
+    assert pending.last is not None
+    assert pending.last[1] == chart.top  # at the top of its own axis, not at the bottom
+
+
+def test_a_groups_rate_chart_says_the_dead_letter_rate_is_the_streams() -> None:
+    history = History(max_series=2, slots=60)
+    names = {line.name for line in rate_chart(history, "s", "g", 5).lines}
+    assert "dead-lettered (whole stream, all groups)" in names
+    assert "dead-lettered" in {line.name for line in rate_chart(history, "s", None, 5).lines}
