@@ -68,6 +68,7 @@ _FORM_FIELDS = (
     "consumer",
     "target",
     "min_idle_ms",
+    "create_target",
     "error",
     "handler",
     "older_than_s",
@@ -743,8 +744,23 @@ async def _confirm_page(dash: Dashboard, request: Request) -> Response:
         await data.get_group(dash.conn(), stream, group)
         context["fields"] = {"stream": stream, "group": group, "consumer": consumer}
         if action == "claim":
-            context["target"] = q.get("target", "")
-            context["min_idle_ms"] = _int(q.get("min_idle_ms"), 0)
+            target = (q.get("target") or "").strip()
+            seen = dash.workers.recall(stream, group, consumer)
+            try:
+                preview = await actions.claim_preview(
+                    dash.conn(),
+                    stream,
+                    group,
+                    consumer,
+                    target,
+                    _int(q.get("min_idle_ms")),
+                    seen.beat.claim_idle_ms if seen is not None else None,
+                )
+            except actions.ActionFailed as exc:
+                raise data.NotFound(str(exc)) from None
+            context.update(target=target, preview=preview)
+            # What is confirmed is what was counted: the target and the minimum idle time.
+            context["fields"].update(target=target, min_idle_ms=str(preview.min_idle_ms))
     context["back"] = _back(action, context["fields"])
     return dash.render(request, "confirm.html", context)
 
@@ -877,7 +893,13 @@ async def _perform(
         if min_idle < 0:
             raise actions.ActionFailed("min idle time must be 0 or more")
         outcome = await actions.claim_entries(
-            dash.conn(), stream, group, consumer, fields.get("target", "").strip(), min_idle
+            dash.conn(),
+            stream,
+            group,
+            consumer,
+            fields.get("target", "").strip(),
+            min_idle,
+            create_target=fields.get("create_target") == "yes",
         )
         return outcome, back
     return await actions.delete_consumer(dash.conn(), stream, group, consumer), back

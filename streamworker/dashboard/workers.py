@@ -51,6 +51,7 @@ class Heartbeat:
     failed: int
     ttl_ms: int | None
     read_at_ms: int = 0
+    claim_idle_ms: int | None = None  # the handler's, in records of workers that write it
 
     @property
     def late(self) -> bool:
@@ -92,6 +93,7 @@ def parse_heartbeat(
         failed=_int(f, "failed"),
         ttl_ms=ttl_ms if ttl_ms is not None and ttl_ms >= 0 else None,
         read_at_ms=now_ms(),
+        claim_idle_ms=_int(f, "claim_idle_ms") or None,
     )
 
 

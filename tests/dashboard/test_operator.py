@@ -206,3 +206,78 @@ def test_a_groups_rate_chart_says_the_dead_letter_rate_is_the_streams() -> None:
     names = {line.name for line in rate_chart(history, "s", "g", 5).lines}
     assert "dead-lettered (whole stream, all groups)" in names
     assert "dead-lettered" in {line.name for line in rate_chart(history, "s", None, 5).lines}
+
+
+# --- 10. the claim says what it moves and to whom -------------------------------------------------
+
+CLAIM = "/confirm?action=claim&stream=orders&group=billing&consumer=c1"
+
+
+def _testid(html: str, testid: str) -> str | None:
+    m = re.search(rf'data-testid="{testid}"[^>]*>([^<]*)<', html)
+    return m.group(1) if m else None
+
+
+def test_the_claim_confirmation_counts_the_entries_that_will_move(dash: TestClient) -> None:
+    assert _testid(dash.get(CLAIM + "&target=c2&min_idle_ms=0").text, "moving") == "3"
+    assert _testid(dash.get(CLAIM + "&target=c2&min_idle_ms=3600000").text, "moving") == "0"
+
+
+def test_the_claims_minimum_idle_time_defaults_to_the_handlers_claim_idle_ms(
+    dash: TestClient, store: Store
+) -> None:
+    html = dash.get(CLAIM).text
+    assert 'value="60000" data-testid="min-idle"' in html  # unknown: the default
+    assert "the default claim_idle_ms" in html
+    _beat(store, "orders", "billing", "c2", claim_idle_ms={("orders", "billing"): 45_000})
+    html = dash.get(CLAIM).text
+    assert 'value="45000" data-testid="min-idle"' in html
+    assert "the handler&#39;s claim_idle_ms" in html
+
+
+def test_the_claim_offers_live_consumers_and_warns_about_a_live_source(
+    dash: TestClient, store: Store
+) -> None:
+    html = dash.get(CLAIM).text
+    assert _testid(html, "pick-target") is None
+    assert "no-live" in html
+    assert "warn-source-live" not in html
+    _beat(store, "orders", "billing", "c1")
+    _beat(store, "orders", "billing", "c2")
+    html = dash.get(CLAIM + "&target=c2").text
+    assert re.findall(r'data-testid="pick-target">([^<]*)<', html) == ["c2"]
+    assert "warn-source-live" in html
+    assert "warn-target-not-live" not in html
+    assert "create-target" not in html  # c2 exists
+
+
+def test_a_claim_to_a_consumer_without_a_worker_warns(dash: TestClient) -> None:
+    html = dash.get(CLAIM + "&target=c3").text  # c3 exists, no worker runs as it
+    assert "warn-target-not-live" in html
+
+
+def test_a_claim_to_a_consumer_that_does_not_exist_needs_an_explicit_confirmation(
+    dash: TestClient, store: Store, scene: Scene
+) -> None:
+    html = dash.get(CLAIM + "&target=c9&min_idle_ms=0").text
+    assert "warn-target-new" in html
+    assert 'name="create_target" value="yes" required' in html
+    csrf = csrf_of(dash, CLAIM + "&target=c9&min_idle_ms=0")
+    form = {
+        "csrf": csrf,
+        "confirm": "yes",
+        "stream": "orders",
+        "group": "billing",
+        "consumer": "c1",
+        "target": "c9",
+        "min_idle_ms": "0",
+    }
+    r = dash.post("/actions/claim", data=form, headers=ORIGIN)
+    assert "does not exist" in _notice(dash, r.headers["location"])
+    owners = {
+        row["name"].decode(): row["pending"]
+        for row in store.client.xpending("orders", "billing")["consumers"]
+    }
+    assert owners["c1"] == 3  # nothing moved
+    r = dash.post("/actions/claim", data={**form, "create_target": "yes"}, headers=ORIGIN)
+    assert "claimed 3 entries of c1 to c9" in _notice(dash, r.headers["location"])
