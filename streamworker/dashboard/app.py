@@ -361,6 +361,7 @@ class Dashboard:
             "refresh_ms": self.config.refresh_ms,
             "notices": notices,
             "redis_url": redact_url(self.config.redis_url),
+            "now_ms": data.now_ms(),
             **context,
         }
         return self.templates.TemplateResponse(request, name, full, status_code=status_code)

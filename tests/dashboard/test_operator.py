@@ -281,3 +281,30 @@ def test_a_claim_to_a_consumer_that_does_not_exist_needs_an_explicit_confirmatio
     assert owners["c1"] == 3  # nothing moved
     r = dash.post("/actions/claim", data={**form, "create_target": "yes"}, headers=ORIGIN)
     assert "claimed 3 entries of c1 to c9" in _notice(dash, r.headers["location"])
+
+
+# --- 9. stale data and a restarted dashboard ------------------------------------------------------
+
+
+def test_a_restarted_dashboard_shows_what_redis_holds_of_a_dead_consumer(
+    store: Store, scene: Scene
+) -> None:
+    names = _beat(store, "orders", "billing", "c1")
+    with client_for(store) as first:
+        login(first)
+        html = first.get("/workers").text
+        assert re.search(r'data-testid="live-count">1<', html)  # c1's worker, live
+        assert not _row(html, "c1")  # not among the dead
+    store.client.delete(names.key("orders", "billing"))  # the worker is gone for good
+    with client_for(store) as restarted:  # a new dashboard process: nothing in its memory
+        login(restarted)
+        row = _row(restarted.get("/workers").text, "c1")
+    assert 'data-state="not running"' in row
+    active = re.search(r'data-testid="last-active">([^<]*)<', row)
+    assert active
+    assert re.fullmatch(r"\d+ms ago|\d+\.\ds ago", active.group(1))  # from XINFO CONSUMERS
+
+
+def _row(html: str, consumer: str) -> str:
+    m = re.search(rf'<tr data-consumer="{consumer}"[^>]*>.*?</tr>', html, re.S)
+    return m.group(0) if m else ""

@@ -156,7 +156,7 @@ def test_the_workers_page_lists_live_workers_and_what_they_hold(
     assert re.search(r'data-consumer="c1">.*?data-testid="pending">3<', html, re.S)
     dead = re.search(r'<tr data-consumer="c2" data-state="([^"]+)"', html)
     assert dead
-    assert dead.group(1) == "no heartbeat"
+    assert dead.group(1) == "not running"
 
 
 def test_a_worker_whose_record_is_deleted_shows_as_stopped(
