@@ -746,7 +746,12 @@ async def _confirm_page(dash: Dashboard, request: Request) -> Response:
         context["fields"] = {"stream": stream, "group": group, "consumer": consumer}
         if action == "claim":
             target = (q.get("target") or "").strip()
+            # The last records the dashboard saw, the source's first: a dead worker's record
+            # is gone from Redis, but its handler's claim_idle_ms is still the one to use.
             seen = dash.workers.recall(stream, group, consumer)
+            remembered = [seen.beat] if seen is not None else []
+            remembered += [s.beat for s in dash.workers.of_group(stream, group)]
+            known = next((b.claim_idle_ms for b in remembered if b.claim_idle_ms), None)
             try:
                 preview = await actions.claim_preview(
                     dash.conn(),
@@ -755,7 +760,7 @@ async def _confirm_page(dash: Dashboard, request: Request) -> Response:
                     consumer,
                     target,
                     _int(q.get("min_idle_ms")),
-                    seen.beat.claim_idle_ms if seen is not None else None,
+                    known,
                 )
             except actions.ActionFailed as exc:
                 raise data.NotFound(str(exc)) from None
