@@ -38,6 +38,7 @@ def doc_files() -> list[Path]:
     """The Markdown files whose links must resolve."""
     files = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "benchmarks" / "README.md"]
     files += sorted((ROOT / "examples").glob("**/README.md"))
+    files += sorted((ROOT / "tests").glob("**/README.md"))
     files += sorted((ROOT / "docs").glob("**/*.md"))
     return [f for f in files if f.is_file()]
 
