@@ -67,7 +67,7 @@ class HandlerSpec:
     is delivered again) instead of stopping this handler."""
     batch: bool = False
     """A batch handler: called once per batch with ``list[Message[Model]]`` (see
-    :func:`streamworker.outcomes.batch_outcomes` and the README, "Batch handlers")."""
+    :func:`streamworker.outcomes.batch_outcomes` and docs/handlers.md, "Batch handlers")."""
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -247,7 +247,7 @@ class App:
                 It returns None (all succeeded) or a mapping from message id to that message's
                 result: None, :class:`~streamworker.effects.Effects` (``"lua"``), or an
                 exception (``Retry``, ``DeadLetter``, any error), which fails only that message;
-                raising fails the whole batch. The README ("Batch handlers") states the contract
+                raising fails the whole batch. docs/handlers.md ("Batch handlers") states the contract
                 per strategy. Needs ``concurrency=1`` and ``ordered=False``.
         """
         given: object = stream  # ``@app.handler`` without parentheses passes the function here

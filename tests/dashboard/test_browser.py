@@ -1,7 +1,7 @@
 """The dashboard in a real headless Chromium (Debian's), driven by Playwright, against a
 redis-server whose streams, groups, pending entries and dead letters were made by real
 ``streamworker run`` processes. Takes screenshots of the main pages: into a temp dir, or into
-docs/screenshots/ (the README's pictures) with ``STREAMWORKER_UPDATE_SCREENSHOTS=1``."""
+docs/screenshots/ (docs/dashboard.md's pictures) with ``STREAMWORKER_UPDATE_SCREENSHOTS=1``."""
 
 from __future__ import annotations
 
