@@ -25,6 +25,7 @@ PROVENANCE_FIELDS = (
     "dlq_error",
     "dlq_handler",
     "dlq_at_ms",
+    "dlq_traceback",
     "dlq_body_missing",
 )
 
@@ -257,6 +258,13 @@ def replay_dead_letters(
 _PURGE_CHUNK = 500
 
 
+def _is_dead_letter_stream(client: redis.Redis, dlq: str) -> bool:
+    """False when ``dlq`` holds entries and none of its newest ten is a dead letter (carries
+    ``dlq_stream``): a live stream named by mistake. An empty or missing key is True."""
+    rows = client.xrevrange(dlq, count=10)
+    return not rows or any(split_dead_letter(i, raw).original_stream for i, raw in rows)
+
+
 def purge_dead_letters(
     client: redis.Redis,
     dlq: str,
@@ -264,19 +272,36 @@ def purge_dead_letters(
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
-    """Delete the given dead letters (XDEL, in chunks), or all of them (UNLINK of the stream key:
-    freed in the background, not blocking Redis); returns how many. ``progress(done, total)`` is
-    called as it goes."""
+    """Delete the given dead letters (in chunks, by ``purge_dead_letters.lua``, which deletes
+    only entries that carry the dead-letter provenance), or all of them (UNLINK of the stream
+    key: freed in the background, not blocking Redis); returns how many. StreamworkerError,
+    with nothing deleted, when ``dlq`` is not a dead-letter stream; with the others deleted,
+    when some of ``ids`` are not dead letters. ``progress(done, total)`` is called as it goes."""
+    if not _is_dead_letter_stream(client, dlq):
+        raise StreamworkerError(
+            f"{dlq!r} is not a dead-letter stream (its entries carry no dlq_stream field): "
+            "refusing to purge it"
+        )
     if ids is None:
         n = int(client.xlen(dlq))
         client.unlink(dlq)
         if progress is not None:
             progress(n, n)
         return n
-    removed = 0
+    script = client.register_script(
+        resources.files("streamworker.lua").joinpath("purge_dead_letters.lua").read_text("utf-8")
+    )
+    removed = refused = 0
     for start in range(0, len(ids), _PURGE_CHUNK):
         chunk = ids[start : start + _PURGE_CHUNK]
-        removed += int(client.xdel(dlq, *chunk))
+        deleted, not_dead, _ = script(keys=[dlq], args=chunk)
+        removed += int(deleted)
+        refused += int(not_dead)
         if progress is not None:
             progress(start + len(chunk), len(ids))
+    if refused:
+        raise StreamworkerError(
+            f"left {refused} entries of {dlq!r} alone: not streamworker dead letters "
+            f"(deleted {removed} dead letters)"
+        )
     return removed
