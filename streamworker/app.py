@@ -415,10 +415,13 @@ class App:
         approximate: bool = True,
         partitions: int | None = None,
         body_field: str | None = None,
+        wait_replicas: int | None = None,
+        wait_timeout_ms: int | None = None,
     ) -> None:
         """Declare the producer defaults of stream ``name`` (see
-        :class:`~streamworker.producer.StreamOptions`). Undeclared streams take their partition
-        count and ``body_field`` from this app's handler of that stream, if any."""
+        :class:`~streamworker.producer.StreamOptions`; ``wait_replicas``: a publish to it
+        returns only once that many replicas have the entry). Undeclared streams take their
+        partition count and ``body_field`` from this app's handler of that stream, if any."""
         self._producers.declare(
             name,
             StreamOptions(
@@ -427,6 +430,8 @@ class App:
                 approximate=approximate,
                 partitions=partitions,
                 body_field=body_field,
+                wait_replicas=wait_replicas,
+                wait_timeout_ms=wait_timeout_ms,
             ),
         )
 
@@ -440,7 +445,8 @@ class App:
         defaults: :meth:`streamworker.producer.Producer.publish` on a client opened on
         ``redis_url`` at first use (one per event loop). Keyword arguments: ``maxlen``,
         ``minid``, ``approximate``, ``id``, ``partition_key``, ``idempotency_key``,
-        ``body_field``."""
+        ``body_field``, ``wait_replicas``, ``wait_timeout_ms`` (ReplicaWaitTimeout when fewer
+        replicas acknowledged the entry in time)."""
         return await self._producers.async_producer().publish(stream, value, **kwargs)
 
     def publish_sync(self, stream: str, value: Any, **kwargs: Any) -> Receipt:
