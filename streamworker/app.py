@@ -17,6 +17,7 @@ from streamworker.idempotency import registry
 from streamworker.keys import dead_letter_stream, partition_stream
 from streamworker.partitions import check_partitioned_name
 from streamworker.producer import AppProducers, Receipt, StreamOptions
+from streamworker.replicawait import DEFAULT_WAIT_TIMEOUT_MS, ReplicaWait, WaitObserver
 
 Idempotency = str
 """The name of an idempotency strategy: ``"none"``, ``"sql"``, ``"lua"`` or a registered plug-in's
@@ -433,6 +434,28 @@ class App:
                 wait_replicas=wait_replicas,
                 wait_timeout_ms=wait_timeout_ms,
             ),
+        )
+
+    def configure_publish(
+        self,
+        *,
+        wait_replicas: int | None = None,
+        wait_timeout_ms: int | None = None,
+        wait_observer: WaitObserver | None = None,
+    ) -> None:
+        """Defaults of :meth:`publish`/:meth:`publish_sync` for every stream that does not set
+        its own (:meth:`stream`): wait for ``wait_replicas`` replicas, at most
+        ``wait_timeout_ms``; tell ``wait_observer`` about each wait. ``streamworker run`` sets
+        them from ``STREAMWORKER_WAIT_REPLICAS``/``_WAIT_TIMEOUT_MS`` and its metrics. None
+        leaves a value as it is. ConfigError for bad values."""
+        wait = ReplicaWait(
+            wait_replicas if wait_replicas is not None else 0,
+            wait_timeout_ms if wait_timeout_ms is not None else DEFAULT_WAIT_TIMEOUT_MS,
+        )
+        self._producers.configure(
+            None if wait_replicas is None else wait.replicas,
+            None if wait_timeout_ms is None else wait.timeout_ms,
+            wait_observer,
         )
 
     def stream_options(self, name: str) -> StreamOptions:

@@ -781,6 +781,36 @@ class AppProducers:
         self._declared: dict[str, StreamOptions] = {}
         self._sync: SyncProducer | None = None
         self._async: tuple[Any, Producer] | None = None
+        self._wait = ReplicaWait()
+        self._wait_observer: WaitObserver | None = None
+
+    def configure(
+        self,
+        wait_replicas: int | None,
+        wait_timeout_ms: int | None,
+        wait_observer: WaitObserver | None,
+    ) -> None:
+        wait = replace(
+            self._wait,
+            replicas=self._wait.replicas if wait_replicas is None else wait_replicas,
+            timeout_ms=self._wait.timeout_ms if wait_timeout_ms is None else wait_timeout_ms,
+        )
+        self._wait = wait
+        if wait_observer is not None:
+            self._wait_observer = wait_observer
+        # Producers made so far were built with the old defaults.
+        for producer in (self._sync, self._async[1] if self._async else None):
+            if producer is not None:
+                producer.wait = wait
+                producer.wait_observer = self._wait_observer
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {
+            "streams": self.options,
+            "wait_replicas": self._wait.replicas,
+            "wait_timeout_ms": self._wait.timeout_ms,
+            "wait_observer": self._wait_observer,
+        }
 
     def declare(self, name: str, options: StreamOptions) -> None:
         if not isinstance(name, str) or not name:
@@ -812,12 +842,12 @@ class AppProducers:
 
     def sync_producer(self) -> SyncProducer:
         if self._sync is None:
-            self._sync = SyncProducer(open_sync_redis(self._url()), streams=self.options)
+            self._sync = SyncProducer(open_sync_redis(self._url()), **self._kwargs())
         return self._sync
 
     def async_producer(self) -> Producer:
         loop = asyncio.get_running_loop()
         # An asyncio client belongs to the loop it first ran on: one per loop.
         if self._async is None or self._async[0] is not loop:
-            self._async = (loop, Producer(open_redis(self._url()), streams=self.options))
+            self._async = (loop, Producer(open_redis(self._url()), **self._kwargs()))
         return self._async[1]
