@@ -28,6 +28,7 @@ is as thread-safe as its redis-py client (it is). Neither closes the client it w
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -296,15 +297,15 @@ def batch_wait(
 ) -> ReplicaWait:
     """The one wait a pipeline of ``xadds`` sends: the strongest any of them asks for (their
     plans, else ``default``), or the call's ``wait_replicas``/``wait_timeout_ms``. Pure."""
-    wait = ReplicaWait(0, default.timeout_ms, default.aof_local)
-    for x in xadds:
-        wait = wait.stronger(
-            ReplicaWait(
-                default.replicas if x.wait_replicas is None else x.wait_replicas,
-                default.timeout_ms if x.wait_timeout_ms is None else x.wait_timeout_ms,
-                default.aof_local,
-            )
+    asked = [
+        ReplicaWait(
+            default.replicas if x.wait_replicas is None else x.wait_replicas,
+            default.timeout_ms if x.wait_timeout_ms is None else x.wait_timeout_ms,
+            default.aof_local,
         )
+        for x in xadds
+    ]
+    wait = functools.reduce(ReplicaWait.stronger, asked) if asked else default
     return replace(
         wait,
         replicas=wait.replicas if wait_replicas is None else check_replicas(wait_replicas),

@@ -1,4 +1,7 @@
-"""A redis-server primary with one replica (``--replicaof``), both real processes on loopback.
+"""A primary with one redis-server replica (``--replicaof``), real processes on loopback. The
+primary is a redis-server, or ``streamworker engine serve`` (``primary="engine"``), whose
+connections move their replication offset (what WAIT waits for) on writes only, as the Redis
+docs describe WAIT; redis-server 7.0 moves it on every command.
 
 The replica can be paused (SIGSTOP) to play a replica that lags or is cut off, and resumed
 (SIGCONT); :meth:`Replicated.wait_synced` waits until it has everything the primary wrote.
@@ -15,6 +18,7 @@ from pathlib import Path
 
 import redis
 
+from tests.support.engine_server import EngineServerProcess
 from tests.support.servers import RedisServer
 
 
@@ -25,8 +29,14 @@ def _info(client: redis.Redis) -> dict[str, object]:
 class Replicated:
     """A running primary and replica (see the module docstring); :meth:`stop` ends both."""
 
-    def __init__(self, workdir: Path, *, link_timeout_s: float = 10.0) -> None:
-        self.primary = RedisServer(workdir / "primary").start()
+    def __init__(
+        self, workdir: Path, *, primary: str = "redis", link_timeout_s: float = 10.0
+    ) -> None:
+        self.primary: RedisServer | EngineServerProcess = (
+            RedisServer(workdir / "primary").start()
+            if primary == "redis"
+            else EngineServerProcess(workdir / "primary").start()
+        )
         try:
             self.replica = RedisServer(
                 workdir / "replica",
