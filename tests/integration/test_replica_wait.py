@@ -78,7 +78,8 @@ def test_a_keyed_publish_to_a_stopped_replica_times_out_saying_a_retry_is_safe(
         elapsed = time.monotonic() - started
     error = caught.value
     assert (error.requested, error.acknowledged, error.retry_safe) == (1, 0, True)
-    assert "written on the primary" in str(error) and "may be lost on a failover" in str(error)
+    assert "written on the primary" in str(error)
+    assert "may be lost on a failover" in str(error)
     assert "publishing again with the same idempotency_key is safe" in str(error)
     assert TIMEOUT_MS / 1000 <= elapsed < TIMEOUT_MS / 1000 + 0.5
     assert primary.xlen("orders") == 1  # on the primary, as the message says
@@ -148,7 +149,8 @@ def test_publish_many_sends_one_wait_for_the_whole_pipeline(
     receipts = producer.publish_many(plans)
     assert _wait_calls(primary) - before == 1
     assert [r.duplicate for r in receipts] == [False] * 10
-    assert replica.xlen("orders") == 5 and replica.xlen("other") == 5
+    assert replica.xlen("orders") == 5
+    assert replica.xlen("other") == 5
 
 
 def test_wait_replicas_zero_sends_no_wait(primary: redis.Redis) -> None:
@@ -192,7 +194,8 @@ def test_the_async_producer_waits_and_times_out_like_the_sync_one(
 
     entry_id, error = asyncio.run(scenario())
     assert replica.xrange("orders", entry_id, entry_id)
-    assert error is not None and error.acknowledged == 0
+    assert error is not None
+    assert error.acknowledged == 0
 
 
 def test_app_publish_takes_the_wait_of_its_stream_declaration(
@@ -284,7 +287,8 @@ def test_dlq_replay_with_a_stopped_replica_raises_after_moving_the_entry(
     primary.xadd("orders:dlq", fields, id="5-2")
     result = replay_dead_letters(primary, "orders:dlq", wait_replicas=1, wait_timeout_ms=5_000)
     [(_, target, new_id)] = result.replayed
-    assert target == "orders" and replica.xrange("orders", new_id, new_id)
+    assert target == "orders"
+    assert replica.xrange("orders", new_id, new_id)
 
 
 # -- the command line ---------------------------------------------------------------------------
