@@ -60,6 +60,7 @@ from streamworker.replicawait import (
     check_replicas,
     check_timeout,
     command_exists,
+    has_command,
     refuse_waitaof,
 )
 
@@ -716,8 +717,7 @@ class SyncProducer:
         _no_cluster_wait(self.client, wait)
         try:
             if wait.aof_local and self._has_waitaof is None:
-                info = self.client.execute_command("COMMAND INFO", "WAITAOF")  # type: ignore[no-untyped-call]
-                self._has_waitaof = command_exists(info)
+                self._has_waitaof = has_command(self.client, "WAITAOF")
             if wait.aof_local and not self._has_waitaof:
                 raise refuse_waitaof()
             subject, retry_safe, retry = wait_terms(xadds)

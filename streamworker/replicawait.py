@@ -1,5 +1,5 @@
 """Waiting for replicas: what ``wait_replicas`` / ``wait_timeout_ms`` / ``wait_aof_local`` send,
-and how the reply is judged (pure, except :func:`has_command` and :func:`require_waitaof`).
+and how the reply is judged (pure, except :func:`has_command`).
 
 Replication is asynchronous: a write the primary acknowledged can vanish with it when a replica
 that had not received it is promoted. ``WAIT numreplicas timeout`` blocks the connection that wrote
@@ -159,12 +159,6 @@ def refuse_waitaof() -> ConfigError:
         "wait_aof_local needs the WAITAOF command (Redis 7.2+), and this server has none "
         "(COMMAND INFO WAITAOF is empty); use wait_replicas alone, or upgrade the server"
     )
-
-
-def require_waitaof(client: redis.Redis) -> None:
-    """ConfigError unless the server has WAITAOF. Blocking."""
-    if not has_command(client, "WAITAOF"):
-        raise refuse_waitaof()
 
 
 class Stopwatch:
