@@ -18,6 +18,7 @@ from streamworker.admin import replay_dead_letters
 from streamworker.errors import ConfigError
 from streamworker.idempotency.outbox import Relay, pending_rows, publish
 from streamworker.idempotency.sql import SqlDatabase
+from streamworker.keys import dead_letter_stream
 from streamworker.observability.metrics import Metrics
 from streamworker.producer import Producer, StreamOptions, SyncProducer
 from streamworker.redisio import open_redis, open_sync_redis
@@ -337,3 +338,16 @@ def test_cli_rejects_a_wait_timeout_of_zero(pair: Replicated) -> None:
     done = run_cli("publish", "s", "n=1", "--wait-timeout-ms", "0", "--redis-url", pair.url)
     assert done.returncode == 2
     assert "--wait-timeout-ms" in done.stderr
+
+
+def test_cli_dlq_replay_with_wait_replicas_fails_while_the_replica_is_stopped(
+    pair: Replicated, primary: redis.Redis
+) -> None:
+    fields = {"n": "1", "dlq_stream": "orders", "dlq_group": "g", "dlq_id": "1-1"}
+    primary.xadd(dead_letter_stream("orders"), fields, id="5-1")
+    args = ("dlq", "replay", "orders", "--all", "--redis-url", pair.url, "--wait-replicas", "1")
+    with pair.replica_paused():
+        done = run_cli(*args, "--wait-timeout-ms", str(TIMEOUT_MS))
+    assert done.returncode == 1
+    assert "replay of dead letter 5-1 to 'orders'" in done.stderr
+    assert "only 0 of 1 replica(s)" in done.stderr
