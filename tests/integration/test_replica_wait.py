@@ -351,3 +351,58 @@ def test_cli_dlq_replay_with_wait_replicas_fails_while_the_replica_is_stopped(
     assert done.returncode == 1
     assert "replay of dead letter 5-1 to 'orders'" in done.stderr
     assert "only 0 of 1 replica(s)" in done.stderr
+
+
+_FORWARDER = """
+import os
+
+from streamworker import App, Message
+
+app = App("fwd", redis_url=os.environ["FWD_REDIS_URL"])
+
+
+@app.handler("in", group="g", block_ms=100)
+async def forward(msg: Message) -> None:
+    await app.publish("out", dict(msg.fields))
+"""
+
+
+def _metric(port: int, name: str) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+        for line in page.read().decode().splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_streamworker_run_makes_app_publish_wait_as_the_settings_say_and_counts_it(
+    pair: Replicated, primary: redis.Redis, replica: redis.Redis, tmp_path: Path
+) -> None:
+    from tests.support.proc import stop_process, streamworker, wait_for
+    from tests.support.servers import free_port
+
+    (tmp_path / "fwd.py").write_text(_FORWARDER)
+    port = free_port()
+    env = {
+        "PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[2]}",
+        "FWD_REDIS_URL": pair.url,
+        "STREAMWORKER_WAIT_REPLICAS": "1",
+        "STREAMWORKER_WAIT_TIMEOUT_MS": str(TIMEOUT_MS),
+    }
+    proc = streamworker(
+        "run", "fwd:app", "--redis-url", pair.url, "--metrics-port", str(port), env=env
+    )
+    try:
+        for n in range(3):
+            primary.xadd("in", {"n": str(n)})
+        wait_for(lambda: replica.xlen("out") == 3, what="3 entries on the replica")
+        count = 'streamworker_publish_wait_seconds_count{operation="publish"}'
+        wait_for(lambda: _metric(port, count) == 3, what="3 timed waits")
+        with pair.replica_paused():
+            primary.xadd("in", {"n": "3"})
+            timeouts = 'streamworker_publish_wait_timeouts_total{operation="publish"}'
+            wait_for(lambda: _metric(port, timeouts) >= 1, what="a wait that timed out")
+    finally:
+        stop_process(proc)
