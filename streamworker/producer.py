@@ -74,8 +74,10 @@ __all__ = [
     "StreamsConfig",
     "SyncProducer",
     "Xadd",
+    "batch_wait",
     "outcome_unknown",
     "plan_publish",
+    "wait_terms",
 ]
 
 DEFAULT_IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000
