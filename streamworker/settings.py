@@ -118,8 +118,9 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _check_wait(self) -> Settings:
         # A WAIT blocks its connection for up to wait_timeout_ms: past the socket timeout the
-        # client would drop it and report an outage instead of the replicas' count.
-        if self.wait_timeout_ms >= self.redis_timeout_s * 1000:
+        # client would drop it and report an outage instead of the replicas' count. (Without
+        # a wait the timeout is unused: a short redis_timeout_s alone stays valid.)
+        if self.wait_replicas and self.wait_timeout_ms >= self.redis_timeout_s * 1000:
             raise ValueError(
                 f"wait_timeout_ms ({self.wait_timeout_ms}) must be below redis_timeout_s "
                 f"({self.redis_timeout_s:g} s), or the socket times out before WAIT answers"

@@ -152,7 +152,11 @@ def test_settings_default_to_no_wait() -> None:
 
 def test_a_wait_timeout_past_the_socket_timeout_is_refused_at_start() -> None:
     with pytest.raises(ConfigError, match=r"wait_timeout_ms .* must be below redis_timeout_s"):
-        load_settings(wait_timeout_ms=6_000, redis_timeout_s=5.0)
+        load_settings(wait_replicas=1, wait_timeout_ms=6_000, redis_timeout_s=5.0)
+
+
+def test_a_short_socket_timeout_is_fine_when_nothing_waits() -> None:
+    assert load_settings(redis_timeout_s=0.5).redis_timeout_s == 0.5
 
 
 def test_the_spark_sink_takes_wait_replicas_and_refuses_it_on_a_cluster() -> None:
