@@ -171,3 +171,16 @@ def test_the_spark_sink_takes_wait_replicas_and_refuses_it_on_a_cluster() -> Non
             {"url": "redis+cluster://h:7000", "stream": "s", "waitReplicas": "1"},
             streaming=False,
         )
+
+
+def test_the_partitioned_producer_refuses_a_wait_that_could_block_forever() -> None:
+    import asyncio
+
+    import redis.asyncio as aioredis
+
+    from streamworker.partitions import PartitionedProducer, PartitionedStream
+
+    client = aioredis.Redis()  # never connected: the arguments are refused before any I/O
+    producer = PartitionedProducer(client, PartitionedStream("orders", 2))
+    with pytest.raises(ConfigError, match="0 would wait forever"):
+        asyncio.run(producer.add("k", {"n": 1}, wait_replicas=1, wait_timeout_ms=0))
