@@ -15,6 +15,7 @@ import redis
 
 from streamworker.errors import StreamworkerError
 from streamworker.redisio import as_text
+from streamworker.replicawait import DEFAULT_WAIT_TIMEOUT_MS, ReplicaWait, Stopwatch, WaitObserver
 
 PROVENANCE_FIELDS = (
     "dlq_stream",
@@ -219,6 +220,9 @@ def replay_dead_letters(
     *,
     dry_run: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    wait_replicas: int = 0,
+    wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+    wait_observer: WaitObserver | None = None,
 ) -> ReplayResult:
     """Move dead letters back to their original streams with fresh ids: the given ``ids`` (or
     entries already loaded with :func:`load_dead_letters`), or all.
@@ -226,7 +230,13 @@ def replay_dead_letters(
     Each entry moves atomically (one script: XADD to the original stream without the provenance
     fields, XDEL from ``dlq``), so a replay interrupted at any point loses and duplicates nothing;
     running it again continues where it stopped. ``progress(done, total)`` is called as it goes.
+
+    ``wait_replicas``: each move is followed by a WAIT on its connection and counts as done only
+    once that many replicas have it (a failover cannot then take a replay back after its
+    message was processed, and a second replay add it again); ReplicaWaitTimeout after
+    ``wait_timeout_ms`` (the move stands on the primary; the entries before it are replayed).
     """
+    wait = ReplicaWait(wait_replicas, wait_timeout_ms)
     if ids is None or all(isinstance(i, str) for i in ids):
         entries = load_dead_letters(client, dlq, None if ids is None else [str(i) for i in ids])
     else:
@@ -245,7 +255,10 @@ def replay_dead_letters(
             result.replayed.append((entry.id, target, ""))
         else:
             assert script is not None
-            new_id = script(keys=[dlq, target], args=[entry.id])
+            if wait.active:
+                new_id = _replay_waiting(client, script, dlq, target, entry.id, wait, wait_observer)
+            else:
+                new_id = script(keys=[dlq, target], args=[entry.id])
             if new_id == 0:
                 result.skipped.append((entry.id, "already gone"))
             else:
@@ -253,6 +266,33 @@ def replay_dead_letters(
         if progress is not None:
             progress(done, len(entries))
     return result
+
+
+def _replay_waiting(
+    client: redis.Redis,
+    script: Any,
+    dlq: str,
+    target: str,
+    entry_id: str,
+    wait: ReplicaWait,
+    observer: WaitObserver | None,
+) -> Any:
+    """One move and its WAIT in one pipeline (the WAIT must follow the write on its connection)."""
+    stopwatch = Stopwatch(observer, "dlq_replay")
+    pipe = client.pipeline(transaction=False)
+    script(keys=[dlq, target], args=[entry_id], client=pipe)
+    pipe.execute_command(*wait.command())  # type: ignore[no-untyped-call]
+    new_id, waited = pipe.execute()
+    if new_id == 0:
+        return new_id  # already gone: nothing written now, nothing to wait for
+    wait.check(
+        waited,
+        f"replay of dead letter {entry_id} to {target!r}",
+        retry_safe=True,
+        retry="replaying again skips it (moved already); check a replica before relying on it",
+        stopwatch=stopwatch,
+    )
+    return new_id
 
 
 _PURGE_CHUNK = 500
