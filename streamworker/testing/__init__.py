@@ -370,14 +370,26 @@ class TestWorker:
 
     def _describe_left(self, left: dict[str, str], timeout_s: float) -> str:
         lines = [f"drain timed out after {timeout_s}s:"]
+        paused = {
+            f"{c.spec.stream}/{c.spec.group}": c.batches.paused
+            for c in (self._worker.consumers if self._worker is not None else [])
+            if c.batches.paused is not None
+        }
         for key, what in left.items():
             stream, _, group = key.partition("/")
             lines.append(f"  {key}: {what}")
+            if key in paused:
+                # The handler waits for the schema: the last error is the pause's, whichever
+                # statement (the handler's or the flush after it) met it.
+                lines.append(f"    handler paused: {paused[key]}")
             with contextlib.suppress(redis.ResponseError):
                 for row in self.sync_client.xpending_range(stream, group, "-", "+", 5):
                     mid = as_text(row["message_id"], errors="replace")
                     tries = self._recorder.calls.get((stream, group, mid), [])
-                    last = tries[-1].error if tries else "handler not called"
+                    if not tries:
+                        last = "handler not called"
+                    else:
+                        last = tries[-1].error or "the handler returned"
                     lines.append(
                         f"    {mid}: delivered {int(row['times_delivered'])} time(s); last: {last}"
                     )
