@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from streamworker.cli.common import refuse_in_memory_engine
 from streamworker.errors import ConfigError, StreamworkerError
 from streamworker.progress import Progress
 from streamworker.redisio import redact_url
@@ -26,6 +27,7 @@ def _cmd_archive(args: argparse.Namespace) -> int:
         raise ConfigError("--max-records-per-batch must be >= 1")
     settings = load_settings(redis_url=args.redis_url)
     url = settings.redis_url or DEFAULT_REDIS_URL
+    refuse_in_memory_engine(url, "streamworker archive")
     from streamworker.spark import redisops
 
     # A bad URL or an unreachable server fails here, before a JVM starts.
