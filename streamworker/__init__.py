@@ -3,6 +3,7 @@
 The public API::
 
     from streamworker import App, Message, Depends, Retry, DeadLetter, Effects
+    from streamworker import Producer, SyncProducer  # publishing without an App
 
 Everything else is importable from its module but not part of the stable surface.
 """
@@ -22,6 +23,7 @@ from streamworker.errors import (
     TargetError,
 )
 from streamworker.message import Message
+from streamworker.producer import Producer, Receipt, StreamOptions, SyncProducer
 from streamworker.settings import Settings
 from streamworker.version import __version__
 
@@ -35,9 +37,13 @@ __all__ = [
     "HandlerSpec",
     "Message",
     "PermanentFailure",
+    "Producer",
+    "Receipt",
     "Retry",
     "Settings",
+    "StreamOptions",
     "StreamworkerError",
+    "SyncProducer",
     "TargetError",
     "__version__",
 ]
