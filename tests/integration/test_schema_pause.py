@@ -64,15 +64,10 @@ def _readyz(port: int) -> tuple[int, dict[str, Any]]:
         return exc.code, json.loads(exc.read())
 
 
-def _serve_health(worker: Worker) -> HealthServer:
+def _serve_health(worker: Worker) -> tuple[HealthServer, int]:
+    """The worker's /metrics, /healthz and /readyz on a free loopback port."""
     server = HealthServer(worker.metrics.registry, worker.liveness, worker.readiness)
-    server.start("127.0.0.1", 0)
-    return server
-
-
-def _port(server: HealthServer) -> int:
-    assert server._server is not None
-    return int(server._server.server_address[1])
+    return server, server.start("127.0.0.1", 0)
 
 
 def _create(db_url: str, ddl: str) -> None:
@@ -108,11 +103,11 @@ async def _paused_then_resumed(
     ids = [redis_client.xadd("orders", {"n": str(i)}).decode() for i in range(3)]
     with structlog.testing.capture_logs() as logs:
         async with running_sql_worker(app, redis_url, db_url) as worker:
-            server = _serve_health(worker)
+            server, port = _serve_health(worker)
             try:
                 # Far more attempts than max_deliveries=2: none of them may count.
                 await eventually(lambda: len(calls) >= 8, timeout_s=20, what="several attempts")
-                status, body = await _in_thread(_readyz, _port(server))
+                status, body = await _in_thread(_readyz, port)
                 assert status == 503
                 paused = body["paused_handlers"]["orders/g"]
                 assert "audit" in paused or "charges" in paused, paused
@@ -121,7 +116,7 @@ async def _paused_then_resumed(
                 _create(db_url, create)
                 await eventually(lambda: done(db_url) == sorted(ids), what="resumed and applied")
                 await eventually(lambda: not pending_ids(redis_client, "orders", "g"), what="acked")
-                status, body = await _in_thread(_readyz, _port(server))
+                status, body = await _in_thread(_readyz, port)
                 assert status == 200, body
             finally:
                 server.stop()
