@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from tests.support.engine_server import EngineServerProcess
-from tests.support.proc import run_cli
+from tests.support.proc import run_cli, stop_process, streamworker
 
 APP = "tests/apps/recorder.py:app"
 
@@ -143,3 +143,22 @@ def test_commands_that_cannot_work_on_an_in_memory_engine_refuse_it(
     assert "in-memory engine lives only in this process" in line
     assert "streamworker engine serve" in line
     assert "engine:///DIR" in line
+
+
+def test_run_on_an_in_memory_engine_runs_and_says_once_that_nothing_else_can_reach_it(
+    tmp_path: Path,
+) -> None:
+    proc = streamworker(
+        "run", APP, "--redis-url", "engine://memory", env={"SW_TEST_LOG": str(tmp_path / "log")}
+    )
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline().decode()
+        assert first.startswith("streamworker: warning: engine://memory lives only in this process")
+        assert "streamworker engine serve" in first
+        # Then the worker starts as usual (its log lines follow; EOF would mean it exited).
+        lines = iter(proc.stderr.readline, b"")
+        assert any(b"worker_started" in line for line in lines)
+    finally:
+        err = stop_process(proc)
+    assert proc.returncode == 0, err

@@ -44,14 +44,24 @@ def _execute_app(calls: list[str]) -> App:
     return app
 
 
-def _flush_app(calls: list[str]) -> App:
+def _flush_app(calls: list[str], *, is_async: bool) -> App:
     """A handler whose ORM write meets the missing table only at the batch's flush."""
     app = App("schema")
+    options: dict[str, Any] = {"group": "g", "idempotency": "sql", "block_ms": 100}
 
-    @app.handler("orders", group="g", idempotency="sql", block_ms=100, max_deliveries=2)
-    async def charge(msg: Message, session: AsyncSession) -> None:
-        calls.append(msg.id)
-        session.add(Charge(message_id=msg.id, order_id=msg.fields["n"], amount_cents=1))
+    if is_async:
+
+        @app.handler("orders", max_deliveries=2, **options)
+        async def charge(msg: Message, session: AsyncSession) -> None:
+            calls.append(msg.id)
+            session.add(Charge(message_id=msg.id, order_id=msg.fields["n"], amount_cents=1))
+
+    else:
+
+        @app.handler("orders", max_deliveries=2, **options)
+        def charge_sync(msg: Message, session: Session) -> None:
+            calls.append(msg.id)
+            session.add(Charge(message_id=msg.id, order_id=msg.fields["n"], amount_cents=1))
 
     return app
 
@@ -152,8 +162,9 @@ async def test_missing_table_met_by_the_handlers_statement_pauses_it_until_creat
     assert [e["event"] for e in logs].count("handler_resumed") == 1
 
 
+@pytest.mark.parametrize("is_async", [True, False], ids=["async-def", "def"])
 async def test_missing_table_met_at_the_flush_pauses_the_handler_until_created(
-    db_url: str, redis_url: str, redis_client: redis.Redis
+    db_url: str, redis_url: str, redis_client: redis.Redis, is_async: bool
 ) -> None:
     calls: list[str] = []
     ddl = str(
@@ -162,7 +173,7 @@ async def test_missing_table_met_at_the_flush_pauses_the_handler_until_created(
         )
     )
     logs = await _paused_then_resumed(
-        _flush_app(calls),
+        _flush_app(calls, is_async=is_async),
         calls,
         redis_url,
         redis_client,
@@ -181,8 +192,12 @@ async def test_one_log_line_per_backoff_step_while_paused(
     calls: list[str] = []
     redis_client.xadd("orders", {"n": "1"})
     with structlog.testing.capture_logs() as logs:
-        async with running_sql_worker(_execute_app(calls), redis_url, db_url):
+        async with running_sql_worker(_execute_app(calls), redis_url, db_url) as worker:
+            await eventually(lambda: len(calls) >= 2, timeout_s=20, what="a pause")
+            turned = worker.consumers[0].last_turn
             await eventually(lambda: len(calls) >= 6, timeout_s=20, what="six attempts")
+            # Each step tells liveness the loop is alive: a restart would not fix the schema.
+            assert worker.consumers[0].last_turn > turned
     # Every attempt of the batch is one step: one line, and its delay grows up to the cap.
     pauses = _pauses(logs)
     assert len(pauses) in (len(calls), len(calls) - 1)
