@@ -368,6 +368,24 @@ class Engine:
             for blocked, reply in wakeups:
                 blocked.resolve(reply)
 
+    def allows_busy(self, argv: Sequence[bytes]) -> bool:
+        """True when ``argv`` names a command (or subcommand) flagged ``allow-busy`` in Redis's
+        command table: one Redis 7.0 runs while a script or function is busy (HELLO, AUTH,
+        WATCH, SCRIPT KILL, SHUTDOWN...)."""
+        spec = self.table.get(argv[0].lower()) if argv else None
+        if spec is not None and spec.subcommands is not None and len(argv) >= 2:
+            spec = spec.subcommands.get(argv[1].lower())
+        return spec is not None and "allow-busy" in spec.flags
+
+    def execute_while_busy(self, client: ClientState, argv: Sequence[bytes]) -> Reply | Blocked:
+        """Run an ``allow-busy`` command (:meth:`allows_busy`) of another client while a script
+        runs: the dispatch alone, with no cron, no wake-ups and no propagation round, which
+        belong to the script's command and run when it ends. The caller holds the lock (it is
+        the script's count hook). No allow-busy command blocks; only a CLIENT PAUSE begun
+        before the script can make one wait (a Blocked)."""
+        with self.lock:
+            return self._dispatch(client, argv)
+
     def _dispatch(self, client: ClientState, argv: Sequence[bytes]) -> Reply | Blocked:
         # The hot path (a few hundred ns): no per-call dict building, one args slice.
         try:

@@ -579,6 +579,9 @@ def config_help(ctx: Ctx, args: list[bytes]) -> Reply:
 # --- COMMAND -------------------------------------------------------------------------------
 
 
+_UNLISTED_FLAGS = frozenset({"may-replicate", "sentinel", "only-sentinel"})
+
+
 def _command_info(spec: CommandSpec) -> Reply:
     subs: list[Reply] = []
     if spec.subcommands:
@@ -586,8 +589,9 @@ def _command_info(spec: CommandSpec) -> Reply:
     return [
         spec.name.encode(),
         spec.arity,
-        # Redis 7.0 does not list may-replicate.
-        [Status(f) for f in sorted(spec.flags) if f != "may-replicate"],
+        # As Redis 7.0 names them (no_auth, allow_busy...); it does not list may-replicate
+        # nor the sentinel flags.
+        [Status(f.replace("-", "_")) for f in sorted(spec.flags) if f not in _UNLISTED_FLAGS],
         spec.first_key,
         spec.last_key,
         spec.step,
