@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from streamworker import timing
 from streamworker.codec import BodyModel, body_model_for
 from streamworker.deps import CallPlan
 from streamworker.effects import Effects
@@ -71,20 +72,22 @@ class HandlerSpec:
     :func:`streamworker.outcomes.batch_outcomes` and docs/handlers.md, "Batch handlers")."""
 
     @property
-    def lease_ttl_ms(self) -> int:
-        """``ordered=True``: how long the stream's lease lives unless renewed (``claim_idle_ms``)."""
-        return self.claim_idle_ms
+    def partition_lock_ttl_ms(self) -> int:
+        """``ordered=True``: how long the stream's partition lock lives unless renewed
+        (:func:`streamworker.timing.partition_lock_ttl_ms`)."""
+        return timing.partition_lock_ttl_ms(self.claim_idle_ms)
 
     @property
     def lease_interval_ms(self) -> int:
-        """How often held entries get their idle time reset: a third of ``claim_idle_ms``, so an
-        entry this worker holds never looks idle long enough to be reclaimed."""
-        return max(10, self.claim_idle_ms // 3)
+        """How often held entries get their idle time reset, so an entry this worker holds never
+        looks idle long enough to be reclaimed (:func:`streamworker.timing.renew_interval_ms`)."""
+        return timing.renew_interval_ms(self.claim_idle_ms)
 
     @property
     def claim_interval_ms(self) -> int:
-        """How often the reclaimer looks for entries idle past ``claim_idle_ms``."""
-        return max(50, min(self.claim_idle_ms // 2, 5_000))
+        """How often the reclaimer looks for entries idle past ``claim_idle_ms``
+        (:func:`streamworker.timing.claim_interval_ms`)."""
+        return timing.claim_interval_ms(self.claim_idle_ms)
 
     @property
     def is_async(self) -> bool:

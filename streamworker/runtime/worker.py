@@ -413,16 +413,12 @@ class Worker:
     ) -> Strategy:
         plugin = registry.get(spec.idempotency)
 
-        async def run_sync(func: Any) -> Any:
-            return await threads.run(func)
-
         def make(strategy_client: aioredis.Redis) -> Strategy:
             return plugin.build(
                 spec,
                 BuildContext(
                     client=strategy_client,
                     consumer=self.options.consumer,
-                    run_sync=run_sync,
                     backing=self.backings.get(spec.idempotency),
                     on_timeout=self.metrics.database_timeouts.labels(
                         stream=spec.stream, group=spec.group, handler=spec.name

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from typing import Any
 
 import redis
 import redis.asyncio as aioredis
 
 from streamworker import App, Message
 from streamworker.deps import Resolver
-from streamworker.idempotency.base import Invoke
+from streamworker.idempotency.base import Batch
 from streamworker.idempotency.none import AtLeastOnce
 from streamworker.observability.metrics import Metrics
 from streamworker.outcomes import Outcome
@@ -33,11 +31,9 @@ class Recording(AtLeastOnce):
         super().__init__(client, STREAM, GROUP, 1)
         self.calls: list[tuple[list[str], bool]] = []
 
-    async def process(
-        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
-    ) -> list[Outcome]:
-        self.calls.append(([m.id for m in batch], fresh))
-        return await super().process(batch, invoke, fresh=fresh)
+    async def process(self, batch: Batch) -> list[Outcome]:
+        self.calls.append(([m.id for m in batch.messages], batch.fresh))
+        return await super().process(batch)
 
 
 def _consumer(client: aioredis.Redis, strategy: Recording, claim_idle_ms: int) -> Consumer:

@@ -159,7 +159,6 @@ class SqlPlugin:
             max_deliveries=spec.max_deliveries,
             claim_idle_ms=spec.claim_idle_ms,
             is_async=spec.is_async,
-            run_sync=context.run_sync,
             on_timeout=context.on_timeout,
         )
 
