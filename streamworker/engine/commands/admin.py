@@ -521,7 +521,9 @@ def lolwut(ctx: Ctx, args: list[bytes]) -> Reply:
                     for _ in range(cols)
                 )
             )
-        return Verbatim("\n".join(lines) + "\n" + _LOLWUT6_CAPTION + ctx.engine.redis_version + "\n")
+        return Verbatim(
+            "\n".join(lines) + "\n" + _LOLWUT6_CAPTION + ctx.engine.redis_version + "\n"
+        )
     return Verbatim(f"Redis ver. {ctx.engine.redis_version}\n")
 
 
