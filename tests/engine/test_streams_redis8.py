@@ -9,6 +9,9 @@ No Redis 8 server can be installed here: the 8.x behaviour is checked against th
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,8 @@ from streamworker.engine.rdb.files import build_rdb, load_rdb_bytes
 from streamworker.engine.replies import NULL_BULK, Map
 from tests.engine.aof_support import Session, dump_state
 from tests.engine.conftest import Differ, FakeClock
+from tests.support.engine_server import EngineServerProcess
+from tests.support.proc import ROOT
 
 LLONG_MAX = (1 << 63) - 1
 
@@ -734,3 +739,68 @@ def test_command_docs_describe_the_new_commands(run: Run) -> None:
     docs = dict(run("COMMAND", "DOCS", "xnack", "xackdel").items)
     assert set(docs) == {b"xnack", b"xackdel"}
     assert isinstance(docs[b"xnack"], Map)
+
+
+# --- engine serve --redis-version 8.10, over a socket ----------------------------------------
+
+
+@pytest.fixture
+def served8(tmp_path: Path) -> Iterator[EngineServerProcess]:
+    """``streamworker engine serve --redis-version 8.10`` with a data directory."""
+    server = EngineServerProcess(
+        tmp_path / "data", appendfsync="always", extra=("--redis-version", "8.10")
+    ).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_engine_serve_redis_version_8_10_speaks_claim_and_xackdel_to_redis_py(
+    served8: EngineServerProcess, protocol: int
+) -> None:
+    """Over TCP with redis-py (RESP2 and RESP3): the server reports 8.10.0 (INFO, HELLO), a
+    CLAIM read gives each entry its idle time and delivery count
+    (https://redis.io/docs/latest/commands/xreadgroup/), XACKDEL acks and deletes
+    (https://redis.io/docs/latest/commands/xackdel/), and all of it survives a restart."""
+    r = served8.client(protocol=protocol)
+    assert r.info("server")["redis_version"] == "8.10.0"
+    for i in range(1, 4):
+        r.xadd("s", {"i": i}, id=f"{i}-0")
+    r.xgroup_create("s", "g", "0")
+    r.xreadgroup("g", "a", {"s": ">"}, count=2)
+    # The reply as it came (redis-py's XREADGROUP callback keeps two fields per entry).
+    r.set_response_callback("XREADGROUP", lambda response, **options: response)
+    raw = r.execute_command("XREADGROUP", "GROUP", "g", "b", "CLAIM", 0, "STREAMS", "s", ">")
+    entries = raw[b"s"] if protocol == 3 else raw[0][1]
+    assert [(e[0], e[3]) for e in entries] == [(b"1-0", 1), (b"2-0", 1), (b"3-0", 0)]
+    assert r.execute_command("XACKDEL", "s", "g", "ACKED", "IDS", 2, "1-0", "9-0") == [1, -1]
+    owners = [
+        (p["message_id"], p["consumer"], p["times_delivered"])
+        for p in r.xpending_range("s", "g", "-", "+", 10)
+    ]
+    assert owners == [(b"2-0", b"b", 2), (b"3-0", b"b", 1)]
+    r.close()
+    served8.restart()
+    r = served8.client(protocol=protocol)
+    after = r.xpending_range("s", "g", "-", "+", 10)
+    assert [(p["message_id"], p["consumer"], p["times_delivered"]) for p in after] == owners
+    assert [e[0] for e in r.xrange("s")] == [b"2-0", b"3-0"]
+    r.close()
+
+
+def test_engine_serve_refuses_an_unknown_redis_version_in_one_line(tmp_path: Path) -> None:
+    """``--redis-version 7.2`` stops the command with one clear line, before listening."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamworker", "engine", "serve", "--redis-version", "7.2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1
+    assert "--redis-version" in lines[0]
+    assert "7.2" in lines[0]
