@@ -126,7 +126,7 @@ def add_engine_commands(sub: Any) -> None:
         metavar="V",
         default="7.0.15",
         help="the Redis version to answer as: 7.0 (default, 7.0.15) or 8.0 .. 8.10, which adds "
-        "that version's stream commands (XACKDEL, XDELEX, XREADGROUP CLAIM, XNACK; see "
+        "that version's stream commands (XACKDEL, XDELEX, XREADGROUP CLAIM, XADD IDMP, XNACK; see "
         "docs/engine-redis8.md)",
     )
     serve.set_defaults(func=_cmd_serve)

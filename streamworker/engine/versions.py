@@ -19,6 +19,7 @@ __all__ = [
     "ACKDEL_SINCE",
     "CLAIM_SINCE",
     "DEFAULT_REDIS_VERSION",
+    "IDMP_SINCE",
     "XNACK_SINCE",
     "RedisVersion",
     "parse_redis_version",
@@ -30,6 +31,8 @@ ACKDEL_SINCE: Final = (8, 2)
 """XACKDEL, XDELEX, and KEEPREF / DELREF / ACKED on XADD and XTRIM."""
 CLAIM_SINCE: Final = (8, 4)
 """XREADGROUP ... CLAIM min-idle-time."""
+IDMP_SINCE: Final = (8, 6)
+"""XADD ... IDMP pid iid | IDMPAUTO pid, XCFGSET, and XINFO STREAM's IDMP fields."""
 XNACK_SINCE: Final = (8, 8)
 """XNACK key group SILENT|FAIL|FATAL IDS n id ... [RETRYCOUNT c] [FORCE]."""
 

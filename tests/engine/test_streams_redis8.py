@@ -709,14 +709,19 @@ def test_rdb_round_trip_keeps_released_entries_and_claimed_counts(
 
 
 def test_command_info_lists_the_new_commands_only_in_8x_mode(run: Run) -> None:
-    """The pages' arity and flags: XACKDEL -6, XDELEX -5, XNACK -7, all write and fast; a 7.0
-    engine has none of them (COMMAND COUNT differs by three)."""
-    infos = run("COMMAND", "INFO", "xackdel", "xdelex", "xnack")
-    assert [(i[0], i[1]) for i in infos] == [(b"xackdel", -6), (b"xdelex", -5), (b"xnack", -7)]
+    """The pages' arity and flags: XACKDEL -6, XDELEX -5, XNACK -7, XCFGSET -2, all write and
+    fast; a 7.0 engine has none of them (COMMAND COUNT differs by four)."""
+    infos = run("COMMAND", "INFO", "xackdel", "xdelex", "xnack", "xcfgset")
+    assert [(i[0], i[1]) for i in infos] == [
+        (b"xackdel", -6),
+        (b"xdelex", -5),
+        (b"xnack", -7),
+        (b"xcfgset", -2),
+    ]
     assert all({f.text for f in i[2]} == {"write", "fast"} for i in infos)
     seven = Run(Engine())
     assert seven("COMMAND", "INFO", "xackdel", "xnack") == [NULL_BULK, NULL_BULK]
-    assert run("COMMAND", "COUNT") == seven("COMMAND", "COUNT") + 3
+    assert run("COMMAND", "COUNT") == seven("COMMAND", "COUNT") + 4
 
 
 def test_key_specs_and_acl_categories_of_the_new_commands(run: Run) -> None:
@@ -725,7 +730,7 @@ def test_key_specs_and_acl_categories_of_the_new_commands(run: Run) -> None:
     flags = run("COMMAND", "GETKEYSANDFLAGS", "XACKDEL", "s", "g", "IDS", 1, "1-0")
     assert flags[0][0] == b"s"
     assert {f.text for f in flags[0][1]} == {"RW", "update", "delete"}
-    for name in ("xackdel", "xdelex", "xnack"):
+    for name in ("xackdel", "xdelex", "xnack", "xcfgset"):
         assert name.encode() in run("ACL", "CAT", "stream")
         assert name.encode() in run("ACL", "CAT", "fast")
     run("ACL", "SETUSER", "u", "on", "nopass", "~other", "+@stream")
@@ -804,3 +809,187 @@ def test_engine_serve_refuses_an_unknown_redis_version_in_one_line(tmp_path: Pat
     assert len(lines) == 1
     assert "--redis-version" in lines[0]
     assert "7.2" in lines[0]
+
+
+# --- XADD IDMP / IDMPAUTO, XCFGSET, XINFO STREAM (8.6) ---------------------------------------
+
+IDEMPOTENCY_PAGE = "https://redis.io/docs/latest/develop/data-types/streams/idempotency/"
+
+
+def xinfo(run: Run, key: str = "s") -> dict[bytes, Any]:
+    """XINFO STREAM as a dict."""
+    return dict(run("XINFO", "STREAM", key).items)
+
+
+def test_a_retried_xadd_idmp_returns_the_original_id_and_adds_nothing(run: Run) -> None:
+    """Idempotency page (Manual mode): a producer resending with the same (pid, iid) gets the
+    ID the first XADD produced and the stream gets no second entry; XINFO STREAM counts the
+    iid and the duplicate (Monitoring)."""
+    first = run("XADD", "s", "IDMP", "p1", "order-7", "*", "n", 1)
+    assert run("XADD", "s", "IDMP", "p1", "order-7", "*", "n", 1) == first
+    assert run("XLEN", "s") == 1
+    info = xinfo(run)
+    assert info[b"pids-tracked"] == 1
+    assert info[b"iids-tracked"] == 1
+    assert info[b"iids-added"] == 1
+    assert info[b"iids-duplicates"] == 1
+    assert (info[b"idmp-duration"], info[b"idmp-maxsize"]) == (100, 100)
+
+
+def test_producers_track_their_iids_independently(run: Run) -> None:
+    """Idempotency page (Producer isolation): "Producers can use the same iid without
+    conflicts, as long as the pids are different"."""
+    a = run("XADD", "s", "IDMP", "p1", "iid-1", "*", "f", "v")
+    b = run("XADD", "s", "IDMP", "p2", "iid-1", "*", "f", "v")
+    assert a != b
+    assert run("XLEN", "s") == 2
+
+
+def test_idmpauto_derives_the_iid_from_the_content(run: Run) -> None:
+    """Idempotency page (Automatic mode): "The same content produces the same iid"; other
+    content is a new message."""
+    a = run("XADD", "s", "IDMPAUTO", "p", "*", "f", "v", "g", "w")
+    assert run("XADD", "s", "IDMPAUTO", "p", "*", "f", "v", "g", "w") == a
+    assert run("XADD", "s", "IDMPAUTO", "p", "*", "f", "v", "g", "x") != a
+    assert run("XLEN", "s") == 2
+
+
+def test_an_iid_still_answers_after_its_entry_is_deleted(run: Run) -> None:
+    """Idempotency page: Redis "will not forget an idempotency ID before the duration
+    elapses": re-adding the iid after XDEL of its entry returns the deleted entry's ID and adds
+    nothing (the map does not follow the entries)."""
+    first = run("XADD", "s", "IDMP", "p", "i", "*", "f", "v")
+    run("XDEL", "s", first)
+    assert run("XADD", "s", "IDMP", "p", "i", "*", "f", "v") == first
+    assert run("XLEN", "s") == 0
+
+
+def test_an_iid_is_forgotten_after_idmp_duration(run: Run, clock: FakeClock) -> None:
+    """Idempotency page (Expiration behavior): "iids expire after the configured
+    IDMP-DURATION"; the same iid then adds a new entry."""
+    run("XADD", "s", "1-0", "f", "v")
+    run("XCFGSET", "s", "IDMP-DURATION", 10)
+    first = run("XADD", "s", "IDMP", "p", "i", "*", "f", "v")
+    clock.now += 9_999
+    assert run("XADD", "s", "IDMP", "p", "i", "*", "f", "v") == first
+    clock.now += 1
+    assert run("XADD", "s", "IDMP", "p", "i", "*", "f", "v") != first
+    assert run("XLEN", "s") == 3
+
+
+def test_idmp_maxsize_keeps_only_the_newest_iids_per_producer(run: Run) -> None:
+    """Idempotency page: "Redis never keeps more than IDMP-MAXSIZE iids per pid"; the oldest
+    goes first, whatever the duration."""
+    run("XADD", "s", "1-0", "f", "v")
+    run("XCFGSET", "s", "IDMP-MAXSIZE", 2)
+    ids = [run("XADD", "s", "IDMP", "p", f"i{n}", "*", "f", "v") for n in range(3)]
+    assert run("XADD", "s", "IDMP", "p", "i2", "*", "f", "v") == ids[2]
+    assert run("XADD", "s", "IDMP", "p", "i0", "*", "f", "v") not in ids
+    assert xinfo(run)[b"iids-tracked"] == 2
+
+
+def test_xcfgset_checks_its_arguments_and_a_change_clears_the_map(run: Run) -> None:
+    """https://redis.io/docs/latest/commands/xcfgset/ (Error conditions, Behavior): ranges
+    1-86400 s and 1-10000, at least one option, the stream must exist; a changed setting
+    forgets the iids (idempotency page, Persistence), the same setting keeps them."""
+    with pytest.raises(CommandError, match="no such key"):
+        run("XCFGSET", "s", "IDMP-DURATION", 5)
+    first = run("XADD", "s", "IDMP", "p", "i", "*", "f", "v")
+    for args, text in [
+        (("IDMP-DURATION", 0), "invalid duration"),
+        (("IDMP-DURATION", 86_401), "invalid duration"),
+        (("IDMP-MAXSIZE", 10_001), "invalid maxsize"),
+        (("IDMP-MAXSIZE", "x"), "invalid maxsize"),
+        ((), "syntax error"),
+        (("IDMP-DURATION",), "syntax error"),
+        (("BOGUS", 1), "syntax error"),
+    ]:
+        with pytest.raises(CommandError, match=text):
+            run("XCFGSET", "s", *args)
+    run("XCFGSET", "s", "IDMP-DURATION", 100, "IDMP-MAXSIZE", 100)
+    assert run("XADD", "s", "IDMP", "p", "i", "*", "f", "v") == first
+    run("XCFGSET", "s", "IDMP-MAXSIZE", 50)
+    assert run("XADD", "s", "IDMP", "p", "i", "*", "f", "v") != first
+
+
+def test_idmp_words_are_refused_before_8_6_as_7_0_refuses_them() -> None:
+    """IDMP is 8.6 (https://redis.io/docs/latest/commands/xcfgset/: "Available since 8.6.0"):
+    an 8.4 engine answers XADD IDMP with 7.0's invalid-ID error and has no XCFGSET."""
+    run = Run(Engine(redis_version="8.4"))
+    with pytest.raises(CommandError, match="Invalid stream ID"):
+        run("XADD", "s", "IDMP", "p", "i", "*", "f", "v")
+    with pytest.raises(CommandError, match="unknown command 'XCFGSET'"):
+        run("XCFGSET", "s", "IDMP-DURATION", 5)
+
+
+def test_xadd_idmp_is_logged_with_its_iid_and_replays_to_the_same_map(
+    aof8: AppendOnlyFile,
+) -> None:
+    """Idempotency page (Persistence): "All producer-idempotent ID pairs are saved" and
+    "Tracking remains active after restart": the record keeps IDMP pid iid, a retry is not
+    logged, and after a restart the retry still gets the original ID."""
+    s = Session(aof8.engine)
+    first = s("XADD", "s", "IDMP", "p", "i", "*", "f", "v")
+    s("XADD", "s", "IDMP", "p", "i", "*", "f", "v")
+    s("XADD", "s", "IDMPAUTO", "q", "MAXLEN", "~", 10, "*", "f", "w")
+    xadds = [r for r in records(aof8.path) if r[0] == b"XADD"]
+    assert xadds[0] == [b"XADD", b"s", b"IDMP", b"p", b"i", first, b"f", b"v"]
+    assert xadds[1][2:4] == [b"IDMPAUTO", b"q"]
+    assert len(xadds) == 2
+    after = reopen8(aof8)
+    try:
+        again = Session(after.engine)
+        assert again("XADD", "s", "IDMP", "p", "i", "*", "f", "v") == first
+        assert again("XLEN", "s") == 2
+    finally:
+        after.close()
+
+
+def test_aof_rewrite_keeps_the_idmp_map_settings_and_a_deleted_entrys_iid(
+    aof8: AppendOnlyFile,
+) -> None:
+    """The corner cases the issue names: IDMP state across an AOF rewrite (a bug Redis fixed
+    in 8.6.2), with non-default XCFGSET settings and an iid whose entry was deleted."""
+    s = Session(aof8.engine)
+    s("XADD", "s", "1-0", "f", "v")
+    s("XCFGSET", "s", "IDMP-DURATION", 600, "IDMP-MAXSIZE", 7)
+    kept = s("XADD", "s", "IDMP", "p", "a", "*", "f", "v")
+    gone = s("XADD", "s", "IDMP", "p", "b", "*", "f", "v")
+    s("XADD", "s", "*", "f", "v")
+    s("XDEL", "s", gone)
+    before = dump_state(aof8.engine)
+    aof8.rewrite()
+    after = reopen8(aof8)
+    try:
+        again = Session(after.engine)
+        assert dump_state(after.engine) == before
+        info = dict(again("XINFO", "STREAM", "s").items)
+        assert (info[b"idmp-duration"], info[b"idmp-maxsize"], info[b"iids-tracked"]) == (
+            600,
+            7,
+            2,
+        )
+        assert again("XADD", "s", "IDMP", "p", "a", "*", "f", "v") == kept
+        assert again("XADD", "s", "IDMP", "p", "b", "*", "f", "v") == gone
+        assert again("XLEN", "s") == 3
+    finally:
+        after.close()
+
+
+def test_rdb_round_trip_keeps_the_idmp_map(run: Run, clock: FakeClock) -> None:
+    """Idempotency page (Persistence, "RDB/AOF: All producer-idempotent ID pairs are saved"):
+    the map, its settings and counters survive SAVE and load; a 7.0 engine loads the same file
+    and drops the map, as redis-server 7.0 skips the aux field that holds it."""
+    run("XADD", "s", "1-0", "f", "v")
+    run("XCFGSET", "s", "IDMP-DURATION", 300)
+    first = run("XADD", "s", "IDMP", "p", "i", "*", "f", "v")
+    run("XADD", "s", "IDMP", "p", "i", "*", "f", "v")
+    data = build_rdb(run.engine)
+    other = Run(Engine(clock=clock, redis_version="8.10"))
+    load_rdb_bytes(other.engine, data)
+    assert xinfo(other) == xinfo(run)
+    assert other("XADD", "s", "IDMP", "p", "i", "*", "f", "v") == first
+    seven = Run(Engine(clock=clock))
+    load_rdb_bytes(seven.engine, data)
+    assert b"idmp-duration" not in xinfo(seven)
+    assert seven("XLEN", "s") == 2

@@ -169,6 +169,8 @@ class _AddTrimArgs:
     __slots__ = (
         "approx",
         "id_given",
+        "idmp_iid",
+        "idmp_pid",
         "idpos",
         "limit",
         "maxlen",
@@ -188,15 +190,19 @@ class _AddTrimArgs:
         self.limit = 0
         self.nomkstream = False
         self.refs = REFS_KEEP
+        # XADD IDMP pid iid / IDMPAUTO pid (8.6): the iid is None for IDMPAUTO.
+        self.idmp_pid: bytes | None = None
+        self.idmp_iid: bytes | None = None
         self.id_given = False
         self.seq_given = True
         self.sid = 0
         self.idpos = 0
 
 
-def _parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool, refs: bool = False) -> _AddTrimArgs:
+def _parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool, refs: int = 0) -> _AddTrimArgs:
     # streamParseAddOrTrimArgsOrReply; indexes are into args (argv without the command name).
-    # ``refs``: the KEEPREF / DELREF / ACKED words are options (an 8.x engine).
+    # ``refs``: 1, the KEEPREF / DELREF / ACKED words are options (8.2+); 2, XADD's IDMP and
+    # IDMPAUTO too (8.6+). 0 (7.0) never looks at them.
     p = _AddTrimArgs()
     limit_given = False
     n = len(args)
@@ -243,6 +249,14 @@ def _parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool, refs: bool = False)
             i += 1
         elif refs and lopt in REF_POLICIES:
             p.refs = REF_POLICIES[lopt]
+        elif refs > 1 and xadd and lopt in (b"idmp", b"idmpauto"):
+            auto = lopt == b"idmpauto"
+            if p.idmp_pid is not None or more < (1 if auto else 2):
+                raise CommandError(msgs.SYNTAX)
+            p.idmp_pid = args[i + 1]
+            if not auto:
+                p.idmp_iid = args[i + 2]
+            i += 1 if auto else 2
         elif xadd and lopt == b"nomkstream":
             p.nomkstream = True
         elif xadd:
@@ -381,7 +395,7 @@ def xtrim(ctx: Ctx, args: list[bytes], parsed: _AddTrimArgs | None = None) -> Re
 def _exact_trim_args(s: Stream, p: _AddTrimArgs) -> list[bytes]:
     # The trim options that remove exactly what this trim removed (Redis's
     # streamRewriteApproxSpecifier / streamRewriteTrimArgument).
-    if p.refs:
+    if p.refs or p.idmp_pid is not None:
         from streamworker.engine.commands.streams_r8 import exact_trim_args_with_refs
 
         return exact_trim_args_with_refs(s, p)

@@ -8,6 +8,9 @@ path carries no version test. What each 8.x version adds (see :mod:`..versions`)
   (https://redis.io/docs/latest/commands/xackdel/, .../xdelex/, .../xadd/, .../xtrim/).
 * 8.4: ``XREADGROUP ... CLAIM min-idle-time``
   (https://redis.io/docs/latest/commands/xreadgroup/).
+* 8.6: ``XADD ... IDMP pid iid | IDMPAUTO pid``, ``XCFGSET``, XINFO STREAM's IDMP fields
+  (https://redis.io/docs/latest/develop/data-types/streams/idempotency/,
+  https://redis.io/docs/latest/commands/xcfgset/).
 * 8.8: ``XNACK key group SILENT|FAIL|FATAL IDS n id ... [RETRYCOUNT c] [FORCE]``
   (https://redis.io/docs/latest/commands/xnack/), and XPENDING's idle of -1 for the entries
   it released.
@@ -31,10 +34,17 @@ from streamworker.engine.commands._args import to_int
 from streamworker.engine.errors import CommandError
 from streamworker.engine.ids import MAX_ID, format_id, parse_ll
 from streamworker.engine.keyspecs_data import KEY_SPECS
+from streamworker.engine.model.idmp import IdmpState, content_iid
 from streamworker.engine.model.stream import ConsumerGroup, PendingEntry, Stream
 from streamworker.engine.pubsub import NOTIFY_STREAM
-from streamworker.engine.replies import NULL_ARRAY
-from streamworker.engine.versions import ACKDEL_SINCE, CLAIM_SINCE, XNACK_SINCE, RedisVersion
+from streamworker.engine.replies import NULL_ARRAY, OK, Map
+from streamworker.engine.versions import (
+    ACKDEL_SINCE,
+    CLAIM_SINCE,
+    IDMP_SINCE,
+    XNACK_SINCE,
+    RedisVersion,
+)
 
 if TYPE_CHECKING:
     from streamworker.engine.commands.streams import _AddTrimArgs
@@ -45,9 +55,10 @@ __all__ = ["exact_trim_args_with_refs", "install", "referenced", "trim_with_refs
 
 LLONG_MAX: Final = (1 << 63) - 1
 
-# (since, name, function, arity, flags): what install() puts in an 8.x table. A name the 7.0
-# table has gets a new spec with that name's arity and flags (its 8.x function), others are new.
-_R8: list[tuple[tuple[int, int], str, CommandFunc, int, tuple[str, ...]]] = []
+# (since, name, function, arity, flags, first key): what install() puts in an 8.x table, in
+# order (a later entry for the same name wins: XADD of 8.6 over 8.2's). A name the 7.0 table
+# has gets a new spec with its 8.x function; ``"xinfo|stream"`` replaces a subcommand.
+_R8: list[tuple[tuple[int, int], str, CommandFunc, int, tuple[str, ...], int]] = []
 
 # Key specs of the new commands, as their redis.io pages give them (COMMAND GETKEYSANDFLAGS,
 # ACL key checks); the 7.0 table has none of these names.
@@ -55,6 +66,7 @@ _R8_KEY_SPECS: Final = {
     "xackdel": ((("RW", "update", "delete"), ("index", 1), ("range", 0, 1, 0)),),
     "xdelex": ((("RW", "delete"), ("index", 1), ("range", 0, 1, 0)),),
     "xnack": ((("RW", "update"), ("index", 1), ("range", 0, 1, 0)),),
+    "xcfgset": ((("RW", "update"), ("index", 1), ("range", 0, 1, 0)),),
 }
 
 
@@ -62,10 +74,10 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _r8(
-    since: tuple[int, int], name: str, arity: int, flags: tuple[str, ...]
+    since: tuple[int, int], name: str, arity: int, flags: tuple[str, ...], first_key: int = 1
 ) -> Callable[[_F], _F]:
     def deco(func: _F) -> _F:
-        _R8.append((since, name, func, arity, flags))
+        _R8.append((since, name, func, arity, flags, first_key))
         return func
 
     return deco
@@ -75,20 +87,18 @@ def install(table: dict[bytes, CommandSpec], version: RedisVersion) -> None:
     """Add the commands of ``version`` (an 8.x one) to ``table``, an engine's fresh dispatch
     table, replacing XADD / XTRIM / XREADGROUP / XPENDING by their 8.x parsers where that
     version has their options. Called once, while the engine is built."""
-    for since, name, func, arity, flags in _R8:
+    for since, name, func, arity, flags, first in _R8:
         if not version.at_least(since):
             continue
-        single_key = name not in ("xreadgroup",)
         spec = CommandSpec(
-            name,
-            func,
-            arity,
-            flags,
-            first_key=1 if single_key else 0,
-            last_key=1 if single_key else 0,
-            step=1 if single_key else 0,
+            name, func, arity, flags, first_key=first, last_key=first, step=1 if first else 0
         )
-        table[name.encode()] = spec
+        if spec.container is not None:
+            parent = table[spec.container.encode()]
+            assert parent.subcommands is not None
+            parent.subcommands[name.split("|", 1)[1].encode()] = spec
+        else:
+            table[name.encode()] = spec
     for name, specs in _R8_KEY_SPECS.items():
         KEY_SPECS.setdefault(name, specs)
 
@@ -187,14 +197,24 @@ def trim_with_refs(s: Stream, by_maxlen: bool, maxlen: int, minid: int, p: _AddT
 
 def exact_trim_args_with_refs(s: Stream, p: _AddTrimArgs) -> list[bytes]:
     """The trim options that, replayed on the same state, remove what an approximate
-    DELREF / ACKED trim removed (what the file and the replicas get instead of ``~``)."""
+    DELREF / ACKED trim removed (what the file and the replicas get instead of ``~``), after
+    XADD's IDMP / IDMPAUTO words when it had them."""
+    head: list[bytes] = []
+    if p.idmp_pid is not None:
+        # XADD's IDMP words ride along: the replayed XADD records the same iid.
+        if p.idmp_iid is None:
+            head = [b"IDMPAUTO", p.idmp_pid]
+        else:
+            head = [b"IDMP", p.idmp_pid, p.idmp_iid]
     if p.refs == s7.REFS_ACKED:
         # ACKED removes the first unreferenced entries from the head: replaying "down to the
         # length it left" removes the same ones, whichever strategy was asked.
-        return [b"ACKED", b"MAXLEN", b"=", b"%d" % s.length]
+        return [*head, b"ACKED", b"MAXLEN", b"=", b"%d" % s.length]
+    if p.refs == s7.REFS_DELETE:
+        head.append(b"DELREF")
     if p.strategy == 1:  # MAXLEN
-        return [b"DELREF", b"MAXLEN", b"=", b"%d" % s.length]
-    return [b"DELREF", b"MINID", b"=", format_id(s.first_id if s.length else s.last_id + 1)]
+        return [*head, b"MAXLEN", b"=", b"%d" % s.length]
+    return [*head, b"MINID", b"=", format_id(s.first_id if s.length else s.last_id + 1)]
 
 
 # --- XADD / XTRIM with KEEPREF | DELREF | ACKED (8.2) ------------------------------------
@@ -207,14 +227,14 @@ def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
     says what trimming does to the groups' references (default KEEPREF, as in 7.0)."""
     if args[1] == b"*":
         return s7.xadd(ctx, args)
-    return s7.xadd(ctx, args, s7._parse_add_trim(ctx, args, True, refs=True))
+    return s7.xadd(ctx, args, s7._parse_add_trim(ctx, args, True, refs=1))
 
 
 @_r8(ACKDEL_SINCE, "xtrim", -4, ("write",))
 def xtrim(ctx: Ctx, args: list[bytes]) -> Reply:
     """XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count] [KEEPREF|DELREF|ACKED] ->
     number of entries removed."""
-    return s7.xtrim(ctx, args, s7._parse_add_trim(ctx, args, False, refs=True))
+    return s7.xtrim(ctx, args, s7._parse_add_trim(ctx, args, False, refs=1))
 
 
 # --- XDELEX / XACKDEL (8.2) ---------------------------------------------------------------
@@ -355,7 +375,7 @@ def _claim_option(args: list[bytes]) -> tuple[bytes | None, list[bytes]]:
     return value, rest + args[i:]
 
 
-@_r8(CLAIM_SINCE, "xreadgroup", -7, ("write", "blocking", "movablekeys"))
+@_r8(CLAIM_SINCE, "xreadgroup", -7, ("write", "blocking", "movablekeys"), first_key=0)
 def xreadgroup(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
     """XREADGROUP GROUP g consumer [COUNT n] [BLOCK ms] [CLAIM min-idle-time] [NOACK] STREAMS
     key [key ...] id [id ...]. Without CLAIM, 7.0's XREADGROUP. With CLAIM, for the streams
@@ -685,4 +705,106 @@ def xpending(ctx: Ctx, args: list[bytes]) -> Reply:
         pe = g.pel.get(s7._strict_id(row[0]))
         if pe is not None and pe.consumer is None and pe.delivery_time == 0:
             row[2] = -1
+    return reply
+
+
+# --- XADD IDMP / IDMPAUTO, XCFGSET, XINFO STREAM's IDMP fields (8.6) ----------------------
+
+
+@_r8(IDMP_SINCE, "xadd", -5, ("write", "denyoom", "fast"))
+def xadd_idmp(ctx: Ctx, args: list[bytes]) -> Reply:
+    """XADD key [NOMKSTREAM] [KEEPREF|DELREF|ACKED] [IDMP pid iid | IDMPAUTO pid] [MAXLEN|MINID
+    [=|~] threshold [LIMIT count]] *|id field value [...] -> the new entry's ID, or, for a
+    (pid, iid) the stream still remembers, the ID that pair produced, adding nothing
+    (https://redis.io/docs/latest/develop/data-types/streams/idempotency/). IDMPAUTO's iid
+    is a digest of the field-value pairs. The map does not follow the entries: after XDEL
+    the iid still answers with the deleted entry's ID until it expires."""
+    if args[1] == b"*":
+        return s7.xadd(ctx, args)
+    p = s7._parse_add_trim(ctx, args, True, refs=2)
+    pid = p.idmp_pid
+    if pid is None:
+        return s7.xadd(ctx, args, p)
+    fields = args[p.idpos + 1 :]
+    if len(fields) < 2 or len(fields) & 1:
+        raise CommandError(msgs.wrong_arity("xadd"))
+    iid = p.idmp_iid if p.idmp_iid is not None else content_iid(fields)
+    now = ctx.engine.clock()
+    s = s7.get_stream(ctx, args[0])
+    if s is not None and s.idmp is not None:
+        s.idmp.expire(now)
+        hit = s.idmp.lookup(pid, iid)
+        if hit is not None:
+            # A retry: the original ID, nothing added, nothing logged.
+            s.idmp.iids_duplicates += 1
+            ctx.changed(0)
+            ctx.no_propagate()
+            return format_id(hit)
+    reply = s7.xadd(ctx, args, p)
+    if not isinstance(reply, bytes):
+        return reply  # NOMKSTREAM on a missing key
+    s = s7.get_stream(ctx, args[0])
+    assert s is not None
+    if s.idmp is None:
+        s.idmp = IdmpState()
+    s.idmp.record(pid, iid, s7._strict_id(reply), now)
+    return reply
+
+
+def _idmp_setting(arg: bytes, hi: int, text: str) -> int:
+    value = parse_ll(arg)
+    if value is None or not 1 <= value <= hi:
+        raise CommandError(text)
+    return value
+
+
+@_r8(IDMP_SINCE, "xcfgset", -2, ("write", "fast"))
+def xcfgset(ctx: Ctx, args: list[bytes]) -> Reply:
+    """XCFGSET key [IDMP-DURATION seconds] [IDMP-MAXSIZE n] -> OK
+    (https://redis.io/docs/latest/commands/xcfgset/): duration 1..86400 s, maxsize 1..10000
+    iids per producer, at least one of them; the stream must exist. A changed setting
+    forgets every iid of the stream."""
+    duration: int | None = None
+    maxsize: int | None = None
+    n = len(args)
+    i = 1
+    while i < n:
+        word = args[i].lower()
+        if word == b"idmp-duration" and i + 1 < n:
+            duration = _idmp_setting(args[i + 1], 86_400, msgs.XCFGSET_DURATION)
+        elif word == b"idmp-maxsize" and i + 1 < n:
+            maxsize = _idmp_setting(args[i + 1], 10_000, msgs.XCFGSET_MAXSIZE)
+        else:
+            raise CommandError(msgs.SYNTAX)
+        i += 2
+    if duration is None and maxsize is None:
+        raise CommandError(msgs.SYNTAX)
+    s = s7.get_stream(ctx, args[0])
+    if s is None:
+        raise CommandError(msgs.NO_SUCH_KEY)
+    if s.idmp is None:
+        s.idmp = IdmpState()
+    s.idmp.configure(duration, maxsize)
+    return OK
+
+
+@_r8(IDMP_SINCE, "xinfo|stream", -3, ("readonly",), first_key=2)
+def xinfo_stream(ctx: Ctx, args: list[bytes]) -> Reply:
+    """XINFO STREAM key [FULL [COUNT n]] -> 7.0's description, and for a stream that uses
+    idempotent production the idempotency page's fields at the end: idmp-duration,
+    idmp-maxsize, pids-tracked, iids-tracked, iids-added, iids-duplicates."""
+    reply = s7.xinfo_stream(ctx, args)
+    s = s7.get_stream(ctx, args[0])
+    if s is None or s.idmp is None or not isinstance(reply, Map):
+        return reply
+    st = s.idmp
+    st.expire(ctx.engine.clock())
+    reply.items += [
+        (b"idmp-duration", st.duration_s),
+        (b"idmp-maxsize", st.maxsize),
+        (b"pids-tracked", len(st.producers)),
+        (b"iids-tracked", st.iids_tracked),
+        (b"iids-added", st.iids_added),
+        (b"iids-duplicates", st.iids_duplicates),
+    ]
     return reply
