@@ -655,6 +655,7 @@ def test_replay_restores_the_8x_commands_effects_exactly(aof8: AppendOnlyFile) -
     s("XNACK", "s", "g", "SILENT", "IDS", 2, "1-0", "2-0")
     s("XNACK", "s", "g", "FATAL", "IDS", 1, "3-0")
     s("XREADGROUP", "GROUP", "g", "b", "COUNT", 3, "CLAIM", 0, "STREAMS", "s", ">")
+    s("XREADGROUP", "GROUP", "g", "b", "CLAIM", 0, "STREAMS", "s", "0")  # a history read
     s("XACKDEL", "s", "g", "ACKED", "IDS", 2, "4-0", "5-0")
     s("XDELEX", "s", "DELREF", "IDS", 1, "2-0")
     s("XADD", "s", "ACKED", "MAXLEN", 3, "9-0", "i", 9)
@@ -993,3 +994,25 @@ def test_rdb_round_trip_keeps_the_idmp_map(run: Run, clock: FakeClock) -> None:
     load_rdb_bytes(seven.engine, data)
     assert b"idmp-duration" not in xinfo(seven)
     assert seven("XLEN", "s") == 2
+
+
+def test_a_fatal_count_stays_at_llong_max_through_later_deliveries(aof8: AppendOnlyFile) -> None:
+    """XNACK page (FATAL): the counter is set to LLONG_MAX "marking the message as permanently
+    failed". A history read, XCLAIM and XAUTOCLAIM deliver it again without passing LLONG_MAX
+    (a count beyond it would not fit the XCLAIM ... RETRYCOUNT record that logs it), and the
+    file replays to the same PEL."""
+    s = Session(aof8.engine)
+    s("XADD", "s", "1-0", "f", "v")
+    s("XGROUP", "CREATE", "s", "g", "0")
+    s("XREADGROUP", "GROUP", "g", "a", "STREAMS", "s", ">")
+    s("XNACK", "s", "g", "FATAL", "IDS", 1, "1-0")
+    s("XCLAIM", "s", "g", "a", 0, "1-0")
+    s("XREADGROUP", "GROUP", "g", "a", "STREAMS", "s", "0")
+    s("XAUTOCLAIM", "s", "g", "b", 0, "0")
+    assert s("XPENDING", "s", "g", "-", "+", 10)[0][3] == LLONG_MAX
+    before = dump_state(aof8.engine)
+    after = reopen8(aof8)
+    try:
+        assert dump_state(after.engine) == before
+    finally:
+        after.close()

@@ -558,7 +558,10 @@ def _read_group_history(
         else:
             pe: PendingEntry = pel[sid]
             pe.delivery_time = now
-            pe.delivery_count += 1
+            if pe.delivery_count < _LLONG_MAX:
+                # A count at LLONG_MAX (XCLAIM RETRYCOUNT, 8.8's XNACK FATAL) stays there: one
+                # more would not fit the records that log it.
+                pe.delivery_count += 1
             out.append([format_id(sid), fv])
             if delivered is not None:
                 delivered.append(sid)
@@ -1061,7 +1064,7 @@ def xclaim(ctx: Ctx, args: list[bytes]) -> Reply:
         pe.delivery_time = deliverytime
         if retrycount >= 0:
             pe.delivery_count = retrycount
-        elif not justid:
+        elif not justid and pe.delivery_count < _LLONG_MAX:
             pe.delivery_count += 1
         out.append(format_id(sid) if fv is None else [format_id(sid), fv])
         claimed.append(sid)
@@ -1165,7 +1168,7 @@ def xautoclaim(ctx: Ctx, args: list[bytes]) -> Reply:
             consumer = _consumer(ctx, args[0], g, name, now)
         g.transfer(sid, pe, consumer)
         pe.delivery_time = now
-        if not justid:
+        if not justid and pe.delivery_count < _LLONG_MAX:
             pe.delivery_count += 1
         claimed.append(format_id(sid) if fv is None else [format_id(sid), fv])
         claimed_sids.append(sid)

@@ -551,9 +551,16 @@ def _xreadgroup_claim(ctx: Ctx, args: list[bytes], minidle: int) -> Reply | Bloc
     for key, s, g, gt in streams:
         assert s is not None
         if gt != MAX_ID:
-            # CLAIM is ignored for a history read: the consumer's own pending entries.
+            # CLAIM is ignored for a history read: the consumer's own pending entries, read
+            # and logged as 7.0 reads and logs them.
+            logged = ctx.propagating
+            created = logged and r.consumer not in g.consumers
+            last_before = g.last_id
+            delivered: list[int] | None = [] if logged else None
             consumer = s7._consumer(ctx, key, g, r.consumer, ctx.engine.clock())
-            entries = s7._read_group_history(ctx, s, consumer, gt + 1, r.count)
+            entries = s7._read_group_history(ctx, s, consumer, gt + 1, r.count, delivered)
+            if delivered is not None:
+                s7._log_group_read(ctx, key, g, r.consumer, created, delivered, last_before)
             served.append((key, entries))
             continue
         if r.count and budget <= 0:
