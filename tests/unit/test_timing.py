@@ -6,8 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamworker import timing
-from streamworker import Message
+from streamworker import Message, timing
 from streamworker.app import App
 
 # Up to a day: the App accepts any positive value; the arithmetic must hold across the range.
