@@ -105,7 +105,7 @@ class Batch:
 
     A strategy runs each message through :attr:`handle` (or a batch handler's messages through
     :attr:`handle_batch`), never through :attr:`run_handler` directly: those apply the
-    :attr:`verdicts` first. Immutable; one per batch and attempt.
+    :attr:`verdicts` first. Not changed once built: a retry later builds another (:meth:`stale`).
     """
 
     __slots__ = (
