@@ -14,9 +14,9 @@ exception it raises is recorded on it (``Retry`` is an event, not an error). The
 children when the message is acked: ``streamworker.idempotency.commit`` (where the strategy has
 such a step: ``sql``'s database commit; ``lua``'s script that applies the effects and acks,
 atomically) and ``streamworker.ack`` (the XACK; for ``lua``, the same script). Each strategy
-describes its steps (``trace_phases``,
-:class:`~streamworker.idempotency.base.SpanPhases`); tracing knows none by name. A batch's messages share one
-commit and one ack, so their children carry the same times. Counters and the handler-duration
+describes its steps (``trace_phases``, :class:`~streamworker.idempotency.base.SpanPhases`);
+tracing knows none by name. A batch's messages share one commit and one ack, so their children
+carry the same times. Counters and the handler-duration
 histogram get exemplars with the trace id (shown by ``/metrics`` in the OpenMetrics format).
 
 Spans go to the tracer provider given (default: OpenTelemetry's global one, which the SDK or

@@ -139,8 +139,9 @@ class Batch:
     """How to run blocking work (a sync database driver's calls): the worker's handler threads."""
     next_read: NextRead | None
     """The consume loop's next ``>`` read, to be sent behind the batch's last call
-    (:func:`~streamworker.redisio.xack_then_read`, :meth:`~streamworker.redisio.LuaScript.then_read`):
-    one round trip per batch instead of two. None for batches of other sources."""
+    (:func:`~streamworker.redisio.xack_then_read`,
+    :meth:`~streamworker.redisio.LuaScript.then_read`): one round trip per batch instead of two.
+    None for batches of other sources."""
     fresh: bool
     """Every message was delivered to this consumer by a ``>`` read sent so recently that no other
     consumer can have claimed one yet (:func:`streamworker.timing.fresh_batch_window_ms`); a

@@ -3,8 +3,10 @@
 The sources are the consume loop (its backlog and ``>`` reads), the reclaimer (retries due and
 entries claimed from other consumers) and the ordered loop (one entry at a time). Each hands its
 entries here with their delivery counters; the processor decodes them, decides over-delivered
-ones (the strategy still sees them first, see below), runs the idempotency strategy (which runs
-the handlers and acks the successes), schedules retries, dead-letters, and counts.
+ones (the strategy still sees them first, see below), hands the idempotency strategy one
+:class:`~streamworker.idempotency.base.Batch` (which carries everything the strategy needs: the
+messages and their verdicts, the handler, the handler threads, the consume loop's next read), and
+with the outcomes schedules retries, dead-letters, and counts.
 
 Batches are processed one at a time, so a subscription's ``concurrency`` bounds its handlers
 whichever source a batch came from.
@@ -138,8 +140,9 @@ class BatchProcessor:
         its delivery counter; ids missing from it are skipped (no longer this consumer's).
         ``fresh_at``: when the ``>`` read that returned them was sent (monotonic), None for other
         sources. ``sent_at``: when the read or claim that returned them was sent; a batch whose
-        handlers would start later than :func:`~streamworker.timing.late_reply_ms` after it (a late reply, or
-        a long wait for the batch in hand) is checked first (:meth:`_recheck_late`).
+        handlers would start later than :func:`~streamworker.timing.late_reply_ms` after it (a
+        late reply, or a long wait for the batch in hand) is checked first
+        (:meth:`_recheck_late`).
         ``next_read``: the consume loop's next ``>`` read, for the batch's last call to send
         (:attr:`~streamworker.idempotency.base.Batch.next_read`)."""
         started = time.monotonic()

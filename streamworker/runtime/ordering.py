@@ -5,10 +5,11 @@ The model
 
 Each stream of an ordered subscription (each partition of a partitioned stream) has a
 *partition lock* in Redis, :func:`~streamworker.keys.lease_key`, a string holding the name of the
-consumer that may read it, with a time to live of ``claim_idle_ms``. The holder renews it every third of that
-(:mod:`streamworker.timing`; it is not an entry's lease, which the reclaimer renews);
-the other workers of the group try to take it at the same pace, and one of them gets it once the
-holder has stopped renewing (a crash, a stall, a network cut) for the TTL.
+consumer that may read it, with a time to live of ``claim_idle_ms``. It is not an entry's lease
+(which the reclaimer renews); :mod:`streamworker.timing` owns its periods. The holder renews it
+every third of its TTL; the other workers of the group try to take it at the same pace, and one
+of them gets it once the holder has stopped renewing (a crash, a stall, a network cut) for the
+TTL.
 
 * **Only the holder reads.** Reads are ``read_owned.lua``: the lock check and the XREADGROUP in
   one script, so an entry enters a consumer's PEL only while that consumer holds the lock.

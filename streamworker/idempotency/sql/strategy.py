@@ -221,9 +221,10 @@ class SqlStrategy:
 
     def _ours_by_time(self) -> bool:
         """True when the claim that just completed needs no ownership check: the batch is fresh
-        (read with ``>`` less than half of ``claim_idle_ms`` before :meth:`process` began) and
-        the claim completed less than :func:`~streamworker.timing.sql_fresh_claim_window_ms` after that. So it
-        completed less than ``claim_idle_ms`` after the read was sent, before the earliest moment
+        (read with ``>`` less than :func:`~streamworker.timing.fresh_batch_window_ms` before
+        :meth:`process` began) and the claim completed less than
+        :func:`~streamworker.timing.sql_fresh_claim_window_ms` after that. So it completed less
+        than ``claim_idle_ms`` after the read was sent, before the earliest moment
         another consumer may claim those entries (idle past ``claim_idle_ms``): nobody else can
         have processed, acked and pruned them, and whoever claims them later waits on our rows."""
         return time.monotonic() < self._fresh_until
