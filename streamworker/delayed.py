@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -118,10 +119,15 @@ def due_time(
     return max(due, current)
 
 
+_sequence = itertools.count()
+
+
 def _nonce() -> bytes:
-    # Time first, so that envelopes due at the same ms sort (and move) in publish order; random
-    # after, so that two equal publishes are two members of the set, not one.
-    return f"{time.time_ns():016x}{os.urandom(8).hex()}".encode()
+    # Time and this process's sequence first, so that envelopes due at the same ms sort (and
+    # move) in publish order; random after, so that equal publishes from two processes are two
+    # members of the set, not one.
+    seq = next(_sequence) % 2**32
+    return f"{time.time_ns():016x}{seq:08x}{os.urandom(6).hex()}".encode()
 
 
 def _item(value: str | bytes) -> bytes:
