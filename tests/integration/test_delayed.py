@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from streamworker import App, Message
+from streamworker import App, Message, ReplicaWaitTimeout
 from streamworker.delayed import move_due, now_ms
 from streamworker.engine.inproc import forget_engine
 from streamworker.keys import consumer_name_key, delayed_key
 from streamworker.producer import Producer, StreamOptions, SyncProducer
 from streamworker.redisio import open_redis, open_sync_redis
 from tests.support.proc import read_lines, run_cli, streamworker, wait_for
+from tests.support.replication import Replicated
 from tests.support.worker import eventually, running_worker
 
 
@@ -318,3 +319,37 @@ def test_each_delayed_entry_enters_once_while_movers_run_and_one_is_sigkilled_re
     # The workers handled them too (at least once: the victims died mid-batch).
     handled = {int(line[2]) for line in read_lines(tmp_path / "handled.log") if line[0] == "done"}
     assert handled <= set(range(total))
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicated]:
+    servers = Replicated(tmp_path_factory.mktemp("delayed-replicated"))
+    yield servers
+    servers.stop()
+
+
+def test_a_delayed_publish_with_wait_replicas_returns_once_the_replica_has_the_schedule(
+    pair: Replicated,
+) -> None:
+    primary = open_sync_redis(pair.url)
+    primary.flushall()
+    pair.wait_synced()
+    producer = SyncProducer(primary, wait_replicas=1, wait_timeout_ms=5_000)
+    producer.publish("jobs", {"a": "1"}, delay_ms=60_000, idempotency_key="k")
+    # No polling: WAIT returned 1, so the replica applied the ZADD before the reply came.
+    assert pair.replica.client().zcard(delayed_key("jobs")) == 1
+
+
+def test_a_keyed_delayed_publish_to_a_stopped_replica_times_out_and_its_retry_is_safe(
+    pair: Replicated,
+) -> None:
+    primary = open_sync_redis(pair.url)
+    primary.flushall()
+    pair.wait_synced()
+    producer = SyncProducer(primary, wait_replicas=1, wait_timeout_ms=300)
+    with pair.replica_paused(), pytest.raises(ReplicaWaitTimeout) as caught:
+        producer.publish("jobs", {"a": "1"}, delay_ms=60_000, idempotency_key="k")
+    assert caught.value.retry_safe
+    again = producer.publish("jobs", {"a": "1"}, delay_ms=60_000, idempotency_key="k")
+    assert again.duplicate
+    assert pair.replica.client().zcard(delayed_key("jobs")) == 1
