@@ -55,6 +55,7 @@ __all__ = [
     "encode_envelope",
     "marker_value",
     "move_due",
+    "now_ms",
     "parse_marker",
     "schedule_call",
     "schedule_script",
