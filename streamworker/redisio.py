@@ -540,7 +540,7 @@ _WATCHED: dict[type[Any], type[Any]] = {
 class _PrimaryPool(aioredis.ConnectionPool):
     """The asyncio pool of a plain URL, with the :class:`PrimaryWatch` its connections share."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, shared_watch: PrimaryWatch | None = None, **kwargs: Any) -> None:
         cls = kwargs.get("connection_class", aioredis.Connection)
         kwargs["connection_class"] = _WATCHED.get(cls, cls)
         super().__init__(**kwargs)
@@ -548,7 +548,9 @@ class _PrimaryPool(aioredis.ConnectionPool):
             address = str(self.connection_kwargs["path"])
         else:
             address = f"{self.connection_kwargs.get('host', 'localhost')}:{self.connection_kwargs.get('port', 6379)}"
-        self.primary = PrimaryWatch(address)
+        self.primary = shared_watch or PrimaryWatch(address)
+        if self.primary.address is None:
+            self.primary.address = address
         if issubclass(self.connection_class, _PrimaryAware):
             self.connection_kwargs["primary_watch"] = self.primary
 
@@ -629,9 +631,16 @@ class _SentinelPool(aiosentinel.SentinelConnectionPool):
     """redis-py's Sentinel pool; tells its :class:`PrimaryWatch` each primary it is given, and
     closes the Sentinel clients with the pool."""
 
-    def __init__(self, service_name: str, sentinel_manager: _AsyncSentinel, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        service_name: str,
+        sentinel_manager: _AsyncSentinel,
+        *,
+        shared_watch: PrimaryWatch | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(service_name, sentinel_manager, **kwargs)  # type: ignore[no-untyped-call]
-        self.primary = PrimaryWatch(None)
+        self.primary = shared_watch or PrimaryWatch(None)
 
     async def get_master_address(self) -> tuple[str, int]:
         host, port = await super().get_master_address()  # type: ignore[no-untyped-call]
@@ -668,7 +677,9 @@ def _data_kwargs(target: SentinelTarget) -> dict[str, Any]:
     return {"db": target.db, "username": target.username, "password": target.password}
 
 
-def open_sentinel(url: str, *, socket_timeout_s: float | None = None) -> aioredis.Redis:
+def open_sentinel(
+    url: str, *, socket_timeout_s: float | None = None, watch: PrimaryWatch | None = None
+) -> aioredis.Redis:
     """An asyncio client for the primary of a sentinel URL, no connection made yet.
 
     redis-py's own ``Sentinel.master_for``: each new connection asks the Sentinels for the
@@ -686,6 +697,7 @@ def open_sentinel(url: str, *, socket_timeout_s: float | None = None) -> aioredi
     client: aioredis.Redis = sentinel.master_for(
         target.service,
         connection_pool_class=_SentinelPool,
+        shared_watch=watch,
         connection_class=_SentinelSSLConnection if target.tls else _SentinelConnection,
         decode_responses=False,
         socket_timeout=socket_timeout_s,
@@ -776,17 +788,22 @@ def is_cluster_client(client: object) -> bool:
     return isinstance(client, aiocluster.RedisCluster | synccluster.RedisCluster)
 
 
-def open_redis(url: str, *, socket_timeout_s: float | None = None) -> aioredis.Redis:
+def open_redis(
+    url: str, *, socket_timeout_s: float | None = None, watch: PrimaryWatch | None = None
+) -> aioredis.Redis:
     """An asyncio redis-py client for ``url``; bytes replies, no connection made yet.
 
-    ``engine://`` URLs resolve to streamworker's embedded engine; everything else to redis-py's own
-    ``from_url``. ``socket_timeout_s`` must exceed the longest BLOCK the caller will use.
+    ``engine://`` URLs resolve to streamworker's embedded engine, ``redis+cluster://`` to
+    redis-py's cluster client, ``redis+sentinel://`` to its Sentinel client; everything else to
+    redis-py's own ``from_url``. ``socket_timeout_s`` must exceed the longest BLOCK the caller
+    will use. Clients given the same ``watch`` share it (one count of primary changes for all of
+    a worker's clients); see :func:`primary_watch`.
     """
     validate_redis_url(url)
     if is_cluster_url(url):
         return open_cluster(url, socket_timeout_s=socket_timeout_s)
     if is_sentinel_url(url):
-        return open_sentinel(url, socket_timeout_s=socket_timeout_s)
+        return open_sentinel(url, socket_timeout_s=socket_timeout_s, watch=watch)
     if url.startswith("engine:"):
         from streamworker.engine.inproc import async_client  # type: ignore[import-not-found,unused-ignore]
 
@@ -797,6 +814,7 @@ def open_redis(url: str, *, socket_timeout_s: float | None = None) -> aioredis.R
         keepalive = {} if url.lower().startswith("unix:") else {"socket_keepalive": True}
         pool = _PrimaryPool.from_url(
             url,
+            shared_watch=watch,
             decode_responses=False,
             socket_timeout=socket_timeout_s,
             socket_connect_timeout=5.0,

@@ -20,7 +20,7 @@ from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 def _client(args: argparse.Namespace) -> redis.Redis:
     settings = load_settings(redis_url=args.redis_url)
-    url = settings.redis_url or DEFAULT_REDIS_URL
+    url = settings.redis_url_or(DEFAULT_REDIS_URL)
     client = open_sync_redis(url)
     try:
         client.ping()

@@ -25,7 +25,7 @@ def _cmd_archive(args: argparse.Namespace) -> int:
     if args.max_records_per_batch is not None and args.max_records_per_batch < 1:
         raise ConfigError("--max-records-per-batch must be >= 1")
     settings = load_settings(redis_url=args.redis_url)
-    url = settings.redis_url or DEFAULT_REDIS_URL
+    url = settings.redis_url_or(DEFAULT_REDIS_URL)
     from streamworker.spark import redisops
 
     # A bad URL or an unreachable server fails here, before a JVM starts.

@@ -20,7 +20,7 @@ from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 
 def _client(redis_url: str | None) -> redis.Redis:
-    url = load_settings(redis_url=redis_url).redis_url or DEFAULT_REDIS_URL
+    url = load_settings(redis_url=redis_url).redis_url_or(DEFAULT_REDIS_URL)
     client = open_sync_redis(url)
     try:
         client.ping()

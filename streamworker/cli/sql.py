@@ -71,7 +71,7 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     settings = load_settings(redis_url=args.redis_url, db_url=args.db_url)
     if not settings.db_url:
         raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
-    redis_url = settings.redis_url or DEFAULT_REDIS_URL
+    redis_url = settings.redis_url_or(DEFAULT_REDIS_URL)
     progress = Progress(f"prune {args.stream}/{args.group}", sys.stderr, unit="rows")
     # One range DELETE: nothing to count while it runs, so a phase shows it is alive.
     with progress.phase("deleting processed rows"):

@@ -244,6 +244,13 @@ class Metrics:
             registry=r,
         )
 
+        self.failovers = Counter(
+            "streamworker_failovers",
+            "Primary changes this worker saw: a Sentinel named another primary, or the primary "
+            "at a managed address answered READONLY (it was demoted).",
+            registry=r,
+        )
+
     def prime(self, stream: str, group: str, handler: str) -> None:
         """Create every labelled series of a subscription at 0, so rates work from the first
         scrape and dashboards show zeros instead of gaps."""
