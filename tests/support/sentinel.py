@@ -150,7 +150,9 @@ class SentinelSetup:
                 return False
             if int(state.get("num-other-sentinels", 0)) < 2:
                 return False
-            if not [r for r in replicas if not r["is_sdown"] and int(r["port"]) == self.replica.port]:
+            if not [
+                r for r in replicas if not r["is_sdown"] and int(r["port"]) == self.replica.port
+            ]:
                 return False
         return True
 
@@ -171,10 +173,9 @@ class SentinelSetup:
                 pri = self.primary.client().info("replication")
             except redis.RedisError:
                 return False
-            return (
-                rep.get("master_link_status") == "up"
-                and rep.get("slave_repl_offset") == pri.get("master_repl_offset")
-            )
+            return rep.get("master_link_status") == "up" and rep.get(
+                "slave_repl_offset"
+            ) == pri.get("master_repl_offset")
 
         self._wait(synced, timeout_s, "the replica to catch up")
 
