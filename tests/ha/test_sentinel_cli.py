@@ -37,7 +37,7 @@ def test_publish_through_sentinels_writes_to_the_primary(
 ) -> None:
     done = run_cli("publish", "orders", "n=1", "--redis-url", sentinel_setup.url)
     assert done.returncode == 0, done.stderr
-    stream, entry_id = done.stdout.split()
+    _stream, entry_id = done.stdout.split()
     assert [i.decode() for i, _ in primary.xrange("orders")] == [entry_id]
 
 
@@ -74,7 +74,8 @@ def test_run_consumes_through_sentinels_and_logs_the_primary(
     finally:
         err = stop_process(proc)
     started = [json.loads(x) for x in err.splitlines() if '"worker_started"' in x]
-    assert started and started[0]["primary"] == f"127.0.0.1:{sentinel_setup.primary.port}"
+    assert started
+    assert started[0]["primary"] == f"127.0.0.1:{sentinel_setup.primary.port}"
 
 
 def test_run_with_processes_consumes_through_sentinels(
