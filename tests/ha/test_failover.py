@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
+import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -201,3 +203,86 @@ def test_a_worker_follows_a_managed_endpoint_to_the_promoted_replica(
             _assert_once_and_clean(run, new, after)
         finally:
             run.stop()
+
+
+def test_deliveries_lost_with_the_old_primary_are_delivered_again_and_lua_and_sql_apply_once(
+    own_sentinel_setup: SentinelSetup, ha_db: str, tmp_path: Path
+) -> None:
+    """Group state written after the last replication: the worker read, applied and acked
+    entries on a primary whose replica lagged; the new primary has the entries but not those
+    reads and acks. They are delivered again: Lua effects (lost with their acks, as one unit)
+    apply once on the new primary, SQL effects (in the database) are recognised as done, and the
+    at-least-once handler runs them a second time."""
+    setup = own_sentinel_setup
+    run = Run(setup.url, ha_db, tmp_path)
+    try:
+        old = setup.primary.client()
+        _started(run, old)
+        before = _publish(old, 10, "before")
+        wait_for(lambda: _handled_by_all(run, old, before), 60, "the first messages handled")
+        run.proc.send_signal(signal.SIGSTOP)
+        try:
+            middle = _publish(old, 20, "middle")
+            setup.wait_in_sync()  # the entries reach the replica; their handling will not
+            setup.lag_replica()
+            setup.clog_replication()
+        finally:
+            run.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: _handled_by_all(run, old, middle), 60, "the middle messages handled")
+        setup.kill_primary()
+        setup.resume_replica()
+        new = setup.wait_for_failover().client()
+        after = _publish(new, 10, "after")
+        wait_for(lambda: _handled_by_all(run, new, middle + after), 90, "middle and after handled")
+        wait_for(lambda: _nothing_pending(new), 30, "nothing pending")
+        _assert_once_and_clean(run, new, middle + after)
+        plain = run.plain_calls()
+        twice = [i for i in middle if plain[i] > 1]
+        print(f"\nat-least-once handler: {len(twice)} of {len(middle)} handled twice")
+        assert twice, "the lost deliveries were not delivered again"
+        assert all(run.sql_rows()[i] == 1 for i in middle)
+    finally:
+        run.stop()
+
+
+def test_a_group_created_after_the_last_replication_stops_its_handler_loudly(
+    own_sentinel_setup: SentinelSetup, ha_db: str, tmp_path: Path
+) -> None:
+    """The new primary has the stream but not the group the worker created on the old one: the
+    handlers stop and /readyz says so; the group is not re-created from start_id (that would run
+    every entry's effects again)."""
+    setup = own_sentinel_setup
+    old = setup.primary.client()
+    _publish(old, 5, "before")
+    setup.wait_in_sync()
+    setup.lag_replica()
+    setup.clog_replication()
+    run = Run(setup.url, ha_db, tmp_path)
+    try:
+        _started(run, old)
+        setup.kill_primary()
+        setup.resume_replica()
+        new = setup.wait_for_failover().client()
+
+        last: list[object] = []
+
+        def not_ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{run.port}/readyz", timeout=5) as r:
+                    last[:] = [json.loads(r.read())]
+                    return False
+            except urllib.error.HTTPError as exc:
+                body = json.loads(exc.read())
+                last[:] = [body]
+                return len(body.get("stopped_handlers", [])) == len(GROUPS)
+
+        try:
+            wait_for(not_ready, 60, "/readyz to report the three stopped handlers")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; /readyz said {last}") from None
+        assert new.xinfo_groups(ha_mixed.STREAM) == []
+        assert run.proc.poll() is None
+    finally:
+        err = run.stop()
+    lost = [json.loads(x) for x in err.splitlines() if '"group_lost"' in x]
+    assert {e["group"] for e in lost} == set(GROUPS)

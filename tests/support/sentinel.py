@@ -186,6 +186,16 @@ class SentinelSetup:
         assert self.replica.proc is not None
         self.replica.proc.send_signal(signal.SIGSTOP)
 
+    def clog_replication(self, megabytes: int = 32) -> None:
+        """With the replica stopped: write ``megabytes`` of filler to the primary, more than the
+        loopback socket buffers between them hold. Writes after this wait in the primary's
+        replica output buffer and die with the primary; without it, a stopped replica still
+        finds the latest writes in its socket buffer when it resumes."""
+        client = self.primary.client()
+        chunk = b"f" * (8 * 1024 * 1024)
+        for i in range(max(1, megabytes // 8)):
+            client.set(f"sentinel-test:filler:{i}", chunk)
+
     def resume_replica(self) -> None:
         with_cont(self.replica)
 
