@@ -439,6 +439,10 @@ class _UnixConnection(_HiredisPacking, aioredis.UnixDomainSocketConnection):
 # The primary: Sentinel-managed, or a plain address that may move
 
 
+REDEMOTION_WINDOW_S = 60.0
+"""How long after a counted demotion another READONLY at the same address is the same failover."""
+
+
 class PrimaryWatch:
     """What one client knows of the primary it writes to: its address and the changes it saw.
 
@@ -455,6 +459,7 @@ class PrimaryWatch:
         """Bumped by every change; connections made in an earlier generation are retired."""
         self._listeners: list[Callable[[str | None, str | None], None]] = []
         self._lock = threading.Lock()
+        self._demoted_at: float | None = None
 
     def listen(self, listener: Callable[[str | None, str | None], None]) -> None:
         """Call ``listener(old, new)`` on every change from now on."""
@@ -476,10 +481,21 @@ class PrimaryWatch:
 
     def demoted(self, generation: int) -> None:
         """A connection made in ``generation`` met READONLY: the server at the address is a
-        replica now. Counted once per generation however many connections meet it."""
+        replica now, and every connection of that generation is retired.
+
+        Counted once per generation however many connections meet it, and not again within
+        :data:`REDEMOTION_WINDOW_S` of the last count: a managed endpoint whose name moves to
+        the new primary some seconds after the promotion sends the first new connections to the
+        demoted server again, and that is still the same failover.
+        """
+        now = time.monotonic()
         with self._lock:
             if generation != self.generation:
                 return
+            if self._demoted_at is not None and now - self._demoted_at < REDEMOTION_WINDOW_S:
+                self.generation += 1  # retire the connections; the failover is counted already
+                return
+            self._demoted_at = now
             listeners = self._change()
         for listener in listeners:
             listener(self.address, self.address)

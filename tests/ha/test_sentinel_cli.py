@@ -4,13 +4,18 @@ primary + replica + three Sentinels; and the one-line refusals of bad Sentinel i
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 import redis
+from sqlalchemy.orm import Session
 
 from streamworker.cli import EXIT_CONFIG, EXIT_RUNTIME
+from streamworker.idempotency.outbox import publish
+from streamworker.idempotency.sql import SqlDatabase
+from streamworker.idempotency.sql_migrate import upgrade
 from tests.support.proc import read_lines, run_cli, stop_process, streamworker, wait_for
 from tests.support.sentinel import SentinelSetup
 from tests.support.servers import free_port
@@ -143,3 +148,41 @@ def test_a_malformed_sentinel_url_exits_2_with_one_line(url: str) -> None:
         done = run_cli(*args, "--redis-url", url)
         assert done.returncode == EXIT_CONFIG, done.stderr
         assert "invalid Redis URL" in _one_line(done.stderr)
+
+
+def test_relay_moves_outbox_rows_through_sentinels(
+    sentinel_setup: SentinelSetup, primary: redis.Redis, sqlite_url: str
+) -> None:
+    db = SqlDatabase(sqlite_url)
+    upgrade(db)
+    with Session(db.sync_engine) as session, session.begin():
+        for n in range(5):
+            publish(session, "payments", {"n": n})
+    db.sync_engine.dispose()
+    done = run_cli("relay", "--once", "--db-url", sqlite_url, "--redis-url", sentinel_setup.url)
+    assert done.returncode == 0, done.stderr
+    assert [int(f[b"n"]) for _, f in primary.xrange("payments")] == list(range(5))
+
+
+def test_the_dashboard_reads_through_sentinels_and_names_the_primary(
+    sentinel_setup: SentinelSetup, primary: redis.Redis
+) -> None:
+    primary.xadd("orders", {"n": "1"})
+    port = free_port()
+    proc = streamworker("dashboard", "--redis-url", sentinel_setup.url, "--port", str(port))
+    pages: list[str] = []
+
+    def fetch() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/streams", timeout=5) as r:
+                pages.append(r.read().decode())
+                return True
+        except (urllib.error.URLError, OSError):
+            return False
+
+    try:
+        wait_for(fetch, 60, "the dashboard answering")
+        assert "orders" in pages[-1]
+        assert f"primary 127.0.0.1:{sentinel_setup.primary.port}" in pages[-1]
+    finally:
+        stop_process(proc)
