@@ -15,6 +15,7 @@ import redis
 
 from streamworker.errors import StreamworkerError
 from streamworker.redisio import as_text
+from streamworker.replicawait import DEFAULT_WAIT_TIMEOUT_MS, ReplicaWait, Stopwatch, WaitObserver
 
 PROVENANCE_FIELDS = (
     "dlq_stream",
@@ -25,6 +26,7 @@ PROVENANCE_FIELDS = (
     "dlq_error",
     "dlq_handler",
     "dlq_at_ms",
+    "dlq_traceback",
     "dlq_body_missing",
 )
 
@@ -218,6 +220,9 @@ def replay_dead_letters(
     *,
     dry_run: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    wait_replicas: int = 0,
+    wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+    wait_observer: WaitObserver | None = None,
 ) -> ReplayResult:
     """Move dead letters back to their original streams with fresh ids: the given ``ids`` (or
     entries already loaded with :func:`load_dead_letters`), or all.
@@ -225,7 +230,13 @@ def replay_dead_letters(
     Each entry moves atomically (one script: XADD to the original stream without the provenance
     fields, XDEL from ``dlq``), so a replay interrupted at any point loses and duplicates nothing;
     running it again continues where it stopped. ``progress(done, total)`` is called as it goes.
+
+    ``wait_replicas``: each move is followed by a WAIT on its connection and counts as done only
+    once that many replicas have it (a failover cannot then take a replay back after its
+    message was processed, and a second replay add it again); ReplicaWaitTimeout after
+    ``wait_timeout_ms`` (the move stands on the primary; the entries before it are replayed).
     """
+    wait = ReplicaWait(wait_replicas, wait_timeout_ms)
     if ids is None or all(isinstance(i, str) for i in ids):
         entries = load_dead_letters(client, dlq, None if ids is None else [str(i) for i in ids])
     else:
@@ -244,7 +255,10 @@ def replay_dead_letters(
             result.replayed.append((entry.id, target, ""))
         else:
             assert script is not None
-            new_id = script(keys=[dlq, target], args=[entry.id])
+            if wait.active:
+                new_id = _replay_waiting(client, script, dlq, target, entry.id, wait, wait_observer)
+            else:
+                new_id = script(keys=[dlq, target], args=[entry.id])
             if new_id == 0:
                 result.skipped.append((entry.id, "already gone"))
             else:
@@ -254,7 +268,41 @@ def replay_dead_letters(
     return result
 
 
+def _replay_waiting(
+    client: redis.Redis,
+    script: Any,
+    dlq: str,
+    target: str,
+    entry_id: str,
+    wait: ReplicaWait,
+    observer: WaitObserver | None,
+) -> Any:
+    """One move and its WAIT in one pipeline (the WAIT must follow the write on its connection)."""
+    stopwatch = Stopwatch(observer, "dlq_replay")
+    pipe = client.pipeline(transaction=False)
+    script(keys=[dlq, target], args=[entry_id], client=pipe)
+    pipe.execute_command(*wait.command())  # type: ignore[no-untyped-call]
+    new_id, waited = pipe.execute()
+    if new_id == 0:
+        return new_id  # already gone: nothing written now, nothing to wait for
+    wait.check(
+        waited,
+        f"replay of dead letter {entry_id} to {target!r}",
+        retry_safe=True,
+        retry="replaying again skips it (moved already); check a replica before relying on it",
+        stopwatch=stopwatch,
+    )
+    return new_id
+
+
 _PURGE_CHUNK = 500
+
+
+def _is_dead_letter_stream(client: redis.Redis, dlq: str) -> bool:
+    """False when ``dlq`` holds entries and none of its newest ten is a dead letter (carries
+    ``dlq_stream``): a live stream named by mistake. An empty or missing key is True."""
+    rows = client.xrevrange(dlq, count=10)
+    return not rows or any(split_dead_letter(i, raw).original_stream for i, raw in rows)
 
 
 def purge_dead_letters(
@@ -264,19 +312,36 @@ def purge_dead_letters(
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
-    """Delete the given dead letters (XDEL, in chunks), or all of them (UNLINK of the stream key:
-    freed in the background, not blocking Redis); returns how many. ``progress(done, total)`` is
-    called as it goes."""
+    """Delete the given dead letters (in chunks, by ``purge_dead_letters.lua``, which deletes
+    only entries that carry the dead-letter provenance), or all of them (UNLINK of the stream
+    key: freed in the background, not blocking Redis); returns how many. StreamworkerError,
+    with nothing deleted, when ``dlq`` is not a dead-letter stream; with the others deleted,
+    when some of ``ids`` are not dead letters. ``progress(done, total)`` is called as it goes."""
+    if not _is_dead_letter_stream(client, dlq):
+        raise StreamworkerError(
+            f"{dlq!r} is not a dead-letter stream (its entries carry no dlq_stream field): "
+            "refusing to purge it"
+        )
     if ids is None:
         n = int(client.xlen(dlq))
         client.unlink(dlq)
         if progress is not None:
             progress(n, n)
         return n
-    removed = 0
+    script = client.register_script(
+        resources.files("streamworker.lua").joinpath("purge_dead_letters.lua").read_text("utf-8")
+    )
+    removed = refused = 0
     for start in range(0, len(ids), _PURGE_CHUNK):
         chunk = ids[start : start + _PURGE_CHUNK]
-        removed += int(client.xdel(dlq, *chunk))
+        deleted, not_dead, _ = script(keys=[dlq], args=chunk)
+        removed += int(deleted)
+        refused += int(not_dead)
         if progress is not None:
             progress(start + len(chunk), len(ids))
+    if refused:
+        raise StreamworkerError(
+            f"left {refused} entries of {dlq!r} alone: not streamworker dead letters "
+            f"(deleted {removed} dead letters)"
+        )
     return removed

@@ -17,6 +17,7 @@ from streamworker.idempotency import registry
 from streamworker.keys import dead_letter_stream, partition_stream
 from streamworker.partitions import check_partitioned_name
 from streamworker.producer import AppProducers, Receipt, StreamOptions
+from streamworker.replicawait import DEFAULT_WAIT_TIMEOUT_MS, ReplicaWait, WaitObserver
 
 Idempotency = str
 """The name of an idempotency strategy: ``"none"``, ``"sql"``, ``"lua"`` or a registered plug-in's
@@ -67,7 +68,7 @@ class HandlerSpec:
     is delivered again) instead of stopping this handler."""
     batch: bool = False
     """A batch handler: called once per batch with ``list[Message[Model]]`` (see
-    :func:`streamworker.outcomes.batch_outcomes` and the README, "Batch handlers")."""
+    :func:`streamworker.outcomes.batch_outcomes` and docs/handlers.md, "Batch handlers")."""
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -247,7 +248,7 @@ class App:
                 It returns None (all succeeded) or a mapping from message id to that message's
                 result: None, :class:`~streamworker.effects.Effects` (``"lua"``), or an
                 exception (``Retry``, ``DeadLetter``, any error), which fails only that message;
-                raising fails the whole batch. The README ("Batch handlers") states the contract
+                raising fails the whole batch. docs/handlers.md ("Batch handlers") states the contract
                 per strategy. Needs ``concurrency=1`` and ``ordered=False``.
         """
         given: object = stream  # ``@app.handler`` without parentheses passes the function here
@@ -415,10 +416,13 @@ class App:
         approximate: bool = True,
         partitions: int | None = None,
         body_field: str | None = None,
+        wait_replicas: int | None = None,
+        wait_timeout_ms: int | None = None,
     ) -> None:
         """Declare the producer defaults of stream ``name`` (see
-        :class:`~streamworker.producer.StreamOptions`). Undeclared streams take their partition
-        count and ``body_field`` from this app's handler of that stream, if any."""
+        :class:`~streamworker.producer.StreamOptions`; ``wait_replicas``: a publish to it
+        returns only once that many replicas have the entry). Undeclared streams take their
+        partition count and ``body_field`` from this app's handler of that stream, if any."""
         self._producers.declare(
             name,
             StreamOptions(
@@ -427,7 +431,31 @@ class App:
                 approximate=approximate,
                 partitions=partitions,
                 body_field=body_field,
+                wait_replicas=wait_replicas,
+                wait_timeout_ms=wait_timeout_ms,
             ),
+        )
+
+    def configure_publish(
+        self,
+        *,
+        wait_replicas: int | None = None,
+        wait_timeout_ms: int | None = None,
+        wait_observer: WaitObserver | None = None,
+    ) -> None:
+        """Defaults of :meth:`publish`/:meth:`publish_sync` for every stream that does not set
+        its own (:meth:`stream`): wait for ``wait_replicas`` replicas, at most
+        ``wait_timeout_ms``; tell ``wait_observer`` about each wait. ``streamworker run`` sets
+        them from ``STREAMWORKER_WAIT_REPLICAS``/``_WAIT_TIMEOUT_MS`` and its metrics. None
+        leaves a value as it is. ConfigError for bad values."""
+        wait = ReplicaWait(
+            wait_replicas if wait_replicas is not None else 0,
+            wait_timeout_ms if wait_timeout_ms is not None else DEFAULT_WAIT_TIMEOUT_MS,
+        )
+        self._producers.configure(
+            None if wait_replicas is None else wait.replicas,
+            None if wait_timeout_ms is None else wait.timeout_ms,
+            wait_observer,
         )
 
     def stream_options(self, name: str) -> StreamOptions:
@@ -440,7 +468,8 @@ class App:
         defaults: :meth:`streamworker.producer.Producer.publish` on a client opened on
         ``redis_url`` at first use (one per event loop). Keyword arguments: ``maxlen``,
         ``minid``, ``approximate``, ``id``, ``partition_key``, ``idempotency_key``,
-        ``body_field``."""
+        ``body_field``, ``wait_replicas``, ``wait_timeout_ms`` (ReplicaWaitTimeout when fewer
+        replicas acknowledged the entry in time)."""
         return await self._producers.async_producer().publish(stream, value, **kwargs)
 
     def publish_sync(self, stream: str, value: Any, **kwargs: Any) -> Receipt:

@@ -26,6 +26,52 @@ class ConnectionLost(StreamworkerError):
     """Redis (or the database) could not be reached or dropped the connection."""
 
 
+class PublishError(StreamworkerError):
+    """A publish did not do what was asked: Redis refused the entry (e.g. an explicit id below the
+    stream's last entry), or, as :class:`ReplicaWaitTimeout`, it was added but not replicated."""
+
+
+class ReplicaWaitTimeout(PublishError):
+    """A write was applied by the primary, but fewer replicas than asked (``wait_replicas``)
+    acknowledged it within ``wait_timeout_ms``: a failover now may lose it.
+
+    Raised by publishes with ``wait_replicas`` (and ``wait_aof_local``), by the outbox relay before
+    it deletes rows, by DLQ replay, the Spark sink's commit and the archive's trim before they
+    act on a write. Nothing is undone on the primary.
+
+    Attributes:
+        requested: replicas asked for.
+        acknowledged: replicas that acknowledged within the timeout (with ``WAITAOF``: that
+            fsynced it to their AOF).
+        retry_safe: True when doing the same again adds nothing twice (a keyed publish, an outbox
+            row, a replay or commit guarded by its own marker), so retrying until the replicas
+            catch up is the remedy.
+    """
+
+    def __init__(
+        self, message: str, *, requested: int, acknowledged: int, retry_safe: bool
+    ) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.acknowledged = acknowledged
+        self.retry_safe = retry_safe
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only arguments: pickling (multiprocessing, Spark executors) must pass them.
+        return (
+            _rebuild_replica_wait_timeout,
+            (str(self), self.requested, self.acknowledged, self.retry_safe),
+        )
+
+
+def _rebuild_replica_wait_timeout(
+    message: str, requested: int, acknowledged: int, retry_safe: bool
+) -> ReplicaWaitTimeout:
+    return ReplicaWaitTimeout(
+        message, requested=requested, acknowledged=acknowledged, retry_safe=retry_safe
+    )
+
+
 class PermanentFailure(StreamworkerError):
     """A message that can never succeed: it is dead-lettered at once, without retries.
 

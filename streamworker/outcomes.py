@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,8 @@ class Outcome:
     retry: bool = False  # LEAVE_PENDING because the handler raised Retry (control flow)
     preset: bool = False  # decided before the handler, which did not run (nothing written)
     value: Any = field(default=None, compare=False, repr=False)  # what the handler returned
+    # The failure's traceback, bounded (see bounded_traceback); set for dead letters only.
+    traceback: str = field(default="", compare=False, repr=False)
 
     @property
     def acked(self) -> bool:
@@ -66,6 +69,18 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+MAX_TRACEBACK_CHARS = 4000
+"""A dead letter's ``dlq_traceback`` keeps at most this many characters: the end of the
+traceback (the innermost frames and the error), so a deep or looping stack cannot bloat the
+dead-letter stream."""
+
+
+def bounded_traceback(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> str:
+    """``exc``'s formatted traceback, cut to its last ``limit`` characters ("…" marks a cut)."""
+    text = "".join(traceback.format_exception(exc)).rstrip("\n")
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :]
+
+
 def decide(exc: BaseException | None, delivery_count: int, max_deliveries: int) -> Outcome:
     """Decide what happens to a message given how its handler ended.
 
@@ -77,10 +92,9 @@ def decide(exc: BaseException | None, delivery_count: int, max_deliveries: int) 
     """
     if exc is None:
         return ACKED
-    if isinstance(exc, DeadLetter | PermanentFailure):
-        return Outcome(Action.DEAD_LETTER, describe(exc))
-    if delivery_count >= max_deliveries:
-        return Outcome(Action.DEAD_LETTER, describe(exc))
+    if isinstance(exc, DeadLetter | PermanentFailure) or delivery_count >= max_deliveries:
+        # The traceback is formatted only for a dead letter, which keeps it (dlq_traceback).
+        return Outcome(Action.DEAD_LETTER, describe(exc), traceback=bounded_traceback(exc))
     if isinstance(exc, Retry):
         return Outcome(Action.LEAVE_PENDING, describe(exc), exc.delay_ms, retry=True)
     return Outcome(Action.LEAVE_PENDING, describe(exc))

@@ -128,8 +128,11 @@ class PartitionedProducer:
         (the entry may or may not have been added), ConfigError for bad arguments."""
         if not fields:
             raise ConfigError("a message needs at least one field")
-        if wait_replicas < 0 or wait_timeout_ms < 0:
-            raise ConfigError("wait_replicas and wait_timeout_ms must be >= 0")
+        if wait_replicas < 0:
+            raise ConfigError("wait_replicas must be >= 0")
+        if wait_replicas and wait_timeout_ms < 1:
+            # WAIT's timeout 0 blocks until enough replicas come, possibly forever.
+            raise ConfigError("wait_timeout_ms must be >= 1 (0 would wait forever)")
         stream = self.stream.stream_for(key)
         if wait_replicas == 0:
             async with connection_errors():

@@ -28,6 +28,7 @@ is as thread-safe as its redis-py client (it is). Neither closes the client it w
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -39,7 +40,7 @@ import redis.exceptions as rex
 from pydantic import BaseModel
 
 from streamworker.codec import FieldMap, encode
-from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError
+from streamworker.errors import ConfigError, ConnectionLost, PublishError
 from streamworker.keys import partition_stream, published_marker_key
 from streamworker.partitions import check_partitioned_name, partition_of
 from streamworker.redisio import (
@@ -47,19 +48,43 @@ from streamworker.redisio import (
     LuaScript,
     as_text,
     connection_errors,
+    is_cluster_client,
     open_redis,
     open_sync_redis,
 )
+from streamworker.replicawait import (
+    DEFAULT_WAIT_TIMEOUT_MS,
+    ReplicaWait,
+    Stopwatch,
+    WaitObserver,
+    check_replicas,
+    check_timeout,
+    command_exists,
+    has_command,
+    refuse_waitaof,
+)
+
+__all__ = [
+    "DEFAULT_IDEMPOTENCY_WINDOW_MS",
+    "DEFAULT_WAIT_TIMEOUT_MS",
+    "Producer",
+    "PublishError",
+    "Receipt",
+    "StreamOptions",
+    "StreamsConfig",
+    "SyncProducer",
+    "Xadd",
+    "batch_wait",
+    "outcome_unknown",
+    "plan_publish",
+    "wait_terms",
+]
 
 DEFAULT_IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000
 """How long an idempotency key is remembered by default (a day)."""
 
 _EXPLICIT_ID = re.compile(r"^\d+-\d+$")
 _TOO_SMALL = "equal or smaller than the target stream top item"
-
-
-class PublishError(StreamworkerError):
-    """Redis refused the entry (e.g. an explicit id below the stream's last entry)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +99,10 @@ class StreamOptions:
             streams; a publish then needs a ``partition_key``.
         body_field: encode the value as JSON in this one field (as the consumer's handler with
             ``body_field`` decodes it) instead of as flat fields.
+        wait_replicas: a publish to this stream returns only once this many replicas have the
+            entry (WAIT); None: the producer's ``wait_replicas``.
+        wait_timeout_ms: how long such a publish waits before it raises ReplicaWaitTimeout;
+            None: the producer's ``wait_timeout_ms``.
     """
 
     maxlen: int | None = None
@@ -81,9 +110,15 @@ class StreamOptions:
     approximate: bool = True
     partitions: int | None = None
     body_field: str | None = None
+    wait_replicas: int | None = None
+    wait_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
         _check_trim(self.maxlen, self.minid)
+        if self.wait_replicas is not None:
+            check_replicas(self.wait_replicas)
+        if self.wait_timeout_ms is not None:
+            check_timeout(self.wait_timeout_ms)
 
 
 def _check_trim(maxlen: int | None, minid: str | None) -> None:
@@ -120,6 +155,9 @@ class Xadd:
     threshold: str
     marker: str | None  # the idempotency marker key, or None for a plain XADD
     window_ms: int
+    # Replicas to wait for and how long; None: the producer's defaults.
+    wait_replicas: int | None = None
+    wait_timeout_ms: int | None = None
 
     def script_args(self) -> list[str | bytes | int]:
         """ARGV of ``publish_once.lua``."""
@@ -160,9 +198,12 @@ def plan_publish(
     idempotency_key: str | None = None,
     idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS,
     body_field: str | None = None,
+    wait_replicas: int | None = None,
+    wait_timeout_ms: int | None = None,
 ) -> Xadd:
-    """Encode ``value`` and decide the stream key, id, trimming and marker. Pure; ConfigError or
-    EncodeError for bad arguments. Per-call ``maxlen``/``minid`` replace the stream's trimming."""
+    """Encode ``value`` and decide the stream key, id, trimming, marker and replica wait. Pure;
+    ConfigError or EncodeError for bad arguments. Per-call ``maxlen``/``minid`` replace the
+    stream's trimming; per-call ``wait_replicas``/``wait_timeout_ms`` the stream's wait."""
     if not isinstance(stream, str) or not stream:
         raise ConfigError(f"stream must be a non-empty str, not {stream!r}")
     if maxlen is not None or minid is not None:
@@ -210,8 +251,19 @@ def plan_publish(
         trim, threshold = "MAXLEN", str(options.maxlen)
     elif options.minid is not None:
         trim, threshold = "MINID", options.minid
+    replicas = options.wait_replicas if wait_replicas is None else check_replicas(wait_replicas)
+    timeout = options.wait_timeout_ms if wait_timeout_ms is None else check_timeout(wait_timeout_ms)
     return Xadd(
-        key, fields, entry_id, trim, options.approximate, threshold, marker, idempotency_window_ms
+        key,
+        fields,
+        entry_id,
+        trim,
+        options.approximate,
+        threshold,
+        marker,
+        idempotency_window_ms,
+        replicas,
+        timeout,
     )
 
 
@@ -233,6 +285,85 @@ def _resolver(streams: StreamsConfig | None) -> Callable[[str], StreamOptions]:
 _PUBLISH_ONCE = LuaScript("publish_once")
 
 
+def _producer_wait(replicas: int, timeout_ms: int, aof_local: bool) -> ReplicaWait:
+    try:
+        return ReplicaWait(replicas, timeout_ms, aof_local)
+    except ConfigError as exc:
+        raise ConfigError(f"Producer: {exc}") from None
+
+
+def batch_wait(
+    default: ReplicaWait,
+    xadds: Sequence[Xadd],
+    wait_replicas: int | None = None,
+    wait_timeout_ms: int | None = None,
+) -> ReplicaWait:
+    """The one wait a pipeline of ``xadds`` sends: the strongest any of them asks for (their
+    plans, else ``default``), or the call's ``wait_replicas``/``wait_timeout_ms``. Pure."""
+    asked = [
+        ReplicaWait(
+            default.replicas if x.wait_replicas is None else x.wait_replicas,
+            default.timeout_ms if x.wait_timeout_ms is None else x.wait_timeout_ms,
+            default.aof_local,
+        )
+        for x in xadds
+    ]
+    wait = functools.reduce(ReplicaWait.stronger, asked) if asked else default
+    return replace(
+        wait,
+        replicas=wait.replicas if wait_replicas is None else check_replicas(wait_replicas),
+        timeout_ms=wait.timeout_ms if wait_timeout_ms is None else check_timeout(wait_timeout_ms),
+    )
+
+
+def wait_terms(xadds: Sequence[Xadd]) -> tuple[str, bool, str]:
+    """What a ReplicaWaitTimeout of ``xadds`` says: the subject, whether publishing again is
+    safe, and what it does. Pure."""
+    streams = list(dict.fromkeys(x.stream for x in xadds))
+    if len(xadds) == 1:
+        subject = f"publish to {streams[0]!r}"
+    else:
+        shown = ", ".join(repr(s) for s in streams[:3]) + (", …" if len(streams) > 3 else "")
+        subject = f"publish of {len(xadds)} entries to {shown}"
+    if all(x.marker is not None for x in xadds):
+        return (
+            subject,
+            True,
+            "publishing again with the same idempotency_key is safe (it adds nothing twice, "
+            "and waits again)",
+        )
+    if all(x.marker is not None or x.id != "*" for x in xadds):
+        return (
+            subject,
+            False,
+            "publishing again with the same id adds nothing twice, but its duplicate reply "
+            "does not wait for the earlier entry (use idempotency_key= for a safe retry)",
+        )
+    return subject, False, "publishing again without idempotency_key= may add it twice"
+
+
+def _queue(pipe: Any, x: Xadd) -> None:
+    """Queue one planned add on a pipeline."""
+    if x.marker is not None:
+        pipe.execute_command("EVALSHA", _PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args())
+    else:
+        pipe.xadd(x.stream, dict[Any, Any](x.fields), **x.xadd_kwargs())
+
+
+def _too_small(x: Xadd, reply: Any) -> bool:
+    """Whether ``reply`` refuses an explicit id that may be this entry's, added before."""
+    return isinstance(reply, rex.ResponseError) and x.id != "*" and _TOO_SMALL in str(reply)
+
+
+def _no_cluster_wait(client: object, wait: ReplicaWait) -> None:
+    if wait.active and is_cluster_client(client):
+        # WAIT counts the replicas of the node the connection is on; a cluster pipeline spreads
+        # over nodes and connections, so one WAIT cannot vouch for it.
+        raise ConfigError(
+            "wait_replicas/wait_aof_local are not available on Redis Cluster clients yet"
+        )
+
+
 class Producer:
     """Publishes typed entries through an asyncio redis-py client (see the module docstring).
 
@@ -241,6 +372,18 @@ class Producer:
             Cluster, the embedded engine).
         streams: per-stream defaults, a mapping or a function of the stream name.
         idempotency_window_ms: how long an ``idempotency_key`` is remembered.
+        wait_replicas: a publish returns only once this many replicas acknowledged its entry
+            (``WAIT``, on the write's own connection; one per pipeline). 0 (the default) waits
+            for none. Fewer within ``wait_timeout_ms`` raise ReplicaWaitTimeout: the entry is on
+            the primary but a failover may lose it. Streams (``StreamOptions``) and calls may
+            ask otherwise. Not on Redis Cluster clients (ConfigError).
+        wait_timeout_ms: the longest a publish waits for its replicas (>= 1). Keep it below
+            the client's socket timeout.
+        wait_aof_local: also wait for the primary (and the counted replicas) to fsync the
+            entry to the AOF: ``WAITAOF``, Redis 7.2+; ConfigError at the first publish on a
+            server without it (checked by ``COMMAND INFO WAITAOF``).
+        wait_observer: told how long each wait took and whether it timed out
+            (``Metrics.observe_replica_wait``).
     """
 
     def __init__(
@@ -249,10 +392,17 @@ class Producer:
         *,
         streams: StreamsConfig | None = None,
         idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+        wait_aof_local: bool = False,
+        wait_observer: WaitObserver | None = None,
     ) -> None:
         self.client = client
         self._options = _resolver(streams)
         self.idempotency_window_ms = idempotency_window_ms
+        self.wait = _producer_wait(wait_replicas, wait_timeout_ms, wait_aof_local)
+        self.wait_observer = wait_observer
+        self._has_waitaof: bool | None = None
 
     def plan(self, stream: str, value: BaseModel | Mapping[str, Any], **kwargs: Any) -> Xadd:
         """:func:`plan_publish` with this producer's stream defaults."""
@@ -271,12 +421,18 @@ class Producer:
         partition_key: str | bytes | None = None,
         idempotency_key: str | None = None,
         body_field: str | None = None,
+        wait_replicas: int | None = None,
+        wait_timeout_ms: int | None = None,
     ) -> Receipt:
         """Add ``value`` to ``stream``; returns where it went.
 
         Raises ConnectionLost when Redis is away (the entry may or may not have been added:
         publish again with the same ``idempotency_key`` or ``id`` to be sure it is there once),
-        PublishError when Redis refuses the entry, ConfigError/EncodeError for bad arguments.
+        PublishError when Redis refuses the entry, ReplicaWaitTimeout (a PublishError) when
+        fewer than ``wait_replicas`` replicas acknowledged it within ``wait_timeout_ms`` (added
+        on the primary; its ``retry_safe`` says whether publishing again is safe),
+        ConfigError/EncodeError for bad arguments. ``wait_replicas``/``wait_timeout_ms``
+        replace the stream's and the producer's for this call.
         """
         xadd = self.plan(
             stream,
@@ -288,11 +444,16 @@ class Producer:
             partition_key=partition_key,
             idempotency_key=idempotency_key,
             body_field=body_field,
+            wait_replicas=wait_replicas,
+            wait_timeout_ms=wait_timeout_ms,
         )
         return await self.send(xadd)
 
     async def send(self, xadd: Xadd) -> Receipt:
-        """Send one planned add."""
+        """Send one planned add (and wait for its replicas, when it asks)."""
+        wait = batch_wait(self.wait, [xadd])
+        if wait.active:
+            return (await self._send_waiting([xadd], wait, "publish"))[0]
         try:
             if xadd.marker is not None:
                 added, entry_id = await _PUBLISH_ONCE(
@@ -316,12 +477,25 @@ class Producer:
         except ConnectionLost as exc:
             raise ConnectionLost(outcome_unknown(xadd, exc)) from exc
 
-    async def publish_many(self, xadds: Sequence[Xadd]) -> list[Receipt]:
+    async def publish_many(
+        self,
+        xadds: Sequence[Xadd],
+        *,
+        wait_replicas: int | None = None,
+        wait_timeout_ms: int | None = None,
+    ) -> list[Receipt]:
         """Send planned adds in one pipeline (one round trip; not a transaction: on
         ConnectionLost some may have been added, so plan them with idempotency keys or ids
-        when a retry must not duplicate). Results in order; PublishError on the first refusal."""
+        when a retry must not duplicate). Results in order; PublishError on the first refusal.
+
+        With a replica wait (the strongest any plan asks for, or this call's), one WAIT ends
+        the pipeline and covers every entry; ReplicaWaitTimeout as for :meth:`publish`.
+        """
         if not xadds:
             return []
+        wait = batch_wait(self.wait, xadds, wait_replicas, wait_timeout_ms)
+        if wait.active:
+            return await self._send_waiting(xadds, wait, "publish_many")
         if any(x.marker is not None for x in xadds):
             # Make sure the script is cached before pipelining EVALSHAs (on a cluster: on every
             # master).
@@ -345,6 +519,54 @@ class Producer:
                 await self.send(x) if isinstance(reply, rex.NoScriptError) else _receipt(x, reply)
             )
         return out
+
+    async def _send_waiting(
+        self, xadds: Sequence[Xadd], wait: ReplicaWait, operation: str
+    ) -> list[Receipt]:
+        """The adds and one WAIT (WAITAOF) in one pipeline, so that the wait is on the writes'
+        own connection; entries a node without the script ran not are sent again, with their
+        own WAIT."""
+        _no_cluster_wait(self.client, wait)
+        if wait.aof_local and self._has_waitaof is None:
+            async with connection_errors():
+                info = await self.client.execute_command("COMMAND INFO", "WAITAOF")  # type: ignore[no-untyped-call]
+            self._has_waitaof = command_exists(info)
+        if wait.aof_local and not self._has_waitaof:
+            raise refuse_waitaof()
+        subject, retry_safe, retry = wait_terms(xadds)
+        stopwatch = Stopwatch(self.wait_observer, operation)
+        out: list[Receipt | None] = [None] * len(xadds)
+        todo = list(range(len(xadds)))
+        for attempt in (1, 2):
+            try:
+                async with connection_errors():
+                    if any(xadds[i].marker is not None for i in todo):
+                        await self.client.script_load(_PUBLISH_ONCE.source)
+                    pipe = self.client.pipeline(transaction=False)
+                    for i in todo:
+                        _queue(pipe, xadds[i])
+                    pipe.execute_command(*wait.command())
+                    replies = await pipe.execute(raise_on_error=False)
+            except ConnectionLost as exc:
+                raise ConnectionLost(outcome_unknown(xadds[todo[0]], exc)) from exc
+            waited = replies.pop()
+            again = []
+            for i, reply in zip(todo, replies, strict=True):
+                if isinstance(reply, rex.NoScriptError) and attempt == 1:
+                    again.append(i)
+                elif _too_small(xadds[i], reply):
+                    async with connection_errors():
+                        found = await self.client.xrange(xadds[i].stream, xadds[i].id, xadds[i].id)
+                    if not found:
+                        raise PublishError(f"XADD to {xadds[i].stream!r} refused: {reply}")
+                    out[i] = Receipt(xadds[i].stream, xadds[i].id, duplicate=True)
+                else:
+                    out[i] = _receipt(xadds[i], reply)
+            wait.check(waited, subject, retry_safe=retry_safe, retry=retry, stopwatch=stopwatch)
+            if not again:
+                break
+            todo = again
+        return [r for r in out if r is not None]
 
 
 def outcome_unknown(xadd: Xadd, error: object) -> str:
@@ -378,10 +600,17 @@ class SyncProducer:
         *,
         streams: StreamsConfig | None = None,
         idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+        wait_aof_local: bool = False,
+        wait_observer: WaitObserver | None = None,
     ) -> None:
         self.client = client
         self._options = _resolver(streams)
         self.idempotency_window_ms = idempotency_window_ms
+        self.wait = _producer_wait(wait_replicas, wait_timeout_ms, wait_aof_local)
+        self.wait_observer = wait_observer
+        self._has_waitaof: bool | None = None
 
     def plan(self, stream: str, value: BaseModel | Mapping[str, Any], **kwargs: Any) -> Xadd:
         """:func:`plan_publish` with this producer's stream defaults."""
@@ -400,6 +629,8 @@ class SyncProducer:
         partition_key: str | bytes | None = None,
         idempotency_key: str | None = None,
         body_field: str | None = None,
+        wait_replicas: int | None = None,
+        wait_timeout_ms: int | None = None,
     ) -> Receipt:
         """See :meth:`Producer.publish`."""
         xadd = self.plan(
@@ -412,11 +643,16 @@ class SyncProducer:
             partition_key=partition_key,
             idempotency_key=idempotency_key,
             body_field=body_field,
+            wait_replicas=wait_replicas,
+            wait_timeout_ms=wait_timeout_ms,
         )
         return self.send(xadd)
 
     def send(self, xadd: Xadd) -> Receipt:
-        """Send one planned add."""
+        """Send one planned add (and wait for its replicas, when it asks)."""
+        wait = batch_wait(self.wait, [xadd])
+        if wait.active:
+            return self._send_waiting([xadd], wait, "publish")[0]
         try:
             if xadd.marker is not None:
                 keys = [xadd.stream, xadd.marker]
@@ -443,10 +679,19 @@ class SyncProducer:
         except CONNECTION_ERRORS as exc:
             raise ConnectionLost(outcome_unknown(xadd, f"{type(exc).__name__}: {exc}")) from exc
 
-    def publish_many(self, xadds: Sequence[Xadd]) -> list[Receipt]:
+    def publish_many(
+        self,
+        xadds: Sequence[Xadd],
+        *,
+        wait_replicas: int | None = None,
+        wait_timeout_ms: int | None = None,
+    ) -> list[Receipt]:
         """See :meth:`Producer.publish_many`."""
         if not xadds:
             return []
+        wait = batch_wait(self.wait, xadds, wait_replicas, wait_timeout_ms)
+        if wait.active:
+            return self._send_waiting(xadds, wait, "publish_many")
         try:
             if any(x.marker is not None for x in xadds):
                 self.client.script_load(_PUBLISH_ONCE.source)
@@ -466,6 +711,48 @@ class SyncProducer:
             self.send(x) if isinstance(r, rex.NoScriptError) else _receipt(x, r)
             for x, r in zip(xadds, replies, strict=True)
         ]
+
+    def _send_waiting(
+        self, xadds: Sequence[Xadd], wait: ReplicaWait, operation: str
+    ) -> list[Receipt]:
+        """See :meth:`Producer._send_waiting`."""
+        _no_cluster_wait(self.client, wait)
+        try:
+            if wait.aof_local and self._has_waitaof is None:
+                self._has_waitaof = has_command(self.client, "WAITAOF")
+            if wait.aof_local and not self._has_waitaof:
+                raise refuse_waitaof()
+            subject, retry_safe, retry = wait_terms(xadds)
+            stopwatch = Stopwatch(self.wait_observer, operation)
+            out: list[Receipt | None] = [None] * len(xadds)
+            todo = list(range(len(xadds)))
+            for attempt in (1, 2):
+                if any(xadds[i].marker is not None for i in todo):
+                    self.client.script_load(_PUBLISH_ONCE.source)
+                pipe = self.client.pipeline(transaction=False)
+                for i in todo:
+                    _queue(pipe, xadds[i])
+                pipe.execute_command(*wait.command())  # type: ignore[no-untyped-call]
+                replies = pipe.execute(raise_on_error=False)
+                waited = replies.pop()
+                again = []
+                for i, reply in zip(todo, replies, strict=True):
+                    x = xadds[i]
+                    if isinstance(reply, rex.NoScriptError) and attempt == 1:
+                        again.append(i)
+                    elif _too_small(x, reply):
+                        if not self.client.xrange(x.stream, x.id, x.id):
+                            raise PublishError(f"XADD to {x.stream!r} refused: {reply}")
+                        out[i] = Receipt(x.stream, x.id, duplicate=True)
+                    else:
+                        out[i] = _receipt(x, reply)
+                wait.check(waited, subject, retry_safe=retry_safe, retry=retry, stopwatch=stopwatch)
+                if not again:
+                    break
+                todo = again
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLost(outcome_unknown(xadds[0], f"{type(exc).__name__}: {exc}")) from exc
+        return [r for r in out if r is not None]
 
 
 class _Subscription(Protocol):
@@ -497,6 +784,36 @@ class AppProducers:
         self._declared: dict[str, StreamOptions] = {}
         self._sync: SyncProducer | None = None
         self._async: tuple[Any, Producer] | None = None
+        self._wait = ReplicaWait()
+        self._wait_observer: WaitObserver | None = None
+
+    def configure(
+        self,
+        wait_replicas: int | None,
+        wait_timeout_ms: int | None,
+        wait_observer: WaitObserver | None,
+    ) -> None:
+        wait = replace(
+            self._wait,
+            replicas=self._wait.replicas if wait_replicas is None else wait_replicas,
+            timeout_ms=self._wait.timeout_ms if wait_timeout_ms is None else wait_timeout_ms,
+        )
+        self._wait = wait
+        if wait_observer is not None:
+            self._wait_observer = wait_observer
+        # Producers made so far were built with the old defaults.
+        for producer in (self._sync, self._async[1] if self._async else None):
+            if producer is not None:
+                producer.wait = wait
+                producer.wait_observer = self._wait_observer
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {
+            "streams": self.options,
+            "wait_replicas": self._wait.replicas,
+            "wait_timeout_ms": self._wait.timeout_ms,
+            "wait_observer": self._wait_observer,
+        }
 
     def declare(self, name: str, options: StreamOptions) -> None:
         if not isinstance(name, str) or not name:
@@ -528,12 +845,12 @@ class AppProducers:
 
     def sync_producer(self) -> SyncProducer:
         if self._sync is None:
-            self._sync = SyncProducer(open_sync_redis(self._url()), streams=self.options)
+            self._sync = SyncProducer(open_sync_redis(self._url()), **self._kwargs())
         return self._sync
 
     def async_producer(self) -> Producer:
         loop = asyncio.get_running_loop()
         # An asyncio client belongs to the loop it first ran on: one per loop.
         if self._async is None or self._async[0] is not loop:
-            self._async = (loop, Producer(open_redis(self._url()), streams=self.options))
+            self._async = (loop, Producer(open_redis(self._url()), **self._kwargs()))
         return self._async[1]

@@ -79,6 +79,18 @@ class Settings(BaseSettings):
         gt=0,
         description="socket timeout of Redis commands; blocking reads get block_ms plus this",
     )
+    wait_replicas: int = Field(
+        default=0,
+        ge=0,
+        description="publishes (`publish`, `relay`, `dlq replay`) return only once this many "
+        "replicas acknowledged their writes (WAIT); 0 waits for none",
+    )
+    wait_timeout_ms: int = Field(
+        default=1_000,
+        ge=1,
+        description="the longest a write waits for wait_replicas replicas before it fails with "
+        "ReplicaWaitTimeout",
+    )
     sentinel_password: SecretStr | None = Field(
         default=None,
         description="the Sentinels' own password (their requirepass) for redis+sentinel:// URLs; "
@@ -114,6 +126,18 @@ class Settings(BaseSettings):
     def _check_backoff(self) -> Settings:
         if self.reconnect_backoff_initial_s > self.reconnect_backoff_max_s:
             raise ValueError("reconnect_backoff_initial_s must not exceed reconnect_backoff_max_s")
+        return self
+
+    @model_validator(mode="after")
+    def _check_wait(self) -> Settings:
+        # A WAIT blocks its connection for up to wait_timeout_ms: past the socket timeout the
+        # client would drop it and report an outage instead of the replicas' count. (Without
+        # a wait the timeout is unused: a short redis_timeout_s alone stays valid.)
+        if self.wait_replicas and self.wait_timeout_ms >= self.redis_timeout_s * 1000:
+            raise ValueError(
+                f"wait_timeout_ms ({self.wait_timeout_ms}) must be below redis_timeout_s "
+                f"({self.redis_timeout_s:g} s), or the socket times out before WAIT answers"
+            )
         return self
 
 

@@ -16,6 +16,9 @@ from tests.support.sentinel import SentinelSetup
 from tests.support.servers import RedisServer
 from tests.support.sql import migrated_db_url
 
+# Per-phase test timings when STREAMWORKER_TEST_TIMINGS names a file (scripts/test_timings.py).
+pytest_plugins = ["tests.support.timings"]
+
 _databases = itertools.count()
 
 

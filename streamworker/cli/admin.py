@@ -11,6 +11,7 @@ from typing import Any
 import redis
 
 from streamworker import admin
+from streamworker.cli.produce import add_wait_flags
 from streamworker.errors import ConfigError, ConnectionLost
 from streamworker.keys import dead_letter_stream
 from streamworker.progress import Progress
@@ -132,8 +133,19 @@ def _cmd_dlq_replay(args: argparse.Namespace) -> int:
     progress = Progress(f"{'dry run of ' if args.dry_run else ''}replay {key}", sys.stderr)
     with progress.phase("reading the dead letters"):
         entries = admin.load_dead_letters(client, key, None if args.all else args.id)
+    settings = load_settings(
+        redis_url=args.redis_url,
+        wait_replicas=args.wait_replicas,
+        wait_timeout_ms=args.wait_timeout_ms,
+    )
     result = admin.replay_dead_letters(
-        client, key, entries, dry_run=args.dry_run, progress=progress.update
+        client,
+        key,
+        entries,
+        dry_run=args.dry_run,
+        progress=progress.update,
+        wait_replicas=settings.wait_replicas,
+        wait_timeout_ms=settings.wait_timeout_ms,
     )
     progress.finish()
     verb = "would replay" if args.dry_run else "replayed"
@@ -237,6 +249,7 @@ def add_admin_commands(sub: Any) -> None:
         "--dry-run", action="store_true", help="say what would be replayed; change nothing"
     )
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    add_wait_flags(p, "count a replay as done")
     p.set_defaults(func=_cmd_dlq_replay)
 
     p = action("purge", "delete dead letters for good")

@@ -12,9 +12,11 @@ from typing import Any
 
 import redis
 
+from streamworker.cli.produce import add_wait_flags
 from streamworker.errors import ConfigError, StreamworkerError
 from streamworker.progress import Progress
 from streamworker.redisio import redact_url
+from streamworker.replicawait import ReplicaWait
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 
@@ -24,7 +26,12 @@ def _cmd_archive(args: argparse.Namespace) -> int:
     require_spark("streamworker archive")
     if args.max_records_per_batch is not None and args.max_records_per_batch < 1:
         raise ConfigError("--max-records-per-batch must be >= 1")
-    settings = load_settings(redis_url=args.redis_url)
+    settings = load_settings(
+        redis_url=args.redis_url,
+        wait_replicas=args.wait_replicas,
+        wait_timeout_ms=args.wait_timeout_ms,
+    )
+    wait = ReplicaWait(settings.wait_replicas, settings.wait_timeout_ms)
     url = settings.redis_url_or(DEFAULT_REDIS_URL)
     from streamworker.spark import redisops
 
@@ -60,6 +67,8 @@ def _cmd_archive(args: argparse.Namespace) -> int:
             cursor_name=args.cursor,
             max_records_per_batch=args.max_records_per_batch,
             progress=archive_progress(progress),
+            wait_replicas=wait.replicas,
+            wait_timeout_ms=wait.timeout_ms,
         )
     finally:
         spark.stop()
@@ -79,7 +88,7 @@ def _cmd_archive(args: argparse.Namespace) -> int:
     if args.trim:
         client = redisops.connect(url)
         try:
-            trim = redisops.safe_trim(client, args.stream, require=(args.cursor,))
+            trim = redisops.safe_trim(client, args.stream, require=(args.cursor,), wait=wait)
         finally:
             client.close()
         floor = {"": "nothing bounds the stream", "+": "everything consumed"}.get(
@@ -137,4 +146,5 @@ def add_archive_command(sub: Any) -> None:
     cmd.add_argument("--master", metavar="URL", help="Spark master (default: Spark's own)")
     cmd.add_argument("--trim", action="store_true", help="safe-trim the stream afterwards")
     cmd.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    add_wait_flags(cmd, "trim")
     cmd.set_defaults(func=_cmd_archive)

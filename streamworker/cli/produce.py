@@ -16,11 +16,11 @@ from streamworker.extras import require_extra
 from streamworker.observability.logging import configure_logging
 from streamworker.producer import StreamOptions, SyncProducer
 from streamworker.redisio import open_sync_redis, redact_url
-from streamworker.settings import DEFAULT_REDIS_URL, load_settings
+from streamworker.settings import DEFAULT_REDIS_URL, Settings, load_settings
 
 
-def _client(redis_url: str | None) -> redis.Redis:
-    url = load_settings(redis_url=redis_url).redis_url_or(DEFAULT_REDIS_URL)
+def _client(settings: Settings) -> redis.Redis:
+    url = settings.redis_url_or(DEFAULT_REDIS_URL)
     client = open_sync_redis(url)
     try:
         client.ping()
@@ -58,8 +58,18 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         value.update(doc)
     if not value:
         raise ConfigError("nothing to publish: give FIELD=VALUE pairs or --json")
+    settings = load_settings(
+        redis_url=args.redis_url,
+        wait_replicas=args.wait_replicas,
+        wait_timeout_ms=args.wait_timeout_ms,
+    )
     options = StreamOptions(partitions=args.partitions, body_field=args.body_field)
-    producer = SyncProducer(_client(args.redis_url), streams={args.stream: options})
+    producer = SyncProducer(
+        _client(settings),
+        streams={args.stream: options},
+        wait_replicas=settings.wait_replicas,
+        wait_timeout_ms=settings.wait_timeout_ms,
+    )
     receipt = producer.publish(
         args.stream,
         value,
@@ -80,13 +90,25 @@ def _cmd_relay(args: argparse.Namespace) -> int:
     from streamworker.idempotency.outbox import Relay, check_outbox
     from streamworker.idempotency.sql import SqlDatabase
 
-    settings = load_settings(redis_url=args.redis_url, db_url=args.db_url)
+    settings = load_settings(
+        redis_url=args.redis_url,
+        db_url=args.db_url,
+        wait_replicas=args.wait_replicas,
+        wait_timeout_ms=args.wait_timeout_ms,
+    )
     configure_logging(settings.log_format, settings.log_level)
     if not settings.db_url:
         raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
     db = SqlDatabase(settings.db_url)
     check_outbox(db)
-    relay = Relay(db, _client(args.redis_url), batch_size=args.batch_size, window_ms=args.window_ms)
+    relay = Relay(
+        db,
+        _client(settings),
+        batch_size=args.batch_size,
+        window_ms=args.window_ms,
+        wait_replicas=settings.wait_replicas,
+        wait_timeout_ms=settings.wait_timeout_ms,
+    )
     try:
         if args.once:
             total = 0
@@ -114,6 +136,31 @@ def _positive(text: str) -> int:
     return value
 
 
+def _at_least_zero(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
+    return value
+
+
+def add_wait_flags(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--wait-replicas N`` and ``--wait-timeout-ms MS`` (default: the settings')."""
+    parser.add_argument(
+        "--wait-replicas",
+        metavar="N",
+        type=_at_least_zero,
+        help=f"{what} only once N replicas acknowledged it (or STREAMWORKER_WAIT_REPLICAS; "
+        "default 0)",
+    )
+    parser.add_argument(
+        "--wait-timeout-ms",
+        metavar="MS",
+        type=_positive,
+        help="fail (exit 1) when fewer replicas acknowledged within MS (or "
+        "STREAMWORKER_WAIT_TIMEOUT_MS; default 1000)",
+    )
+
+
 def add_produce_commands(sub: Any) -> None:
     """Register ``publish`` and ``relay`` on the CLI's subparsers."""
     pub = sub.add_parser(
@@ -139,6 +186,7 @@ def add_produce_commands(sub: Any) -> None:
         "--idempotency-key", metavar="K", help="add nothing if K was published within 24 h"
     )
     pub.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
+    add_wait_flags(pub, "return")
     pub.set_defaults(func=_cmd_publish)
 
     relay = sub.add_parser(
@@ -179,4 +227,5 @@ def add_produce_commands(sub: Any) -> None:
         help="PostgreSQL: a relay idle this long inside its transaction is ended by the server",
     )
     relay.add_argument("--once", action="store_true", help="relay until empty, then exit")
+    add_wait_flags(relay, "delete a relayed row")
     relay.set_defaults(func=_cmd_relay)

@@ -126,6 +126,12 @@ async def _run(app: App, settings: Settings, link: ChildLink | None = None) -> i
     except ConnectionLost as exc:
         raise ConnectionLost(f"cannot reach Redis at {redact_url(redis_url)}: {exc}") from exc
     metrics = Metrics()
+    # app.publish inside handlers: the settings' replica wait, timed into this worker's metrics.
+    app.configure_publish(
+        wait_replicas=settings.wait_replicas,
+        wait_timeout_ms=settings.wait_timeout_ms,
+        wait_observer=metrics.observe_replica_wait,
+    )
     worker = Worker(app, options, metrics)
     server: HealthServer | None = None
     if link is not None:

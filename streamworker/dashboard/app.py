@@ -75,6 +75,7 @@ _FORM_FIELDS = (
     "consumer",
     "target",
     "min_idle_ms",
+    "create_target",
     "error",
     "handler",
     "older_than_s",
@@ -171,7 +172,8 @@ def link(path: str, **params: Any) -> str:
 
 
 def pending_chart(history: History, stream: str, group: str, minutes: int = 10) -> Chart:
-    """Pending and lag of one group over the last ``minutes``, from the first sample on."""
+    """Pending (left axis) and lag (right axis, a scale of its own) of one group over the last
+    ``minutes``, from the first sample on: a PEL of 5 stays visible next to a lag of 50,000."""
     now = time.time()
     points = history.samples(stream, group, int(now) - minutes * 60, int(now))
     # The axis ends at the newest sample: the line reaches the right edge.
@@ -179,34 +181,40 @@ def pending_chart(history: History, stream: str, group: str, minutes: int = 10) 
     t1 = max(points[-1].second if points else now, t0 + 1)
     return time_chart(
         f"pending and lag of {group}",
-        "entries",
-        [
-            ("pending", "pending", [(p.second, float(p.pending)) for p in points]),
-            (
-                "lag",
-                "lag",
-                [(p.second, None if p.lag == UNKNOWN else float(p.lag)) for p in points],
-            ),
-        ],
+        "pending (entries)",
+        [("pending", "pending", [(p.second, float(p.pending)) for p in points])],
         t0,
         t1,
+        right=(
+            "lag (entries)",
+            [
+                (
+                    "lag (right axis)",
+                    "lag",
+                    [(p.second, None if p.lag == UNKNOWN else float(p.lag)) for p in points],
+                )
+            ],
+        ),
     )
 
 
 def rate_chart(history: History, stream: str, group: str | None, minutes: int) -> Chart:
     """Entries added to the stream, done by the group (acked, dead-lettered included) and
-    dead-lettered, per second, over the last ``minutes`` (at most 300 points)."""
+    dead-lettered, per second, over the last ``minutes`` (at most 300 points). Dead letters
+    are counted per stream (its dead-letter stream's entries), so on a group's chart the line
+    says it is the whole stream's."""
     now = int(time.time())
     rates = history.rates(stream, group, now - minutes * 60, now, buckets=300)
     t0 = rates[0].start if rates else now - 1
     t1 = max(rates[-1].end if rates else now, t0 + 1)
+    dead = "dead-lettered" if group is None else "dead-lettered (whole stream, all groups)"
     return time_chart(
         f"throughput of {group or stream}",
         "entries/s",
         [
             ("added", "added", [(r.end, r.added) for r in rates]),
             ("done", "done", [(r.end, r.done) for r in rates]),
-            ("dead-lettered", "dead", [(r.end, r.dead) for r in rates]),
+            (dead, "dead", [(r.end, r.dead) for r in rates]),
         ],
         t0,
         t1,
@@ -241,6 +249,8 @@ class Dashboard:
         env.filters["bytes"] = fmt_bytes
         env.filters["rate"] = fmt_rate
         env.filters["since"] = fmt_since
+        env.filters["utc"] = fmt_utc
+        env.filters["val"] = data.show_value
         env.globals["link"] = link
         self.templates = Jinja2Templates(env=env)
 
@@ -367,6 +377,7 @@ class Dashboard:
             "notices": notices,
             "redis_url": redact_url(self.config.redis_url),
             "primary": self.primary(),
+            "now_ms": data.now_ms(),
             **context,
         }
         return self.templates.TemplateResponse(request, name, full, status_code=status_code)
@@ -388,6 +399,13 @@ def fmt_rate(value: float | None) -> str:
     if value < 10:
         return f"{value:.1f}/s"
     return f"{value:,.0f}/s"
+
+
+def fmt_utc(ms: int | float | None) -> str:
+    """A unix time in milliseconds as ``2026-11-28 13:40:01 UTC``; a dash for none."""
+    if not ms:
+        return "\u2013"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
 
 
 def fmt_since(ms: int | None) -> str:
@@ -610,7 +628,8 @@ async def _job_page(dash: Dashboard, request: Request) -> Response:
     found = dash.jobs.get(_int(_param(request, "id")) or 0)
     if found is None:
         raise data.NotFound("no such job (jobs live in the dashboard's memory until it restarts)")
-    return dash.render(request, "job.html", {"job": found})
+    again, exact = await bulk.dead_lettered_again(dash.conn(), found)
+    return dash.render(request, "job.html", {"job": found, "again": again, "again_exact": exact})
 
 
 async def _entries_page(dash: Dashboard, request: Request) -> Response:
@@ -664,16 +683,20 @@ async def _group_page(dash: Dashboard, request: Request) -> Response:
 
 async def _dlq_page(dash: Dashboard, request: Request) -> Response:
     key = _param(request, "key")
+    client = dash.conn()
+    await data.check_dead_letter_stream(client, key)
     flt = bulk.DeadLetterFilter.from_params(request.query_params)
     before = request.query_params.get("before")
     count = _int(request.query_params.get("count"))
     scanned = None
     if flt.active:
-        page, scanned = await bulk.filtered_page(dash.conn(), key, flt, before=before, count=count)
+        page, scanned = await bulk.filtered_page(client, key, flt, before=before, count=count)
     else:
-        page = await data.dead_letter_page(dash.conn(), key, before=before, count=count)
-    length = int(await dash.conn().xlen(key))
+        page = await data.dead_letter_page(client, key, before=before, count=count)
+    length = int(await client.xlen(key))
+    summary = await bulk.summarize(client, key, flt)
     active = [j for j in dash.jobs.all() if j.dlq == key and j.active]
+    stream = data.stream_of_dlq(key)
     return dash.render(
         request,
         "dlq.html",
@@ -684,6 +707,8 @@ async def _dlq_page(dash: Dashboard, request: Request) -> Response:
             "flt": flt,
             "fp": flt.params(),
             "scanned": scanned,
+            "summary": summary,
+            "stream": stream if stream and await client.exists(stream) else None,
             "running": active[0] if active else None,
         },
     )
@@ -692,7 +717,8 @@ async def _dlq_page(dash: Dashboard, request: Request) -> Response:
 async def _dead_letter_page(dash: Dashboard, request: Request) -> Response:
     key = _param(request, "key")
     entry = await data.get_dead_letter(dash.conn(), key, _param(request, "id"))
-    return dash.render(request, "dead_letter.html", {"key": key, "d": entry})
+    flt = bulk.DeadLetterFilter.from_params(request.query_params)
+    return dash.render(request, "dead_letter.html", {"key": key, "d": entry, "fp": flt.params()})
 
 
 async def _confirm_page(dash: Dashboard, request: Request) -> Response:
@@ -711,9 +737,15 @@ async def _confirm_page(dash: Dashboard, request: Request) -> Response:
     if action in ("replay", "purge"):
         key, entry_id = _param(request, "key"), _param(request, "id")
         context["d"] = await data.get_dead_letter(dash.conn(), key, entry_id)
-        context["fields"] = {"key": key, "id": entry_id}
+        # The list's filter rides along, so the list comes back filtered after the action.
+        context["fields"] = {
+            "key": key,
+            "id": entry_id,
+            **bulk.DeadLetterFilter.from_params(q).params(),
+        }
     elif action in ("bulk-replay", "bulk-purge"):
         key = _param(request, "key")
+        await data.check_dead_letter_stream(dash.conn(), key)
         flt = bulk.DeadLetterFilter.from_params(q)
         matched, partial = await bulk.count_matching(dash.conn(), key, flt)
         context.update(matched=matched, partial=partial, flt=flt)
@@ -729,8 +761,28 @@ async def _confirm_page(dash: Dashboard, request: Request) -> Response:
         await data.get_group(dash.conn(), stream, group)
         context["fields"] = {"stream": stream, "group": group, "consumer": consumer}
         if action == "claim":
-            context["target"] = q.get("target", "")
-            context["min_idle_ms"] = _int(q.get("min_idle_ms"), 0)
+            target = (q.get("target") or "").strip()
+            # The last records the dashboard saw, the source's first: a dead worker's record
+            # is gone from Redis, but its handler's claim_idle_ms is still the one to use.
+            seen = dash.workers.recall(stream, group, consumer)
+            remembered = [seen.beat] if seen is not None else []
+            remembered += [s.beat for s in dash.workers.of_group(stream, group)]
+            known = next((b.claim_idle_ms for b in remembered if b.claim_idle_ms), None)
+            try:
+                preview = await actions.claim_preview(
+                    dash.conn(),
+                    stream,
+                    group,
+                    consumer,
+                    target,
+                    _int(q.get("min_idle_ms")),
+                    known,
+                )
+            except actions.ActionFailed as exc:
+                raise data.NotFound(str(exc)) from None
+            context.update(target=target, preview=preview)
+            # What is confirmed is what was counted: the target and the minimum idle time.
+            context["fields"].update(target=target, min_idle_ms=str(preview.min_idle_ms))
     context["back"] = _back(action, context["fields"])
     return dash.render(request, "confirm.html", context)
 
@@ -813,9 +865,7 @@ def _need(fields: dict[str, str], *names: str) -> list[str]:
 
 
 def _back(action: str, fields: dict[str, str]) -> str:
-    if action in ("replay", "purge"):
-        return link("/dlq", key=fields.get("key"))
-    if action in ("bulk-replay", "bulk-purge"):
+    if action in ("replay", "purge", "bulk-replay", "bulk-purge"):
         flt = {k: fields.get(k) for k in ("error", "handler", "older_than_s", "newer_than_s")}
         return link("/dlq", key=fields.get("key"), **flt)
     if action in ("job-stop", "job-resume"):
@@ -831,6 +881,9 @@ async def _perform(
     back = _back(action, fields)
     if action in ("bulk-replay", "bulk-purge"):
         (key,) = _need(fields, "key")
+        # Never trust the form: the key must hold dead letters (the job skips any entry that
+        # is not one, and its purge checks each entry again in the deleting script).
+        await data.check_dead_letter_stream(dash.conn(), key)
         flt = bulk.DeadLetterFilter.from_params(fields)
         expected = _int(fields.get("expected"), 0) or 0
         kind = action.removeprefix("bulk-")
@@ -855,14 +908,20 @@ async def _perform(
         return await actions.replay_dead_letter(dash.sync_conn(), key, entry_id), back
     if action == "purge":
         key, entry_id = _need(fields, "key", "id")
-        return await actions.purge_dead_letter(dash.sync_conn(), key, entry_id), back
+        return await actions.purge_dead_letter(dash.conn(), key, entry_id), back
     stream, group, consumer = _need(fields, "stream", "group", "consumer")
     if action == "claim":
         min_idle = _int(fields.get("min_idle_ms"), 0) or 0
         if min_idle < 0:
             raise actions.ActionFailed("min idle time must be 0 or more")
         outcome = await actions.claim_entries(
-            dash.conn(), stream, group, consumer, fields.get("target", "").strip(), min_idle
+            dash.conn(),
+            stream,
+            group,
+            consumer,
+            fields.get("target", "").strip(),
+            min_idle,
+            create_target=fields.get("create_target") == "yes",
         )
         return outcome, back
     return await actions.delete_consumer(dash.conn(), stream, group, consumer), back

@@ -24,6 +24,7 @@ import redis.exceptions as rex
 import structlog
 
 from streamworker import admin
+from streamworker.dashboard.actions import PURGE_DEAD_LETTERS
 from streamworker.dashboard.data import (
     DeadLetterRow,
     Page,
@@ -42,6 +43,10 @@ MAX_JOBS = 50
 MAX_SCAN_PER_PAGE = 5000
 # The confirmation count reads at most this many; beyond it the page says "at least".
 MAX_COUNT_SCAN = 200_000
+# The dead-letter page's match count and reasons read at most this many of the newest.
+MAX_SUMMARY_SCAN = 10_000
+# The new ids of a job's replays, kept to tell which came back as dead letters (~100 bytes each).
+MAX_TRACKED_REPLAYS = 100_000
 
 _REDIS_ERRORS: tuple[type[BaseException], ...] = (rex.RedisError, *CONNECTION_ERRORS)
 
@@ -104,7 +109,10 @@ class DeadLetterFilter:
         return low, high
 
     def matches(self, provenance: dict[str, str]) -> bool:
-        """Whether a dead letter with this provenance passes the text parts of the filter."""
+        """Whether a dead letter with this provenance passes the text parts of the filter. An
+        entry without the provenance (no ``dlq_stream``: not a dead letter) never matches."""
+        if "dlq_stream" not in provenance:
+            return False
         if self.error and self.error.lower() not in provenance.get("dlq_error", "").lower():
             return False
         return not self.handler or provenance.get("dlq_handler", "") == self.handler
@@ -185,6 +193,88 @@ async def count_matching(
         cursor = "(" + text(rows[-1][0])
 
 
+@dataclass(frozen=True, slots=True)
+class DeadLetterSummary:
+    """The newest dead letters of a stream at a glance: how many match a filter, and how many
+    there are per reason (the error text), most frequent first. ``looked_at`` is how many were
+    read; ``complete`` whether that was all of them (else the figures are of the newest)."""
+
+    matched: int
+    reasons: list[tuple[str, int]]
+    looked_at: int
+    complete: bool
+
+
+async def summarize(
+    client: aioredis.Redis,
+    dlq: str,
+    flt: DeadLetterFilter,
+    *,
+    limit: int = MAX_SUMMARY_SCAN,
+    top: int = 10,
+) -> DeadLetterSummary:
+    """Read the newest ``limit`` entries of ``dlq`` (newest first, pages of 1000): count those
+    ``flt`` matches and tally the reasons of every dead letter read."""
+    low, high = flt.id_range()
+    reasons: dict[str, int] = {}
+    matched = looked = 0
+    cursor = "+"
+    complete = True
+    while True:
+        rows: Any = await client.xrevrange(dlq, max=cursor, min="-", count=1000)
+        for entry_id, raw in rows:
+            prov, _ = _provenance(raw)
+            if "dlq_stream" not in prov:
+                continue
+            reason = prov.get("dlq_error", "")
+            reasons[reason] = reasons.get(reason, 0) + 1
+            if _in_range(text(entry_id), low, high) and flt.matches(prov):
+                matched += 1
+        looked += len(rows)
+        if len(rows) < 1000:
+            break
+        if looked >= limit:
+            complete = False
+            break
+        cursor = "(" + text(rows[-1][0])
+    ranked = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return DeadLetterSummary(matched, ranked, looked, complete)
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms or 0), int(seq or 0)
+
+
+def _in_range(entry_id: str, low: str, high: str) -> bool:
+    """Whether ``entry_id`` is within XRANGE bounds (``-``/``+`` or a millisecond time)."""
+    key = _id_key(entry_id)
+    if low != "-" and key < (int(low), 0):
+        return False
+    return high == "+" or key <= (int(high), 2**64 - 1)
+
+
+async def dead_lettered_again(client: aioredis.Redis, job: BulkJob) -> tuple[int, bool]:
+    """How many of ``job``'s replays came back as dead letters (a dead letter added since the
+    job started whose ``dlq_id`` is one of the ids the job replayed to); and whether that is
+    exact (False once more than MAX_SUMMARY_SCAN dead letters were added since)."""
+    if not job.replayed_ids:
+        return 0, True
+    again = looked = 0
+    cursor = str(job.at_ms)
+    while True:
+        rows: Any = await client.xrange(job.dlq, min=cursor, max="+", count=1000)
+        for _, raw in rows:
+            if _provenance(raw)[0].get("dlq_id") in job.replayed_ids:
+                again += 1
+        looked += len(rows)
+        if len(rows) < 1000:
+            return again, True
+        if looked >= MAX_SUMMARY_SCAN:
+            return again, False
+        cursor = "(" + text(rows[-1][0])
+
+
 RUNNING, STOPPING, STOPPED, FINISHED, FAILED = (
     "running",
     "stopping",
@@ -220,6 +310,7 @@ class BulkJob:
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    replayed_ids: set[str] = field(default_factory=set, repr=False)
 
     @property
     def percent(self) -> int:
@@ -355,7 +446,10 @@ class BulkJobs:
                 eid = text(entry_id)
                 job.scanned += 1
                 prov, has_fields = _provenance(raw)
-                if job.flt.matches(prov):
+                if "dlq_stream" not in prov:
+                    # A live entry in a stream named as dead letters: never replayed or purged.
+                    self._skip(job, eid, "not a streamworker dead letter")
+                elif job.flt.matches(prov):
                     job.matched += 1
                     if job.kind == "purge":
                         purge.append(eid)
@@ -363,9 +457,10 @@ class BulkJobs:
                         await self._replay(client, job, eid, prov, has_fields)
                 looked = eid
             if purge:
-                removed = int(await client.xdel(job.dlq, *purge))
-                job.done += removed
-                job.skipped += len(purge) - removed
+                # The script checks the provenance again, in the same step as the XDEL.
+                removed, refused, gone = await PURGE_DEAD_LETTERS(client, [job.dlq], purge)
+                job.done += int(removed)
+                job.skipped += int(refused) + int(gone)
             # The cursor moves past a page only once its work is done.
             job.cursor = looked
             if len(rows) < JOB_PAGE:
@@ -380,23 +475,24 @@ class BulkJobs:
         prov: dict[str, str],
         has_fields: bool,
     ) -> None:
-        target = prov.get("dlq_stream")
-        reason = None
-        if target is None:
-            reason = "not a streamworker dead letter"
-        elif not has_fields:
-            reason = "kept no original fields"
-        else:
-            try:
-                new_id = await _REPLAY(client, [job.dlq, target], [eid])
-            except rex.ResponseError as exc:
-                reason = str(exc)
-            else:
-                if new_id == 0:
-                    reason = "already gone"
-                else:
-                    job.done += 1
-                    return
+        target = prov["dlq_stream"]
+        if not has_fields:
+            self._skip(job, eid, "kept no original fields")
+            return
+        try:
+            new_id = await _REPLAY(client, [job.dlq, target], [eid])
+        except rex.ResponseError as exc:
+            self._skip(job, eid, str(exc))
+            return
+        if new_id == 0:
+            self._skip(job, eid, "already gone")
+            return
+        job.done += 1
+        if len(job.replayed_ids) < MAX_TRACKED_REPLAYS:
+            job.replayed_ids.add(text(new_id))
+
+    @staticmethod
+    def _skip(job: BulkJob, eid: str, reason: str) -> None:
         job.skipped += 1
         if len(job.reasons) < 20:
             job.reasons.append(f"{eid}: {reason}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _TIME_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
 
@@ -44,6 +44,9 @@ class Chart:
     y_ticks: list[tuple[float, str]]
     span_s: int
     samples: int
+    # A second value axis on the right, with its own scale, for the lines given as ``right``.
+    unit2: str = ""
+    y2_ticks: list[tuple[float, str]] = field(default_factory=list)
 
 
 def nice_ceiling(value: float) -> float:
@@ -82,67 +85,89 @@ def fmt_clock(t: float, step: int) -> str:
     return time.strftime("%H:%M:%S" if step < 60 else "%H:%M", time.gmtime(t))
 
 
+Series = Sequence[tuple[str, str, Sequence[tuple[float, float | None]]]]
+
+
 def time_chart(
     title: str,
     unit: str,
-    lines: Sequence[tuple[str, str, Sequence[tuple[float, float | None]]]],
+    lines: Series,
     t0: float,
     t1: float,
     *,
+    right: tuple[str, Series] | None = None,
     width: int = 640,
     height: int = 190,
 ) -> Chart:
     """Scale ``lines`` ((name, css class, [(unix time, value or None)])) into a chart spanning
-    ``t0``..``t1`` (at least a second), values from 0 to four round steps."""
-    left, right, top, bottom = 52, 30, 22, 24
+    ``t0``..``t1`` (at least a second), values from 0 to four round steps. ``right`` = (unit,
+    lines): lines drawn against a second axis on the right with a scale of its own, so a small
+    series next to a large one is not flattened to the bottom of the chart."""
+    left, right_margin, top, bottom = 52, 52 if right else 30, 22, 24
     span = max(t1 - t0, 1.0)
-    values = [v for _, _, pts in lines for _, v in pts if v is not None]
-    # Four ticks of a round step: the labels are round numbers too.
-    step_v = nice_ceiling(max(values, default=0.0) / 4)
-    vmax = 4 * step_v
-    plot_w, plot_h = width - left - right, height - top - bottom
+    plot_w, plot_h = width - left - right_margin, height - top - bottom
 
-    def xy(t: float, v: float) -> tuple[float, float]:
-        x = left + (t - t0) / span * plot_w
-        y = top + plot_h - v / vmax * plot_h
-        return round(x, 1), round(y, 1)
+    def scale(series: Series) -> float:
+        values = [v for _, _, pts in series for _, v in pts if v is not None]
+        # Four ticks of a round step: the labels are round numbers too.
+        return nice_ceiling(max(values, default=0.0) / 4)
 
-    drawn = []
-    for name, css, pts in lines:
-        parts: list[str] = []
-        pen_down = False
-        last: tuple[float, float] | None = None
-        last_value: float | None = None
-        for t, v in pts:
-            if v is None:
-                pen_down = False
-                continue
-            x, y = xy(t, v)
-            parts.append(f"{'L' if pen_down else 'M'}{x},{y}")
-            pen_down = True
-            last, last_value = (x, y), v
-        drawn.append(Line(name, css, " ".join(parts), last, last_value))
+    def draw(series: Series, step_v: float) -> list[Line]:
+        vmax = 4 * step_v
+        drawn = []
+        for name, css, pts in series:
+            parts: list[str] = []
+            pen_down = False
+            last: tuple[float, float] | None = None
+            last_value: float | None = None
+            for t, v in pts:
+                if v is None:
+                    pen_down = False
+                    continue
+                x = round(left + (t - t0) / span * plot_w, 1)
+                y = round(top + plot_h - v / vmax * plot_h, 1)
+                parts.append(f"{'L' if pen_down else 'M'}{x},{y}")
+                pen_down = True
+                last, last_value = (x, y), v
+            drawn.append(Line(name, css, " ".join(parts), last, last_value))
+        return drawn
+
+    def ticks(step_v: float) -> list[tuple[float, str]]:
+        return [(round(top + plot_h - i / 4 * plot_h, 1), fmt_number(step_v * i)) for i in range(5)]
+
+    step_left = scale(lines)
+    drawn = draw(lines, step_left)
+    y2_ticks: list[tuple[float, str]] = []
+    unit2 = ""
+    all_lines: list[Series] = [lines]
+    if right is not None:
+        unit2, series2 = right
+        step_right = scale(series2)
+        drawn += draw(series2, step_right)
+        y2_ticks = ticks(step_right)
+        all_lines.append(series2)
 
     step = time_step(span)
     first_tick = math.ceil(t0 / step) * step
     x_ticks = []
     t = first_tick
     while t <= t1 + 1e-6:
-        x_ticks.append((xy(t, 0)[0], fmt_clock(t, step)))
+        x_ticks.append((round(left + (t - t0) / span * plot_w, 1), fmt_clock(t, step)))
         t += step
-    y_ticks = [(xy(t0, step_v * i)[1], fmt_number(step_v * i)) for i in range(5)]
     return Chart(
         title=title,
         unit=unit,
         width=width,
         height=height,
         left=left,
-        right=right,
+        right=right_margin,
         top=top,
         bottom=bottom,
         lines=drawn,
         x_ticks=x_ticks,
-        y_ticks=y_ticks,
+        y_ticks=ticks(step_left),
         span_s=round(t1 - t0),
-        samples=max((len(pts) for _, _, pts in lines), default=0),
+        samples=max((len(pts) for series in all_lines for _, _, pts in series), default=0),
+        unit2=unit2,
+        y2_ticks=y2_ticks,
     )

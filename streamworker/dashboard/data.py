@@ -33,6 +33,11 @@ class NotFound(LookupError):
     """The stream, group or entry the request names does not exist."""
 
 
+class NotDeadLetters(ValueError):
+    """The key or entry a dead-letter page or action names is not a dead letter (it carries no
+    streamworker dead-letter provenance): shown and refused, never acted on."""
+
+
 def now_ms() -> int:
     """Wall-clock milliseconds (stream ids carry the same clock)."""
     return int(time.time() * 1000)
@@ -415,7 +420,12 @@ async def _one_entry(
 
 @dataclass(frozen=True, slots=True)
 class DeadLetterRow:
-    """A dead letter: its original fields (shown safely) and streamworker's provenance."""
+    """A dead letter: its original fields (shown safely) and streamworker's provenance.
+
+    ``is_dead_letter`` is False for an entry without the provenance (no ``dlq_stream``): not a
+    dead letter, never offered for replay or purge. ``at_ms`` is when it was dead-lettered (the
+    ``dlq_at_ms`` field, else its id's time); ``traceback`` the handler's traceback, when the
+    worker recorded one (``dlq_traceback``)."""
 
     id: str
     age_ms: int | None
@@ -425,6 +435,9 @@ class DeadLetterRow:
     original_stream: str | None
     original_id: str | None
     replayable: bool
+    is_dead_letter: bool
+    at_ms: int | None
+    traceback: str | None
 
 
 def dead_letter_row(entry_id: Any, raw: Any, limit: int | None = PREVIEW_CHARS) -> DeadLetterRow:
@@ -434,15 +447,20 @@ def dead_letter_row(entry_id: Any, raw: Any, limit: int | None = PREVIEW_CHARS) 
     # The provenance fields (unique names) are the last ones; what comes before is the original
     # entry, kept here as raw bytes so binary values can be shown as hex.
     original = pairs[: len(pairs) - len(split.provenance)]
+    prov = split.provenance
+    at = prov.get("dlq_at_ms", "")
     return DeadLetterRow(
         id=split.id,
         age_ms=age_ms(split.id),
         fields=[(show_value(k, limit), show_value(v, limit)) for k, v in original],
-        provenance=split.provenance,
+        provenance={k: v for k, v in prov.items() if k != "dlq_traceback"},
         error=show_value(split.error, limit),
         original_stream=split.original_stream,
         original_id=split.original_id,
         replayable=split.original_stream is not None and bool(original),
+        is_dead_letter=split.original_stream is not None,
+        at_ms=int(at) if at.isdigit() else id_ms(split.id),
+        traceback=prov.get("dlq_traceback") or None,
     )
 
 
@@ -454,9 +472,43 @@ async def dead_letter_page(
 
 
 async def get_dead_letter(client: aioredis.Redis, dlq: str, entry_id: str) -> DeadLetterRow:
-    """One dead letter shown whole."""
+    """One dead letter shown whole; NotDeadLetters for an entry without the provenance."""
     found, raw = await _one_entry(client, dlq, entry_id, f"no dead letter {entry_id} in {dlq!r}")
-    return dead_letter_row(found, raw, None)
+    row = dead_letter_row(found, raw, None)
+    if not row.is_dead_letter:
+        raise NotDeadLetters(_not_dead_letters(dlq, f"entry {row.id} of {dlq!r}"))
+    return row
+
+
+# How many of the newest entries are looked at to tell a dead-letter stream from a live one.
+_SNIFF = 10
+
+
+def _not_dead_letters(key: str, what: str) -> str:
+    return (
+        f"{what} is not a streamworker dead letter (no dlq_stream field): {key!r} is not a "
+        f"dead-letter stream, and the dashboard shows, replays and purges dead letters only "
+        f"(the dead letters of a stream S are in {dead_letter_stream(key)!r})"
+    )
+
+
+async def check_dead_letter_stream(client: aioredis.Redis, key: str) -> None:
+    """NotDeadLetters when ``key`` holds entries and none of its newest ones is a dead letter
+    (a live stream named as dead letters); a missing key is an empty dead-letter stream."""
+    rows: Any = await client.xrevrange(key, max="+", min="-", count=_SNIFF)
+    if rows and not any(dead_letter_row(i, raw).is_dead_letter for i, raw in rows):
+        raise NotDeadLetters(_not_dead_letters(key, f"{key!r}: its newest entry"))
+
+
+def stream_of_dlq(key: str) -> str | None:
+    """The stream whose default dead-letter stream is ``key`` (``{S}:dlq`` -> ``S``,
+    ``{T}S:dlq`` -> ``{T}S``), or None for a key not named that way."""
+    if not key.endswith(":dlq"):
+        return None
+    base = key[: -len(":dlq")]
+    if base.startswith("{") and base.endswith("}") and base.count("{") == 1:
+        base = base[1:-1]
+    return base if base and dead_letter_stream(base) == key else None
 
 
 def dlq_of(stream: str) -> str:

@@ -16,6 +16,7 @@ import redis.exceptions as rex
 from streamworker.dashboard import data
 from streamworker.dashboard.history import History, Rates
 from streamworker.errors import ConfigError
+from streamworker.keys import consumer_name_key
 
 OK, WARN, CRIT = 0, 1, 2
 LEVELS = ("ok", "warn", "crit")
@@ -25,8 +26,8 @@ LEVELS = ("ok", "warn", "crit")
 class Thresholds:
     """(warn, critical) levels: a value at or above ``warn`` is amber, at or above ``crit`` red.
 
-    ``work_left`` is entries (lag + pending); ``oldest_pending_s`` the age in seconds of the
-    oldest entry still pending; ``dead_letters`` the length of the stream's dead-letter stream.
+    ``work_left`` is entries (lag + pending); ``oldest_pending_s`` how many seconds ago the
+    longest-waiting pending entry was delivered (XPENDING's idle time); ``dead_letters`` the length of the stream's dead-letter stream.
     """
 
     work_left: tuple[int, int] = (1000, 10_000)
@@ -92,7 +93,13 @@ def grade(value: int | float | None, levels: tuple[int, int]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """One group (or a stream without groups, ``group`` None) as the overview shows it."""
+    """One group (or a stream without groups, ``group`` None) as the overview shows it.
+
+    ``live_consumers`` counts the consumers whose worker is running (its name record, renewed
+    every few seconds, is in Redis); ``oldest_pending_idle_ms`` is how long ago the longest-waiting
+    pending entry was delivered (XPENDING's idle time: what a stuck entry shows, where a busy
+    group's old entries are redelivered and fresh); ``problems`` says why a row is critical
+    beyond its thresholds."""
 
     stream: str
     group: str | None
@@ -100,17 +107,26 @@ class Health:
     lag: int | None
     pending: int
     consumers: int
+    live_consumers: int
     oldest_pending_id: str | None
-    oldest_pending_age_ms: int | None
+    oldest_pending_idle_ms: int | None
     dlq: str
     dead_letters: int
     rates: Rates | None
     levels: dict[str, int] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
 
     @property
     def work_left(self) -> int | None:
         """lag + pending; None when Redis cannot tell the lag."""
         return None if self.lag is None else self.lag + self.pending
+
+    @property
+    def work_left_bound(self) -> int:
+        """lag + pending, or where Redis cannot tell the lag its upper bound: the stream's length
+        (no more entries can wait for delivery than the stream holds) + pending."""
+        work = self.work_left
+        return work if work is not None else self.length + self.pending
 
     @property
     def level(self) -> int:
@@ -122,11 +138,12 @@ class Health:
         return LEVELS[self.level]
 
     def sort_key(self) -> tuple[int, int, int, str, str]:
-        """Worst first: grade, then work left, then the oldest pending entry's age."""
+        """Worst first: grade, then work left (its bound where the lag is unknown), then how
+        long the longest-waiting pending entry has waited since its delivery."""
         return (
             -self.level,
-            -(self.work_left if self.work_left is not None else self.pending),
-            -(self.oldest_pending_age_ms or 0),
+            -(self.work_left_bound if self.group is not None else 0),
+            -(self.oldest_pending_idle_ms or 0),
             self.stream,
             self.group or "",
         )
@@ -139,6 +156,53 @@ async def _dlq_length(client: aioredis.Redis, dlq: str) -> int:
         return 0
 
 
+@dataclass(frozen=True, slots=True)
+class _Consumers:
+    total: int
+    live: int
+    oldest_id: str | None
+    oldest_idle_ms: int | None
+
+
+async def _consumers(client: aioredis.Redis, stream: str, group: str) -> _Consumers:
+    """The group's consumers: how many, how many live (a name record in Redis), and the
+    pending entry delivered longest ago (each holder's oldest entry, XPENDING … 1 per holder)."""
+    rows = await client.xinfo_consumers(stream, group)
+    live = 0
+    oldest: tuple[int, str] | None = None
+    for raw in rows:
+        row = {data.text(k): v for k, v in raw.items()}
+        name = data.text(row.get("name"))
+        if await client.exists(consumer_name_key(stream, group, name)):
+            live += 1
+        if int(row.get("pending") or 0):
+            first = await client.xpending_range(stream, group, "-", "+", 1, consumername=name)
+            if first:
+                idle = int(first[0]["time_since_delivered"])
+                if oldest is None or idle > oldest[0]:
+                    oldest = (idle, data.text(first[0]["message_id"]))
+    return _Consumers(
+        len(rows),
+        live,
+        None if oldest is None else oldest[1],
+        None if oldest is None else oldest[0],
+    )
+
+
+def _problems(row: Health) -> tuple[str, ...]:
+    """Why a group with work left is stuck whatever the thresholds: nobody is there to do it, or
+    entries come in and none is done."""
+    if row.group is None or row.work_left_bound <= 0:
+        return ()
+    out = []
+    if row.live_consumers == 0:
+        out.append("no live consumer")
+    r = row.rates
+    if r is not None and r.added and r.done == 0:
+        out.append("nothing done while entries come in")
+    return tuple(out)
+
+
 async def stream_health(
     client: aioredis.Redis, stream: str, history: History, thresholds: Thresholds
 ) -> list[Health]:
@@ -147,41 +211,44 @@ async def stream_health(
     groups = await data.list_groups(client, stream)
     dlq = data.dlq_of(stream)
     dead = await _dlq_length(client, dlq)
-    now = data.now_ms()
     rows: list[Health] = []
     targets: list[data.GroupSummary | None] = list(groups) if groups else [None]
     for g in targets:
-        oldest_id: str | None = None
-        if g is not None and g.pending:
+        held = _Consumers(0, 0, None, None)
+        lag = None
+        if g is not None:
             try:
-                info = await client.xpending(stream, g.name)
-                oldest_id = data.text(info.get("min")) if info.get("min") else None
+                held = await _consumers(client, stream, g.name)
             except rex.ResponseError:  # the group went away meanwhile
                 continue
-        oldest_age = data.age_ms(oldest_id, now)
+            lag = g.lag
+            if lag is None and g.last_delivered_id == summary.last_generated_id:
+                lag = 0  # delivered up to the newest entry: nothing waits, deletions or not
         row = Health(
             stream=stream,
             group=None if g is None else g.name,
             length=summary.length,
-            lag=None if g is None else g.lag,
+            lag=lag,
             pending=0 if g is None else g.pending,
-            consumers=0 if g is None else g.consumers,
-            oldest_pending_id=oldest_id,
-            oldest_pending_age_ms=oldest_age,
+            consumers=held.total,
+            live_consumers=held.live,
+            oldest_pending_id=held.oldest_id,
+            oldest_pending_idle_ms=held.oldest_idle_ms,
             dlq=dlq,
             dead_letters=dead,
             rates=history.recent_rates(stream, None if g is None else g.name),
         )
+        problems = _problems(row)
+        idle = row.oldest_pending_idle_ms
         levels = {
-            "work_left": grade(
-                row.work_left if row.work_left is not None else row.pending, thresholds.work_left
-            ),
+            "work_left": grade(row.work_left_bound if g is not None else 0, thresholds.work_left),
             "oldest_pending": grade(
-                None if oldest_age is None else oldest_age / 1000, thresholds.oldest_pending_s
+                None if idle is None else idle / 1000, thresholds.oldest_pending_s
             ),
             "dead_letters": grade(dead, thresholds.dead_letters),
+            "stuck": CRIT if problems else OK,
         }
-        rows.append(replace(row, levels=levels))
+        rows.append(replace(row, levels=levels, problems=problems))
     return rows
 
 

@@ -8,8 +8,9 @@ worker's record expires. Redis therefore forgets the dead, and the dashboard rem
 :class:`WorkerMemory` keeps the last record of every consumer for an hour, so a worker that
 vanished shows with its last heartbeat, and whether it stopped (the record went before its time
 to live ran out) or was lost (it expired). Consumers that the group lists but that have no record
-at all are shown too: a worker killed before the dashboard first looked, or one older than the
-heartbeat.
+at all are shown too ("not running": a worker killed before the dashboard first looked, e.g. before
+a dashboard restart), with what Redis itself holds of them: how long ago they last read
+(XINFO CONSUMERS), so a restarted dashboard shows the same picture as the one before.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Heartbeat:
     failed: int
     ttl_ms: int | None
     read_at_ms: int = 0
+    claim_idle_ms: int | None = None  # the handler's, in records of workers that write it
 
     @property
     def late(self) -> bool:
@@ -92,6 +94,7 @@ def parse_heartbeat(
         failed=_int(f, "failed"),
         ttl_ms=ttl_ms if ttl_ms is not None and ttl_ms >= 0 else None,
         read_at_ms=now_ms(),
+        claim_idle_ms=_int(f, "claim_idle_ms") or None,
     )
 
 
@@ -155,7 +158,7 @@ class WorkerMemory:
         return [v for (s, g, _), v in self._seen.items() if s == stream and g == group]
 
 
-LIVE, STOPPED, LOST, UNKNOWN = "live", "stopped", "lost", "no heartbeat"
+LIVE, STOPPED, LOST, UNKNOWN = "live", "stopped", "lost", "not running"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +167,12 @@ class ConsumerState:
 
     ``state``: ``live`` (its record is there); ``stopped`` (the record was deleted before its time
     to live ran out: a graceful stop); ``lost`` (the record expired: the process was killed or cut
-    off); ``no heartbeat`` (the group lists the consumer but no record was ever seen).
-    ``beat`` is the live record, or the last one seen. ``in_group`` is False for a consumer the
-    group no longer lists (deleted after it stopped)."""
+    off); ``not running`` (the group lists the consumer, no record is there and the dashboard saw
+    none: dead before it looked, e.g. before a dashboard restart). ``beat`` is the live record, or
+    the last one seen. ``in_group`` is False for a consumer the group no longer lists (deleted
+    after it stopped). ``active_ms`` is what Redis itself still holds of the consumer, whatever
+    the dashboard saw: how long ago it last read or claimed (XINFO CONSUMERS ``inactive``, Redis
+    7.2+), else last interacted with Redis (``idle``)."""
 
     stream: str
     group: str
@@ -177,6 +183,7 @@ class ConsumerState:
     beat: Heartbeat | None
     last_seen_ms: int | None
     in_group: bool
+    active_ms: int | None = None
 
 
 def _state_of(seen: _Seen) -> str:
@@ -208,18 +215,24 @@ async def group_consumers(
         pending = int(row.get("pending") or 0)
         idle = row.get("idle")
         idle_ms = None if idle is None else int(idle)
+        inactive = row.get("inactive")  # Redis 7.2+: -1 for a consumer that never read
+        active_ms = int(inactive) if inactive is not None and int(inactive) >= 0 else idle_ms
         beat = await read_heartbeat(client, stream, group, name)
         if beat is not None:
             memory.saw(beat)
             out.append(
-                ConsumerState(stream, group, name, LIVE, pending, idle_ms, beat, now_ms(), True)
+                ConsumerState(
+                    stream, group, name, LIVE, pending, idle_ms, beat, now_ms(), True, active_ms
+                )
             )
             continue
         memory.missing(stream, group, name)
         seen = memory.recall(stream, group, name)
         if seen is None:
             out.append(
-                ConsumerState(stream, group, name, UNKNOWN, pending, idle_ms, None, None, True)
+                ConsumerState(
+                    stream, group, name, UNKNOWN, pending, idle_ms, None, None, True, active_ms
+                )
             )
         else:
             out.append(
@@ -233,6 +246,7 @@ async def group_consumers(
                     seen.beat,
                     seen.seen_at_ms,
                     True,
+                    active_ms,
                 )
             )
     for seen in memory.of_group(stream, group):

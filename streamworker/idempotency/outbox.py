@@ -24,6 +24,10 @@ rows to their streams. Each row is added to its stream exactly once:
   markers: the next relay finds the markers and adds nothing again. Dying after the commit leaves
   markers only, which expire after ``window_ms``. So a row is added twice only if a relay dies
   between its XADD and its commit and no relay runs again within ``window_ms`` (default 24 h).
+* With ``wait_replicas=N`` the pipeline ends with a WAIT, and the rows are deleted only once N
+  replicas acknowledged their adds: a failover that takes an add back cannot also have taken its
+  row away. Too few within ``wait_timeout_ms`` raise ReplicaWaitTimeout; the rows stay, and the
+  next round's adds find their markers (which it re-sets, so that its WAIT covers them).
 * Order: rows are added in id order, one relay at a time (the lock), in one pipeline per batch.
   Rows written by one transaction, or by transactions that commit one after another (one consume
   loop: one stream, one partition), reach each target stream in the order they were staged.
@@ -66,6 +70,7 @@ from streamworker.producer import (
 )
 from streamworker.redisio import CONNECTION_ERRORS
 from streamworker.redisio import LuaScript as _LuaScript
+from streamworker.replicawait import DEFAULT_WAIT_TIMEOUT_MS, ReplicaWait, Stopwatch, WaitObserver
 
 OUTBOX_TABLE = "streamworker_outbox"
 """The outbox table."""
@@ -227,6 +232,10 @@ class Relay:
             process stopped, or hung on Redis) is ended by the server, which frees its rows for
             the other relays; its markers make their adds no duplicates. Keep it above the
             Redis client's socket timeout.
+        wait_replicas: delete rows only once this many replicas acknowledged their adds (0:
+            do not wait).
+        wait_timeout_ms: how long a round waits for them before it raises ReplicaWaitTimeout.
+        wait_observer: told how long each wait took (``Metrics.observe_replica_wait``).
 
     Several relays may run on one database: they take turns (the row lock). Blocking; run it in
     its own thread or process (``streamworker relay``).
@@ -241,6 +250,9 @@ class Relay:
         window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS,
         lock_timeout_ms: int = 10_000,
         stalled_timeout_ms: int = 60_000,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+        wait_observer: WaitObserver | None = None,
     ) -> None:
         for label, value in (
             ("batch_size", batch_size),
@@ -256,6 +268,8 @@ class Relay:
         self.client = client
         self.batch_size = batch_size
         self.window_ms = window_ms
+        self.wait = ReplicaWait(wait_replicas, wait_timeout_ms)
+        self.wait_observer = wait_observer
         self._log = structlog.get_logger("streamworker.relay")
 
     # Each step is a method so that crash tests can stop the process between them.
@@ -272,19 +286,25 @@ class Relay:
     def _add(self, xadds: Sequence[Xadd]) -> list[bool]:
         """Add every entry: one ``relay_outbox.lua`` call per target stream carrying its rows in
         order, the calls pipelined. True for each entry added now, False for one whose marker
-        said it had been added."""
+        said it had been added. With a replica wait, the pipeline ends with it (on the adds'
+        connection) and ReplicaWaitTimeout is raised when too few replicas acknowledged."""
         groups: dict[str, list[int]] = {}
         for i, x in enumerate(xadds):
             groups.setdefault(x.stream, []).append(i)
         calls = [self._call(xadds, rows) for rows in groups.values()]
+        stopwatch = Stopwatch(self.wait_observer, "relay")
         try:
             self.client.script_load(_RELAY.source)
             pipe = self.client.pipeline(transaction=False)
             for call in calls:
                 pipe.execute_command("EVALSHA", _RELAY.sha, *call)  # type: ignore[no-untyped-call]
+            if self.wait.active:
+                pipe.execute_command(*self.wait.command())  # type: ignore[no-untyped-call]
             replies = pipe.execute(raise_on_error=False)
         except CONNECTION_ERRORS as exc:
             raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
+        if self.wait.active:
+            self._check_wait(replies.pop(), len(xadds), stopwatch)
         added = [False] * len(xadds)
         for rows, call, reply in zip(groups.values(), calls, replies, strict=True):
             if isinstance(reply, rex.NoScriptError):
@@ -312,11 +332,30 @@ class Relay:
     def _resend(self, call: Sequence[str | int]) -> Any:
         try:
             self.client.script_load(_RELAY.source)
-            return self.client.execute_command("EVALSHA", _RELAY.sha, *call)  # type: ignore[no-untyped-call]
+            if not self.wait.active:
+                return self.client.execute_command("EVALSHA", _RELAY.sha, *call)  # type: ignore[no-untyped-call]
+            # Its own WAIT, on the connection of this add.
+            stopwatch = Stopwatch(self.wait_observer, "relay")
+            pipe = self.client.pipeline(transaction=False)
+            pipe.execute_command("EVALSHA", _RELAY.sha, *call)  # type: ignore[no-untyped-call]
+            pipe.execute_command(*self.wait.command())  # type: ignore[no-untyped-call]
+            reply, waited = pipe.execute(raise_on_error=False)
         except rex.ResponseError as exc:
             return exc
         except CONNECTION_ERRORS as exc:
             raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
+        self._check_wait(waited, int(call[0]) - 1, stopwatch)
+        return reply
+
+    def _check_wait(self, reply: Any, rows: int, stopwatch: Stopwatch) -> None:
+        self.wait.check(
+            reply,
+            f"relay of {rows} outbox row(s)",
+            retry_safe=True,
+            retry="the rows stay in the outbox, and relaying them again adds nothing twice "
+            "(their markers) and waits again",
+            stopwatch=stopwatch,
+        )
 
     def _delete(self, conn: Connection, ids: Sequence[int]) -> None:
         conn.execute(sa.delete(outbox).where(outbox.c.id.in_(ids)))

@@ -16,7 +16,7 @@
 -- already (nothing added, staging deleted).
 -- Errors (nothing written): a row without fields; in explicit mode an id that is not above the
 -- stream's last id or not above the previous row's.
--- Touches: HGET/HSET on KEYS[2]; LRANGE/DEL on KEYS[3…]; XINFO STREAM/XADD on KEYS[1].
+-- Touches: HGET/HSET on KEYS[2] (HSET of the value found on a replay); LRANGE/DEL on KEYS[3…]; XINFO STREAM/XADD on KEYS[1].
 --
 -- Why one script: the marker check, the XADDs and the marker update are one atomic step, so a
 -- replayed batch (the driver died after this script, before Spark logged the commit) finds the
@@ -40,6 +40,9 @@ if query ~= '' then
       staged = staged + redis.call('LLEN', KEYS[i])
     end
     drop_staging()
+    -- Re-set the marker as it is: a write, so that a WAIT after this call (waitReplicas) waits
+    -- for the replicas to reach it and, replication being in order, the batch it records.
+    redis.call('HSET', KEYS[2], query, last)
     return {0, staged, 1}
   end
 end

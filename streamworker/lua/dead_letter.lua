@@ -9,6 +9,9 @@
 -- ARGV[5]  error text ("<type>: <message>")
 -- ARGV[6]  handler name
 -- ARGV[7]  time in ms (the caller's clock; scripts must not read the clock for replication)
+-- ARGV[8]  optional: the handler's traceback, already bounded by the caller; kept as
+--          'dlq_traceback' when given and not empty (an additive field: readers that do not know
+--          it see the same provenance as before)
 --
 -- Returns: the new dead-letter entry id; 0 when the entry is no longer pending (already acked or
 -- dead-lettered: a retried call is a no-op); -1 when another consumer owns it now (claimed away:
@@ -48,6 +51,10 @@ local provenance = {
 }
 for i = 1, #provenance do
   args[#args + 1] = provenance[i]
+end
+if ARGV[8] and ARGV[8] ~= '' then
+  args[#args + 1] = 'dlq_traceback'
+  args[#args + 1] = ARGV[8]
 end
 if #entry == 0 then
   args[#args + 1] = 'dlq_body_missing'

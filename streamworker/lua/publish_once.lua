@@ -14,10 +14,13 @@
 -- Returns {1, id}: added as entry id; {0, id}: the key was recorded already, for entry id, and
 -- nothing was added. An XADD error (an explicit id not above the stream's last) is raised as is,
 -- and nothing is recorded.
--- Touches: GET and SET PX on KEYS[2]; XADD (with its trimming) on KEYS[1].
+-- Touches: GET and SET PX on KEYS[2] (SET KEEPTTL when found); XADD (with its trimming) on KEYS[1].
 
 local seen = redis.call('GET', KEYS[2])
 if seen then
+  -- Re-set the marker as it is: a write, so that a WAIT after this call (wait_replicas) waits for
+  -- the replicas to reach it, and with it (replication is in order) the earlier add it records.
+  redis.call('SET', KEYS[2], seen, 'KEEPTTL')
   return {0, seen}
 end
 

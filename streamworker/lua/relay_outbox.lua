@@ -12,7 +12,8 @@
 -- recorded already (nothing added). One call is all or nothing for the script cache (NOSCRIPT runs
 -- none of it), so a resend keeps the rows' order; an XADD error (a stream key of another type)
 -- raises before anything of the row is written, after the rows before it.
--- Touches: GET and SET PX on KEYS[2…]; XADD (with its trimming) on KEYS[1].
+-- Touches: GET and SET PX on KEYS[2…] (SET KEEPTTL on a marker found, so that a WAIT after the
+-- call covers the earlier add it records); XADD (with its trimming) on KEYS[1].
 
 local out = {}
 local a = 2
@@ -22,6 +23,7 @@ for k = 2, #KEYS do
   a = first + 2 * nfields
   local seen = redis.call('GET', KEYS[k])
   if seen then
+    redis.call('SET', KEYS[k], seen, 'KEEPTTL')
     out[#out + 1] = {0, seen}
   else
     local args = {'XADD', KEYS[1]}

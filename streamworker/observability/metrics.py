@@ -24,6 +24,16 @@ one stream in one group):
 * ``streamworker_reconnect_attempts_total`` — every failed attempt during those outages (a 15 s
   outage is one reconnect and about ten attempts with the default backoff).
 
+Publishing with ``wait_replicas`` (labelled ``operation``: ``publish``, ``publish_many``,
+``relay``, ``dlq_replay``, ``spark_commit``, ``archive_trim``; see
+:mod:`streamworker.replicawait`):
+
+* ``streamworker_publish_wait_seconds{operation}`` — from sending a write to its replicas'
+  acknowledgement (the write and its WAIT are one round trip), timed-out waits included.
+* ``streamworker_publish_wait_timeouts_total{operation}`` — writes that fewer replicas than asked
+  acknowledged within ``wait_timeout_ms`` (ReplicaWaitTimeout: on the primary, not yet safe from a
+  failover).
+
 Process-wide: ``streamworker_build_info{version,python}`` (always 1), and prometheus_client's
 process and platform collectors (``process_resident_memory_bytes``, ``process_cpu_seconds_total``,
 ``process_open_fds``, ``python_info``, …).
@@ -243,13 +253,32 @@ class Metrics:
             SUBSCRIPTION_LABELS,
             registry=r,
         )
-
+        self.publish_wait = Histogram(
+            "streamworker_publish_wait_seconds",
+            "Time from sending a write to its replicas' acknowledgement (wait_replicas).",
+            ["operation"],
+            registry=r,
+            buckets=_LATENCY_BUCKETS,
+        )
+        self.publish_wait_timeouts = Counter(
+            "streamworker_publish_wait_timeouts",
+            "Writes fewer replicas than asked acknowledged within wait_timeout_ms.",
+            ["operation"],
+            registry=r,
+        )
         self.failovers = Counter(
             "streamworker_failovers",
             "Primary changes this worker saw: a Sentinel named another primary, or the primary "
             "at a managed address answered READONLY (it was demoted).",
             registry=r,
         )
+
+    def observe_replica_wait(self, operation: str, seconds: float, timed_out: bool) -> None:
+        """Record one replica wait (a :class:`streamworker.replicawait.WaitObserver`: pass it as
+        a producer's ``wait_observer``). Thread-safe."""
+        self.publish_wait.labels(operation=operation).observe(seconds)
+        if timed_out:
+            self.publish_wait_timeouts.labels(operation=operation).inc()
 
     def prime(self, stream: str, group: str, handler: str) -> None:
         """Create every labelled series of a subscription at 0, so rates work from the first

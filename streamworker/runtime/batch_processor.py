@@ -34,6 +34,7 @@ from streamworker.outcomes import (
     SKIPPED,
     Action,
     Outcome,
+    bounded_traceback,
     describe,
     over_delivered,
     over_delivered_verdict,
@@ -190,7 +191,7 @@ class BatchProcessor:
         spec = self.spec
         messages: list[Message[Any]] = []
         deleted: list[bytes] = []
-        dead: list[tuple[bytes, int, str]] = []
+        dead: list[tuple[bytes, int, str, str]] = []  # (id, deliveries, reason, traceback)
         verdicts: dict[str, Outcome] = {}
         # Bound once: this loop runs for every message.
         count_of = counts.get
@@ -210,7 +211,7 @@ class BatchProcessor:
             except PermanentFailure as exc:
                 # Its handler can never have run (decoding comes first), so nothing of it was
                 # applied: dead-letter it now.
-                dead.append((entry_id, count, describe(exc)))
+                dead.append((entry_id, count, describe(exc), bounded_traceback(exc)))
                 continue
             # (max_deliveries >= 1: a first delivery is never over-delivered.)
             if count > 1 and over_delivered(count, max_deliveries):
@@ -261,7 +262,7 @@ class BatchProcessor:
             mid = msg.id.encode()
             if action is Action.DEAD_LETTER:
                 # counted once the script has moved it
-                dead.append((mid, msg.delivery_count, outcome.error))
+                dead.append((mid, msg.delivery_count, outcome.error, outcome.traceback))
                 holdings.settled(mid)
             else:
                 tally[outcome.metric] = tally.get(outcome.metric, 0) + 1
@@ -281,9 +282,9 @@ class BatchProcessor:
             )
         if tally.get("acked") or tally.get("duplicate"):
             self._ack_latency.observe(time.monotonic() - started)
-        for entry_id, count, reason in dead:
+        for entry_id, count, reason, trace in dead:
             holdings.settled(entry_id)
-            await self._dead_letter(entry_id, count, reason)
+            await self._dead_letter(entry_id, count, reason, trace)
 
     async def _run_strategy(self, messages: list[Message[Any]], fresh: bool) -> list[Outcome]:
         """The strategy's outcomes for ``messages``; while the database is unavailable, the same
@@ -328,7 +329,7 @@ class BatchProcessor:
             self.holdings.settled(entry_id)
             self._log.warning("deleted_entry_acked", message_id=entry_id.decode())
 
-    async def _dead_letter(self, entry_id: bytes, count: int, reason: str) -> None:
+    async def _dead_letter(self, entry_id: bytes, count: int, reason: str, trace: str = "") -> None:
         log = self._log.bind(message_id=entry_id.decode(), delivery_count=count)
         try:
             result = await _DEAD_LETTER(
@@ -342,6 +343,7 @@ class BatchProcessor:
                     reason,
                     self.spec.name,
                     int(time.time() * 1000),
+                    trace,
                 ],
             )
         except rex.ResponseError as exc:

@@ -86,7 +86,8 @@ class ConsumerNames:
     The record doubles as the worker's heartbeat (the dashboard's workers page reads it): fixed
     fields ``consumer, host, pid, pid_start, version, handlers, started_at_ms``, and on every
     write ``beat_at_ms`` plus what ``stats()`` returns (the worker gives ``last_batch_at_ms,
-    in_flight, processed, failed``). Use from one event loop. ``host`` and ``pid`` are
+    in_flight, processed, failed``), and per record the handler's ``claim_idle_ms`` when given
+    (``claim_idle_ms`` maps (stream, group) to it). Use from one event loop. ``host`` and ``pid`` are
     parameters for tests; by default they describe this process.
     """
 
@@ -102,6 +103,7 @@ class ConsumerNames:
         host: str | None = None,
         pid: int | None = None,
         stats: Callable[[], Mapping[str, int]] = dict,
+        claim_idle_ms: Mapping[tuple[str, str], int] | None = None,
     ) -> None:
         self.consumer = consumer
         self.ttl_ms = ttl_ms
@@ -128,6 +130,11 @@ class ConsumerNames:
             int(time.time() * 1000),
         ]
         self._stats = stats
+        # Per record: the handler's claim_idle_ms, so the dashboard's claim can default to it.
+        self._per_key: dict[str, list[str | int]] = {
+            consumer_name_key(stream, group, consumer): ["claim_idle_ms", ms]
+            for (stream, group), ms in (claim_idle_ms or {}).items()
+        }
         self._log = structlog.get_logger("streamworker.names").bind(consumer=consumer)
 
     @property
@@ -144,7 +151,9 @@ class ConsumerNames:
         for name, value in self._stats().items():
             live += [name, value]
         reply = await _CLAIM(
-            self._client, [key], [self.token, self.ttl_ms, replace, *self._fields, *live]
+            self._client,
+            [key],
+            [self.token, self.ttl_ms, replace, *self._fields, *self._per_key.get(key, ()), *live],
         )
         state = int(reply[0])
         if state != _OTHER:

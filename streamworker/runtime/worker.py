@@ -280,6 +280,7 @@ class Worker:
                     handlers=[s.name for s in specs],
                     version=_version(),
                     stats=self._heartbeat_stats,
+                    claim_idle_ms={(s.stream, s.group): s.claim_idle_ms for s in specs},
                 )
                 await self._acquire_names(names)
             else:

@@ -65,13 +65,23 @@ def archive(spark: SparkSession, stream: str, path: str, **kwargs: Any) -> Any:
     return run(spark, stream, path, **kwargs)
 
 
-def safe_trim(url: str, stream: str, *, require: tuple[str, ...] = ()) -> Any:
+def safe_trim(
+    url: str,
+    stream: str,
+    *,
+    require: tuple[str, ...] = (),
+    wait_replicas: int = 0,
+    wait_timeout_ms: int = 1_000,
+) -> Any:
     """Trim ``stream`` below what every group and Spark cursor still needs (one Lua call): see
-    :func:`streamworker.spark.redisops.safe_trim`. Needs no Spark."""
+    :func:`streamworker.spark.redisops.safe_trim` (``wait_replicas``: return only once that many
+    replicas have the trim). Needs no Spark."""
+    from streamworker.replicawait import ReplicaWait
     from streamworker.spark import redisops
 
+    wait = ReplicaWait(wait_replicas, wait_timeout_ms)
     client = redisops.connect(url)
     try:
-        return redisops.safe_trim(client, stream, require=require)
+        return redisops.safe_trim(client, stream, require=require, wait=wait)
     finally:
         client.close()

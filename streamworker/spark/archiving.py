@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streamworker.errors import StreamworkerError
+from streamworker.replicawait import DEFAULT_WAIT_TIMEOUT_MS, ReplicaWait
 from streamworker.spark import redisops
 from streamworker.spark.options import FORMAT
 from streamworker.spark.ranges import Position
@@ -78,12 +79,19 @@ def archive(
     num_partitions: int = 2,
     progress: Progress | None = None,
     poll_s: int = 1,
+    wait_replicas: int = 0,
+    wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
 ) -> ArchiveResult:
     """Append every entry of ``stream`` (a stream key, or a partitioned stream's name: all its
     partitions) not archived yet to Parquet under ``path`` and publish the archived position of
     each stream key as cursor ``cursor_name``. Blocks until the run is done; raises
     StreamworkerError when the query fails (e.g. entries were trimmed before they were
-    archived: the source's data-loss check). Safe to re-run, and to kill and re-run."""
+    archived: the source's data-loss check). Safe to re-run, and to kill and re-run.
+
+    ``wait_replicas``: the archived position (the cursor a trim is bounded by) is published only
+    once that many replicas have it, so that a trim that follows is decided on a position a
+    failover cannot take back (ReplicaWaitTimeout after ``wait_timeout_ms``: run it again)."""
+    wait = ReplicaWait(wait_replicas, wait_timeout_ms)
     from pyspark.sql import functions as F
 
     from streamworker.spark.registration import register
@@ -134,7 +142,7 @@ def archive(
         # each trimmed by its own cursor.
         client = redisops.connect(url)
         try:
-            redisops.publish_cursor(client, cursor_name, offset)
+            redisops.publish_cursor(client, cursor_name, offset, wait=wait)
         finally:
             client.close()
     return ArchiveResult(stream, rows, batches, position, offset)

@@ -16,7 +16,7 @@ from typing import Any
 
 from streamworker.errors import ConfigError
 from streamworker.partitions import MAX_PARTITIONS, check_partitioned_name
-from streamworker.redisio import validate_redis_url
+from streamworker.redisio import is_cluster_url, validate_redis_url
 from streamworker.spark.ranges import MAX_PART, StreamId, parse_id_option
 
 FORMAT = "streamworker_redis"
@@ -54,6 +54,8 @@ _WRITE_NAMES = (
     "queryName",
     "batchId",
     "idMode",
+    "waitReplicas",
+    "waitTimeoutMs",
     "stagingTtlS",
 )
 _DISPLAY = {n.lower(): n for n in (*_READ_NAMES, *_WRITE_NAMES)}
@@ -295,6 +297,10 @@ class WriteOptions:
     staging_ttl_s: int
     partitions: int | None = None  # stream is a partitioned stream of this many partitions
     key_column: str = "key"  # with partitions: the column whose value routes a row
+    # Commit a batch only once this many replicas have it (0: do not wait), waiting at most
+    # wait_timeout_ms: Spark must never checkpoint a batch a failover could take back.
+    wait_replicas: int = 0
+    wait_timeout_ms: int = 1_000
 
 
 def parse_write_options(options: Mapping[str, Any], *, streaming: bool) -> WriteOptions:
@@ -325,6 +331,9 @@ def parse_write_options(options: Mapping[str, Any], *, streaming: bool) -> Write
             raise ConfigError(
                 "option idMode=explicit cannot be combined with partitions (ids are per partition)"
             )
+    wait_replicas = _int(opts, "waitreplicas", 0, 0, 1_000) or 0
+    if wait_replicas and is_cluster_url(_url(opts)):
+        raise ConfigError("option waitReplicas is not available on Redis Cluster yet")
     return WriteOptions(
         url=_url(opts),
         stream=stream,
@@ -334,4 +343,6 @@ def parse_write_options(options: Mapping[str, Any], *, streaming: bool) -> Write
         staging_ttl_s=_int(opts, "stagingttls", 86_400, 60, 30 * 86_400) or 86_400,
         partitions=partitions,
         key_column=_name(opts, "keycolumn") or "key",
+        wait_replicas=wait_replicas,
+        wait_timeout_ms=_int(opts, "waittimeoutms", 1_000, 1, 3_600_000) or 1_000,
     )

@@ -21,6 +21,7 @@ from streamworker.errors import StreamworkerError
 from streamworker.keys import hash_tag, partition_stream
 from streamworker.partitions import MAX_PARTITIONS
 from streamworker.redisio import LuaScript, as_text, is_cluster_client, open_sync_redis
+from streamworker.replicawait import NO_WAIT, ReplicaWait, Stopwatch, WaitObserver
 from streamworker.spark.options import is_glob
 from streamworker.spark.ranges import (
     MAX_PART,
@@ -279,12 +280,31 @@ def check_loss(client: redis.Redis, stream: str, after: Position) -> str | None:
     )
 
 
-def publish_cursor(client: redis.Redis, name: str, offsets: Mapping[str, str]) -> None:
-    """Record ``name``'s committed position (stream -> last id) for :func:`safe_trim`."""
+def publish_cursor(
+    client: redis.Redis,
+    name: str,
+    offsets: Mapping[str, str],
+    *,
+    wait: ReplicaWait = NO_WAIT,
+    observer: WaitObserver | None = None,
+) -> None:
+    """Record ``name``'s committed position (stream -> last id) for :func:`safe_trim`; with a
+    ``wait``, return only once its replicas have it (ReplicaWaitTimeout: publish it again)."""
+    stopwatch = Stopwatch(observer, "archive_trim")
     pipe = client.pipeline(transaction=False)
     for stream, last in offsets.items():
         pipe.hset(cursor_key(stream), name, last)
-    pipe.execute()
+    if wait.active:
+        pipe.execute_command(*wait.command())  # type: ignore[no-untyped-call]
+    replies = pipe.execute()
+    if wait.active:
+        wait.check(
+            replies[-1],
+            f"cursor {name!r}",
+            retry_safe=True,
+            retry="publishing it again is safe",
+            stopwatch=stopwatch,
+        )
 
 
 def read_cursors(client: redis.Redis, stream: str) -> dict[str, str]:
@@ -366,14 +386,39 @@ def commit_staged(
     query: str | None,
     batch_id: int | None,
     id_mode: str,
+    wait: ReplicaWait = NO_WAIT,
+    observer: WaitObserver | None = None,
 ) -> CommitResult:
-    """Append the staged rows to ``target`` once (commit_sink_batch.lua)."""
+    """Append the staged rows to ``target`` once (commit_sink_batch.lua). With a ``wait``, the
+    script and a WAIT go in one pipeline and ReplicaWaitTimeout is raised unless enough
+    replicas acknowledged: Spark then fails the batch instead of checkpointing one that a
+    failover could take back (its re-run finds the marker and adds nothing twice)."""
     keys = [target, sink_marker_key(target), *staging]
     # Without a batch id there is nothing to deduplicate on: no marker is read or written.
     marked = query is not None and batch_id is not None
     args = [query or "" if marked else "", str(batch_id) if marked else "", id_mode]
     try:
-        added, staged, replayed = _COMMIT(client, keys, args)
+        if not wait.active:
+            added, staged, replayed = _COMMIT(client, keys, args)
+        else:
+            stopwatch = Stopwatch(observer, "spark_commit")
+            client.script_load(_COMMIT.source)
+            pipe = client.pipeline(transaction=False)
+            pipe.evalsha(_COMMIT.sha, len(keys), *keys, *args)
+            pipe.execute_command(*wait.command())  # type: ignore[no-untyped-call]
+            reply, waited = pipe.execute(raise_on_error=False)
+            if isinstance(reply, Exception):
+                raise reply
+            wait.check(
+                waited,
+                f"sink commit of batch {batch_id} to {target!r}",
+                retry_safe=marked,
+                retry="re-running the batch adds nothing twice (its marker)"
+                if marked
+                else "without queryName and batchId, writing it again adds it twice",
+                stopwatch=stopwatch,
+            )
+            added, staged, replayed = reply
     except rex.ResponseError as exc:
         raise StreamworkerError(f"writing to stream {target!r} failed: {exc}") from exc
     return CommitResult(target, int(added), int(staged), bool(int(replayed)))
@@ -406,12 +451,42 @@ class TrimResult:
     cursors: int
 
 
-def safe_trim(client: redis.Redis, stream: str, *, require: Sequence[str] = ()) -> TrimResult:
+def safe_trim(
+    client: redis.Redis,
+    stream: str,
+    *,
+    require: Sequence[str] = (),
+    wait: ReplicaWait = NO_WAIT,
+    observer: WaitObserver | None = None,
+) -> TrimResult:
     """Trim ``stream`` below the oldest entry any consumer group or Spark cursor still needs,
     in one Lua call (safe_trim.lua). ``require``: cursor names that must be published (else
-    StreamworkerError, nothing trimmed), e.g. the archive's, so nothing un-archived is trimmed."""
+    StreamworkerError, nothing trimmed), e.g. the archive's, so nothing un-archived is trimmed.
+
+    With a ``wait``, a WAIT follows the trim on its connection: the result is returned only once
+    the replicas have the trim and (replication is in order) every write it was decided on
+    (cursors, acknowledgements); ReplicaWaitTimeout otherwise (trimming again is safe)."""
+    keys, args = [stream, cursor_key(stream)], list(require)
     try:
-        trimmed, floor, groups, cursors = _TRIM(client, [stream, cursor_key(stream)], list(require))
+        if not wait.active:
+            trimmed, floor, groups, cursors = _TRIM(client, keys, args)
+        else:
+            stopwatch = Stopwatch(observer, "archive_trim")
+            client.script_load(_TRIM.source)
+            pipe = client.pipeline(transaction=False)
+            pipe.evalsha(_TRIM.sha, len(keys), *keys, *args)
+            pipe.execute_command(*wait.command())  # type: ignore[no-untyped-call]
+            reply, waited = pipe.execute(raise_on_error=False)
+            if isinstance(reply, Exception):
+                raise reply
+            wait.check(
+                waited,
+                f"trim of {stream!r}",
+                retry_safe=True,
+                retry="trimming again is safe (a failover can only bring entries back)",
+                stopwatch=stopwatch,
+            )
+            trimmed, floor, groups, cursors = reply
     except rex.ResponseError as exc:
         raise StreamworkerError(str(exc).removeprefix("ERR ")) from exc
     return TrimResult(stream, int(trimmed), as_text(floor), int(groups), int(cursors))

@@ -48,6 +48,7 @@ from pyspark.sql.types import MapType, StructType
 from streamworker.errors import ConfigError
 from streamworker.partitions import PartitionedStream
 from streamworker.redisio import as_bytes
+from streamworker.replicawait import ReplicaWait
 from streamworker.spark import redisops
 from streamworker.spark.fastread import BatchBuilder, RawPage, raw_pages
 from streamworker.spark.model import ModelColumns, base_columns, model_columns
@@ -750,11 +751,18 @@ def _commit_all(
         if isinstance(message, Staged):
             for target, key, _ in message.staged:
                 keys.setdefault(target, []).append(key)
+    wait = ReplicaWait(opts.wait_replicas, opts.wait_timeout_ms)
     client = redisops.connect(opts.url)
     try:
         return [
             redisops.commit_staged(
-                client, target, staged, query=query, batch_id=batch_id, id_mode=opts.id_mode
+                client,
+                target,
+                staged,
+                query=query,
+                batch_id=batch_id,
+                id_mode=opts.id_mode,
+                wait=wait,
             )
             for target, staged in sorted(keys.items())
         ]

@@ -343,3 +343,28 @@ async def test_dead_letter_raised_by_handler_is_not_retried(
     assert fields[b"dlq_error"] == b"DeadLetter: unknown customer"
     assert fields[b"dlq_group"] == b"g"
     assert fields[b"dlq_consumer"] == b"c1"
+
+
+async def test_a_dead_letter_records_the_handlers_traceback(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    redis_client.xadd("orders", {"n": "1"})
+    app = App("t")
+
+    def check_customer(n: str) -> None:
+        raise DeadLetter(f"unknown customer {n}")
+
+    @app.handler("orders", group="g", block_ms=100)
+    async def handle(msg: Message) -> None:
+        check_customer(msg.fields["n"])
+
+    async with running_worker(app, redis_url):
+        await eventually(lambda: redis_client.xlen("{orders}:dlq") == 1)
+    ((_, fields),) = redis_client.xrange("{orders}:dlq")
+    trace = fields[b"dlq_traceback"].decode()
+    assert trace.startswith("Traceback (most recent call last):")
+    assert "in check_customer" in trace
+    assert trace.endswith("DeadLetter: unknown customer 1")
+    # Additive: the fields before it are as they were, the original entry's first.
+    names = list(fields)
+    assert names[names.index(b"dlq_at_ms") + 1] == b"dlq_traceback"

@@ -1,7 +1,7 @@
 """The dashboard in a real headless Chromium (Debian's), driven by Playwright, against a
 redis-server whose streams, groups, pending entries and dead letters were made by real
 ``streamworker run`` processes. Takes screenshots of the main pages: into a temp dir, or into
-docs/screenshots/ (the README's pictures) with ``STREAMWORKER_UPDATE_SCREENSHOTS=1``."""
+docs/screenshots/ (docs/dashboard.md's pictures) with ``STREAMWORKER_UPDATE_SCREENSHOTS=1``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import pytest
 import redis
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from streamworker.keys import consumer_name_key
 from streamworker.redisio import open_redis
 from streamworker.runtime.names import ConsumerNames
 from tests.dashboard.conftest import BINARY, HOSTILE, HUGE
@@ -352,8 +353,7 @@ def test_claim_a_dead_consumers_entries_with_a_click(page: Page, live: Live) -> 
     page.goto(live.base + "/group?stream=orders&group=audit")
     held = int(live.client.xpending("orders", "audit")["pending"])
     page.locator('tr[data-consumer="auditor-1"]').get_by_role("link", name="claim…").click()
-    page.fill("input[name=target]", "auditor-2")
-    page.get_by_test_id("confirm-button").click()
+    _claim_everything_to(page, "auditor-2", held)
     expect(page.get_by_test_id("notice")).to_contain_text(f"claimed {held} entries")
     owners = {
         c["name"].decode(): int(c["pending"])
@@ -362,6 +362,18 @@ def test_claim_a_dead_consumers_entries_with_a_click(page: Page, live: Live) -> 
     assert owners == {"auditor-2": held}
     row = page.locator('tr[data-consumer="auditor-2"]')
     expect(row.get_by_test_id("pending")).to_have_text(str(held))
+
+
+def _claim_everything_to(page: Page, target: str, held: int) -> None:
+    """On a claim's confirmation: a minimum idle time of 0, ``target`` (a consumer that does
+    not exist yet, so creating it is confirmed explicitly), check the count, claim."""
+    page.get_by_test_id("target").fill(target)
+    page.get_by_test_id("min-idle").fill("0")
+    page.get_by_test_id("check").click()
+    expect(page.get_by_test_id("moving")).to_have_text(str(held))
+    expect(page.get_by_test_id("warn-target-new")).to_be_visible()
+    page.get_by_test_id("create-target").check()
+    page.get_by_test_id("confirm-button").click()
 
 
 LEVELS = {"ok": 0, "warn": 1, "crit": 2}
@@ -407,8 +419,7 @@ def test_the_workers_page_shows_the_live_worker_and_the_dead_consumer(
     expect(dead.get_by_test_id("pending")).to_have_text(str(held[source]))
     shot(page, "workers", shots_dir)
     dead.get_by_test_id("claim").click()
-    page.fill("input[name=target]", "auditor-9")
-    page.get_by_test_id("confirm-button").click()
+    _claim_everything_to(page, "auditor-9", held[source])
     expect(page.get_by_test_id("notice")).to_contain_text(f"claimed {held[source]} entries")
     owners = {
         c["name"].decode(): int(c["pending"])
@@ -460,3 +471,190 @@ def test_bulk_replay_of_the_filtered_dead_letters_with_progress(
     assert live.client.xlen(live.dlq) == before - matching
     wait_for(lambda: "6" in _lines(live.out), WAIT_S, "the replayed order 6 billed")
     shot(page, "bulk-job", shots_dir)
+
+
+# --- #34: what the operator at 3 a.m. relies on -------------------------------------------------
+
+
+def _csrf(page: Page, live: Live) -> str:
+    """The session's CSRF token, from a real confirmation page."""
+    first = live.client.xrange(live.dlq, count=1)[0][0].decode()
+    page.goto(f"{live.base}/confirm?action=purge&key=%7Borders%7D%3Adlq&id={first}")
+    return page.locator("input[name=csrf]").input_value()
+
+
+def test_the_dashboard_never_purges_a_live_stream(page: Page, live: Live) -> None:
+    page.goto(live.base + "/dlq?key=orders")
+    expect(page.get_by_test_id("error")).to_contain_text("not a streamworker dead letter")
+    expect(page.get_by_test_id("purge")).to_have_count(0)
+    length = live.client.xlen("orders")
+    newest = live.client.xrevrange("orders", count=1)[0][0].decode()
+    csrf = _csrf(page, live)
+    form = {"csrf": csrf, "confirm": "yes", "key": "orders", "id": newest}
+    r = page.request.post(live.base + "/actions/purge", form=form, headers={"Origin": live.base})
+    assert "refused to purge" in r.text()  # the page it is sent back to says so
+    bulk = {"csrf": csrf, "confirm": "yes", "key": "orders", "expected": str(length)}
+    page.request.post(live.base + "/actions/bulk-purge", form=bulk, headers={"Origin": live.base})
+    assert live.client.xlen("orders") == length
+
+
+def test_a_group_whose_only_consumer_died_is_critical(
+    page: Page, live: Live, shots_dir: Path
+) -> None:
+    # The audit worker was killed holding entries: once its name record expires, no consumer
+    # of the group is live (the live refresh shows it), whatever the thresholds.
+    page.goto(live.base + "/?work_left_warn=100000&work_left_crit=200000")
+    row = page.locator('tr[data-stream="orders"][data-group="audit"]')
+    expect(row).to_have_attribute("data-level", "crit", timeout=WAIT_S * 1000)
+    expect(row.get_by_test_id("problem").filter(has_text="no live consumer")).to_have_count(1)
+    expect(row.get_by_test_id("live-consumers")).to_have_text("0")
+    billing = page.locator('tr[data-stream="orders"][data-group="billing"]')
+    expect(billing.get_by_test_id("live-consumers")).to_have_text("1")  # billing-1 runs
+    shot(page, "overview-crit", shots_dir)
+
+
+def test_a_failed_refresh_shows_a_banner_with_the_time_of_the_last_data(
+    browser: Browser, tmp_path: Path
+) -> None:
+    server = RedisServer(tmp_path / "redis").start()
+    port = free_port()
+    proc = streamworker(
+        "dashboard", "--redis-url", server.url, "--port", str(port), "--refresh-ms", "500"
+    )
+    context = browser.new_context()
+    context.set_default_timeout(WAIT_S * 1000)
+    try:
+        server.client().xadd("orders", {"n": "1"})
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(base + "/streams"), WAIT_S, "the dashboard answering")
+        pg = context.new_page()
+        pg.goto(base + "/streams")
+        expect(pg.locator('tr[data-stream="orders"]')).to_be_visible()
+        expect(pg.get_by_test_id("stale")).to_be_hidden()
+        server.stop()  # Redis gone
+        banner = pg.get_by_test_id("stale")
+        expect(banner).to_be_visible(timeout=WAIT_S * 1000)
+        expect(banner).to_contain_text("cannot reach Redis")
+        expect(pg.locator("#stale-at")).to_have_text(re.compile(r"\d"))
+        expect(pg.locator("#live")).to_have_class(re.compile("stale-data"))
+        server.start()  # back: the banner goes
+        expect(banner).to_be_hidden(timeout=WAIT_S * 1000)
+        expect(pg.locator("#live")).not_to_have_class(re.compile("stale-data"))
+    finally:
+        context.close()
+        _stop(proc)
+        server.stop()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def test_a_restarted_dashboard_shows_dead_consumers_from_what_redis_holds(
+    browser: Browser, live: Live
+) -> None:
+    key = consumer_name_key("orders", "audit", "auditor-1")
+    wait_for(lambda: not live.client.exists(key), WAIT_S, "the killed worker's record expiring")
+    port = free_port()
+    url = live.client.connection_pool.connection_kwargs
+    proc = streamworker(
+        "dashboard", "--redis-url", f"redis://127.0.0.1:{url['port']}/0", "--port", str(port)
+    )
+    context = browser.new_context()
+    context.set_default_timeout(WAIT_S * 1000)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(base + "/workers"), WAIT_S, "the new dashboard answering")
+        pg = context.new_page()
+        pg.goto(base + "/workers")
+        row = pg.locator('[data-testid=dead-workers] tr[data-consumer="auditor-1"]')
+        expect(row).to_have_attribute("data-state", "not running")
+        expect(row.get_by_test_id("last-active")).to_have_text(re.compile(r"ago$"))
+        expect(pg.locator("[data-testid=workers] tr", has_text="billing-1")).to_be_visible()
+    finally:
+        context.close()
+        _stop(proc)
+
+
+def test_the_claim_counts_what_moves_and_defaults_to_the_handlers_claim_idle_ms(
+    page: Page, live: Live, shots_dir: Path
+) -> None:
+    live.client.xadd("orders", {"n": "c1", "action": "ok"})  # read by nobody in audit yet
+    held = {
+        c["name"].decode(): int(c["pending"])
+        for c in live.client.xpending("orders", "audit")["consumers"]
+    }
+    source = max(held, key=lambda n: held[n])
+    page.goto(f"{live.base}/confirm?action=claim&stream=orders&group=audit&consumer={source}")
+    # The audit handler's claim_idle_ms is an hour (from its worker's record): nothing moves.
+    expect(page.get_by_test_id("min-idle")).to_have_value("3600000")
+    expect(page.get_by_test_id("claim-count")).to_contain_text("the handler's claim_idle_ms")
+    expect(page.get_by_test_id("moving")).to_have_text("0")
+    expect(page.get_by_test_id("no-live")).to_be_visible()  # no audit worker runs
+    page.get_by_test_id("target").fill("billing-1")
+    page.get_by_test_id("min-idle").fill("0")
+    page.get_by_test_id("check").click()
+    expect(page.get_by_test_id("moving")).to_have_text(str(held[source]))
+    expect(page.get_by_test_id("warn-target-new")).to_be_visible()
+    expect(page.get_by_test_id("create-target")).to_be_visible()
+    # Without ticking "create", the browser does not send the form, and nothing moved.
+    page.get_by_test_id("confirm-button").click()
+    expect(page.get_by_test_id("confirm")).to_be_visible()
+    assert int(live.client.xpending("orders", "audit")["pending"]) == sum(held.values())
+    shot(page, "confirm-claim", shots_dir)
+
+
+def test_the_dead_letter_page_summarises_and_shows_the_traceback(
+    page: Page, live: Live, shots_dir: Path
+) -> None:
+    page.goto(f"{live.base}/dlq?key=%7Borders%7D%3Adlq")
+    reasons = page.get_by_test_id("reason")
+    expect(reasons.first).to_be_visible()
+    total = sum(int(t) for t in page.get_by_test_id("reason-count").all_inner_texts())
+    assert total == live.client.xlen(live.dlq)
+    expect(page.get_by_test_id("at").first).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d .* UTC$"))
+    expect(page.get_by_test_id("stream-link")).to_have_text("orders")  # the way back
+    page.fill("input[name=error]", "not valid UTF-8")
+    page.get_by_test_id("apply-filter").click()
+    expect(page.get_by_test_id("match-count")).to_have_text("1")
+    page.locator("[data-testid=dead-letters] tbody tr a").first.click()
+    trace = page.get_by_test_id("traceback")
+    expect(trace).to_contain_text("Traceback (most recent call last)")
+    expect(trace).to_contain_text("not valid UTF-8")
+    shot(page, "dead-letter", shots_dir)
+
+
+def test_a_replay_keeps_the_filter_and_a_job_counts_replays_that_died_again(
+    page: Page, live: Live
+) -> None:
+    page.goto(f"{live.base}/dlq?key=%7Borders%7D%3Adlq&error=not+valid+UTF-8")
+    # The binary order can never be decoded: replayed, it is dead-lettered again at once.
+    page.get_by_test_id("bulk-replay").click()
+    page.get_by_test_id("confirm-button").click()
+    expect(page.get_by_test_id("state")).to_have_text("finished")
+    expect(page.get_by_test_id("started")).to_have_text(re.compile(r"UTC$"))
+    expect(page.get_by_test_id("ended")).to_contain_text("UTC")
+    # the live refresh shows it
+    expect(page.get_by_test_id("again")).to_have_text("1", timeout=WAIT_S * 1000)
+    page.goto(f"{live.base}/dlq?key=%7Borders%7D%3Adlq&error=not+valid+UTF-8")
+    page.get_by_test_id("replay").first.click()
+    page.get_by_test_id("confirm-button").click()
+    expect(page.get_by_test_id("notice")).to_contain_text("replayed dead letter")
+    expect(page.locator("input[name=error]")).to_have_value("not valid UTF-8")
+    expect(page.get_by_test_id("filter-summary")).to_be_visible()
+
+
+def test_charts_put_pending_on_its_own_axis_and_call_dead_letters_the_streams(
+    page: Page, live: Live
+) -> None:
+    page.goto(live.base + "/stream?stream=orders")
+    chart = page.get_by_test_id("chart").first
+    expect(chart.get_by_test_id("unit2")).to_have_text("lag (entries)")
+    expect(chart.get_by_test_id("y2-tick")).to_have_count(5)
+    page.goto(live.base + "/throughput?stream=orders&minutes=5")
+    rates = page.locator("section[data-group=billing] [data-testid=chart]").first
+    expect(rates).to_contain_text("dead-lettered (whole stream, all groups)")

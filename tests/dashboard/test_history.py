@@ -187,10 +187,16 @@ def test_the_throttle_remembers_a_bounded_number_of_addresses() -> None:
 
 def test_the_dead_letter_filter_matches_error_text_and_handler() -> None:
     flt = DeadLetterFilter(error="DECLINED", handler="app.bill")
-    assert flt.matches({"dlq_error": "card declined for order 5", "dlq_handler": "app.bill"})
-    assert not flt.matches({"dlq_error": "card declined", "dlq_handler": "app.ship"})
-    assert not flt.matches({"dlq_error": "timeout", "dlq_handler": "app.bill"})
-    assert DeadLetterFilter().matches({})
+    s = {"dlq_stream": "orders"}
+    assert flt.matches({**s, "dlq_error": "card declined for order 5", "dlq_handler": "app.bill"})
+    assert not flt.matches({**s, "dlq_error": "card declined", "dlq_handler": "app.ship"})
+    assert not flt.matches({**s, "dlq_error": "timeout", "dlq_handler": "app.bill"})
+    assert DeadLetterFilter().matches(s)
+
+
+def test_the_dead_letter_filter_never_matches_an_entry_that_is_not_a_dead_letter() -> None:
+    assert not DeadLetterFilter().matches({})
+    assert not DeadLetterFilter(error="x").matches({"dlq_error": "x"})
 
 
 def test_the_dead_letter_filter_turns_ages_into_an_id_range() -> None:

@@ -202,9 +202,10 @@ def test_claim_gives_a_consumers_entries_to_another(
     dash: TestClient, store: Store, scene: Scene
 ) -> None:
     q = "stream=orders&group=billing&consumer=c1"
-    csrf = csrf_of(dash, f"/confirm?action=claim&{q}")
+    csrf = csrf_of(dash, f"/confirm?action=claim&{q}&target=c9")
     form = {"csrf": csrf, "confirm": "yes", "stream": "orders", "group": "billing"}
-    r = dash.post("/actions/claim", data={**form, "consumer": "c1", "target": "c9"}, headers=ORIGIN)
+    claim = {**form, "consumer": "c1", "target": "c9", "create_target": "yes"}
+    r = dash.post("/actions/claim", data=claim, headers=ORIGIN)
     assert r.status_code == 303
     owners = {
         row["name"].decode(): row["pending"]

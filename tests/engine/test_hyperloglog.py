@@ -355,7 +355,7 @@ def test_randomly_corrupted_values_get_the_same_replies(
 
     Not covered: a value that ends in half an XZERO opcode is read by Redis with the byte
     in memory after the string, which an earlier in-place update may have left there; the
-    engine reads the terminator's 0 (the README lists this)."""
+    engine reads the terminator's 0 (docs/engine.md lists this)."""
     real, engine = both
     rng = random.Random(seed)
     for _ in range(60):

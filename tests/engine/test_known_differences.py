@@ -1,6 +1,6 @@
 """What the engine knowingly does differently from redis-server 7.0.15, beside the families'
-own files: each difference the README's engine section lists is one strict xfail here (or in
-the family's file), so that a fix shows up as an unexpected pass and the README is corrected.
+own files: each difference docs/engine.md lists is one strict xfail here (or in the family's
+file), so that a fix shows up as an unexpected pass and docs/engine.md is corrected.
 
 Every test states the behaviour Redis has and compares the engine with the session's
 redis-server; the xfail reason says why the engine differs.

@@ -1,6 +1,6 @@
 """Known differences that show only over a socket (the engine's RESP server beside a
 redis-server 7.0.15 of the module's own): each a strict xfail, as in test_known_differences.py,
-listed in the README's engine section."""
+listed in docs/engine.md."""
 
 from __future__ import annotations
 

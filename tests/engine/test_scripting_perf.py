@@ -3,8 +3,8 @@ of the kind streamworker runs: EVALSHA over 100 stream entries.
 
 Both run in this process through redis-py; the timings are interleaved and the best of many
 rounds is compared, which keeps the ratio steady on a shared machine. The tests check that both
-give the scripts' replies and print the ratio (``-s``); the figures are reported in the README,
-not asserted (speed is a benchmark's to show, not a test's).
+give the scripts' replies and print the ratio (``-s``); the figures are reported in docs/engine.md
+("Lua scripting"), not asserted (speed is a benchmark's to show, not a test's).
 """
 
 from __future__ import annotations

@@ -128,6 +128,13 @@ SCENARIOS: dict[str, list[Scenario]] = {
             ["s", "s:dlq"],
         ),
         Scenario(
+            "owned, with a traceback",
+            _stream_setup(),
+            ["s", "s:dlq"],
+            ["g", "2-1", "c1", "3", "ValueError: boom", "handle", "1700000000000", "Trace\n  x"],
+            ["s", "s:dlq"],
+        ),
+        Scenario(
             "not pending (acked)",
             [*_stream_setup(), ("XACK", "s", "g", "2-1")],
             ["s", "s:dlq"],
@@ -237,6 +244,26 @@ SCENARIOS: dict[str, list[Scenario]] = {
             ["5-1"],
             ["s", "s:dlq"],
             fails=True,
+        ),
+    ],
+    "purge_dead_letters": [
+        Scenario(
+            "dead letters, a live entry, a gone id",
+            [
+                ("XADD", "s:dlq", "5-1", "f", "v", "dlq_stream", "s", "dlq_id", "1-1"),
+                ("XADD", "s:dlq", "6-1", "f", "live"),
+                ("XADD", "s:dlq", "7-1", "dlq_stream", "s", "dlq_id", "2-1"),
+            ],
+            ["s:dlq"],
+            ["5-1", "6-1", "7-1", "8-1"],
+            ["s:dlq"],
+        ),
+        Scenario(
+            "a live stream",
+            [("XADD", "s", "1-1", "dlq_stream", "x"), ("XADD", "s", "2-1", "f", "v")],
+            ["s"],
+            ["2-1"],
+            ["s"],
         ),
     ],
     "check_ownership": [

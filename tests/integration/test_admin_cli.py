@@ -182,3 +182,40 @@ def test_dlq_list_of_a_named_dead_letter_stream_that_does_not_exist_says_so(
     result = run_cli("dlq", "list", "orders", "--dlq", "orders-dead", "--redis-url", redis_url)
     assert result.returncode == 2
     assert "dead-letter stream 'orders-dead' does not exist" in result.stderr
+
+
+def test_dlq_purge_refuses_a_live_stream(redis_url: str, redis_client: redis.Redis) -> None:
+    live = [redis_client.xadd("orders", {"n": str(i)}) for i in range(3)]
+    everything = run_cli(
+        "dlq", "purge", "orders", "--dlq", "orders", "--all", "--yes", "--redis-url", redis_url
+    )
+    assert everything.returncode != 0
+    assert "not a dead-letter stream" in everything.stderr
+    assert len(everything.stderr.strip().splitlines()) == 1  # one line, no traceback
+    one = run_cli(
+        "dlq",
+        "purge",
+        "orders",
+        "--dlq",
+        "orders",
+        "--id",
+        live[0].decode(),
+        "--redis-url",
+        redis_url,
+    )
+    assert one.returncode != 0
+    assert redis_client.xlen("orders") == 3
+
+
+def test_dlq_purge_of_ids_leaves_an_entry_that_is_not_a_dead_letter(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    _dead_letter(redis_client, 2)
+    stray = redis_client.xadd("{orders}:dlq", {"n": "added by hand"})
+    dead = [i.decode() for i, _ in redis_client.xrange("{orders}:dlq")][:2]
+    result = run_cli(
+        "dlq", "purge", "orders", "--id", dead[0], "--id", stray.decode(), "--redis-url", redis_url
+    )
+    assert result.returncode != 0
+    assert "not streamworker dead letters" in result.stderr
+    assert [i for i, _ in redis_client.xrange("{orders}:dlq")] == [dead[1].encode(), stray]

@@ -224,4 +224,5 @@ async def test_the_name_record_is_the_workers_heartbeat(
     assert int(record["beat_at_ms"]) >= before
     assert record["in_flight"] == "0"
     assert record["handlers"].endswith("handle")
+    assert record["claim_idle_ms"] == "60000"  # the handler's, for the dashboard's claim
     assert not redis_client.exists(key)  # released by the graceful stop

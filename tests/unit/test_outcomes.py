@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from streamworker.errors import DeadLetter, PermanentFailure, Retry
-from streamworker.outcomes import Action, decide, describe, over_delivered, retry_delay_ms
+from streamworker.outcomes import (
+    MAX_TRACEBACK_CHARS,
+    Action,
+    bounded_traceback,
+    decide,
+    describe,
+    over_delivered,
+    retry_delay_ms,
+)
 
 
 def test_success_is_acked() -> None:
@@ -63,3 +71,37 @@ def test_retry_delay_doubles_with_each_delivery_up_to_the_cap() -> None:
 def test_retry_delay_from_retry_wins() -> None:
     outcome = decide(Retry(delay_ms=5), 4, 10)
     assert retry_delay_ms(outcome, 4, 100, 1000) == 5
+
+
+def _raised(exc: BaseException) -> BaseException:
+    try:
+        raise exc
+    except BaseException as caught:
+        return caught
+
+
+def test_a_dead_letter_keeps_the_traceback_of_its_failure() -> None:
+    outcome = decide(_raised(ValueError("bad amount")), 5, 5)
+    assert outcome.action is Action.DEAD_LETTER
+    assert outcome.traceback.startswith("Traceback (most recent call last):")
+    assert "test_outcomes.py" in outcome.traceback
+    assert outcome.traceback.endswith("ValueError: bad amount")
+
+
+def test_a_retried_failure_formats_no_traceback() -> None:
+    assert decide(_raised(ValueError("x")), 1, 5).traceback == ""
+
+
+def test_a_long_traceback_keeps_its_end_within_the_bound() -> None:
+    # Chained failures, each with a long message: far more than the bound.
+    exc: BaseException | None = None
+    for i in range(20):
+        try:
+            raise RuntimeError(f"layer {i} " + "x" * 400) from exc
+        except RuntimeError as caught:
+            exc = caught
+    assert exc is not None
+    text = bounded_traceback(exc)
+    assert len(text) == MAX_TRACEBACK_CHARS
+    assert text.startswith("…")
+    assert text.endswith("RuntimeError: layer 19 " + "x" * 400)
