@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from tests.support.cluster import LocalCluster
+from tests.support.ha import prepare_db
 from tests.support.postgres import PostgresServer
 from tests.support.sentinel import SentinelSetup
 from tests.support.servers import RedisServer
@@ -54,6 +55,13 @@ def own_sentinel_setup(tmp_path: Path) -> Iterator[SentinelSetup]:
     setup = SentinelSetup(tmp_path / "sentinel").start()
     yield setup
     setup.stop()
+
+
+@pytest.fixture
+def ha_db(postgres_url: str) -> str:
+    """A PostgreSQL database for tests/apps/ha_mixed.py: streamworker's schema and the app's
+    ``ha_effects`` table."""
+    return prepare_db(postgres_url)
 
 
 @pytest.fixture
