@@ -3,6 +3,7 @@
 The public API::
 
     from streamworker import App, Message, Depends, Retry, DeadLetter, Effects
+    from streamworker import Producer, SyncProducer  # publishing without an App
 
 Everything else is importable from its module but not part of the stable surface.
 """
@@ -24,6 +25,7 @@ from streamworker.errors import (
     TargetError,
 )
 from streamworker.message import Message
+from streamworker.producer import Producer, Receipt, StreamOptions, SyncProducer
 from streamworker.settings import Settings
 from streamworker.version import __version__
 
@@ -37,11 +39,15 @@ __all__ = [
     "HandlerSpec",
     "Message",
     "PermanentFailure",
+    "Producer",
     "PublishError",
+    "Receipt",
     "ReplicaWaitTimeout",
     "Retry",
     "Settings",
+    "StreamOptions",
     "StreamworkerError",
+    "SyncProducer",
     "TargetError",
     "__version__",
 ]

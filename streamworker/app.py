@@ -465,16 +465,24 @@ class App:
 
     async def publish(self, stream: str, value: Any, **kwargs: Any) -> Receipt:
         """Publish ``value`` (a model or a mapping) to ``stream`` with this app's stream
-        defaults: :meth:`streamworker.producer.Producer.publish` on a client opened on
-        ``redis_url`` at first use (one per event loop). Keyword arguments: ``maxlen``,
+        defaults: :meth:`streamworker.producer.Producer.publish` on a client opened at first use
+        (one per event loop) on the URL a worker of this app would use: the one set by
+        :meth:`use_redis_url` (``streamworker run`` sets its own), else
+        ``STREAMWORKER_REDIS_URL``, else ``redis_url``. Keyword arguments: ``maxlen``,
         ``minid``, ``approximate``, ``id``, ``partition_key``, ``idempotency_key``,
         ``body_field``, ``wait_replicas``, ``wait_timeout_ms`` (ReplicaWaitTimeout when fewer
         replicas acknowledged the entry in time)."""
         return await self._producers.async_producer().publish(stream, value, **kwargs)
 
     def publish_sync(self, stream: str, value: Any, **kwargs: Any) -> Receipt:
-        """The blocking form of :meth:`publish` (a sync client on ``redis_url``)."""
+        """The blocking form of :meth:`publish` (a sync client on the same URL)."""
         return self._producers.sync_producer().publish(stream, value, **kwargs)
+
+    def use_redis_url(self, url: str) -> None:
+        """Make :meth:`publish` and :meth:`publish_sync` use ``url`` from now on, whatever the
+        environment says. ``streamworker run`` calls it with the URL its worker uses (the
+        ``--redis-url`` flag included), so a handler's ``app.publish`` reaches the same Redis."""
+        self._producers.bind(url)
 
     def __repr__(self) -> str:
         return f"App({self.name!r}, handlers={len(self._handlers)})"

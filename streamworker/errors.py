@@ -121,6 +121,20 @@ class DatabaseUnavailable(ConnectionLost):
     """
 
 
+class SchemaError(DatabaseUnavailable):
+    """A statement met a schema that does not fit the code: a missing table or column (SQLite
+    "no such table", "no such column", "has no column named"; PostgreSQL SQLSTATE class 42,
+    e.g. 42P01 undefined_table, 42703 undefined_column).
+
+    A deployment's mistake (a migration not run, code ahead of its schema), not the message's:
+    the consume loop pauses that handler with a capped backoff and keeps the batch in hand,
+    ``/readyz`` answers 503 naming the error, and nothing counts toward ``max_deliveries``. The
+    handler resumes by itself once the statement succeeds. A subclass of
+    :class:`DatabaseUnavailable` so that every path that gives an outage back to the loop
+    (nothing acked, the transaction rolled back) gives this back the same way.
+    """
+
+
 class ConsumerNameTaken(ConfigError):
     """Another live process owns this worker's consumer name (in one of its streams and groups).
 

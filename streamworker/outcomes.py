@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import sqlite3
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,6 +80,41 @@ def bounded_traceback(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> s
     """``exc``'s formatted traceback, cut to its last ``limit`` characters ("…" marks a cut)."""
     text = "".join(traceback.format_exception(exc)).rstrip("\n")
     return text if len(text) <= limit else "…" + text[-(limit - 1) :]
+
+
+# SQLite names a missing table or column only in the message text (its error code is the generic
+# SQLITE_ERROR); PostgreSQL's SQLSTATE class 42 is "syntax error or access rule violation":
+# undefined table/column/function, insufficient privilege... all fixed by a deployment, never by
+# a redelivery.
+_SQLITE_SCHEMA = ("no such table", "no such column", "has no column named")
+
+
+def schema_error(exc: BaseException) -> BaseException | None:
+    """The driver error in ``exc``'s chain (itself, a SQLAlchemy wrapper's ``orig``, its cause or
+    context) that says the database's schema does not fit the statement, or None.
+
+    A SQLite ``OperationalError`` naming a missing table or column, or any driver error whose
+    ``sqlstate`` is of class 42 (psycopg, asyncpg). Pure: inspects attributes, imports no driver.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        sqlstate = getattr(err, "sqlstate", None)
+        if isinstance(sqlstate, str) and sqlstate.startswith("42"):
+            return err
+        if isinstance(err, sqlite3.OperationalError) and any(
+            marker in str(err) for marker in _SQLITE_SCHEMA
+        ):
+            return err
+        orig = getattr(err, "orig", None)
+        todo.extend(
+            [orig if isinstance(orig, BaseException) else None, err.__cause__, err.__context__]
+        )
+    return None
 
 
 def decide(exc: BaseException | None, delivery_count: int, max_deliveries: int) -> Outcome:

@@ -781,6 +781,7 @@ class AppProducers:
 
     def __init__(self, app: _PublishingApp) -> None:
         self._app = app
+        self._bound_url: str | None = None
         self._declared: dict[str, StreamOptions] = {}
         self._sync: SyncProducer | None = None
         self._async: tuple[Any, Producer] | None = None
@@ -835,13 +836,33 @@ class AppProducers:
             body_field=body_fields.pop() if len(body_fields) == 1 else None,
         )
 
+    def bind(self, url: str) -> None:
+        """Publish to ``url`` from now on (the CLI's resolved URL, flag included); producers
+        already opened on another URL are dropped."""
+        if url != self._bound_url:
+            self._bound_url = url
+            self._sync = None
+            self._async = None
+
     def _url(self) -> str:
-        if not self._app.redis_url:
+        """The URL the CLI would give a worker of this app: the bound one, else
+        ``STREAMWORKER_REDIS_URL`` (through Settings, read now, at the first publish), else the
+        App's ``redis_url``."""
+        if self._bound_url is not None:
+            return self._bound_url
+        from streamworker.settings import load_settings
+
+        settings = load_settings()
+        url = settings.redis_url or self._app.redis_url
+        if url:  # with the Sentinels' password folded in, as the CLI does
+            url = settings.redis_url_or(url)
+        if not url:
             raise ConfigError(
-                f"App({self._app.name!r}) has no redis_url: pass App(..., redis_url=...) to use "
-                f"app.publish, or build a Producer on a client of your own"
+                f"App({self._app.name!r}) has no redis_url: pass App(..., redis_url=...) or set "
+                f"STREAMWORKER_REDIS_URL to use app.publish, or build a Producer on a client of "
+                f"your own"
             )
-        return self._app.redis_url
+        return url
 
     def sync_producer(self) -> SyncProducer:
         if self._sync is None:

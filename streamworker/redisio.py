@@ -804,6 +804,18 @@ def is_cluster_client(client: object) -> bool:
     return isinstance(client, aiocluster.RedisCluster | synccluster.RedisCluster)
 
 
+@contextlib.contextmanager
+def _engine_errors(url: str) -> Iterator[None]:
+    """An ``engine:///DIR`` whose directory cannot be opened (another process holds it, or its
+    files are damaged) is a configuration to fix: ConfigError, in one line."""
+    from streamworker.engine.aof import PersistenceError  # type: ignore[import-not-found,unused-ignore]
+
+    try:
+        yield
+    except PersistenceError as exc:
+        raise ConfigError(f"cannot open {redact_url(url)}: {exc}") from None
+
+
 def open_redis(
     url: str, *, socket_timeout_s: float | None = None, watch: PrimaryWatch | None = None
 ) -> aioredis.Redis:
@@ -823,7 +835,8 @@ def open_redis(
     if url.startswith("engine:"):
         from streamworker.engine.inproc import async_client  # type: ignore[import-not-found,unused-ignore]
 
-        client: aioredis.Redis = async_client(url)
+        with _engine_errors(url):
+            client: aioredis.Redis = async_client(url)
         return client
     try:
         # TCP keepalive has no meaning on a Unix socket, whose connection class refuses it.
@@ -852,7 +865,8 @@ def open_sync_redis(url: str, *, socket_timeout_s: float | None = 10.0) -> redis
     if url.startswith("engine:"):
         from streamworker.engine.inproc import sync_client  # type: ignore[import-not-found,unused-ignore]
 
-        client: redis.Redis = sync_client(url)
+        with _engine_errors(url):
+            client: redis.Redis = sync_client(url)
         return client
     try:
         return redis.Redis.from_url(

@@ -5,7 +5,9 @@ One module per command family (:mod:`.run`, :mod:`.sql`, :mod:`.admin`, :mod:`.e
 top-level parser and turns errors into exit codes.
 
 Errors a user can fix (bad target, bad URL, unreachable Redis) print one line and exit non-zero:
-2 for a command line or configuration that cannot work, 1 for a failure at run time.
+2 for a command line or configuration that cannot work, 1 for a failure at run time. One rule
+for every command: an unknown flag gets that (sub)command's usage and the error, exit 2; a
+stream or group that does not exist gets one line naming it, exit 2.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from streamworker import __version__
 from streamworker.cli.admin import add_admin_commands
 from streamworker.cli.archive import add_archive_command
 from streamworker.cli.backfill import add_backfill_command
+from streamworker.cli.common import CommandParser, unknown_before_command
 from streamworker.cli.dashboard import add_dashboard_commands
 from streamworker.cli.engine import add_engine_commands
 from streamworker.cli.produce import add_produce_commands
@@ -33,7 +36,7 @@ EXIT_CONFIG = 2
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="streamworker",
         description="Consume Redis Streams with effectively-once processing.",
     )
@@ -55,7 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``streamworker`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    unknown = unknown_before_command(parser, words)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args = parser.parse_args(words)
     try:
         return int(args.func(args))
     except ConfigError as exc:

@@ -11,6 +11,7 @@ from typing import Any
 import redis
 
 from streamworker import admin
+from streamworker.cli.common import refuse_in_memory_engine, require_group
 from streamworker.cli.produce import add_wait_flags
 from streamworker.errors import ConfigError, ConnectionLost
 from streamworker.keys import dead_letter_stream
@@ -22,6 +23,8 @@ from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 def _client(args: argparse.Namespace) -> redis.Redis:
     settings = load_settings(redis_url=args.redis_url)
     url = settings.redis_url_or(DEFAULT_REDIS_URL)
+    command = args.command if args.command != "dlq" else f"dlq {args.dlq_command}"
+    refuse_in_memory_engine(url, f"streamworker {command}")
     client = open_sync_redis(url)
     try:
         client.ping()
@@ -45,7 +48,9 @@ def _age(ms: int | None) -> str:
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:
-    report = admin.pending_report(_client(args), args.stream, args.group)
+    client = _client(args)
+    require_group(client, args.stream, args.group)
+    report = admin.pending_report(client, args.stream, args.group)
     if args.json:
         data: dict[str, Any] = {
             "stream": report.stream,
@@ -118,7 +123,9 @@ def _cmd_dlq_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_dlq_show(args: argparse.Namespace) -> int:
-    entry = admin.get_dead_letter(_client(args), _dlq_key(args), args.id)
+    client = _client(args)
+    _check_dlq_exists(client, args)
+    entry = admin.get_dead_letter(client, _dlq_key(args), args.id)
     if entry is None:
         raise ConfigError(f"no dead letter {args.id} in {_dlq_key(args)!r}")
     print(json.dumps(_slots(entry), indent=2))
@@ -129,6 +136,7 @@ def _cmd_dlq_replay(args: argparse.Namespace) -> int:
     if not args.all and not args.id:
         raise ConfigError("say which dead letters to replay: --id ID (repeatable) or --all")
     client = _client(args)
+    _check_dlq_exists(client, args)
     key = _dlq_key(args)
     progress = Progress(f"{'dry run of ' if args.dry_run else ''}replay {key}", sys.stderr)
     with progress.phase("reading the dead letters"):
@@ -174,6 +182,7 @@ def _cmd_dlq_purge(args: argparse.Namespace) -> int:
     if not args.all and not args.id:
         raise ConfigError("say which dead letters to purge: --id ID (repeatable) or --all")
     client = _client(args)
+    _check_dlq_exists(client, args)
     key = _dlq_key(args)
     if args.all and not args.yes:
         n = client.xlen(key)

@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from streamworker.cli.common import refuse_in_memory_engine
 from streamworker.cli.produce import add_wait_flags
 from streamworker.errors import ConfigError, StreamworkerError
 from streamworker.progress import Progress
@@ -33,6 +34,7 @@ def _cmd_archive(args: argparse.Namespace) -> int:
     )
     wait = ReplicaWait(settings.wait_replicas, settings.wait_timeout_ms)
     url = settings.redis_url_or(DEFAULT_REDIS_URL)
+    refuse_in_memory_engine(url, "streamworker archive")
     from streamworker.spark import redisops
 
     # A bad URL or an unreachable server fails here, before a JVM starts.

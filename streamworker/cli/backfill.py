@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from streamworker.cli.common import refuse_in_memory_engine
 from streamworker.errors import ConfigError, StreamworkerError
 from streamworker.progress import Progress
 from streamworker.redisio import redact_url
@@ -59,6 +60,7 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
     if args.partitions < 1:
         raise ConfigError("--partitions must be >= 1")
     url = settings.redis_url_or(DEFAULT_REDIS_URL)
+    refuse_in_memory_engine(url, "streamworker backfill")
     from streamworker.spark import redisops
 
     client = redisops.connect(url)

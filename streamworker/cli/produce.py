@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 
+from streamworker.cli.common import refuse_in_memory_engine
 from streamworker.errors import ConfigError, ConnectionLost
 from streamworker.extras import require_extra
 from streamworker.observability.logging import configure_logging
@@ -19,8 +20,9 @@ from streamworker.redisio import open_sync_redis, redact_url
 from streamworker.settings import DEFAULT_REDIS_URL, Settings, load_settings
 
 
-def _client(settings: Settings) -> redis.Redis:
+def _client(settings: Settings, command: str) -> redis.Redis:
     url = settings.redis_url_or(DEFAULT_REDIS_URL)
+    refuse_in_memory_engine(url, f"streamworker {command}")
     client = open_sync_redis(url)
     try:
         client.ping()
@@ -65,7 +67,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     )
     options = StreamOptions(partitions=args.partitions, body_field=args.body_field)
     producer = SyncProducer(
-        _client(settings),
+        _client(settings, "publish"),
         streams={args.stream: options},
         wait_replicas=settings.wait_replicas,
         wait_timeout_ms=settings.wait_timeout_ms,
@@ -99,11 +101,14 @@ def _cmd_relay(args: argparse.Namespace) -> int:
     configure_logging(settings.log_format, settings.log_level)
     if not settings.db_url:
         raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
+    # Before the database: relaying into an engine that dies with this process would delete
+    # the outbox rows of entries nobody can ever read.
+    client = _client(settings, "relay")
     db = SqlDatabase(settings.db_url)
     check_outbox(db)
     relay = Relay(
         db,
-        _client(settings),
+        client,
         batch_size=args.batch_size,
         window_ms=args.window_ms,
         wait_replicas=settings.wait_replicas,

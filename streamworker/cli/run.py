@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from streamworker.app import App
+from streamworker.cli.common import is_in_memory_engine, refuse_in_memory_engine
 from streamworker.cli.processes import ChildLink, Supervisor
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
 from streamworker.observability.health import HealthServer
@@ -107,6 +108,8 @@ def _redis_url(app: App, settings: Settings) -> str:
 
 async def _run(app: App, settings: Settings, link: ChildLink | None = None) -> int:
     redis_url = _redis_url(app, settings)
+    # A handler's app.publish goes where this worker reads: the flag beats the environment.
+    app.use_redis_url(redis_url)
     options = WorkerOptions(
         redis_url=redis_url,
         consumer=default_consumer_name(settings),
@@ -188,6 +191,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         link.stop_with_parent()
     try:
         app = load_target(args.target)
+        url = _redis_url(app, settings)
+        if link is None and is_in_memory_engine(url):
+            if settings.processes > 1:
+                # Each process would get an engine of its own: N unrelated, empty worlds.
+                refuse_in_memory_engine(url, "streamworker run --processes")
+            # The demo's path (an app that publishes to itself in-process) works; nothing
+            # outside this process can reach the worker, though: say so once.
+            print(
+                f"streamworker: warning: {url} lives only in this process: "
+                f"nothing else can publish to this worker, and its data is gone when it exits "
+                f"(share one with `streamworker engine serve` or engine:///DIR)",
+                file=sys.stderr,
+            )
         if link is None and settings.processes > 1:
             redis_url = _redis_url(app, settings)
             try:

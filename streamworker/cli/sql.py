@@ -12,10 +12,13 @@ import json
 import sys
 from typing import Any
 
-from streamworker.errors import ConfigError, StreamworkerError
+import redis
+
+from streamworker.cli.common import refuse_in_memory_engine, require_group
+from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError
 from streamworker.extras import require_extra
 from streamworker.progress import Progress
-from streamworker.redisio import open_redis
+from streamworker.redisio import open_redis, open_sync_redis, redact_url
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 
@@ -72,6 +75,14 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     if not settings.db_url:
         raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
     redis_url = settings.redis_url_or(DEFAULT_REDIS_URL)
+    refuse_in_memory_engine(redis_url, "streamworker prune")
+    client = open_sync_redis(redis_url)
+    try:
+        require_group(client, args.stream, args.group)
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise ConnectionLost(f"cannot reach Redis at {redact_url(redis_url)}: {exc}") from None
+    finally:
+        client.close()
     progress = Progress(f"prune {args.stream}/{args.group}", sys.stderr, unit="rows")
     # One range DELETE: nothing to count while it runs, so a phase shows it is alive.
     with progress.phase("deleting processed rows"):
@@ -82,10 +93,7 @@ def _cmd_prune(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
         return 0
     if result.cut is None:
-        print(
-            f"{args.stream} / {args.group}: nothing can be pruned (no such group, or nothing "
-            f"delivered)"
-        )
+        print(f"{args.stream} / {args.group}: nothing can be pruned (nothing delivered yet)")
     else:
         print(
             f"{args.stream} / {args.group}: deleted {result.deleted} processed row(s) with id "

@@ -73,6 +73,7 @@ from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import ProtocolError, RequestParser, encode, encode_into
 from streamworker.engine.replica_link import ReplicaLink
 from streamworker.engine.replies import OK, Frames, Push
+from streamworker.engine.versions import DEFAULT_REDIS_VERSION
 
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState
@@ -131,6 +132,8 @@ class ServerOptions:
     """Start as a replica of the master at (host, port) (REPLICAOF host port, once listening)."""
     masterauth: str | None = None
     """The password the replica gives its master (the ``masterauth`` parameter)."""
+    redis_version: str = DEFAULT_REDIS_VERSION
+    """The Redis version the engine answers as (see :mod:`streamworker.engine.versions`)."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -266,24 +269,36 @@ class _Connection(asyncio.Protocol):
             transport.close()
             self.closing = True
             return
-        client = engine.connect()
-        self.client = client
-        peer = transport.get_extra_info("peername")
-        local = transport.get_extra_info("sockname")
-        client.addr = _format_addr(peer)
-        client.laddr = _format_addr(local)
+        client = self.client
+        if client is None:
+            client = self.new_client(
+                transport.get_extra_info("peername"), transport.get_extra_info("sockname")
+            )
+        # else: accepted while a script was busy, and given its client then (HELLO and AUTH
+        # may have run on it already).
         sock = transport.get_extra_info("socket")
         if sock is not None:
             client.fd = sock.fileno()
-        default = engine.acl.default
-        client.authenticated = default.nopass and default.enabled
         client.io = self
         client.push_out = self._push
         client.push = self.push_reply
         client.kill = self.kill
+        server.connections.add(self)
+
+    def new_client(self, peer: Any, local: Any) -> ClientState:
+        """This connection's client (before its transport exists, for a connection accepted
+        while a script is busy)."""
+        server = self.server
+        engine = server.engine
+        client = engine.connect()
+        self.client = client
+        client.addr = _format_addr(peer)
+        client.laddr = _format_addr(local)
+        default = engine.acl.default
+        client.authenticated = default.nopass and default.enabled
         self.parser.authenticated = client.authenticated
         self.parser.max_bulk_len = server.max_bulk_len
-        server.connections.add(self)
+        return client
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -938,6 +953,10 @@ class EngineServer:
                     reply = self._busy_replies(target, data)
                     if reply and target.transport is not None:
                         target.transport.write(reply)
+                    if target.client is not None and target.client.closed:
+                        target.closing = True  # QUIT: closed after its reply
+                        if target.transport is not None:
+                            target.transport.close()
             else:
                 for sock, conn in self._busy_accepted:
                     if sock.fileno() == fd:
@@ -957,6 +976,11 @@ class EngineServer:
             lsock.close()
         sock.setblocking(False)
         conn = _Connection(self)
+        if len(self.connections) + len(self._busy_accepted) < self.maxclients:
+            # A client now: HELLO and AUTH run during the script (redis-py opens every new
+            # connection with HELLO 3, the one that would send SCRIPT KILL included).
+            with contextlib.suppress(OSError):
+                conn.new_client(sock.getpeername(), sock.getsockname())
         self._busy_accepted.append((sock, conn))
         self.loop.create_task(self._adopt(sock, conn))
 
@@ -964,20 +988,26 @@ class EngineServer:
         # Runs once the event loop is back: the socket becomes an ordinary connection.
         with contextlib.suppress(ValueError):
             self._busy_accepted.remove((sock, conn))
+        if conn.client is not None and conn.client.closed:  # it sent QUIT during the script
+            self.engine.disconnect(conn.client)
+            sock.close()
+            return
         try:
             await self.loop.connect_accepted_socket(lambda: conn, sock)
         except OSError:
             sock.close()
 
     def _busy_replies(self, conn: _Connection, data: bytes) -> bytes:
-        # Redis's answers while a script is busy: BUSY for everything but SCRIPT KILL and
-        # SHUTDOWN NOSAVE.
+        # Redis's answers while a script is busy: BUSY for everything but the commands flagged
+        # allow-busy in its command table (SCRIPT KILL, FUNCTION KILL/STATS, SHUTDOWN NOSAVE,
+        # the transaction's MULTI/DISCARD, and HELLO, AUTH, WATCH, UNWATCH, QUIT, RESET,
+        # REPLCONF, which run as usual).
         try:
             cmds = conn.parser.feed(data)
         except ProtocolError as exc:
             cmds = exc.commands
         out = bytearray()
-        resp = conn.client.resp if conn.client is not None else 2
+        client = conn.client
         # EVAL's runtime or the functions' one runs (never both: FCALL is noscript).
         scripts = self.engine.scripting
         functions = self.engine.functions
@@ -998,16 +1028,26 @@ class EngineServer:
                     reply = CommandError(msgs.UNKILLABLE if runtime.written else busy)
             elif name == b"function" and words == [b"stats"]:
                 reply = CommandError(busy) if is_eval else stats_reply(runtime)
-            elif name == b"shutdown" and b"nosave" in words:
-                self.exit_now("SHUTDOWN NOSAVE during a busy script")
-            elif conn.client is not None and name in (b"multi", b"discard", b"exec"):
-                reply = _busy_transaction(conn.client, name, len(argv), busy)
+            elif name == b"shutdown":
+                if b"nosave" in words:
+                    self.exit_now("SHUTDOWN NOSAVE during a busy script")
+                # Redis's shutdownCommand: only NOSAVE while a script is busy.
+                reply = CommandError(busy)
+            elif client is not None and name in (b"multi", b"discard", b"exec"):
+                reply = _busy_transaction(client, name, len(argv), busy)
+            elif client is not None and not client.closed and self.engine.allows_busy(argv):
+                ran = self.engine.execute_while_busy(client, argv)
+                reply = CommandError(busy) if isinstance(ran, Blocked) else ran
+                conn.parser.authenticated = client.authenticated
             else:
                 reply = CommandError(busy)
-                if conn.client is not None and conn.client.in_multi:
+                if client is not None and client.in_multi:
                     # Redis's rejectCommand flags the transaction: its EXEC then aborts.
-                    conn.client.multi_error = True
-            encode_into(out, reply, resp)
+                    client.multi_error = True
+            # After the command: HELLO's own reply is in the protocol it switched to.
+            encode_into(out, reply, client.resp if client is not None else 2)
+            if client is not None and client.closed:
+                break  # QUIT: nothing after it is read
         return bytes(out)
 
     def exit_now(self, why: str, status: int = 0) -> None:
@@ -1069,7 +1109,7 @@ class EngineServer:
 
 def open_engine(options: ServerOptions) -> tuple[Engine, AppendOnlyFile | None]:
     """The engine for ``options``: replayed from its data directory, or in memory."""
-    engine = Engine()
+    engine = Engine(redis_version=options.redis_version)
     aof = None
     if options.data_dir is not None:
         aof = open_persistent(
@@ -1158,8 +1198,9 @@ async def run_server(
                 installed.append((sig, signal.signal(sig, on_signal)))
         where = f"data in {aof.dir}, appendfsync {aof.policy}" if aof else "in memory only"
         _log.info(
-            "streamworker engine (Redis 7.0.15 compatible) ready to accept connections on "
+            "streamworker engine (Redis %s compatible) ready to accept connections on "
             "%s port %d (%s)",
+            engine.redis_version,
             options.bind,
             server.port,
             where,

@@ -25,7 +25,8 @@ InlineInvoke = Callable[[Message[Any], Mapping[type, Any]], Outcome]
 
 class Invoke(Protocol):
     """Runs the handler for one message with the given provided resources (e.g. a SQL session)
-    and returns the runtime's decision. It never raises for handler errors; it does raise
+    and returns the runtime's decision. It never raises for handler errors, but for a schema error
+    where the strategy pauses on them (:class:`~streamworker.errors.SchemaError`); it does raise
     CancelledError."""
 
     inline: InlineInvoke | None
@@ -197,7 +198,11 @@ class StrategyPlugin(Protocol):
     """True if it implements ``dedup_field`` (producer-side business-key dedup)."""
     supports_batch: bool
     """True if it runs batch handlers (``batch=True``: see :attr:`Invoke.batch`);
-    :class:`PlainPlugin` says False."""
+    :class:`PlainPlugin` says False.
+
+    Optional, read with a default of False: ``pauses_on_schema_errors``, True when a handler's
+    schema error (a missing table or column) is to pause the handler instead of failing the
+    message; the strategy must then undo everything of a batch whose handler raises it."""
 
     def check_options(self, *, concurrency: int) -> None:
         """Raise ConfigError for handler options this strategy cannot honour."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -24,7 +24,7 @@ import structlog
 from streamworker.app import HandlerSpec
 from streamworker.codec import MessageDecoder
 from streamworker.deps import Resolver
-from streamworker.errors import DatabaseUnavailable, PermanentFailure
+from streamworker.errors import DatabaseUnavailable, PermanentFailure, SchemaError
 from streamworker.idempotency.base import Strategy
 from streamworker.message import Message
 from streamworker.observability.metrics import OUTCOMES, Metrics
@@ -54,8 +54,10 @@ _DEAD_LETTER = LuaScript("dead_letter")
 class BatchProcessor:
     """Processes the batches of one subscription's consumer. Use from one event loop.
 
-    ``backoff`` paces the retries of a batch while the database is unavailable (shared with the
-    consume loop: a success anywhere resets it).
+    ``backoff`` paces the retries of a batch while the database is unavailable or its schema
+    does not fit (shared with the consume loop: a success anywhere resets it). ``turned`` is
+    called at every step of a schema pause: the loop is alive and waiting on purpose, so
+    liveness must not restart the process (a restart re-reads the batch, counting a delivery).
     """
 
     def __init__(
@@ -71,8 +73,10 @@ class BatchProcessor:
         backoff: Backoff,
         holdings: Holdings,
         signal: StopSignal,
+        turned: Callable[[], None] | None = None,
     ) -> None:
         self.spec = spec
+        self._turned = turned
         self.consumer = consumer
         self.holdings = holdings
         self._client = client
@@ -102,6 +106,8 @@ class BatchProcessor:
         self.last_batch_at = 0.0
         self.processed = 0
         self.failed = 0
+        self.paused: str | None = None
+        """While the handler is paused by a schema error: that error (``/readyz`` shows it)."""
         self._lock = asyncio.Lock()
         # A read or claim reply later than this (seconds after it was sent) is checked before
         # its handlers run: see runtime.late.
@@ -287,16 +293,23 @@ class BatchProcessor:
             await self._dead_letter(entry_id, count, reason, trace)
 
     async def _run_strategy(self, messages: list[Message[Any]], fresh: bool) -> list[Outcome]:
-        """The strategy's outcomes for ``messages``; while the database is unavailable, the same
-        batch again after a capped backoff.
+        """The strategy's outcomes for ``messages``; while the database is unavailable, or its
+        schema does not fit (a missing table or column: the handler is *paused*), the same batch
+        again after a capped backoff.
 
         The batch stays in hand instead of being re-read: a re-read would count a delivery per
-        attempt and dead-letter messages because of an outage. Nothing of it was acked. On stop
-        the batch is left pending as it is.
+        attempt and dead-letter messages because of an outage or a deployment's mistake. Nothing
+        of it was acked. On stop the batch is left pending as it is.
         """
         while True:
             try:
-                return await self._strategy.process(messages, self._invoke, fresh=fresh)
+                outcomes = await self._strategy.process(messages, self._invoke, fresh=fresh)
+            except SchemaError as exc:
+                fresh = False
+                if self._signal.stopping():
+                    return [NOT_STARTED] * len(messages)
+                await self._pause(exc, len(messages))
+                continue
             except DatabaseUnavailable as exc:
                 fresh = False  # the retry comes later: check again
                 if self._signal.stopping():
@@ -309,6 +322,31 @@ class BatchProcessor:
                     "database_unavailable", error=str(exc), retry_in_s=round(delay, 3)
                 )
                 await self._signal.sleep(delay)
+                continue
+            if self.paused is not None:
+                self.paused = None
+                self._log.warning("handler_resumed", batch=len(messages))
+            return outcomes
+
+    async def _pause(self, exc: SchemaError, batch: int) -> None:
+        """One step of a schema pause: readiness red with the error, one log line, a backoff."""
+        delay = self._backoff.next_delay()
+        self.paused = str(exc)
+        self._log.error(
+            "handler_paused",
+            error=str(exc),
+            retry_in_s=round(delay, 3),
+            batch=batch,
+            hint=(
+                "a table or column the handler needs is missing: run the migrations; the "
+                "batch is kept, nothing is dead-lettered, and the handler resumes by itself"
+            ),
+        )
+        if self._turned is not None:
+            self._turned()
+        await self._signal.sleep(delay)
+        if self._turned is not None:
+            self._turned()
 
     async def ack_deleted(self, ids: list[bytes]) -> None:
         """Ack entries deleted or trimmed from the stream while pending: nothing is left to

@@ -97,6 +97,7 @@ class Consumer:
             backoff=backoff,
             holdings=self.holdings,
             signal=self.signal,
+            turned=self.state.turned,
         )
         self._next_read = NextRead(
             client,

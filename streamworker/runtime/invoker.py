@@ -18,7 +18,7 @@ import structlog
 from streamworker.app import HandlerSpec
 from streamworker.deps import MessageParam, Resolver
 from streamworker.effects import Effects
-from streamworker.errors import Retry
+from streamworker.errors import Retry, SchemaError
 from streamworker.idempotency import registry
 from streamworker.message import Message
 from streamworker.observability.metrics import Metrics, observe_many
@@ -31,6 +31,8 @@ from streamworker.outcomes import (
     Outcome,
     batch_outcomes,
     decide,
+    describe,
+    schema_error,
 )
 from streamworker.runtime.threads import HandlerThreads
 
@@ -50,6 +52,11 @@ class HandlerInvoker:
 
     A batch handler (``batch=True``) is called through :attr:`batch` instead, once per batch;
     ``__call__`` and :attr:`inline` are not used for it.
+
+    With a strategy whose plug-in sets ``pauses_on_schema_errors`` (``idempotency="sql"``), a
+    handler error that says the schema does not fit (:func:`~streamworker.outcomes.schema_error`)
+    is raised as :class:`~streamworker.errors.SchemaError` instead of becoming the message's
+    outcome: the strategy rolls the batch back and the consume loop pauses the handler.
     """
 
     def __init__(
@@ -104,7 +111,13 @@ class HandlerInvoker:
         self._message_positional = self._message_only is not None and _first_positional(
             spec.func, self._message_only
         )
-        self._drops_effects = not registry.get(spec.idempotency).applies_effects
+        plugin = registry.get(spec.idempotency)
+        self._drops_effects = not plugin.applies_effects
+        # Only where a transaction holds the whole batch: the strategy rolls it back and nothing
+        # of it is acked. Lua and none ack per batch without one, and streamworker knows nothing
+        # of the database a handler of theirs writes to: a schema error there is the message's
+        # failure (retried, then dead-lettered, and replayable from the dead-letter stream).
+        self._pauses_on_schema = bool(getattr(plugin, "pauses_on_schema_errors", False))
         # Outcomes decided before the handler (over-delivered messages): see :meth:`decided`.
         self._verdicts: Mapping[str, Outcome] = {}
         # Whether debug logs are kept: the per-message "message_handled" is skipped otherwise.
@@ -252,11 +265,20 @@ class HandlerInvoker:
             run, at = [], []
         return outcomes, run, at
 
+    def _pause_on_schema_error(self, exc: BaseException) -> None:
+        """Raise SchemaError when ``exc`` says the schema does not fit and this strategy pauses
+        on that (see the class docstring)."""
+        if self._pauses_on_schema:
+            found = schema_error(exc)
+            if found is not None:
+                raise SchemaError(f"schema error in the handler: {describe(found)}") from exc
+
     def _batch_raised(
         self, run: list[Message[Any]], exc: Exception, started: float
     ) -> list[Outcome]:
         spec = self._spec
         self._timings.append(time.perf_counter() - started)
+        self._pause_on_schema_error(exc)
         if isinstance(exc, BadBatchResult):
             self._log.error("batch_result_invalid", error=str(exc), batch=len(run))
         else:
@@ -275,6 +297,10 @@ class HandlerInvoker:
         is not a result map."""
         outcomes = batch_outcomes(result, run, self._spec.max_deliveries)
         self._timings.append(time.perf_counter() - started)
+        if self._pauses_on_schema and isinstance(result, Mapping):
+            for value in result.values():
+                if isinstance(value, BaseException):
+                    self._pause_on_schema_error(value)
         for i, (msg, outcome) in enumerate(zip(run, outcomes, strict=True)):
             if outcome.action is Action.ACK:
                 if self._drops_effects and isinstance(outcome.value, Effects):
@@ -316,6 +342,7 @@ class HandlerInvoker:
                 return self._effects_dropped(msg)
             # e.g. the Effects of idempotency="lua", applied by the strategy with the ack
             return Outcome(Action.ACK, value=result)
+        self._pause_on_schema_error(exc)
         outcome = decide(exc, msg.delivery_count, self._spec.max_deliveries)
         if outcome.action is Action.LEAVE_PENDING:
             log = self._log.bind(message_id=msg.id, delivery_count=msg.delivery_count)

@@ -179,7 +179,8 @@ class Worker:
         return ok, details
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """``/readyz``: running and not shutting down, Redis answers, every group exists, and the
+        """``/readyz``: running and not shutting down, Redis answers, every group exists, no
+        handler is paused by a schema error (``paused_handlers`` names the error), and the
         idempotency database answers. Called from the HTTP thread."""
         if self._stopping.is_set():
             return False, {"shutting_down": True}
@@ -204,6 +205,14 @@ class Worker:
         if lost:
             ok = False
             details["stopped_handlers"] = lost
+        paused = {
+            f"{c.spec.stream}/{c.spec.group}": c.batches.paused
+            for c in self.consumers
+            if c.batches.paused is not None
+        }
+        if paused:
+            ok = False
+            details["paused_handlers"] = paused
         for backing in self.backings.values():
             try:
                 backing.ping()

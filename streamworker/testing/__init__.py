@@ -29,10 +29,13 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -180,8 +183,8 @@ class TestWorker:
         app: the App under test (not modified: the worker runs a copy of its handlers).
         redis_url: default a fresh ``engine://memory/<unique name>``, dropped on :meth:`stop`.
             A real ``redis://`` URL works too (the test owns that database).
-        db_url: the database of ``idempotency="sql"`` handlers (default the App's); migrated
-            on start unless ``migrate=False``.
+        db_url: the database of ``idempotency="sql"`` handlers (default the App's, else a
+            fresh SQLite file removed on stop); migrated on start unless ``migrate=False``.
         consumer: the consumer name.
         retry_backoff_ms: the backoff of failed messages in this worker (default 0: retried at
             once, so a failing handler reaches ``max_deliveries`` within a drain, with
@@ -207,6 +210,12 @@ class TestWorker:
         self._own_engine = redis_url is None
         self.redis_url = redis_url or f"engine://memory/streamworker-test-{uuid.uuid4().hex[:12]}"
         self.db_url = db_url or app.db_url
+        self._own_db: Path | None = None
+        if not self.db_url and any(s.idempotency == "sql" for s in app.handlers):
+            # SQL handlers need a database: a fresh SQLite file, migrated on start, removed
+            # on stop.
+            self._own_db = Path(tempfile.mkdtemp(prefix="streamworker-test-"))
+            self.db_url = f"sqlite:///{self._own_db / 'streamworker-test.db'}"
         self.consumer = consumer
         self._recorder = _Recorder()
         self._migrate = migrate
@@ -271,6 +280,8 @@ class TestWorker:
                 from streamworker.engine.inproc import forget_engine
 
                 forget_engine(self.redis_url)
+            if self._own_db is not None:
+                shutil.rmtree(self._own_db, ignore_errors=True)
 
     async def __aenter__(self) -> TestWorker:
         return await self.start()
@@ -370,14 +381,26 @@ class TestWorker:
 
     def _describe_left(self, left: dict[str, str], timeout_s: float) -> str:
         lines = [f"drain timed out after {timeout_s}s:"]
+        paused = {
+            f"{c.spec.stream}/{c.spec.group}": c.batches.paused
+            for c in (self._worker.consumers if self._worker is not None else [])
+            if c.batches.paused is not None
+        }
         for key, what in left.items():
             stream, _, group = key.partition("/")
             lines.append(f"  {key}: {what}")
+            if key in paused:
+                # The handler waits for the schema: the last error is the pause's, whichever
+                # statement (the handler's or the flush after it) met it.
+                lines.append(f"    handler paused: {paused[key]}")
             with contextlib.suppress(redis.ResponseError):
                 for row in self.sync_client.xpending_range(stream, group, "-", "+", 5):
                     mid = as_text(row["message_id"], errors="replace")
                     tries = self._recorder.calls.get((stream, group, mid), [])
-                    last = tries[-1].error if tries else "handler not called"
+                    if not tries:
+                        last = "handler not called"
+                    else:
+                        last = tries[-1].error or "the handler returned"
                     lines.append(
                         f"    {mid}: delivered {int(row['times_delivered'])} time(s); last: {last}"
                     )

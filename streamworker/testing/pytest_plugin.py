@@ -9,13 +9,19 @@ Fixtures:
   per test, migrated when a worker starts. Override this fixture in your ``conftest.py`` to test
   against your own database (e.g. a PostgreSQL URL).
 
-The async fixture needs pytest-asyncio (``pip install 'streamworker[testing]'``). Importing this
-module imports nothing of streamworker's runtime: the plugin loads in every pytest session of an
-environment where streamworker is installed.
+The async fixture needs pytest-asyncio (``pip install 'streamworker[testing]'``) running ``async
+def`` tests: set ``asyncio_mode = "auto"`` under ``[tool.pytest.ini_options]`` (or mark each test
+``@pytest.mark.asyncio``). In pytest-asyncio's default strict mode an unmarked ``async def`` test
+is not run by it, and pytest's own error then blames a missing plugin; this plugin says what is
+wrong instead (:func:`pytest_pyfunc_call`).
+
+Importing this module imports nothing of streamworker's runtime: the plugin loads in every pytest
+session of an environment where streamworker is installed.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +37,45 @@ try:
     from pytest_asyncio import fixture as _asyncio_fixture
 except ImportError:  # pragma: no cover - exercised only without pytest-asyncio
     _asyncio_fixture = None
+
+
+# Markers by which an async framework's plugin claims an ``async def`` test.
+_ASYNC_MARKERS = ("asyncio", "anyio", "trio")
+
+_STRICT_MODE = (
+    "{name} is an async def test, but pytest-asyncio (installed) runs only tests marked "
+    '@pytest.mark.asyncio in its strict mode; set asyncio_mode = "auto" under '
+    "[tool.pytest.ini_options] in pyproject.toml (or asyncio_mode = auto in pytest.ini), or "
+    "mark the test"
+)
+
+
+def _asyncio_mode(config: pytest.Config) -> str | None:
+    """pytest-asyncio's mode (``"strict"`` or ``"auto"``), None without pytest-asyncio."""
+    if _asyncio_fixture is None:
+        return None
+    try:
+        given = config.getoption("asyncio_mode", default=None) or config.getini("asyncio_mode")
+    except ValueError:  # the option is not registered: pytest-asyncio is not active
+        return None
+    return str(given or "strict").lower()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> None:
+    """Fail an unclaimed ``async def`` test with the real reason.
+
+    An ``async def`` test that no async plugin claimed (no asyncio/anyio/trio marker) would fail
+    with pytest's "async def functions are not natively supported ... install a suitable
+    plugin", even with pytest-asyncio installed, when it runs in strict mode. Say so, and how
+    to fix it. Everything else is left to the other hooks.
+    """
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return
+    if any(pyfuncitem.get_closest_marker(m) is not None for m in _ASYNC_MARKERS):
+        return
+    if _asyncio_mode(pyfuncitem.config) == "strict":
+        pytest.fail(_STRICT_MODE.format(name=pyfuncitem.nodeid), pytrace=False)
 
 
 @pytest.fixture

@@ -105,3 +105,43 @@ def test_a_long_traceback_keeps_its_end_within_the_bound() -> None:
     assert len(text) == MAX_TRACEBACK_CHARS
     assert text.startswith("…")
     assert text.endswith("RuntimeError: layer 19 " + "x" * 400)
+
+
+def test_schema_error_finds_sqlites_missing_table_and_column_through_wrappers() -> None:
+    import sqlite3
+
+    from sqlalchemy import exc as sa_exc
+
+    from streamworker.outcomes import schema_error
+
+    for text in ("no such table: audit", "no such column: x", "table t has no column named y"):
+        driver = sqlite3.OperationalError(text)
+        wrapped = sa_exc.OperationalError("INSERT …", {}, driver)
+        assert schema_error(wrapped) is driver
+    assert (
+        schema_error(sa_exc.OperationalError("…", {}, sqlite3.OperationalError("locked"))) is None
+    )
+
+
+def test_schema_error_takes_postgresql_sqlstate_class_42_only() -> None:
+    import psycopg.errors as pg
+    from sqlalchemy import exc as sa_exc
+
+    from streamworker.outcomes import schema_error
+
+    for cls in (pg.UndefinedTable, pg.UndefinedColumn, pg.InsufficientPrivilege):
+        driver = cls("missing")
+        assert schema_error(sa_exc.ProgrammingError("…", {}, driver)) is driver
+    for other in (pg.SerializationFailure("retry"), pg.UniqueViolation("dup"), ValueError("x")):
+        assert schema_error(other) is None
+
+
+def test_schema_error_follows_the_cause_of_a_handlers_own_exception() -> None:
+    import sqlite3
+
+    from streamworker.outcomes import schema_error
+
+    driver = sqlite3.OperationalError("no such table: audit")
+    outer = RuntimeError("could not audit")
+    outer.__cause__ = driver  # what ``raise RuntimeError(...) from driver`` sets
+    assert schema_error(outer) is driver

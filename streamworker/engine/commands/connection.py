@@ -61,7 +61,7 @@ def _hello_map(ctx: Ctx) -> Map:
     return Map(
         [
             (b"server", b"redis"),
-            (b"version", REDIS_VERSION.encode()),
+            (b"version", ctx.engine.redis_version.encode()),
             (b"proto", ctx.client.resp),
             (b"id", ctx.client.id),
             (b"mode", b"standalone"),
@@ -88,7 +88,11 @@ def _authenticate(ctx: Ctx, username: bytes, password: bytes) -> None:
     client.authenticated = True
 
 
-@command("hello", arity=-1, flags=("noscript", "loading", "stale", "fast", "no-auth", "sentinel"))
+@command(
+    "hello",
+    arity=-1,
+    flags=("noscript", "loading", "stale", "fast", "no-auth", "sentinel", "allow-busy"),
+)
 def hello(ctx: Ctx, args: list[bytes]) -> Reply:
     """HELLO [protover [AUTH user pass] [SETNAME name]] -> server info map; switches RESP."""
     ver = 0
@@ -129,7 +133,11 @@ def hello(ctx: Ctx, args: list[bytes]) -> Reply:
     return _hello_map(ctx)
 
 
-@command("auth", arity=-2, flags=("noscript", "loading", "stale", "fast", "no-auth", "sentinel"))
+@command(
+    "auth",
+    arity=-2,
+    flags=("noscript", "loading", "stale", "fast", "no-auth", "sentinel", "allow-busy"),
+)
 def auth(ctx: Ctx, args: list[bytes]) -> Reply:
     """AUTH [username] password -> OK or WRONGPASS."""
     if len(args) > 2:

@@ -1,6 +1,7 @@
 """Which SQLAlchemy and driver errors mean "the database is (or was) not usable", and their
 conversion to :class:`~streamworker.errors.DatabaseUnavailable` (:func:`database_errors`), which the
-consume loop answers by retrying the batch.
+consume loop answers by retrying the batch; a schema that does not fit (a missing table or column)
+becomes :class:`~streamworker.errors.SchemaError`, which pauses the handler.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from collections.abc import Iterator
 
 from sqlalchemy import exc as sa_exc
 
-from streamworker.errors import DatabaseUnavailable
-from streamworker.outcomes import describe
+from streamworker.errors import DatabaseUnavailable, SchemaError
+from streamworker.outcomes import describe, schema_error
 
 
 # SQLAlchemy wraps driver errors; these mean "the database is (or was) not usable", as opposed to a
@@ -28,13 +29,18 @@ def _is_unavailable(exc: BaseException) -> bool:
 @contextlib.contextmanager
 def database_errors(doing: str) -> Iterator[None]:
     """Turn the failures that mean "the database is away" into
-    :class:`~streamworker.errors.DatabaseUnavailable` (the consume loop retries the batch);
-    anything else propagates as it is."""
+    :class:`~streamworker.errors.DatabaseUnavailable` (the consume loop retries the batch), and a
+    missing table or column into :class:`~streamworker.errors.SchemaError` (checked first: SQLite
+    reports it as an OperationalError, which would otherwise read as an outage); anything else
+    propagates as it is."""
     try:
         yield
     except DatabaseUnavailable:
         raise
     except Exception as exc:
+        schema = schema_error(exc)
+        if schema is not None:
+            raise SchemaError(f"schema error while {doing}: {describe(schema)}") from exc
         if _is_unavailable(exc):
             raise DatabaseUnavailable(
                 f"database unavailable while {doing}: {describe(exc)}"

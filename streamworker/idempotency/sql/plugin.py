@@ -101,6 +101,10 @@ class SqlPlugin:
     applies_effects = False
     supports_dedup_field = False
     supports_batch = True
+    pauses_on_schema_errors = True
+    """A handler statement that meets a missing table or column pauses the handler (the batch's
+    transaction is rolled back, nothing acked) instead of failing the message: see
+    :class:`~streamworker.errors.SchemaError`."""
 
     def check_options(self, *, concurrency: int) -> None:
         """One transaction per batch, on one connection: its handlers run one after another."""
