@@ -285,6 +285,12 @@ class Metrics:
             ["stream"],
             registry=r,
         )
+        self.failovers = Counter(
+            "streamworker_failovers",
+            "Primary changes this worker saw: a Sentinel named another primary, or the primary "
+            "at a managed address answered READONLY (it was demoted).",
+            registry=r,
+        )
 
     def observe_replica_wait(self, operation: str, seconds: float, timed_out: bool) -> None:
         """Record one replica wait (a :class:`streamworker.replicawait.WaitObserver`: pass it as
