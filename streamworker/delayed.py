@@ -194,7 +194,8 @@ def decode_envelope(member: bytes) -> Envelope:
 
 
 def marker_value(due_ms: int) -> str:
-    """What an idempotency marker of a delayed publish records."""
+    """What an idempotency marker of a delayed publish records (``schedule_delayed.lua`` writes
+    the same text: keep the two in step)."""
     return f"{_MARKER_PREFIX}{due_ms}"
 
 
