@@ -17,15 +17,17 @@ from pathlib import Path
 
 import pytest
 import redis
+from structlog.testing import capture_logs
 
 from streamworker import App, Message, ReplicaWaitTimeout
-from streamworker.delayed import move_due, now_ms
+from streamworker.delayed import DelayedMover, move_due, now_ms
 from streamworker.engine.inproc import forget_engine
 from streamworker.keys import consumer_name_key, delayed_key
 from streamworker.producer import Producer, StreamOptions, SyncProducer
 from streamworker.redisio import open_redis, open_sync_redis
 from tests.support.proc import read_lines, run_cli, streamworker, wait_for
 from tests.support.replication import Replicated
+from tests.support.servers import RedisServer
 from tests.support.worker import eventually, running_worker
 
 
@@ -357,3 +359,35 @@ def test_a_keyed_delayed_publish_to_a_stopped_replica_times_out_and_its_retry_is
     again = producer.publish("jobs", {"a": "1"}, delay_ms=60_000, idempotency_key="k")
     assert again.duplicate
     assert pair.replica.client().zcard(delayed_key("jobs")) == 1
+
+
+def test_the_mover_rides_out_a_redis_outage_and_moves_what_is_due_after_it(
+    tmp_path: Path,
+) -> None:
+    server = RedisServer(tmp_path / "redis").start()
+
+    async def main() -> list[str]:
+        client = open_redis(server.url, socket_timeout_s=1.0)
+        mover = DelayedMover(client, ["jobs"], poll_ms=20, max_pause_s=0.2)
+        task = asyncio.ensure_future(mover.run())
+        try:
+            with capture_logs() as logs:
+                server.stop()
+                await eventually(
+                    lambda: any(e["event"] == "delayed_move_failed" for e in logs), 10.0, "a fail"
+                )
+                server.start()
+                SyncProducer(server.client()).publish("jobs", {"a": "1"}, delay_ms=0)
+                await eventually(lambda: server.client().xlen("jobs") == 1, 10.0, "moved")
+            assert not task.done()
+            return [e["event"] for e in logs]
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await client.aclose()
+
+    try:
+        events = asyncio.run(main())
+    finally:
+        server.stop()
+    assert "delayed_move_failed" in events
