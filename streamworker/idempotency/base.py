@@ -350,18 +350,6 @@ class HandlerConfig(Protocol):
     def claim_idle_ms(self) -> int: ...
 
 
-class WorkerConfig(Protocol):
-    """The worker options a strategy's backing may read (a
-    :class:`~streamworker.runtime.worker.WorkerOptions` is one)."""
-
-    @property
-    def db_url(self) -> str | None: ...
-    @property
-    def db_deadline_s(self) -> float: ...
-    @property
-    def prune_interval_s(self) -> float: ...
-
-
 class Backing(Protocol):
     """What a strategy's subscriptions in one worker share (the SQL strategy's database), with
     its life cycle. The worker starts it before the consume loops, asks it in ``/readyz``, runs
@@ -427,9 +415,12 @@ class StrategyPlugin(Protocol):
         ConfigError for a handler it cannot run."""
         ...
 
-    def open(self, specs: Sequence[HandlerConfig], config: WorkerConfig) -> Backing | None:
-        """The backing the worker's ``specs`` of this strategy share, or None. Raise ConfigError
-        when a setting is missing or wrong (nothing is connected yet)."""
+    def open(self, specs: Sequence[HandlerConfig], options: object | None) -> Backing | None:
+        """The backing the worker's ``specs`` of this strategy share, or None. ``options``: what
+        the worker was given for this plug-in
+        (:attr:`~streamworker.runtime.worker.WorkerOptions.strategy_options` under its name; its
+        own type, e.g. :class:`~streamworker.idempotency.sql.SqlOptions`), None when nothing.
+        Raise ConfigError when a setting is missing or wrong (nothing is connected yet)."""
         ...
 
     def build(self, spec: HandlerConfig, context: BuildContext) -> Strategy:
@@ -454,6 +445,6 @@ class PlainPlugin:
         """The handler's plain call plan (nothing provided)."""
         return build_plan(func)
 
-    def open(self, specs: Sequence[HandlerConfig], config: WorkerConfig) -> Backing | None:
+    def open(self, specs: Sequence[HandlerConfig], options: object | None) -> Backing | None:
         """Nothing shared."""
         return None
