@@ -4,6 +4,7 @@ for ``idempotency="sql"`` a real PostgreSQL 15 (a fresh database per test) and S
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 import redis
 
 from tests.support.cluster import LocalCluster
+from tests.support.hypothesis_profiles import load_profile
 from tests.support.postgres import PostgresServer
 from tests.support.servers import RedisServer
 from tests.support.sql import migrated_db_url
@@ -19,6 +21,13 @@ from tests.support.sql import migrated_db_url
 pytest_plugins = ["tests.support.timings"]
 
 _databases = itertools.count()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # Before any test module is imported (their budgets are read at import) and before
+    # hypothesis's own plugin, so that ``--hypothesis-profile NAME`` still has the last word.
+    load_profile(os.environ)
 
 
 @pytest.fixture(scope="session")

@@ -8,16 +8,17 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 import redis
 
 
-def in_ci() -> bool:
+def in_ci(environ: Mapping[str, str] | None = None) -> bool:
     """True under CI (CI=true): a missing service is then a failure, never a skip."""
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    env = os.environ if environ is None else environ
+    return env.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def missing_service(what: str) -> None:
