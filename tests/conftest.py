@@ -23,6 +23,29 @@ pytest_plugins = ["tests.support.timings"]
 _databases = itertools.count()
 
 
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The costly shared server a test needs, if any: one JVM, one 3-master cluster."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    backend = callspec.params.get("backend_url") if callspec is not None else None
+    if "spark" in fixtures:
+        return "spark"
+    if "redis_cluster" in fixtures or backend == "cluster":
+        return "cluster"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Under `pytest -n N --dist loadgroup` (pytest-xdist) every session fixture starts once per
+    # worker; the tests of the two costliest (a Spark JVM with 1 GB, the 3-master cluster) go to
+    # one worker each, so each starts once. Without xdist the marker does nothing.
+    for item in items:
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     # Before any test module is imported (their budgets are read at import) and before
