@@ -107,7 +107,7 @@ async def test_another_consumers_pending_entries_are_not_taken_by_the_backlog_re
 
     async with running_worker(app, backend_url, consumer="c1") as worker:
         await eventually(lambda: worker.consumers and worker.consumers[0].backlog_drained.is_set())
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # a delivery, were there one, would show by now
     assert seen == []
     assert len(pending_ids(sync_client, "orders", "g")) == 1
 

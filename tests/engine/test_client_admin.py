@@ -523,7 +523,7 @@ def test_a_longer_earlier_pause_is_kept_when_a_shorter_one_follows(pair: Pair) -
         writer = Conn(port)
         admin.call("CLIENT", "PAUSE", "100000", "WRITE")
         admin.call("CLIENT", "PAUSE", "10", "WRITE")
-        time.sleep(0.2)
+        time.sleep(0.2)  # the 10 ms pause has run out: only the longer one can hold the SET
         writer.send("SET", "k", "v")
         assert writer.nothing_within(0.3)
         admin.call("CLIENT", "UNPAUSE")
