@@ -35,15 +35,15 @@ def _xdist_group(item: pytest.Item) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_itemcollected(item: pytest.Item) -> None:
     # Under `pytest -n N --dist loadgroup` (pytest-xdist) every session fixture starts once per
     # worker; the tests of the two costliest (a Spark JVM with 1 GB, the 3-master cluster) go to
-    # one worker each, so each starts once. Without xdist the marker does nothing.
-    for item in items:
-        group = _xdist_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+    # one worker each, so each starts once. Marked as each item is collected: xdist reads the
+    # marker in its own pytest_collection_modifyitems, which may run before any of ours.
+    # Without xdist the marker does nothing.
+    group = _xdist_group(item)
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(tryfirst=True)
