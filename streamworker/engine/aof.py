@@ -70,12 +70,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamworker.engine.aof_rewrite import (
-    encode_call,
     encode_record,
     rewrite_records,
     select_record,
 )
 from streamworker.engine.errors import CommandError
+from streamworker.engine.framing import encode_call
 from streamworker.engine.resp import FAST_WINDOW, read_arrays
 
 if TYPE_CHECKING:

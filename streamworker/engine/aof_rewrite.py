@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamworker.engine.ids import MAX_ID, format_id
@@ -48,38 +48,6 @@ def encode_record(out: bytearray, argv: Sequence[bytes]) -> None:
 def checked(record: bytes) -> bytes:
     """An encoded record preceded by its ``#C`` checksum line."""
     return b"#C:%08x\r\n%b" % (zlib.crc32(record), record)
-
-
-def encode_call(
-    out: bytearray,
-    ops: Sequence[tuple[int, Sequence[bytes]]],
-    db: int,
-    *,
-    encode: Callable[[bytearray, Sequence[bytes]], None],
-    select: Callable[[int], bytes],
-    multi: bytes,
-    exec_: bytes,
-) -> int:
-    """Append the writes of one call, ``ops`` as (database, argv), to a stream that is in
-    database ``db``: a ``SELECT`` wherever the database changes and, for more than one write,
-    ``MULTI``/``EXEC`` around them (``MULTI`` in the first write's database, as Redis gives
-    it). The framing is the caller's (``encode``, ``select``, ``multi``, ``exec_``: the file's
-    checked records or the replication stream's plain ones). Returns the stream's database
-    afterwards."""
-    wrap = len(ops) > 1
-    if wrap:
-        if ops[0][0] != db:
-            db = ops[0][0]
-            out += select(db)
-        out += multi
-    for op_db, argv in ops:
-        if op_db != db:
-            db = op_db
-            out += select(db)
-        encode(out, argv)
-    if wrap:
-        out += exec_
-    return db
 
 
 def select_record(db: int) -> bytes:

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from streamworker.engine.replies import NULL_ARRAY, Status
 
 if TYPE_CHECKING:
-    from streamworker.engine.commands import CommandSpec
     from streamworker.engine.core import Engine
     from streamworker.engine.keyspace import Database, Keyspace
     from streamworker.engine.replies import Reply
+    from streamworker.engine.table import CommandSpec
 
 __all__ = ["NO_REPLY", "RESUME", "Blocked", "ClientIO", "ClientState", "Ctx", "OnReady", "RawPush"]
 

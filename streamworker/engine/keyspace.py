@@ -22,7 +22,15 @@ from streamworker.engine.errors import CommandError
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState, WatchedKey
 
-__all__ = ["Database", "Keyspace", "SizeMeter", "glob_match", "type_name"]
+__all__ = [
+    "Database",
+    "Keyspace",
+    "SizeMeter",
+    "discard_transaction",
+    "glob_match",
+    "type_name",
+    "unwatch_all",
+]
 
 _T = TypeVar("_T")
 
@@ -389,6 +397,16 @@ def unwatch_all(client: ClientState) -> None:
             if not entries:
                 del wk.db.watchers[wk.key]
     client.watched = []
+
+
+def discard_transaction(client: ClientState) -> None:
+    """Forget the queued commands, the MULTI state and the WATCHes (Redis's
+    discardTransaction)."""
+    client.multi_queue = []
+    client.in_multi = False
+    client.multi_error = False
+    client.dirty_cas = False
+    unwatch_all(client)
 
 
 class Keyspace:

@@ -65,11 +65,11 @@ from typing import TYPE_CHECKING, Any
 from streamworker.engine import msgs
 from streamworker.engine.aof import AppendOnlyFile, PersistenceError, open_persistent
 from streamworker.engine.commands.functions import stats_reply
-from streamworker.engine.commands.transactions import discard_transaction
 from streamworker.engine.config import parse_client_output_buffer_limit
 from streamworker.engine.context import NO_REPLY, RESUME, Blocked, RawPush
 from streamworker.engine.core import Engine
 from streamworker.engine.errors import CommandError
+from streamworker.engine.keyspace import discard_transaction
 from streamworker.engine.protocol import ProtocolError, RequestParser, encode, encode_into
 from streamworker.engine.replica_link import ReplicaLink
 from streamworker.engine.replies import OK, Frames, Push

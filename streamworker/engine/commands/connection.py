@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int, to_str, to_timeout_ms
-from streamworker.engine.commands.transactions import discard_transaction
 from streamworker.engine.context import NO_REPLY
 from streamworker.engine.errors import CommandError
+from streamworker.engine.keyspace import discard_transaction
 from streamworker.engine.numbers import parse_int
 from streamworker.engine.replies import NULL_BULK, OK, PONG, Map, SetReply, Status, Verbatim
 
