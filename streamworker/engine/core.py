@@ -26,7 +26,8 @@ from streamworker.engine.keyspecs import acl_keys, command_keys, movable_keys
 from streamworker.engine.memory import LRU_CLOCK_MAX as _LRU_CLOCK_MAX
 from streamworker.engine.memory import MemoryManager
 from streamworker.engine.monitor import monitor_line
-from streamworker.engine.pubsub import NOTIFY_EXPIRED, NOTIFY_NEW, PubSub
+from streamworker.engine.notify import NOTIFY_EXPIRED, NOTIFY_NEW
+from streamworker.engine.pubsub import PubSub
 from streamworker.engine.replication import Replication
 from streamworker.engine.replies import NULL_BULK, QUEUED
 from streamworker.engine.shebang import parse_shebang, sha1hex

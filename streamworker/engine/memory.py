@@ -52,8 +52,8 @@ from typing import TYPE_CHECKING, Any
 from streamworker.engine.keyspace import SizeMeter
 from streamworker.engine.keyspecs import command_keys, movable_keys
 from streamworker.engine.model.zset import ZSet
+from streamworker.engine.notify import NOTIFY_EVICTED
 from streamworker.engine.numbers import parse_int
-from streamworker.engine.pubsub import NOTIFY_EVICTED
 
 if TYPE_CHECKING:
     from streamworker.engine.core import Engine

@@ -20,8 +20,8 @@ from streamworker.engine.errors import CommandError
 from streamworker.engine.model import geohash
 from streamworker.engine.model.geohash import Shape
 from streamworker.engine.model.zset import ZSet
+from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_ZSET
 from streamworker.engine.numbers import parse_double
-from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_ZSET
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, Double, format_human
 
 if TYPE_CHECKING:

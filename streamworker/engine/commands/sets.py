@@ -9,8 +9,8 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
 from streamworker.engine.errors import CommandError
+from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_SET
 from streamworker.engine.numbers import LLONG_MAX, LLONG_MIN, parse_int
-from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_SET
 from streamworker.engine.replies import NULL_BULK, SetReply
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from streamworker.engine.commands._args import to_int
 from streamworker.engine.commands.sets import _ordered
 from streamworker.engine.errors import CommandError
 from streamworker.engine.model.zset import ZSet
+from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_LIST
 from streamworker.engine.numbers import strtod_prefix
-from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_LIST
 from streamworker.engine.replies import NULL_BULK
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ from streamworker.engine.model.stream import (
     StreamIDTooSmallError,
     StreamSeqOverflowError,
 )
-from streamworker.engine.pubsub import NOTIFY_STREAM
+from streamworker.engine.notify import NOTIFY_STREAM
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, OK, Map, Status
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from streamworker.engine.ids import MAX_ID, format_id, parse_ll
 from streamworker.engine.keyspecs_data import KEY_SPECS
 from streamworker.engine.model.idmp import IdmpState, content_iid
 from streamworker.engine.model.stream import ConsumerGroup, PendingEntry, Stream
-from streamworker.engine.pubsub import NOTIFY_STREAM
+from streamworker.engine.notify import NOTIFY_STREAM
 from streamworker.engine.replies import NULL_ARRAY, OK, Map
 from streamworker.engine.versions import (
     ACKDEL_SINCE,

@@ -9,6 +9,7 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
 from streamworker.engine.errors import CommandError
+from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_STRING
 from streamworker.engine.numbers import (
     LLONG_MAX,
     LLONG_MIN,
@@ -17,7 +18,6 @@ from streamworker.engine.numbers import (
     ld_parse,
     parse_int,
 )
-from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_STRING
 from streamworker.engine.replies import NULL_BULK, OK
 
 if TYPE_CHECKING:

@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
-from streamworker.engine.context import WatchedKey
 from streamworker.engine.errors import CommandError
-from streamworker.engine.keyspace import discard_transaction, unwatch_all
+from streamworker.engine.keyspace import WatchedKey, discard_transaction, unwatch_all
 from streamworker.engine.replies import NULL_ARRAY, OK, Frames
 
 if TYPE_CHECKING:

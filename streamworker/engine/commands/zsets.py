@@ -12,8 +12,8 @@ from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_double, to_int, to_long_in, to_timeout_ms
 from streamworker.engine.errors import CommandError
 from streamworker.engine.model.zset import LexBound, ScoreBound, ZSet
+from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_ZSET
 from streamworker.engine.numbers import LLONG_MAX, strtod_prefix
-from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_ZSET
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, Double, format_double
 
 if TYPE_CHECKING:
