@@ -86,7 +86,7 @@ def _lex_range(lo: bytes, hi: bytes) -> tuple[LexBound, LexBound]:
 # --- ZADD / ZINCRBY ------------------------------------------------------------------------
 
 
-def _zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
+def zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
     key = args[0]
     nx = xx = gt = lt = ch = False
     i = 1
@@ -166,13 +166,13 @@ def _zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
 @command("zadd", arity=-4, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
 def zadd(ctx: Ctx, args: list[bytes]) -> Reply:
     """ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]."""
-    return _zadd_generic(ctx, args, False)
+    return zadd_generic(ctx, args, False)
 
 
 @command("zincrby", arity=4, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
 def zincrby(ctx: Ctx, args: list[bytes]) -> Reply:
     """ZINCRBY key increment member -> new score."""
-    return _zadd_generic(ctx, args, True)
+    return zadd_generic(ctx, args, True)
 
 
 # --- lookups -------------------------------------------------------------------------------
