@@ -13,8 +13,10 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from streamworker.engine.functions import rewrite_commands
 from streamworker.engine.ids import MAX_ID, format_id
 from streamworker.engine.model.idmp import DEFAULT_DURATION_S, DEFAULT_MAXSIZE
+from streamworker.engine.model.stream import Stream
 from streamworker.engine.model.zset import ZSet
 from streamworker.engine.replies import format_double
 from streamworker.engine.versions import XNACK_SINCE
@@ -65,11 +67,8 @@ RewriteItem = bytes | list[bytes]
 def rewrite_records(engine: Engine, now_ms: int) -> Iterator[RewriteItem]:
     """The records that rebuild ``engine``'s current state (live keys only), with ``#T``
     annotations where the clock matters. Call with the engine lock held."""
-    from streamworker.engine.model.stream import Stream
-
     yield b"#T:%d\r\n" % now_ms
     # Functions first, as Redis's rewrite writes them: one FUNCTION LOAD per library.
-    from streamworker.engine.functions import rewrite_commands
 
     yield from rewrite_commands(engine)
     # Unowned pending entries (what XNACK leaves) are rewritten as XNACK ... FORCE, which only

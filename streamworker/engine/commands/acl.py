@@ -18,6 +18,7 @@ from streamworker.engine import msgs
 from streamworker.engine.acl import CATEGORIES, AclRuleError, categories_of, command_categories
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int, to_str
+from streamworker.engine.commands.connection import kill_client, log_denial
 from streamworker.engine.errors import CommandError
 from streamworker.engine.replies import NULL_BULK, OK, Double, Map, SetReply, Status
 
@@ -35,57 +36,6 @@ _REASONS = {
     model.DENIED_CHANNEL: b"channel",
     model.DENIED_AUTH: b"auth",
 }
-_LOG_GROUPING_MS = 60000
-
-
-def log_denial(
-    ctx: Ctx,
-    reason: int,
-    context: str,
-    obj: bytes,
-    username: bytes | None = None,
-    shown: Ctx | None = None,
-) -> None:
-    """Add an ACL LOG entry (Redis's addACLLogEntry): an entry like one of the 10 newest
-    (same reason, context, object and user, within 60 s) is counted again and moved to the
-    front instead; the log keeps ``acllog-max-len`` entries. ``shown``: the connection the
-    entry describes (default: ``ctx``'s)."""
-    from streamworker.engine.commands.connection import client_info_line
-
-    engine = ctx.engine
-    users = engine.acl
-    client = ctx.client
-    name = username if username is not None else client.user.name
-    now = int(time.time() * 1000)
-    shown = shown or ctx
-    cinfo = client_info_line(shown, shown.client)
-    log = users.log
-    for i, entry in enumerate(log[:10]):
-        if (
-            entry["reason"] == reason
-            and entry["context"] == context
-            and abs(entry["ctime"] - now) <= _LOG_GROUPING_MS
-            and entry["object"] == obj
-            and entry["username"] == name
-        ):
-            del log[i]
-            entry["count"] += 1
-            entry["ctime"] = now
-            entry["cinfo"] = cinfo
-            log.insert(0, entry)
-            return
-    entry = {
-        "count": 1,
-        "reason": reason,
-        "context": context,
-        "object": obj,
-        "username": name,
-        "ctime": now,
-        "cinfo": cinfo,
-    }
-    log.insert(0, entry)
-    limit = int(engine.config.get("acllog-max-len") or 0)
-    del log[limit:]
 
 
 @command("acl|whoami", arity=2, flags=("noscript", "loading", "stale"))
@@ -256,7 +206,6 @@ def _kill_pubsub_clients(ctx: Ctx, user: model.User, before: model.User) -> None
         c in upcoming for s in before.selectors for c in s.channels
     ):
         return
-    from streamworker.engine.commands.connection import kill_client
 
     engine = ctx.engine
     for client in list(engine.clients.values()):
@@ -275,7 +224,6 @@ def acl_deluser(ctx: Ctx, args: list[bytes]) -> Reply:
     connections authenticated as a deleted user are closed (the caller's after its reply)."""
     if b"default" in args:
         raise CommandError(msgs.ACL_DEFAULT_NOT_REMOVABLE)
-    from streamworker.engine.commands.connection import kill_client
 
     engine = ctx.engine
     users = engine.acl

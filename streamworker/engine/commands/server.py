@@ -15,7 +15,9 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import CommandSpec, command
 from streamworker.engine.commands._args import to_str
 from streamworker.engine.commands.acl import categories_of
+from streamworker.engine.commands.rdb import save_now
 from streamworker.engine.config import parse_percentiles
+from streamworker.engine.core import uses_wall_clock
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import glob_match
 from streamworker.engine.keyspecs import (
@@ -28,6 +30,7 @@ from streamworker.engine.keyspecs import (
 from streamworker.engine.keyspecs_data import KEY_SPECS
 from streamworker.engine.memory import STARTUP_BYTES
 from streamworker.engine.numbers import parse_int
+from streamworker.engine.rdb.files import snapshot_state
 from streamworker.engine.replies import NULL_BULK, OK, Map, Status, Verbatim
 
 _log = logging.getLogger("streamworker.engine")
@@ -68,7 +71,6 @@ def flushall(ctx: Ctx, args: list[bytes]) -> Reply:
     if ctx.engine.config.get("save"):
         # Redis 7.0 saves the empty dataset at once when save points are configured (the
         # counter starts again from zero); a failed save is only logged, as there.
-        from streamworker.engine.commands.rdb import save_now
 
         with contextlib.suppress(OSError):
             save_now(ctx.engine, "FLUSHALL")
@@ -110,8 +112,6 @@ def swapdb(ctx: Ctx, args: list[bytes]) -> Reply:
 @command("time", arity=1, flags=("loading", "stale", "fast"))
 def time_(ctx: Ctx, args: list[bytes]) -> Reply:
     """TIME -> [unix seconds, microseconds] as bulk strings."""
-    from streamworker.engine.core import uses_wall_clock
-
     # An injected test clock drives TIME too (at millisecond resolution).
     us = time.time_ns() // 1000 if uses_wall_clock(ctx.engine) else ctx.now_ms() * 1000
     return [str(us // 1_000_000).encode(), str(us % 1_000_000).encode()]
@@ -121,8 +121,6 @@ def time_(ctx: Ctx, args: list[bytes]) -> Reply:
 def lastsave(ctx: Ctx, args: list[bytes]) -> Reply:
     """LASTSAVE -> Unix time of the last successful SAVE/BGSAVE (or RDB load), else of the
     engine's start."""
-    from streamworker.engine.rdb.files import snapshot_state
-
     return snapshot_state(ctx.engine).last_save_s
 
 
@@ -256,8 +254,6 @@ def _section_memory(ctx: Ctx) -> list[str]:
 
 
 def _rdb_lines(ctx: Ctx) -> list[str]:
-    from streamworker.engine.rdb.files import snapshot_state
-
     st = snapshot_state(ctx.engine)
     running = st.bgsave_started is not None
     current = int(time.monotonic() - st.bgsave_started) if st.bgsave_started is not None else -1
@@ -273,8 +269,6 @@ def _rdb_lines(ctx: Ctx) -> list[str]:
 
 
 def _rdb_load_lines(ctx: Ctx) -> list[str]:
-    from streamworker.engine.rdb.files import snapshot_state
-
     st = snapshot_state(ctx.engine)
     return [
         f"rdb_last_load_keys_expired:{st.keys_expired}",

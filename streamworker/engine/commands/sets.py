@@ -7,7 +7,10 @@ from typing import TYPE_CHECKING
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
-from streamworker.engine.commands._args import to_int
+from streamworker.engine.commands._args import to_int, to_long_in
+from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
+from streamworker.engine.commands.keys import object_encoding, parse_cursor
+from streamworker.engine.commands.zsets import intersection_size
 from streamworker.engine.errors import CommandError
 from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_SET
 from streamworker.engine.numbers import LLONG_MAX, LLONG_MIN, parse_int
@@ -215,9 +218,6 @@ def sdiff(ctx: Ctx, args: list[bytes]) -> Reply:
 def sscan(ctx: Ctx, args: list[bytes]) -> Reply:
     """SSCAN key cursor [MATCH pattern] [COUNT count] -> [next-cursor, [members]]; an intset
     comes back whole with cursor 0."""
-    from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
-    from streamworker.engine.commands.keys import object_encoding, parse_cursor
-
     cursor = parse_cursor(args[1])
     s = _set(ctx, args[0])
     if s is None:
@@ -234,9 +234,6 @@ def sscan(ctx: Ctx, args: list[bytes]) -> Reply:
 def sintercard(ctx: Ctx, args: list[bytes]) -> Reply:
     """SINTERCARD numkeys key [key ...] [LIMIT limit] -> the size of the intersection (counting
     stops at limit; 0 = no limit)."""
-    from streamworker.engine.commands._args import to_long_in
-    from streamworker.engine.commands.zsets import intersection_size
-
     numkeys = to_long_in(args[0], 1, LLONG_MAX, msgs.NUMKEYS_NOT_POSITIVE)
     if numkeys > len(args) - 1:
         raise CommandError(msgs.SINTERCARD_TOO_MANY_KEYS)

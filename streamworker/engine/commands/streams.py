@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from itertools import repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
@@ -163,6 +163,18 @@ def _lookup_group(s: Stream | None, name: bytes) -> ConsumerGroup | None:
 # --- XADD / XTRIM -------------------------------------------------------------------------
 
 
+class RefsTrim(Protocol):
+    """The trims of Redis 8.x (:mod:`.streams_r8`): with a reference policy (DELREF, ACKED)
+    or after XADD's IDMP words. The 8.x parsers put theirs on the options they parse
+    (:attr:`AddTrimArgs.r8`), so that this module reaches the 8.x code without importing it."""
+
+    def trim(self, s: Stream, by_maxlen: bool, maxlen: int, minid: int, p: AddTrimArgs) -> int:
+        """Trim ``s`` as ``p`` says; the number of entries removed."""
+
+    def exact_args(self, s: Stream, p: AddTrimArgs) -> list[bytes]:
+        """The trim options that replay exactly what that trim removed."""
+
+
 class AddTrimArgs:
     """The parsed options of XADD / XTRIM (``streamAddTrimArgs``)."""
 
@@ -176,6 +188,7 @@ class AddTrimArgs:
         "maxlen",
         "minid",
         "nomkstream",
+        "r8",
         "refs",
         "seq_given",
         "sid",
@@ -190,6 +203,8 @@ class AddTrimArgs:
         self.limit = 0
         self.nomkstream = False
         self.refs = REFS_KEEP
+        # The 8.x trims, set by the 8.x parsers (the only ones that accept refs or IDMP).
+        self.r8: RefsTrim | None = None
         # XADD IDMP pid iid / IDMPAUTO pid (8.6): the iid is None for IDMPAUTO.
         self.idmp_pid: bytes | None = None
         self.idmp_iid: bytes | None = None
@@ -288,9 +303,8 @@ def parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool, refs: int = 0) -> Ad
 
 def _trim(s: Stream, p: AddTrimArgs) -> int:
     if p.refs:
-        from streamworker.engine.commands.streams_r8 import trim_with_refs
-
-        return trim_with_refs(s, p.strategy == _TRIM_MAXLEN, p.maxlen, p.minid, p)
+        assert p.r8 is not None, "a reference policy comes from an 8.x parser"
+        return p.r8.trim(s, p.strategy == _TRIM_MAXLEN, p.maxlen, p.minid, p)
     if p.strategy == _TRIM_MAXLEN:
         return s.trim_maxlen(p.maxlen, p.approx, p.limit)
     return s.trim_minid(p.minid, p.approx, p.limit)
@@ -396,9 +410,8 @@ def _exact_trim_args(s: Stream, p: AddTrimArgs) -> list[bytes]:
     # The trim options that remove exactly what this trim removed (Redis's
     # streamRewriteApproxSpecifier / streamRewriteTrimArgument).
     if p.refs or p.idmp_pid is not None:
-        from streamworker.engine.commands.streams_r8 import exact_trim_args_with_refs
-
-        return exact_trim_args_with_refs(s, p)
+        assert p.r8 is not None, "a reference policy or IDMP comes from an 8.x parser"
+        return p.r8.exact_args(s, p)
     if not p.approx:
         if p.strategy == _TRIM_MAXLEN:
             return [b"MAXLEN", b"=", b"%d" % p.maxlen]

@@ -220,6 +220,28 @@ def exact_trim_args_with_refs(s: Stream, p: AddTrimArgs) -> list[bytes]:
 # --- XADD / XTRIM with KEEPREF | DELREF | ACKED (8.2) ------------------------------------
 
 
+class _Trims8:
+    """This module's trims, as :class:`.streams.RefsTrim`."""
+
+    __slots__ = ()
+
+    def trim(self, s: Stream, by_maxlen: bool, maxlen: int, minid: int, p: AddTrimArgs) -> int:
+        return trim_with_refs(s, by_maxlen, maxlen, minid, p)
+
+    def exact_args(self, s: Stream, p: AddTrimArgs) -> list[bytes]:
+        return exact_trim_args_with_refs(s, p)
+
+
+_TRIMS8 = _Trims8()
+
+
+def _parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool, refs: int) -> AddTrimArgs:
+    # The 7.0 parser with the 8.x words accepted, and the 8.x trims attached.
+    p = s7.parse_add_trim(ctx, args, xadd, refs=refs)
+    p.r8 = _TRIMS8
+    return p
+
+
 @_r8(ACKDEL_SINCE, "xadd", -5, ("write", "denyoom", "fast"))
 def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
     """XADD key [NOMKSTREAM] [KEEPREF|DELREF|ACKED] [MAXLEN|MINID [=|~] threshold [LIMIT
@@ -227,14 +249,14 @@ def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
     says what trimming does to the groups' references (default KEEPREF, as in 7.0)."""
     if args[1] == b"*":
         return s7.xadd(ctx, args)
-    return s7.xadd(ctx, args, s7.parse_add_trim(ctx, args, True, refs=1))
+    return s7.xadd(ctx, args, _parse_add_trim(ctx, args, True, 1))
 
 
 @_r8(ACKDEL_SINCE, "xtrim", -4, ("write",))
 def xtrim(ctx: Ctx, args: list[bytes]) -> Reply:
     """XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count] [KEEPREF|DELREF|ACKED] ->
     number of entries removed."""
-    return s7.xtrim(ctx, args, s7.parse_add_trim(ctx, args, False, refs=1))
+    return s7.xtrim(ctx, args, _parse_add_trim(ctx, args, False, 1))
 
 
 # --- XDELEX / XACKDEL (8.2) ---------------------------------------------------------------
@@ -728,7 +750,7 @@ def xadd_idmp(ctx: Ctx, args: list[bytes]) -> Reply:
     the iid still answers with the deleted entry's ID until it expires."""
     if args[1] == b"*":
         return s7.xadd(ctx, args)
-    p = s7.parse_add_trim(ctx, args, True, refs=2)
+    p = _parse_add_trim(ctx, args, True, 2)
     pid = p.idmp_pid
     if pid is None:
         return s7.xadd(ctx, args, p)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from streamworker.engine.commands import load_commands, streams_r8
-from streamworker.engine.commands.acl import log_denial
+from streamworker.engine.commands.connection import log_denial
 from streamworker.engine.commands.rdb import scheduled_save
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class CommandModules:
         return table
 
     def log_denial(self, ctx: Ctx, reason: int, context: str, obj: bytes, shown: Ctx) -> None:
-        """An ACL LOG entry (:func:`.acl.log_denial`)."""
+        """An ACL LOG entry (:func:`.connection.log_denial`)."""
         log_denial(ctx, reason, context, obj, shown=shown)
 
     def cron(self, engine: Engine) -> None:

@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_double, to_int, to_long_in, to_timeout_ms
+from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
+from streamworker.engine.commands.hashes import random_count, random_members
+from streamworker.engine.commands.keys import object_encoding, parse_cursor
 from streamworker.engine.errors import CommandError
 from streamworker.engine.model.zset import LexBound, ScoreBound, ZSet
 from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_ZSET
@@ -536,8 +539,6 @@ def zpopmax(ctx: Ctx, args: list[bytes]) -> Reply:
 def zrandmember(ctx: Ctx, args: list[bytes]) -> Reply:
     """ZRANDMEMBER key [count [WITHSCORES]] -> a random member, or count members (distinct
     when count > 0, repeats allowed when < 0), with their scores."""
-    from streamworker.engine.commands.hashes import random_count, random_members
-
     if len(args) == 1:
         z = _zset(ctx, args[0])
         if not z:
@@ -559,9 +560,6 @@ def zrandmember(ctx: Ctx, args: list[bytes]) -> Reply:
 def zscan(ctx: Ctx, args: list[bytes]) -> Reply:
     """ZSCAN key cursor [MATCH pattern] [COUNT count] -> [next-cursor, [member, score, ...]]
     (scores as bulk strings in RESP3 too); a listpack comes back whole with cursor 0."""
-    from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
-    from streamworker.engine.commands.keys import object_encoding, parse_cursor
-
     cursor = parse_cursor(args[1])
     z = _zset(ctx, args[0])
     if z is None:
