@@ -118,6 +118,8 @@ def acl_keys(spec: CommandSpec, argv: Sequence[bytes]) -> list[tuple[int, bytes,
 
 
 def specs_complete(specs: tuple[Any, ...]) -> bool:
+    """Whether ``specs`` alone find every key of a call (no incomplete, variable-flags or
+    unknown spec: those commands need their getkeys proc)."""
     return bool(specs) and all(
         "incomplete" not in flags and "variable_flags" not in flags and begin[0] != "unknown"
         for flags, begin, _ in specs
@@ -136,7 +138,7 @@ def keys_by_specs(
 def key_indexes_by_specs(
     specs: tuple[Any, ...], argv: Sequence[bytes]
 ) -> list[tuple[int, tuple[str, ...]]] | None:
-    # keys_by_specs with argv indexes instead of the keys.
+    """keys_by_specs with argv indexes instead of the keys."""
     argc = len(argv)
     out: list[tuple[int, tuple[str, ...]]] = []
     for flags, begin, find in specs:
@@ -181,7 +183,7 @@ def key_indexes_by_specs(
 
 
 def proc_flags(name: str, specs: tuple[Any, ...], argv: list[bytes], index: int) -> tuple[str, ...]:
-    # The flags Redis's getkeys procs give the key found ``index``-th.
+    """The flags Redis's getkeys procs give the key found ``index``-th."""
     if name == "set":
         has_get = any(a.lower() == b"get" for a in argv[3:])
         return ("RW", "access", "update") if has_get else ("OW", "update")

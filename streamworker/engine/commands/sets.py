@@ -28,8 +28,8 @@ def _set(ctx: Ctx, key: bytes) -> set[bytes] | None:
 
 
 def ordered_members(members: set[bytes]) -> list[bytes]:
-    # Small all-integer sets are intsets in Redis and come back sorted numerically; keep that
-    # (deterministic, and what clients comparing against Redis see).
+    """Small all-integer sets are intsets in Redis and come back sorted numerically; keep that
+    (deterministic, and what clients comparing against Redis see)."""
     if len(members) <= _INTSET_MAX:
         nums = []
         for m in members:

@@ -78,13 +78,13 @@ REF_POLICIES: Final = {b"keepref": REFS_KEEP, b"delref": REFS_DELETE, b"acked": 
 
 
 def arg_text(arg: bytes) -> str:
-    # %s in Redis's error formats: the C string up to a NUL; the encoder blanks CR/LF.
+    """%s in Redis's error formats: the C string up to a NUL; the encoder blanks CR/LF."""
     return arg.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
 
 def typed_word(ctx: Ctx, index: int, default: str) -> str:
-    # The command/subcommand word as the client typed it, for the error texts that echo it
-    # (``default`` when the context carries no argv, e.g. a direct call).
+    """The command/subcommand word as the client typed it, for the error texts that echo it
+    (``default`` when the context carries no argv, e.g. a direct call)."""
     argv = ctx.argv
     if len(argv) > index:
         return arg_text(argv[index])
@@ -103,6 +103,8 @@ def get_stream(ctx: Ctx, key: bytes) -> Stream | None:
 
 
 def strict_id(arg: bytes) -> int:
+    """A complete stream ID (``ms-seq``) as an int; CommandError (Redis's invalid ID text)
+    otherwise."""
     sid = parse_strict_id(arg)
     if sid is None:
         raise CommandError(msgs.INVALID_STREAM_ID)
@@ -141,15 +143,15 @@ def _entries_reply(entries: list[Entry]) -> list[Any]:
 
 
 def streams_reply(ctx: Ctx, served: list[tuple[bytes, list[Any]]], plain: bool = False) -> Reply:
-    # XREAD/XREADGROUP: RESP3 map stream -> entries; RESP2 array of [stream, entries].
-    # ``plain``: the entries are fresh lists of bytes only (no nil bodies), see Map.plain.
+    """XREAD/XREADGROUP: RESP3 map stream -> entries; RESP2 array of [stream, entries].
+    ``plain``: the entries are fresh lists of bytes only (no nil bodies), see Map.plain."""
     if ctx.client.resp >= 3:
         return Map(served, plain)
     return [[key, entries] for key, entries in served]
 
 
 def group_consumer(ctx: Ctx, key: bytes, g: ConsumerGroup, name: bytes, now_ms: int) -> Consumer:
-    # XREADGROUP, XCLAIM and XAUTOCLAIM create a missing consumer, with Redis's event.
+    """XREADGROUP, XCLAIM and XAUTOCLAIM create a missing consumer, with Redis's event."""
     if name not in g.consumers:
         ctx.changed()  # a change of its own in Redis 7.0's count
         ctx.notify(NOTIFY_STREAM, b"xgroup-createconsumer", key)
@@ -215,9 +217,9 @@ class AddTrimArgs:
 
 
 def parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool, refs: int = 0) -> AddTrimArgs:
-    # streamParseAddOrTrimArgsOrReply; indexes are into args (argv without the command name).
-    # ``refs``: 1, the KEEPREF / DELREF / ACKED words are options (8.2+); 2, XADD's IDMP and
-    # IDMPAUTO too (8.6+). 0 (7.0) never looks at them.
+    """streamParseAddOrTrimArgsOrReply; indexes are into args (argv without the command name).
+    ``refs``: 1, the KEEPREF / DELREF / ACKED words are options (8.2+); 2, XADD's IDMP and
+    IDMPAUTO too (8.6+). 0 (7.0) never looks at them."""
     p = AddTrimArgs()
     limit_given = False
     n = len(args)
@@ -518,8 +520,8 @@ def read_group_new(
     noack: bool,
     delivered: list[int] | None = None,
 ) -> list[Any]:
-    # Deliver entries after the group's last-delivered ID ('>'); their IDs are appended to
-    # ``delivered`` when given.
+    """Deliver entries after the group's last-delivered ID ('>'); their IDs are appended to
+    ``delivered`` when given."""
     sids: list[int] = []
     out = s.range_reply(g.last_id + 1, MAX_ID, count, sids)
     if not out:
@@ -556,9 +558,9 @@ def read_group_history(
     count: int,
     delivered: list[int] | None = None,
 ) -> list[Any]:
-    # The consumer's own pending entries from 'start'; deleted entries come back as nil
-    # bodies and stay pending, the others count one more delivery (their IDs are appended
-    # to ``delivered`` when given).
+    """The consumer's own pending entries from 'start'; deleted entries come back as nil bodies
+    and stay pending, the others count one more delivery (their IDs are appended to
+    ``delivered`` when given)."""
     now = ctx.engine.clock()
     out: list[Any] = []
     pel = consumer.pel
@@ -595,11 +597,11 @@ def log_claims(
     with_lastid: bool,
     last_before: int | None = None,
 ) -> None:
-    # Redis's streamPropagateXCLAIM, batched: one XCLAIM ... FORCE JUSTID per (delivery time,
-    # count), which sets owner, time and count exactly (and the consumer's seen-time, at the
-    # record's clock). A group read's replicas get Redis 7.0.15's form instead: one XCLAIM
-    # per new entry (``last_before`` being the group's last-delivered-id before the read),
-    # its LASTID that entry; nothing for pending entries read again.
+    """Redis's streamPropagateXCLAIM, batched: one XCLAIM ... FORCE JUSTID per (delivery time,
+    count), which sets owner, time and count exactly (and the consumer's seen-time, at the
+    record's clock). A group read's replicas get Redis 7.0.15's form instead: one XCLAIM per new
+    entry (``last_before`` being the group's last-delivered-id before the read), its LASTID that
+    entry; nothing for pending entries read again."""
     engine = ctx.engine
     feed = engine.replication.feed
     split = with_lastid and feed is not None and engine.propagator is feed and feed.active
@@ -681,12 +683,12 @@ def log_group_read(
     delivered: list[int],
     last_before: int,
 ) -> None:
-    # What a group read did: XGROUP CREATECONSUMER for a consumer it created, XCLAIMs for
-    # the deliveries, XGROUP SETID when last-delivered-id moved (with entries-read: the file
-    # then replays exactly). A read that only refreshed the consumer's seen-time is logged
-    # as the touch read. The replicas get Redis 7.0.15's stream: the XCLAIMs alone when the
-    # read delivered (they create the consumer, and their LASTID moves the group), so the
-    # CREATECONSUMER and SETID of such a read are for the file only.
+    """What a group read did: XGROUP CREATECONSUMER for a consumer it created, XCLAIMs for the
+    deliveries, XGROUP SETID when last-delivered-id moved (with entries-read: the file then
+    replays exactly). A read that only refreshed the consumer's seen-time is logged as the touch
+    read. The replicas get Redis 7.0.15's stream: the XCLAIMs alone when the read delivered
+    (they create the consumer, and their LASTID moves the group), so the CREATECONSUMER and
+    SETID of such a read are for the file only."""
     if created:
         ctx.propagate([b"XGROUP", b"CREATECONSUMER", key, g.name, name], replicas=not delivered)
     moved = g.last_id != last_before

@@ -90,6 +90,8 @@ def _lex_range(lo: bytes, hi: bytes) -> tuple[LexBound, LexBound]:
 
 
 def zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
+    """ZADD (``incr``: ZINCRBY's form, ZADD ... INCR) over ``args`` (the key first); GEOADD
+    adds its members through it."""
     key = args[0]
     nx = xx = gt = lt = ch = False
     i = 1

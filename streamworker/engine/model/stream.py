@@ -117,7 +117,7 @@ class StreamSeqOverflowError(Exception):
 
 
 def lp_int(v: int) -> int:
-    # Bytes of an integer listpack element: encoding + back-length (always 1 here).
+    """Bytes of an integer listpack element: encoding + back-length (always 1 here)."""
     if 0 <= v <= 127:
         return 2
     if -4096 <= v <= 4095:
