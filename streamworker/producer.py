@@ -21,6 +21,10 @@ make a retry add nothing:
   above the stream's last; when the entry with exactly that id exists, the retry is reported as
   ``duplicate=True`` instead of an error.
 
+Delayed delivery: ``delay_ms=`` / ``deliver_at=`` keep the entry in the stream's delayed set until
+it is due; the workers that consume the stream move it in then (:mod:`streamworker.delayed`). Its
+receipt has ``id=None`` (the id is decided when it moves) and ``due_ms``.
+
 Thread and task safety: a :class:`Producer` is used from one event loop; a :class:`SyncProducer`
 is as thread-safe as its redis-py client (it is). Neither closes the client it was given.
 """
@@ -40,6 +44,13 @@ import redis.exceptions as rex
 from pydantic import BaseModel
 
 from streamworker.codec import FieldMap, encode
+from streamworker.delayed import (
+    due_time,
+    encode_envelope,
+    parse_marker,
+    schedule_call,
+    schedule_script,
+)
 from streamworker.errors import ConfigError, ConnectionLost, PublishError
 from streamworker.keys import partition_stream, published_marker_key
 from streamworker.partitions import check_partitioned_name, partition_of
@@ -136,11 +147,16 @@ def _check_trim(maxlen: int | None, minid: str | None) -> None:
 class Receipt:
     """Where a publish put its entry: the stream key (the partition's, when partitioned), the
     entry id, and ``duplicate=True`` when nothing was added because the idempotency key (or the
-    explicit id) had been published already: ``id`` is then the earlier entry's."""
+    explicit id) had been published already: ``id`` is then the earlier entry's.
+
+    A delayed publish (``delay_ms``/``deliver_at``) has ``id=None`` (the id is decided when the
+    entry moves into the stream) and ``due_ms``, the epoch ms at which it is due; a duplicate of
+    one reports the earlier publish's due time."""
 
     stream: str
-    id: str
+    id: str | None
     duplicate: bool = False
+    due_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +174,8 @@ class Xadd:
     # Replicas to wait for and how long; None: the producer's defaults.
     wait_replicas: int | None = None
     wait_timeout_ms: int | None = None
+    # A delayed publish: when it is due (epoch ms); it is scheduled, not added.
+    due_ms: int | None = None
 
     def script_args(self) -> list[str | bytes | int]:
         """ARGV of ``publish_once.lua``."""
@@ -200,12 +218,22 @@ def plan_publish(
     body_field: str | None = None,
     wait_replicas: int | None = None,
     wait_timeout_ms: int | None = None,
+    delay_ms: int | None = None,
+    deliver_at: Any = None,
 ) -> Xadd:
-    """Encode ``value`` and decide the stream key, id, trimming, marker and replica wait. Pure;
-    ConfigError or EncodeError for bad arguments. Per-call ``maxlen``/``minid`` replace the
-    stream's trimming; per-call ``wait_replicas``/``wait_timeout_ms`` the stream's wait."""
+    """Encode ``value`` and decide the stream key, id, trimming, marker, replica wait and (with
+    ``delay_ms``/``deliver_at``, see :func:`streamworker.delayed.due_time`) the due time. Pure
+    but for reading the clock for a delay; ConfigError or EncodeError for bad arguments.
+    Per-call ``maxlen``/``minid`` replace the stream's trimming; per-call
+    ``wait_replicas``/``wait_timeout_ms`` the stream's wait."""
     if not isinstance(stream, str) or not stream:
         raise ConfigError(f"stream must be a non-empty str, not {stream!r}")
+    due_ms = due_time(delay_ms, deliver_at)
+    if due_ms is not None and id is not None:
+        raise ConfigError(
+            "id= cannot be combined with delay_ms/deliver_at: a delayed entry's id is decided "
+            "when it enters the stream"
+        )
     if maxlen is not None or minid is not None:
         _check_trim(maxlen, minid)
         options = replace(options, maxlen=maxlen, minid=minid)
@@ -264,6 +292,7 @@ def plan_publish(
         idempotency_window_ms,
         replicas,
         timeout,
+        due_ms,
     )
 
 
@@ -342,10 +371,33 @@ def wait_terms(xadds: Sequence[Xadd]) -> tuple[str, bool, str]:
     return subject, False, "publishing again without idempotency_key= may add it twice"
 
 
+def _scripted(x: Xadd) -> tuple[LuaScript, list[str], list[str | bytes | int]] | None:
+    """The script call of a planned add that runs as a script (delayed or keyed), else None."""
+    if x.due_ms is not None:
+        envelope = encode_envelope(x.fields, x.trim, x.approximate, x.threshold)
+        return schedule_call(x.stream, x.marker, x.due_ms, x.window_ms, envelope)
+    if x.marker is not None:
+        return _PUBLISH_ONCE, [x.stream, x.marker], x.script_args()
+    return None
+
+
+def _scripts(xadds: Sequence[Xadd]) -> list[LuaScript]:
+    """The scripts ``xadds`` need, to load before pipelining EVALSHAs (on a cluster: on every
+    master)."""
+    needed = [
+        schedule_script() if x.due_ms is not None else _PUBLISH_ONCE
+        for x in xadds
+        if x.due_ms is not None or x.marker is not None
+    ]
+    return list({script.sha: script for script in needed}.values())
+
+
 def _queue(pipe: Any, x: Xadd) -> None:
     """Queue one planned add on a pipeline."""
-    if x.marker is not None:
-        pipe.execute_command("EVALSHA", _PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args())
+    call = _scripted(x)
+    if call is not None:
+        script, keys, args = call
+        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
     else:
         pipe.xadd(x.stream, dict[Any, Any](x.fields), **x.xadd_kwargs())
 
@@ -423,6 +475,8 @@ class Producer:
         body_field: str | None = None,
         wait_replicas: int | None = None,
         wait_timeout_ms: int | None = None,
+        delay_ms: int | None = None,
+        deliver_at: Any = None,
     ) -> Receipt:
         """Add ``value`` to ``stream``; returns where it went.
 
@@ -433,6 +487,11 @@ class Producer:
         on the primary; its ``retry_safe`` says whether publishing again is safe),
         ConfigError/EncodeError for bad arguments. ``wait_replicas``/``wait_timeout_ms``
         replace the stream's and the producer's for this call.
+
+        ``delay_ms`` (an integer >= 0) or ``deliver_at`` (a timezone-aware datetime) delays
+        the entry: it is scheduled in the stream's delayed set and the consuming workers move
+        it in when due (:mod:`streamworker.delayed`); the receipt then has ``id=None`` and
+        ``due_ms``. A replica wait then covers the schedule (the write a failover could lose).
         """
         xadd = self.plan(
             stream,
@@ -446,6 +505,8 @@ class Producer:
             body_field=body_field,
             wait_replicas=wait_replicas,
             wait_timeout_ms=wait_timeout_ms,
+            delay_ms=delay_ms,
+            deliver_at=deliver_at,
         )
         return await self.send(xadd)
 
@@ -455,11 +516,9 @@ class Producer:
         if wait.active:
             return (await self._send_waiting([xadd], wait, "publish"))[0]
         try:
-            if xadd.marker is not None:
-                added, entry_id = await _PUBLISH_ONCE(
-                    self.client, [xadd.stream, xadd.marker], xadd.script_args()
-                )
-                return Receipt(xadd.stream, as_text(entry_id), duplicate=not int(added))
+            call = _scripted(xadd)
+            if call is not None:
+                return _receipt(xadd, await call[0](self.client, call[1], call[2]))
             async with connection_errors():
                 entry_id = await self.client.xadd(
                     xadd.stream,
@@ -496,19 +555,14 @@ class Producer:
         wait = batch_wait(self.wait, xadds, wait_replicas, wait_timeout_ms)
         if wait.active:
             return await self._send_waiting(xadds, wait, "publish_many")
-        if any(x.marker is not None for x in xadds):
-            # Make sure the script is cached before pipelining EVALSHAs (on a cluster: on every
-            # master).
+        # Make sure the scripts are cached before pipelining EVALSHAs (on a cluster: on every
+        # master).
+        for script in _scripts(xadds):
             async with connection_errors():
-                await self.client.script_load(_PUBLISH_ONCE.source)
+                await self.client.script_load(script.source)
         pipe = self.client.pipeline(transaction=False)
         for x in xadds:
-            if x.marker is not None:
-                pipe.execute_command(
-                    "EVALSHA", _PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args()
-                )
-            else:
-                pipe.xadd(x.stream, dict[Any, Any](x.fields), **x.xadd_kwargs())
+            _queue(pipe, x)
         async with connection_errors():
             replies = await pipe.execute(raise_on_error=False)
         out = []
@@ -540,8 +594,8 @@ class Producer:
         for attempt in (1, 2):
             try:
                 async with connection_errors():
-                    if any(xadds[i].marker is not None for i in todo):
-                        await self.client.script_load(_PUBLISH_ONCE.source)
+                    for script in _scripts([xadds[i] for i in todo]):
+                        await self.client.script_load(script.source)
                     pipe = self.client.pipeline(transaction=False)
                     for i in todo:
                         _queue(pipe, xadds[i])
@@ -583,10 +637,18 @@ def outcome_unknown(xadd: Xadd, error: object) -> str:
 
 def _receipt(x: Xadd, reply: Any) -> Receipt:
     if isinstance(reply, Exception):
-        raise PublishError(f"XADD to {x.stream!r} refused: {reply}")
-    if x.marker is not None:
-        added, entry_id = reply
-        return Receipt(x.stream, as_text(entry_id), duplicate=not int(added))
+        what = "scheduling" if x.due_ms is not None else "XADD"
+        raise PublishError(f"{what} to {x.stream!r} refused: {reply}")
+    if x.due_ms is not None or x.marker is not None:
+        # publish_once.lua and schedule_delayed.lua: {1, id or due} added, {0, recorded}
+        # a duplicate, whose marker records an entry id or "delayed:<due>".
+        added, value = reply
+        if int(added):
+            if x.due_ms is not None:
+                return Receipt(x.stream, None, due_ms=x.due_ms)
+            return Receipt(x.stream, as_text(value))
+        entry_id, due_ms = parse_marker(as_text(value))
+        return Receipt(x.stream, entry_id, duplicate=True, due_ms=due_ms)
     return Receipt(x.stream, as_text(reply))
 
 
@@ -631,6 +693,8 @@ class SyncProducer:
         body_field: str | None = None,
         wait_replicas: int | None = None,
         wait_timeout_ms: int | None = None,
+        delay_ms: int | None = None,
+        deliver_at: Any = None,
     ) -> Receipt:
         """See :meth:`Producer.publish`."""
         xadd = self.plan(
@@ -645,6 +709,8 @@ class SyncProducer:
             body_field=body_field,
             wait_replicas=wait_replicas,
             wait_timeout_ms=wait_timeout_ms,
+            delay_ms=delay_ms,
+            deliver_at=deliver_at,
         )
         return self.send(xadd)
 
@@ -654,16 +720,15 @@ class SyncProducer:
         if wait.active:
             return self._send_waiting([xadd], wait, "publish")[0]
         try:
-            if xadd.marker is not None:
-                keys = [xadd.stream, xadd.marker]
-                args = xadd.script_args()
+            call = _scripted(xadd)
+            if call is not None:
+                script, keys, args = call
                 try:
-                    reply = self.client.evalsha(_PUBLISH_ONCE.sha, 2, *keys, *args)
+                    reply = self.client.evalsha(script.sha, len(keys), *keys, *args)
                 except rex.NoScriptError:
-                    self.client.script_load(_PUBLISH_ONCE.source)
-                    reply = self.client.evalsha(_PUBLISH_ONCE.sha, 2, *keys, *args)
-                added, entry_id = reply
-                return Receipt(xadd.stream, as_text(entry_id), duplicate=not int(added))
+                    self.client.script_load(script.source)
+                    reply = self.client.evalsha(script.sha, len(keys), *keys, *args)
+                return _receipt(xadd, reply)
             entry_id = self.client.xadd(
                 xadd.stream, dict[Any, Any](xadd.fields), **xadd.xadd_kwargs()
             )
@@ -693,16 +758,11 @@ class SyncProducer:
         if wait.active:
             return self._send_waiting(xadds, wait, "publish_many")
         try:
-            if any(x.marker is not None for x in xadds):
-                self.client.script_load(_PUBLISH_ONCE.source)
+            for script in _scripts(xadds):
+                self.client.script_load(script.source)
             pipe = self.client.pipeline(transaction=False)
             for x in xadds:
-                if x.marker is not None:
-                    pipe.execute_command(  # type: ignore[no-untyped-call]
-                        "EVALSHA", _PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args()
-                    )
-                else:
-                    pipe.xadd(x.stream, dict[Any, Any](x.fields), **x.xadd_kwargs())
+                _queue(pipe, x)
             replies = pipe.execute(raise_on_error=False)
         except CONNECTION_ERRORS as exc:
             raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
@@ -727,8 +787,8 @@ class SyncProducer:
             out: list[Receipt | None] = [None] * len(xadds)
             todo = list(range(len(xadds)))
             for attempt in (1, 2):
-                if any(xadds[i].marker is not None for i in todo):
-                    self.client.script_load(_PUBLISH_ONCE.source)
+                for script in _scripts([xadds[i] for i in todo]):
+                    self.client.script_load(script.source)
                 pipe = self.client.pipeline(transaction=False)
                 for i in todo:
                     _queue(pipe, xadds[i])
@@ -852,7 +912,10 @@ class AppProducers:
             return self._bound_url
         from streamworker.settings import load_settings
 
-        url = load_settings().redis_url or self._app.redis_url
+        settings = load_settings()
+        url = settings.redis_url or self._app.redis_url
+        if url:  # with the Sentinels' password folded in, as the CLI does
+            url = settings.redis_url_or(url)
         if not url:
             raise ConfigError(
                 f"App({self._app.name!r}) has no redis_url: pass App(..., redis_url=...) or set "

@@ -25,7 +25,7 @@ from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, 
 from streamworker.observability.health import HealthServer
 from streamworker.observability.logging import configure_logging
 from streamworker.observability.metrics import Metrics
-from streamworker.redisio import connection_errors, open_redis, redact_url
+from streamworker.redisio import connection_errors, discover_primary, open_redis, redact_url
 from streamworker.runtime.worker import Worker, WorkerOptions
 from streamworker.settings import DEFAULT_REDIS_URL, Settings, load_settings
 
@@ -93,6 +93,9 @@ def default_consumer_name(settings: Settings) -> str:
 async def _check_redis(url: str) -> None:
     client = open_redis(url, socket_timeout_s=5.0)
     try:
+        # Through Sentinels: ConfigError when they monitor no such service (a typo that no
+        # retry fixes), ConnectionLost when none answers.
+        await discover_primary(client)
         async with connection_errors():
             await client.ping()
     finally:
@@ -100,7 +103,7 @@ async def _check_redis(url: str) -> None:
 
 
 def _redis_url(app: App, settings: Settings) -> str:
-    return settings.redis_url or app.redis_url or DEFAULT_REDIS_URL
+    return settings.redis_url_or(app.redis_url or DEFAULT_REDIS_URL)
 
 
 async def _run(app: App, settings: Settings, link: ChildLink | None = None) -> int:
@@ -120,6 +123,7 @@ async def _run(app: App, settings: Settings, link: ChildLink | None = None) -> i
         db_deadline_s=settings.db_deadline_s,
         redis_timeout_s=settings.redis_timeout_s,
         tracing=settings.tracing,
+        delayed_poll_ms=settings.delayed_poll_ms,
     )
     try:
         await _check_redis(redis_url)
