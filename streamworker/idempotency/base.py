@@ -181,24 +181,32 @@ class Batch:
         self.run_blocking = run_blocking
         self.next_read = next_read
         self.fresh = fresh
+        # Built from the runners and the verdicts, never from this object's own methods: a
+        # bound method kept on the instance would make every batch a reference cycle, its
+        # messages freed only by the cyclic collector.
         self.handle_batch = self.handle_batch_inline = None
         self.handle_inline = None
         if run_handler is not None:
             inline = run_handler.inline
-            # Without verdicts (nearly every batch) the handler is called directly: no extra
-            # call per message on the hot path.
             if not verdicts:
+                # Nearly every batch: the handler is called directly, no extra call per message.
                 self.handle = run_handler
                 self.handle_inline = inline
             else:
-                self.handle = self._handle_decided
+                self.handle = _decided(verdicts, run_handler)
                 if inline is not None:
-                    self.handle_inline = self._handle_decided_inline
+                    self.handle_inline = _decided_inline(verdicts, inline)
         else:
+            assert run_batch_handler is not None
+            batch_inline = run_batch_handler.inline
             self.handle = _no_single_handler
-            self.handle_batch = self._handle_batch
-            if run_batch_handler is not None and run_batch_handler.inline is not None:
-                self.handle_batch_inline = self._handle_batch_inline
+            if not verdicts:
+                self.handle_batch = run_batch_handler
+                self.handle_batch_inline = batch_inline
+            else:
+                self.handle_batch = _decided_batch(verdicts, run_batch_handler)
+                if batch_inline is not None:
+                    self.handle_batch_inline = _decided_batch_inline(verdicts, batch_inline)
 
     def stale(self) -> Batch:
         """The same batch, no longer fresh (retried after a wait)."""
@@ -213,61 +221,71 @@ class Batch:
             next_read=self.next_read,
         )
 
-    def _handle_decided(
-        self, msg: Message[Any], provided: Mapping[type, Any]
-    ) -> Awaitable[Outcome]:
-        verdict = self.verdicts.get(msg.id)
+
+def _decided(
+    verdicts: Mapping[str, Outcome], run: RunHandler
+) -> Callable[[Message[Any], Mapping[type, Any]], Awaitable[Outcome]]:
+    """:attr:`Batch.handle` for a batch with verdicts."""
+
+    def handle(msg: Message[Any], provided: Mapping[type, Any]) -> Awaitable[Outcome]:
+        verdict = verdicts.get(msg.id)
+        return _ready(verdict) if verdict is not None else run(msg, provided)
+
+    return handle
+
+
+def _decided_inline(verdicts: Mapping[str, Outcome], inline: InlineRun) -> InlineRun:
+    """:attr:`Batch.handle_inline` for a batch with verdicts."""
+
+    def handle(msg: Message[Any], provided: Mapping[type, Any]) -> Outcome:
+        verdict = verdicts.get(msg.id)
+        return verdict if verdict is not None else inline(msg, provided)
+
+    return handle
+
+
+def _split(
+    verdicts: Mapping[str, Outcome], msgs: Sequence[Message[Any]]
+) -> tuple[list[Outcome | None], list[Message[Any]], list[int]]:
+    """The verdicts of ``msgs`` by position, the messages to pass to the handler and their
+    positions in ``msgs``."""
+    outcomes: list[Outcome | None] = [None] * len(msgs)
+    run: list[Message[Any]] = []
+    at: list[int] = []
+    for i, msg in enumerate(msgs):
+        verdict = verdicts.get(msg.id)
         if verdict is not None:
-            return _ready(verdict)
-        assert self.run_handler is not None
-        return self.run_handler(msg, provided)
+            outcomes[i] = verdict
+        else:
+            run.append(msg)
+            at.append(i)
+    return outcomes, run, at
 
-    def _handle_decided_inline(self, msg: Message[Any], provided: Mapping[type, Any]) -> Outcome:
-        verdict = self.verdicts.get(msg.id)
-        if verdict is not None:
-            return verdict
-        assert self.run_handler is not None
-        assert self.run_handler.inline is not None
-        return self.run_handler.inline(msg, provided)
 
-    def _split(
-        self, msgs: Sequence[Message[Any]]
-    ) -> tuple[list[Outcome | None], list[Message[Any]], list[int]]:
-        """The verdicts of ``msgs`` by position, the messages to pass to the handler and their
-        positions in ``msgs``."""
-        verdicts = self.verdicts
-        outcomes: list[Outcome | None] = [None] * len(msgs)
-        if not verdicts:
-            return outcomes, list(msgs), list(range(len(msgs)))
-        run: list[Message[Any]] = []
-        at: list[int] = []
-        for i, msg in enumerate(msgs):
-            verdict = verdicts.get(msg.id)
-            if verdict is not None:
-                outcomes[i] = verdict
-            else:
-                run.append(msg)
-                at.append(i)
-        return outcomes, run, at
+def _decided_batch(
+    verdicts: Mapping[str, Outcome], call: RunBatchHandler
+) -> Callable[[Sequence[Message[Any]], Mapping[type, Any]], Awaitable[BatchOutcomes]]:
+    """:attr:`Batch.handle_batch` for a batch with verdicts: one call for the others."""
 
-    async def _handle_batch(
-        self, msgs: Sequence[Message[Any]], provided: Mapping[type, Any]
-    ) -> BatchOutcomes:
-        outcomes, run, at = self._split(msgs)
-        if not run:
-            return _joined(outcomes, at, BatchOutcomes([], raised=False))
-        assert self.run_batch_handler is not None
-        return _joined(outcomes, at, await self.run_batch_handler(run, provided))
+    async def handle(msgs: Sequence[Message[Any]], provided: Mapping[type, Any]) -> BatchOutcomes:
+        outcomes, run, at = _split(verdicts, msgs)
+        ran = await call(run, provided) if run else BatchOutcomes([], raised=False)
+        return _joined(outcomes, at, ran)
 
-    def _handle_batch_inline(
-        self, msgs: Sequence[Message[Any]], provided: Mapping[type, Any]
-    ) -> BatchOutcomes:
-        outcomes, run, at = self._split(msgs)
-        if not run:
-            return _joined(outcomes, at, BatchOutcomes([], raised=False))
-        assert self.run_batch_handler is not None
-        assert self.run_batch_handler.inline is not None
-        return _joined(outcomes, at, self.run_batch_handler.inline(run, provided))
+    return handle
+
+
+def _decided_batch_inline(
+    verdicts: Mapping[str, Outcome], inline: BatchInlineRun
+) -> BatchInlineRun:
+    """:attr:`Batch.handle_batch_inline` for a batch with verdicts."""
+
+    def handle(msgs: Sequence[Message[Any]], provided: Mapping[type, Any]) -> BatchOutcomes:
+        outcomes, run, at = _split(verdicts, msgs)
+        ran = inline(run, provided) if run else BatchOutcomes([], raised=False)
+        return _joined(outcomes, at, ran)
+
+    return handle
 
 
 async def _ready(outcome: Outcome) -> Outcome:
