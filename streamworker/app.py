@@ -62,8 +62,8 @@ class HandlerSpec:
     partition_of: str | None = None
     """The logical stream when ``stream`` is one partition of a partitioned stream."""
     ordered: bool = False
-    """Per-partition ordering: one consumer at a time holds the stream's lease and handles its
-    messages in id order, a failing message blocking the rest (see runtime.ordering)."""
+    """Per-partition ordering: one consumer at a time holds the stream's partition lock and
+    handles its messages in id order, a failing message blocking the rest (see runtime.ordering)."""
     recreate_lost_group: bool = False
     """A group deleted while the worker runs is re-created at ``start_id`` (every entry from there
     is delivered again) instead of stopping this handler."""
@@ -239,8 +239,8 @@ class App:
                 each with its own dead-letter stream ``{stream:pN}:dlq``. Must match the
                 producers' count.
             ordered: per-key ordering. Each stream (each partition) is handled by at most one
-                consumer of the group at a time, which holds a lease in Redis (renewed while it
-                works; taken over ``claim_idle_ms`` after its holder stopped renewing), and its
+                consumer of the group at a time, which holds a partition lock in Redis (renewed
+                while it works; taken over ``claim_idle_ms`` after its holder stopped renewing), and its
                 messages are handled in id order, even across retries: a failing message blocks
                 its stream until it succeeds or is dead-lettered. Needs ``concurrency=1``. Off by
                 default (the group balances messages over its consumers).
