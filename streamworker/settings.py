@@ -19,7 +19,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamworker.errors import ConfigError
-from streamworker.redisio import validate_redis_url
+from streamworker.io.redisio import validate_redis_url
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 

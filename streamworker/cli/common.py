@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import redis
 
 from streamworker.errors import ConfigError
-from streamworker.redisio import as_text
+from streamworker.io.redisio import as_text
 
 
 class CommandParser(argparse.ArgumentParser):

@@ -26,7 +26,7 @@ one stream in one group):
 
 Publishing with ``wait_replicas`` (labelled ``operation``: ``publish``, ``publish_many``,
 ``relay``, ``dlq_replay``, ``spark_commit``, ``archive_trim``; see
-:mod:`streamworker.replicawait`):
+:mod:`streamworker.io.replicawait`):
 
 * ``streamworker_publish_wait_seconds{operation}`` — from sending a write to its replicas'
   acknowledgement (the write and its WAIT are one round trip), timed-out waits included.
@@ -268,7 +268,7 @@ class Metrics:
         )
 
     def observe_replica_wait(self, operation: str, seconds: float, timed_out: bool) -> None:
-        """Record one replica wait (a :class:`streamworker.replicawait.WaitObserver`: pass it as
+        """Record one replica wait (a :class:`streamworker.io.replicawait.WaitObserver`: pass it as
         a producer's ``wait_observer``). Thread-safe."""
         self.publish_wait.labels(operation=operation).observe(seconds)
         if timed_out:

@@ -24,15 +24,15 @@ import redis.exceptions as rex
 import structlog
 
 from streamworker.app import App, HandlerSpec
-from streamworker.deps import Resolver
+from streamworker.core.deps import Resolver
 from streamworker.errors import ConfigError, ConnectionLost, ConsumerNameTaken
 from streamworker.extras import require_extra
 from streamworker.idempotency import registry
 from streamworker.idempotency.base import Backing, BuildContext, Strategy
 from streamworker.idempotency.deadline import DEFAULT_DB_DEADLINE_S
+from streamworker.io.redisio import open_redis, open_sync_redis, redact_url
 from streamworker.observability.metrics import GroupStateCollector, Metrics
 from streamworker.observability.state import missing_groups, read_group_states
-from streamworker.redisio import open_redis, open_sync_redis, redact_url
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.names import ConsumerNames

@@ -18,10 +18,10 @@ import redis
 import redis.exceptions as rex
 
 from streamworker.errors import StreamworkerError
-from streamworker.keys import hash_tag, partition_stream
-from streamworker.partitions import MAX_PARTITIONS
-from streamworker.redisio import LuaScript, as_text, is_cluster_client, open_sync_redis
-from streamworker.replicawait import NO_WAIT, ReplicaWait, Stopwatch, WaitObserver
+from streamworker.io.keys import hash_tag, partition_stream
+from streamworker.io.redisio import LuaScript, as_text, is_cluster_client, open_sync_redis
+from streamworker.io.replicawait import NO_WAIT, ReplicaWait, Stopwatch, WaitObserver
+from streamworker.producing.partitions import MAX_PARTITIONS
 from streamworker.spark.options import is_glob
 from streamworker.spark.ranges import (
     MAX_PART,

@@ -42,12 +42,12 @@ import redis
 import redis.asyncio as aioredis
 
 from streamworker.app import App, HandlerSpec
-from streamworker.codec import encode_for
-from streamworker.deps import MessageParam
-from streamworker.message import Message
+from streamworker.core.codec import encode_for
+from streamworker.core.deps import MessageParam
+from streamworker.core.message import Message
+from streamworker.core.outcomes import describe
+from streamworker.io.redisio import as_text, open_redis, open_sync_redis
 from streamworker.observability.metrics import Metrics
-from streamworker.outcomes import describe
-from streamworker.redisio import as_text, open_redis, open_sync_redis
 from streamworker.runtime.worker import Worker, WorkerOptions
 
 __all__ = [
@@ -306,7 +306,7 @@ class TestWorker:
 
         ``body`` (a pydantic model, dataclass or mapping) is encoded exactly as the stream's
         handler decodes it (its ``body_field`` included, see
-        :func:`streamworker.codec.encode_for`); ``fields`` are added as they are (alone they
+        :func:`streamworker.core.codec.encode_for`); ``fields`` are added as they are (alone they
         make the whole entry, e.g. to send a body that fails validation).
         """
         entry: dict[Any, Any] = {}
@@ -564,7 +564,7 @@ def _sync_url(url: str) -> str:
 
 def _migrate(db_url: str) -> None:
     from streamworker.idempotency.sql import SqlDatabase
-    from streamworker.idempotency.sql_migrate import upgrade
+    from streamworker.idempotency.sql.migrate import upgrade
 
     db = SqlDatabase(db_url)
     try:

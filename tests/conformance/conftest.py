@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from streamworker.redisio import open_sync_redis
+from streamworker.io.redisio import open_sync_redis
 from tests.support.cluster import LocalCluster
 from tests.support.engine_server import EngineServerProcess
 from tests.support.servers import RedisServer

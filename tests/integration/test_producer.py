@@ -12,12 +12,12 @@ import pytest
 import redis
 from pydantic import BaseModel
 
-from streamworker.codec import decode_message
+from streamworker.core.codec import decode_message
 from streamworker.errors import ConfigError
-from streamworker.keys import partition_stream
-from streamworker.partitions import partition_of
-from streamworker.producer import Producer, PublishError, StreamOptions, SyncProducer
-from streamworker.redisio import open_redis, open_sync_redis
+from streamworker.io.keys import partition_stream
+from streamworker.io.redisio import open_redis, open_sync_redis
+from streamworker.producing.partitions import partition_of
+from streamworker.producing.producer import Producer, PublishError, StreamOptions, SyncProducer
 
 
 class Payment(BaseModel):

@@ -73,7 +73,7 @@ _MODULES = (
     "functions",
     "rdb",
     "pubsub",
-    "admin",
+    "server_admin",
     "acl",
     "memory",
     "latency",

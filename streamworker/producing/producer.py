@@ -1,7 +1,7 @@
 """Typed, retry-safe publishing: a model (or a mapping) in, one stream entry out.
 
 :class:`Producer` (asyncio) and :class:`SyncProducer` encode a value exactly as the consumer's
-``Message[Model]`` decodes it (:func:`streamworker.codec.encode`), route it to its partition when
+``Message[Model]`` decodes it (:func:`streamworker.core.codec.encode`), route it to its partition when
 the stream is partitioned, trim the stream by the stream's defaults, and add it with XADD::
 
     producer = Producer(client, streams={"orders": StreamOptions(maxlen=100_000, partitions=8)})
@@ -39,11 +39,10 @@ import redis.asyncio as aioredis
 import redis.exceptions as rex
 from pydantic import BaseModel
 
-from streamworker.codec import FieldMap, encode
+from streamworker.core.codec import FieldMap, encode
 from streamworker.errors import ConfigError, ConnectionLost, PublishError
-from streamworker.keys import partition_stream, published_marker_key
-from streamworker.partitions import check_partitioned_name, partition_of
-from streamworker.redisio import (
+from streamworker.io.keys import partition_stream, published_marker_key
+from streamworker.io.redisio import (
     CONNECTION_ERRORS,
     LuaScript,
     as_text,
@@ -52,7 +51,7 @@ from streamworker.redisio import (
     open_redis,
     open_sync_redis,
 )
-from streamworker.replicawait import (
+from streamworker.io.replicawait import (
     DEFAULT_WAIT_TIMEOUT_MS,
     ReplicaWait,
     Stopwatch,
@@ -63,6 +62,7 @@ from streamworker.replicawait import (
     has_command,
     refuse_waitaof,
 )
+from streamworker.producing.partitions import check_partitioned_name, partition_of
 
 __all__ = [
     "DEFAULT_IDEMPOTENCY_WINDOW_MS",
@@ -95,7 +95,7 @@ class StreamOptions:
         maxlen: trim to about (``approximate``) or exactly this many entries on each add.
         minid: trim entries with ids below this one on each add (exclusive with ``maxlen``).
         approximate: ``MAXLEN ~`` / ``MINID ~`` (cheap, whole macro nodes) instead of ``=``.
-        partitions: the stream is partitioned (:mod:`streamworker.partitions`) into this many
+        partitions: the stream is partitioned (:mod:`streamworker.producing.partitions`) into this many
             streams; a publish then needs a ``partition_key``.
         body_field: encode the value as JSON in this one field (as the consumer's handler with
             ``body_field`` decodes it) instead of as flat fields.
@@ -368,7 +368,7 @@ class Producer:
     """Publishes typed entries through an asyncio redis-py client (see the module docstring).
 
     Args:
-        client: any asyncio client from :func:`streamworker.redisio.open_redis` (Redis, Redis
+        client: any asyncio client from :func:`streamworker.io.redisio.open_redis` (Redis, Redis
             Cluster, the embedded engine).
         streams: per-stream defaults, a mapping or a function of the stream name.
         idempotency_window_ms: how long an ``idempotency_key`` is remembered.
