@@ -30,9 +30,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 import redis
 import redis.asyncio as aioredis
@@ -59,7 +60,6 @@ from streamworker.io.replicawait import (
     check_replicas,
     check_timeout,
     command_exists,
-    has_command,
     refuse_waitaof,
 )
 from streamworker.producing.partitions import check_partitioned_name, partition_of
@@ -85,6 +85,8 @@ DEFAULT_IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000
 
 _EXPLICIT_ID = re.compile(r"^\d+-\d+$")
 _TOO_SMALL = "equal or smaller than the target stream top item"
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,14 +344,6 @@ def wait_terms(xadds: Sequence[Xadd]) -> tuple[str, bool, str]:
     return subject, False, "publishing again without idempotency_key= may add it twice"
 
 
-def _queue(pipe: Any, x: Xadd) -> None:
-    """Queue one planned add on a pipeline."""
-    if x.marker is not None:
-        pipe.execute_command("EVALSHA", _PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args())
-    else:
-        pipe.xadd(x.stream, dict[Any, Any](x.fields), **x.xadd_kwargs())
-
-
 def _too_small(x: Xadd, reply: Any) -> bool:
     """Whether ``reply`` refuses an explicit id that may be this entry's, added before."""
     return isinstance(reply, rex.ResponseError) and x.id != "*" and _TOO_SMALL in str(reply)
@@ -364,7 +358,249 @@ def _no_cluster_wait(client: object, wait: ReplicaWait) -> None:
         )
 
 
-class Producer:
+def outcome_unknown(xadd: Xadd, error: object) -> str:
+    """The message of a ConnectionLost raised while ``xadd`` was sent: whether the entry was
+    added is unknown, and whether sending it again is safe depends on how it was planned."""
+    if xadd.marker is not None:
+        retry = "publishing again with the same idempotency_key is safe (it adds nothing twice)"
+    elif xadd.id != "*":
+        retry = "publishing again with the same id is safe (it adds nothing twice)"
+    else:
+        retry = "without idempotency_key= or id=, publishing again may add it twice"
+    return f"publish to {xadd.stream!r}: outcome unknown ({error}); {retry}"
+
+
+def _receipt(x: Xadd, reply: Any) -> Receipt:
+    if isinstance(reply, Exception):
+        raise PublishError(f"XADD to {x.stream!r} refused: {reply}")
+    if x.marker is not None:
+        added, entry_id = reply
+        return Receipt(x.stream, as_text(entry_id), duplicate=not int(added))
+    return Receipt(x.stream, as_text(reply))
+
+
+# --------------------------------------------------------------------------------------------
+# Publishing, sans I/O
+#
+# What a publish sends, and what it makes of each reply, is written once, as a generator: it
+# yields a request (one client call, or a pipeline of calls), is resumed with the reply, or has
+# the call's error thrown in at the point of the yield (a refusal as redis-py's ResponseError, a
+# lost connection as ConnectionLost). Producer and SyncProducer only run these flows, on an
+# asyncio or a sync client: the two cannot drift apart, and each keeps redis-py's own calls (the
+# same bytes on the wire as before).
+
+
+class _Call(NamedTuple):
+    """One redis-py call, ``client.<method>(*args, **kwargs)`` (or queued on a pipeline)."""
+
+    method: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any] = MappingProxyType({})
+
+
+class _Pipeline(NamedTuple):
+    """Calls sent in one round trip (not a transaction). The reply is the list of their replies,
+    in order, a refused command's error in its place (``raise_on_error=False``)."""
+
+    calls: tuple[_Call, ...]
+
+
+_Request = _Call | _Pipeline
+_Flow = Generator[_Request, Any, _T]
+
+
+def _load_script() -> _Call:
+    # Loads on every master of a cluster client too (redis-py routes SCRIPT LOAD to all).
+    return _Call("script_load", (_PUBLISH_ONCE.source,))
+
+
+def _add(x: Xadd) -> _Call:
+    """The call that adds ``x``: ``publish_once.lua`` when it has an idempotency key, else XADD."""
+    if x.marker is not None:
+        return _Call(
+            "execute_command",
+            ("EVALSHA", _PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args()),
+        )
+    return _Call("xadd", (x.stream, dict[Any, Any](x.fields)), x.xadd_kwargs())
+
+
+def _send_flow(xadd: Xadd) -> _Flow[Receipt]:
+    """One add, without a replica wait."""
+    try:
+        if xadd.marker is not None:
+            try:
+                reply = yield _add(xadd)
+            except rex.NoScriptError:
+                # The server lost its script cache (restart, SCRIPT FLUSH): load, run again.
+                yield _load_script()
+                reply = yield _add(xadd)
+            return _receipt(xadd, reply)
+        return _receipt(xadd, (yield _add(xadd)))
+    except rex.ResponseError as exc:
+        if xadd.id != "*" and _TOO_SMALL in str(exc):
+            found = yield _Call("xrange", (xadd.stream, xadd.id, xadd.id))
+            if found:
+                return Receipt(xadd.stream, xadd.id, duplicate=True)
+        raise PublishError(f"XADD to {xadd.stream!r} refused: {exc}") from None
+    except ConnectionLost as exc:
+        raise ConnectionLost(outcome_unknown(xadd, exc)) from exc
+
+
+def _many_flow(xadds: Sequence[Xadd]) -> _Flow[list[Receipt]]:
+    """Adds in one pipeline, without a replica wait."""
+    if any(x.marker is not None for x in xadds):
+        # The script must be cached before EVALSHAs are pipelined.
+        yield _load_script()
+    replies = yield _Pipeline(tuple(_add(x) for x in xadds))
+    out = []
+    for x, reply in zip(xadds, replies, strict=True):
+        # A node that lost its script cache (restart, failover) ran nothing of this one: send it
+        # alone (which reloads the script).
+        if isinstance(reply, rex.NoScriptError):
+            out.append((yield from _send_flow(x)))
+        else:
+            out.append(_receipt(x, reply))
+    return out
+
+
+class _Publisher:
+    """What :class:`Producer` and :class:`SyncProducer` share: the configuration, the plans, and
+    the flows with a replica wait (which remember whether the server has WAITAOF)."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        streams: StreamsConfig | None = None,
+        idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+        wait_aof_local: bool = False,
+        wait_observer: WaitObserver | None = None,
+    ) -> None:
+        self.client = client
+        self._options = _resolver(streams)
+        self.idempotency_window_ms = idempotency_window_ms
+        self.wait = _producer_wait(wait_replicas, wait_timeout_ms, wait_aof_local)
+        self.wait_observer = wait_observer
+        self._has_waitaof: bool | None = None
+
+    def plan(self, stream: str, value: BaseModel | Mapping[str, Any], **kwargs: Any) -> Xadd:
+        """:func:`plan_publish` with this producer's stream defaults."""
+        kwargs.setdefault("idempotency_window_ms", self.idempotency_window_ms)
+        return plan_publish(stream, value, self._options(stream), **kwargs)
+
+    def _send(self, xadd: Xadd) -> _Flow[Receipt]:
+        wait = batch_wait(self.wait, [xadd])
+        if wait.active:
+            return (yield from self._waiting_flow([xadd], wait, "publish"))[0]
+        return (yield from _send_flow(xadd))
+
+    def _many(
+        self, xadds: Sequence[Xadd], wait_replicas: int | None, wait_timeout_ms: int | None
+    ) -> _Flow[list[Receipt]]:
+        if not xadds:
+            return []
+        wait = batch_wait(self.wait, xadds, wait_replicas, wait_timeout_ms)
+        if wait.active:
+            return (yield from self._waiting_flow(xadds, wait, "publish_many"))
+        return (yield from _many_flow(xadds))
+
+    def _waiting_flow(
+        self, xadds: Sequence[Xadd], wait: ReplicaWait, operation: str
+    ) -> _Flow[list[Receipt]]:
+        """The adds and one WAIT (WAITAOF) in one pipeline, so that the wait is on the writes'
+        own connection; entries a node without the script ran not are sent again, with their
+        own WAIT."""
+        _no_cluster_wait(self.client, wait)
+        if wait.aof_local and self._has_waitaof is None:
+            # "COMMAND INFO" as one name keeps redis-py's COMMAND reply parser (which fails on
+            # [None]) away; redis-py splits it into two words on the wire.
+            info = yield _Call("execute_command", ("COMMAND INFO", "WAITAOF"))
+            self._has_waitaof = command_exists(info)
+        if wait.aof_local and not self._has_waitaof:
+            raise refuse_waitaof()
+        subject, retry_safe, retry = wait_terms(xadds)
+        stopwatch = Stopwatch(self.wait_observer, operation)
+        out: list[Receipt | None] = [None] * len(xadds)
+        todo = list(range(len(xadds)))
+        for attempt in (1, 2):
+            try:
+                if any(xadds[i].marker is not None for i in todo):
+                    yield _load_script()
+                calls = [_add(xadds[i]) for i in todo]
+                calls.append(_Call("execute_command", wait.command()))
+                replies = list((yield _Pipeline(tuple(calls))))
+            except ConnectionLost as exc:
+                raise ConnectionLost(outcome_unknown(xadds[todo[0]], exc)) from exc
+            waited = replies.pop()
+            again = []
+            for i, reply in zip(todo, replies, strict=True):
+                x = xadds[i]
+                if isinstance(reply, rex.NoScriptError) and attempt == 1:
+                    again.append(i)
+                elif _too_small(x, reply):
+                    if not (yield _Call("xrange", (x.stream, x.id, x.id))):
+                        raise PublishError(f"XADD to {x.stream!r} refused: {reply}")
+                    out[i] = Receipt(x.stream, x.id, duplicate=True)
+                else:
+                    out[i] = _receipt(x, reply)
+            wait.check(waited, subject, retry_safe=retry_safe, retry=retry, stopwatch=stopwatch)
+            if not again:
+                break
+            todo = again
+        return [r for r in out if r is not None]
+
+
+async def _run(client: aioredis.Redis, flow: _Flow[_T]) -> _T:
+    """Run ``flow`` on an asyncio client; lost connections reach it as ConnectionLost."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = flow.send(reply) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return cast(_T, done.value)
+        error = None
+        try:
+            async with connection_errors():
+                if isinstance(request, _Call):
+                    reply = await getattr(client, request.method)(*request.args, **request.kwargs)
+                else:
+                    pipe = client.pipeline(transaction=False)
+                    for call in request.calls:
+                        getattr(pipe, call.method)(*call.args, **call.kwargs)
+                    reply = await pipe.execute(raise_on_error=False)
+        except (rex.ResponseError, ConnectionLost) as exc:
+            error = exc
+
+
+def _run_sync(client: redis.Redis, flow: _Flow[_T]) -> _T:
+    """Run ``flow`` on a sync client; lost connections reach it as ConnectionLost."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = flow.send(reply) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return cast(_T, done.value)
+        error = None
+        try:
+            if isinstance(request, _Call):
+                reply = getattr(client, request.method)(*request.args, **request.kwargs)
+            else:
+                pipe = client.pipeline(transaction=False)
+                for call in request.calls:
+                    getattr(pipe, call.method)(*call.args, **call.kwargs)
+                reply = pipe.execute(raise_on_error=False)
+        except rex.ResponseError as exc:
+            error = exc
+        except CONNECTION_ERRORS as exc:
+            error = ConnectionLost(f"{type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+
+
+class Producer(_Publisher):
     """Publishes typed entries through an asyncio redis-py client (see the module docstring).
 
     Args:
@@ -386,28 +622,7 @@ class Producer:
             (``Metrics.observe_replica_wait``).
     """
 
-    def __init__(
-        self,
-        client: aioredis.Redis,
-        *,
-        streams: StreamsConfig | None = None,
-        idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS,
-        wait_replicas: int = 0,
-        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
-        wait_aof_local: bool = False,
-        wait_observer: WaitObserver | None = None,
-    ) -> None:
-        self.client = client
-        self._options = _resolver(streams)
-        self.idempotency_window_ms = idempotency_window_ms
-        self.wait = _producer_wait(wait_replicas, wait_timeout_ms, wait_aof_local)
-        self.wait_observer = wait_observer
-        self._has_waitaof: bool | None = None
-
-    def plan(self, stream: str, value: BaseModel | Mapping[str, Any], **kwargs: Any) -> Xadd:
-        """:func:`plan_publish` with this producer's stream defaults."""
-        kwargs.setdefault("idempotency_window_ms", self.idempotency_window_ms)
-        return plan_publish(stream, value, self._options(stream), **kwargs)
+    client: aioredis.Redis
 
     async def publish(
         self,
@@ -447,35 +662,11 @@ class Producer:
             wait_replicas=wait_replicas,
             wait_timeout_ms=wait_timeout_ms,
         )
-        return await self.send(xadd)
+        return await _run(self.client, self._send(xadd))
 
     async def send(self, xadd: Xadd) -> Receipt:
         """Send one planned add (and wait for its replicas, when it asks)."""
-        wait = batch_wait(self.wait, [xadd])
-        if wait.active:
-            return (await self._send_waiting([xadd], wait, "publish"))[0]
-        try:
-            if xadd.marker is not None:
-                added, entry_id = await _PUBLISH_ONCE(
-                    self.client, [xadd.stream, xadd.marker], xadd.script_args()
-                )
-                return Receipt(xadd.stream, as_text(entry_id), duplicate=not int(added))
-            async with connection_errors():
-                entry_id = await self.client.xadd(
-                    xadd.stream,
-                    dict[Any, Any](xadd.fields),
-                    **xadd.xadd_kwargs(),
-                )
-            return Receipt(xadd.stream, as_text(entry_id))
-        except rex.ResponseError as exc:
-            if xadd.id != "*" and _TOO_SMALL in str(exc):
-                async with connection_errors():
-                    found = await self.client.xrange(xadd.stream, xadd.id, xadd.id)
-                if found:
-                    return Receipt(xadd.stream, xadd.id, duplicate=True)
-            raise PublishError(f"XADD to {xadd.stream!r} refused: {exc}") from None
-        except ConnectionLost as exc:
-            raise ConnectionLost(outcome_unknown(xadd, exc)) from exc
+        return await _run(self.client, self._send(xadd))
 
     async def publish_many(
         self,
@@ -491,131 +682,14 @@ class Producer:
         With a replica wait (the strongest any plan asks for, or this call's), one WAIT ends
         the pipeline and covers every entry; ReplicaWaitTimeout as for :meth:`publish`.
         """
-        if not xadds:
-            return []
-        wait = batch_wait(self.wait, xadds, wait_replicas, wait_timeout_ms)
-        if wait.active:
-            return await self._send_waiting(xadds, wait, "publish_many")
-        if any(x.marker is not None for x in xadds):
-            # Make sure the script is cached before pipelining EVALSHAs (on a cluster: on every
-            # master).
-            async with connection_errors():
-                await self.client.script_load(_PUBLISH_ONCE.source)
-        pipe = self.client.pipeline(transaction=False)
-        for x in xadds:
-            if x.marker is not None:
-                pipe.execute_command(
-                    "EVALSHA", _PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args()
-                )
-            else:
-                pipe.xadd(x.stream, dict[Any, Any](x.fields), **x.xadd_kwargs())
-        async with connection_errors():
-            replies = await pipe.execute(raise_on_error=False)
-        out = []
-        for x, reply in zip(xadds, replies, strict=True):
-            # A node that lost its script cache (restart, failover) ran nothing of this one:
-            # send it alone (which reloads the script).
-            out.append(
-                await self.send(x) if isinstance(reply, rex.NoScriptError) else _receipt(x, reply)
-            )
-        return out
-
-    async def _send_waiting(
-        self, xadds: Sequence[Xadd], wait: ReplicaWait, operation: str
-    ) -> list[Receipt]:
-        """The adds and one WAIT (WAITAOF) in one pipeline, so that the wait is on the writes'
-        own connection; entries a node without the script ran not are sent again, with their
-        own WAIT."""
-        _no_cluster_wait(self.client, wait)
-        if wait.aof_local and self._has_waitaof is None:
-            async with connection_errors():
-                info = await self.client.execute_command("COMMAND INFO", "WAITAOF")  # type: ignore[no-untyped-call]
-            self._has_waitaof = command_exists(info)
-        if wait.aof_local and not self._has_waitaof:
-            raise refuse_waitaof()
-        subject, retry_safe, retry = wait_terms(xadds)
-        stopwatch = Stopwatch(self.wait_observer, operation)
-        out: list[Receipt | None] = [None] * len(xadds)
-        todo = list(range(len(xadds)))
-        for attempt in (1, 2):
-            try:
-                async with connection_errors():
-                    if any(xadds[i].marker is not None for i in todo):
-                        await self.client.script_load(_PUBLISH_ONCE.source)
-                    pipe = self.client.pipeline(transaction=False)
-                    for i in todo:
-                        _queue(pipe, xadds[i])
-                    pipe.execute_command(*wait.command())
-                    replies = await pipe.execute(raise_on_error=False)
-            except ConnectionLost as exc:
-                raise ConnectionLost(outcome_unknown(xadds[todo[0]], exc)) from exc
-            waited = replies.pop()
-            again = []
-            for i, reply in zip(todo, replies, strict=True):
-                if isinstance(reply, rex.NoScriptError) and attempt == 1:
-                    again.append(i)
-                elif _too_small(xadds[i], reply):
-                    async with connection_errors():
-                        found = await self.client.xrange(xadds[i].stream, xadds[i].id, xadds[i].id)
-                    if not found:
-                        raise PublishError(f"XADD to {xadds[i].stream!r} refused: {reply}")
-                    out[i] = Receipt(xadds[i].stream, xadds[i].id, duplicate=True)
-                else:
-                    out[i] = _receipt(xadds[i], reply)
-            wait.check(waited, subject, retry_safe=retry_safe, retry=retry, stopwatch=stopwatch)
-            if not again:
-                break
-            todo = again
-        return [r for r in out if r is not None]
+        return await _run(self.client, self._many(xadds, wait_replicas, wait_timeout_ms))
 
 
-def outcome_unknown(xadd: Xadd, error: object) -> str:
-    """The message of a ConnectionLost raised while ``xadd`` was sent: whether the entry was
-    added is unknown, and whether sending it again is safe depends on how it was planned."""
-    if xadd.marker is not None:
-        retry = "publishing again with the same idempotency_key is safe (it adds nothing twice)"
-    elif xadd.id != "*":
-        retry = "publishing again with the same id is safe (it adds nothing twice)"
-    else:
-        retry = "without idempotency_key= or id=, publishing again may add it twice"
-    return f"publish to {xadd.stream!r}: outcome unknown ({error}); {retry}"
-
-
-def _receipt(x: Xadd, reply: Any) -> Receipt:
-    if isinstance(reply, Exception):
-        raise PublishError(f"XADD to {x.stream!r} refused: {reply}")
-    if x.marker is not None:
-        added, entry_id = reply
-        return Receipt(x.stream, as_text(entry_id), duplicate=not int(added))
-    return Receipt(x.stream, as_text(reply))
-
-
-class SyncProducer:
+class SyncProducer(_Publisher):
     """The blocking counterpart of :class:`Producer`, on a sync redis-py client (scripts,
-    web handlers, the CLI). Same arguments, same results."""
+    web handlers, the CLI). Same arguments, same results: both run the same flows."""
 
-    def __init__(
-        self,
-        client: redis.Redis,
-        *,
-        streams: StreamsConfig | None = None,
-        idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS,
-        wait_replicas: int = 0,
-        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
-        wait_aof_local: bool = False,
-        wait_observer: WaitObserver | None = None,
-    ) -> None:
-        self.client = client
-        self._options = _resolver(streams)
-        self.idempotency_window_ms = idempotency_window_ms
-        self.wait = _producer_wait(wait_replicas, wait_timeout_ms, wait_aof_local)
-        self.wait_observer = wait_observer
-        self._has_waitaof: bool | None = None
-
-    def plan(self, stream: str, value: BaseModel | Mapping[str, Any], **kwargs: Any) -> Xadd:
-        """:func:`plan_publish` with this producer's stream defaults."""
-        kwargs.setdefault("idempotency_window_ms", self.idempotency_window_ms)
-        return plan_publish(stream, value, self._options(stream), **kwargs)
+    client: redis.Redis
 
     def publish(
         self,
@@ -646,38 +720,11 @@ class SyncProducer:
             wait_replicas=wait_replicas,
             wait_timeout_ms=wait_timeout_ms,
         )
-        return self.send(xadd)
+        return _run_sync(self.client, self._send(xadd))
 
     def send(self, xadd: Xadd) -> Receipt:
         """Send one planned add (and wait for its replicas, when it asks)."""
-        wait = batch_wait(self.wait, [xadd])
-        if wait.active:
-            return self._send_waiting([xadd], wait, "publish")[0]
-        try:
-            if xadd.marker is not None:
-                keys = [xadd.stream, xadd.marker]
-                args = xadd.script_args()
-                try:
-                    reply = self.client.evalsha(_PUBLISH_ONCE.sha, 2, *keys, *args)
-                except rex.NoScriptError:
-                    self.client.script_load(_PUBLISH_ONCE.source)
-                    reply = self.client.evalsha(_PUBLISH_ONCE.sha, 2, *keys, *args)
-                added, entry_id = reply
-                return Receipt(xadd.stream, as_text(entry_id), duplicate=not int(added))
-            entry_id = self.client.xadd(
-                xadd.stream, dict[Any, Any](xadd.fields), **xadd.xadd_kwargs()
-            )
-            return Receipt(xadd.stream, as_text(entry_id))
-        except rex.ResponseError as exc:
-            if (
-                xadd.id != "*"
-                and _TOO_SMALL in str(exc)
-                and self.client.xrange(xadd.stream, xadd.id, xadd.id)
-            ):
-                return Receipt(xadd.stream, xadd.id, duplicate=True)
-            raise PublishError(f"XADD to {xadd.stream!r} refused: {exc}") from None
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLost(outcome_unknown(xadd, f"{type(exc).__name__}: {exc}")) from exc
+        return _run_sync(self.client, self._send(xadd))
 
     def publish_many(
         self,
@@ -687,72 +734,7 @@ class SyncProducer:
         wait_timeout_ms: int | None = None,
     ) -> list[Receipt]:
         """See :meth:`Producer.publish_many`."""
-        if not xadds:
-            return []
-        wait = batch_wait(self.wait, xadds, wait_replicas, wait_timeout_ms)
-        if wait.active:
-            return self._send_waiting(xadds, wait, "publish_many")
-        try:
-            if any(x.marker is not None for x in xadds):
-                self.client.script_load(_PUBLISH_ONCE.source)
-            pipe = self.client.pipeline(transaction=False)
-            for x in xadds:
-                if x.marker is not None:
-                    pipe.execute_command(  # type: ignore[no-untyped-call]
-                        "EVALSHA", _PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args()
-                    )
-                else:
-                    pipe.xadd(x.stream, dict[Any, Any](x.fields), **x.xadd_kwargs())
-            replies = pipe.execute(raise_on_error=False)
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
-        # A node that lost its script cache ran nothing of those: send them alone (reloading).
-        return [
-            self.send(x) if isinstance(r, rex.NoScriptError) else _receipt(x, r)
-            for x, r in zip(xadds, replies, strict=True)
-        ]
-
-    def _send_waiting(
-        self, xadds: Sequence[Xadd], wait: ReplicaWait, operation: str
-    ) -> list[Receipt]:
-        """See :meth:`Producer._send_waiting`."""
-        _no_cluster_wait(self.client, wait)
-        try:
-            if wait.aof_local and self._has_waitaof is None:
-                self._has_waitaof = has_command(self.client, "WAITAOF")
-            if wait.aof_local and not self._has_waitaof:
-                raise refuse_waitaof()
-            subject, retry_safe, retry = wait_terms(xadds)
-            stopwatch = Stopwatch(self.wait_observer, operation)
-            out: list[Receipt | None] = [None] * len(xadds)
-            todo = list(range(len(xadds)))
-            for attempt in (1, 2):
-                if any(xadds[i].marker is not None for i in todo):
-                    self.client.script_load(_PUBLISH_ONCE.source)
-                pipe = self.client.pipeline(transaction=False)
-                for i in todo:
-                    _queue(pipe, xadds[i])
-                pipe.execute_command(*wait.command())  # type: ignore[no-untyped-call]
-                replies = pipe.execute(raise_on_error=False)
-                waited = replies.pop()
-                again = []
-                for i, reply in zip(todo, replies, strict=True):
-                    x = xadds[i]
-                    if isinstance(reply, rex.NoScriptError) and attempt == 1:
-                        again.append(i)
-                    elif _too_small(x, reply):
-                        if not self.client.xrange(x.stream, x.id, x.id):
-                            raise PublishError(f"XADD to {x.stream!r} refused: {reply}")
-                        out[i] = Receipt(x.stream, x.id, duplicate=True)
-                    else:
-                        out[i] = _receipt(x, reply)
-                wait.check(waited, subject, retry_safe=retry_safe, retry=retry, stopwatch=stopwatch)
-                if not again:
-                    break
-                todo = again
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLost(outcome_unknown(xadds[0], f"{type(exc).__name__}: {exc}")) from exc
-        return [r for r in out if r is not None]
+        return _run_sync(self.client, self._many(xadds, wait_replicas, wait_timeout_ms))
 
 
 class _Subscription(Protocol):
