@@ -302,6 +302,13 @@ def batch_wait(
 ) -> ReplicaWait:
     """The one wait a pipeline of ``xadds`` sends: the strongest any of them asks for (their
     plans, else ``default``), or the call's ``wait_replicas``/``wait_timeout_ms``. Pure."""
+    if (
+        wait_replicas is None
+        and wait_timeout_ms is None
+        and all(x.wait_replicas is None and x.wait_timeout_ms is None for x in xadds)
+    ):
+        # Nothing asks otherwise (the common case, on every publish): the default as it is.
+        return default
     asked = [
         ReplicaWait(
             default.replicas if x.wait_replicas is None else x.wait_replicas,
@@ -463,6 +470,16 @@ def _many_flow(xadds: Sequence[Xadd]) -> _Flow[list[Receipt]]:
     return out
 
 
+def _first(flow: _Flow[list[Receipt]]) -> _Flow[Receipt]:
+    return (yield from flow)[0]
+
+
+def _nothing() -> _Flow[list[Receipt]]:
+    """The flow of an empty batch: it sends nothing."""
+    yield from ()
+    return []
+
+
 class _Publisher:
     """What :class:`Producer` and :class:`SyncProducer` share: the configuration, the plans, and
     the flows with a replica wait (which remember whether the server has WAITAOF)."""
@@ -491,20 +508,22 @@ class _Publisher:
         return plan_publish(stream, value, self._options(stream), **kwargs)
 
     def _send(self, xadd: Xadd) -> _Flow[Receipt]:
+        """The flow that sends one planned add (and waits for its replicas, when it asks)."""
         wait = batch_wait(self.wait, [xadd])
         if wait.active:
-            return (yield from self._waiting_flow([xadd], wait, "publish"))[0]
-        return (yield from _send_flow(xadd))
+            return _first(self._waiting_flow([xadd], wait, "publish"))
+        return _send_flow(xadd)
 
     def _many(
         self, xadds: Sequence[Xadd], wait_replicas: int | None, wait_timeout_ms: int | None
     ) -> _Flow[list[Receipt]]:
+        """The flow that sends planned adds in one pipeline (see :meth:`Producer.publish_many`)."""
         if not xadds:
-            return []
+            return _nothing()
         wait = batch_wait(self.wait, xadds, wait_replicas, wait_timeout_ms)
         if wait.active:
-            return (yield from self._waiting_flow(xadds, wait, "publish_many"))
-        return (yield from _many_flow(xadds))
+            return self._waiting_flow(xadds, wait, "publish_many")
+        return _many_flow(xadds)
 
     def _waiting_flow(
         self, xadds: Sequence[Xadd], wait: ReplicaWait, operation: str
