@@ -19,7 +19,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamworker.errors import ConfigError
-from streamworker.io.redisio import validate_redis_url
+from streamworker.io.redisio import validate_redis_url, with_sentinel_password
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -91,6 +91,11 @@ class Settings(BaseSettings):
         description="the longest a write waits for wait_replicas replicas before it fails with "
         "ReplicaWaitTimeout",
     )
+    sentinel_password: SecretStr | None = Field(
+        default=None,
+        description="the Sentinels' own password (their requirepass) for redis+sentinel:// URLs; "
+        "the data nodes' password goes in the URL's user part",
+    )
     dashboard_token: SecretStr | None = Field(
         default=None,
         description="the dashboard's login secret (`streamworker dashboard --token`); an empty "
@@ -101,6 +106,14 @@ class Settings(BaseSettings):
     @classmethod
     def _check_redis_url(cls, value: str | None) -> str | None:
         return None if value is None else validate_redis_url(value)
+
+    def redis_url_or(self, default: str) -> str:
+        """The Redis URL to open: ``redis_url``, else ``default`` (the App's, the built-in), with
+        :attr:`sentinel_password` folded into a sentinel URL (see
+        :func:`~streamworker.io.redisio.with_sentinel_password`)."""
+        url = self.redis_url or default
+        password = self.sentinel_password.get_secret_value() if self.sentinel_password else None
+        return with_sentinel_password(url, password)
 
     @field_validator("consumer")
     @classmethod

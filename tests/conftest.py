@@ -11,7 +11,9 @@ import pytest
 import redis
 
 from tests.support.cluster import LocalCluster
+from tests.support.ha import prepare_db
 from tests.support.postgres import PostgresServer
+from tests.support.sentinel import SentinelSetup
 from tests.support.servers import RedisServer
 from tests.support.sql import migrated_db_url
 
@@ -35,6 +37,31 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     cluster = LocalCluster(tmp_path_factory.mktemp("cluster")).start()
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def sentinel_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSetup]:
+    """A primary, one replica and three Sentinels (quorum 2) for one test module. A test that
+    fails over leaves the roles swapped (:attr:`SentinelSetup.primary` follows); keep failovers
+    few, each costs seconds."""
+    setup = SentinelSetup(tmp_path_factory.mktemp("sentinel")).start()
+    yield setup
+    setup.stop()
+
+
+@pytest.fixture
+def own_sentinel_setup(tmp_path: Path) -> Iterator[SentinelSetup]:
+    """A Sentinel-managed primary and replica of the test's own, to fail over."""
+    setup = SentinelSetup(tmp_path / "sentinel").start()
+    yield setup
+    setup.stop()
+
+
+@pytest.fixture
+def ha_db(postgres_url: str) -> str:
+    """A PostgreSQL database for tests/apps/ha_mixed.py: streamworker's schema and the app's
+    ``ha_effects`` table."""
+    return prepare_db(postgres_url)
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ def _cmd_archive(args: argparse.Namespace) -> int:
         wait_timeout_ms=args.wait_timeout_ms,
     )
     wait = ReplicaWait(settings.wait_replicas, settings.wait_timeout_ms)
-    url = settings.redis_url or DEFAULT_REDIS_URL
+    url = settings.redis_url_or(DEFAULT_REDIS_URL)
     refuse_in_memory_engine(url, "streamworker archive")
     from streamworker.spark import redisops
 

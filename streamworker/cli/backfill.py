@@ -59,7 +59,7 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
         raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
     if args.partitions < 1:
         raise ConfigError("--partitions must be >= 1")
-    url = settings.redis_url or DEFAULT_REDIS_URL
+    url = settings.redis_url_or(DEFAULT_REDIS_URL)
     refuse_in_memory_engine(url, "streamworker backfill")
     from streamworker.spark import redisops
 

@@ -58,7 +58,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     secret = settings.dashboard_token
     token = (secret.get_secret_value() if secret is not None else None) or None
     config = DashboardConfig(
-        redis_url=settings.redis_url or DEFAULT_REDIS_URL,
+        redis_url=settings.redis_url_or(DEFAULT_REDIS_URL),
         bind=args.bind,
         token=token,
         allow_actions=args.allow_actions,

@@ -30,6 +30,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         load_rdb=Path(args.load_rdb) if args.load_rdb else None,
         replicaof=_replicaof(args.replicaof),
         masterauth=args.masterauth or None,
+        redis_version=_redis_version(args.redis_version),
     )
     try:
         return serve(options)
@@ -40,6 +41,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         # Say what failed (exc names the file, if any), not where the server would listen.
         raise StreamworkerError(f"engine serve failed: {exc}") from None
+
+
+def _redis_version(text: str) -> str:
+    from streamworker.engine.versions import parse_redis_version
+
+    try:
+        return parse_redis_version(text).text
+    except ValueError as exc:
+        raise ConfigError(f"--redis-version: {exc}") from None
 
 
 def _replicaof(words: list[str] | None) -> tuple[str, int] | None:
@@ -111,4 +121,12 @@ def add_engine_commands(sub: Any) -> None:
         "makes it a master again)",
     )
     serve.add_argument("--masterauth", metavar="PASS", help="password to AUTH with at the master")
+    serve.add_argument(
+        "--redis-version",
+        metavar="V",
+        default="7.0.15",
+        help="the Redis version to answer as: 7.0 (default, 7.0.15) or 8.0 .. 8.10, which adds "
+        "that version's stream commands (XACKDEL, XDELEX, XREADGROUP CLAIM, XADD IDMP, XNACK; see "
+        "docs/engine-redis8.md)",
+    )
     serve.set_defaults(func=_cmd_serve)

@@ -22,7 +22,7 @@ from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 def _client(args: argparse.Namespace) -> redis.Redis:
     settings = load_settings(redis_url=args.redis_url)
-    url = settings.redis_url or DEFAULT_REDIS_URL
+    url = settings.redis_url_or(DEFAULT_REDIS_URL)
     command = args.command if args.command != "dlq" else f"dlq {args.dlq_command}"
     refuse_in_memory_engine(url, f"streamworker {command}")
     client = open_sync_redis(url)

@@ -55,6 +55,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
+from pydantic import SecretStr
 
 from streamworker.app import App
 from streamworker.errors import ConfigError
@@ -227,6 +228,8 @@ def child_environment(
     for name, value in settings.model_dump().items():
         if name in skip or value is None:
             continue
+        if isinstance(value, SecretStr):  # its str() is a mask; the child needs the secret
+            value = value.get_secret_value()
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
         env[f"STREAMWORKER_{name.upper()}"] = text
     env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)

@@ -17,11 +17,11 @@ from streamworker.extras import require_extra
 from streamworker.io.redisio import open_sync_redis, redact_url
 from streamworker.observability.logging import configure_logging
 from streamworker.producing.producer import StreamOptions, SyncProducer
-from streamworker.settings import DEFAULT_REDIS_URL, load_settings
+from streamworker.settings import DEFAULT_REDIS_URL, Settings, load_settings
 
 
-def _client(redis_url: str | None, command: str) -> redis.Redis:
-    url = load_settings(redis_url=redis_url).redis_url or DEFAULT_REDIS_URL
+def _client(settings: Settings, command: str) -> redis.Redis:
+    url = settings.redis_url_or(DEFAULT_REDIS_URL)
     refuse_in_memory_engine(url, f"streamworker {command}")
     client = open_sync_redis(url)
     try:
@@ -67,7 +67,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     )
     options = StreamOptions(partitions=args.partitions, body_field=args.body_field)
     producer = SyncProducer(
-        _client(args.redis_url, "publish"),
+        _client(settings, "publish"),
         streams={args.stream: options},
         wait_replicas=settings.wait_replicas,
         wait_timeout_ms=settings.wait_timeout_ms,
@@ -103,7 +103,7 @@ def _cmd_relay(args: argparse.Namespace) -> int:
         raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
     # Before the database: relaying into an engine that dies with this process would delete
     # the outbox rows of entries nobody can ever read.
-    client = _client(args.redis_url, "relay")
+    client = _client(settings, "relay")
     db = SqlDatabase(settings.db_url)
     check_outbox(db)
     relay = Relay(

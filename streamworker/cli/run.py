@@ -22,7 +22,7 @@ from streamworker.app import App
 from streamworker.cli.common import is_in_memory_engine, refuse_in_memory_engine
 from streamworker.cli.processes import ChildLink, Supervisor
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
-from streamworker.io.redisio import connection_errors, open_redis, redact_url
+from streamworker.io.redisio import connection_errors, discover_primary, open_redis, redact_url
 from streamworker.observability.health import HealthServer
 from streamworker.observability.logging import configure_logging
 from streamworker.observability.metrics import Metrics
@@ -93,6 +93,9 @@ def default_consumer_name(settings: Settings) -> str:
 async def _check_redis(url: str) -> None:
     client = open_redis(url, socket_timeout_s=5.0)
     try:
+        # Through Sentinels: ConfigError when they monitor no such service (a typo that no
+        # retry fixes), ConnectionLost when none answers.
+        await discover_primary(client)
         async with connection_errors():
             await client.ping()
     finally:
@@ -100,7 +103,7 @@ async def _check_redis(url: str) -> None:
 
 
 def _redis_url(app: App, settings: Settings) -> str:
-    return settings.redis_url or app.redis_url or DEFAULT_REDIS_URL
+    return settings.redis_url_or(app.redis_url or DEFAULT_REDIS_URL)
 
 
 async def _run(app: App, settings: Settings, link: ChildLink | None = None) -> int:

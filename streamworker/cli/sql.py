@@ -74,7 +74,7 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     settings = load_settings(redis_url=args.redis_url, db_url=args.db_url)
     if not settings.db_url:
         raise ConfigError("no database URL: pass --db-url or set STREAMWORKER_DB_URL")
-    redis_url = settings.redis_url or DEFAULT_REDIS_URL
+    redis_url = settings.redis_url_or(DEFAULT_REDIS_URL)
     refuse_in_memory_engine(redis_url, "streamworker prune")
     client = open_sync_redis(redis_url)
     try:

@@ -42,7 +42,14 @@ from streamworker.dashboard.security import (
     token_matches,
 )
 from streamworker.errors import ConfigError, StreamworkerError
-from streamworker.io.redisio import CONNECTION_ERRORS, open_redis, open_sync_redis, redact_url
+from streamworker.io.redisio import (
+    CONNECTION_ERRORS,
+    is_sentinel_url,
+    open_redis,
+    open_sync_redis,
+    primary_watch,
+    redact_url,
+)
 from streamworker.ops import pending
 
 PARTIAL_HEADER = "x-dashboard-partial"
@@ -264,6 +271,14 @@ class Dashboard:
             self.sync_client = open_sync_redis(self.config.redis_url)
         return self.sync_client
 
+    def primary(self) -> str | None:
+        """``host:port`` of the primary a Sentinel named to the dashboard's client last; None for
+        other URLs (their address is in the URL shown) and before the first request."""
+        if self.client is None or not is_sentinel_url(self.config.redis_url):
+            return None
+        watch = primary_watch(self.client)
+        return watch.address if watch is not None else None
+
     async def close(self) -> None:
         """Stop the bulk jobs (resumable by running them again) and close the clients."""
         await self.jobs.close()
@@ -361,6 +376,7 @@ class Dashboard:
             "refresh_ms": self.config.refresh_ms,
             "notices": notices,
             "redis_url": redact_url(self.config.redis_url),
+            "primary": self.primary(),
             "now_ms": data.now_ms(),
             **context,
         }

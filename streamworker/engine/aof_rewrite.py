@@ -14,8 +14,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamworker.engine.ids import MAX_ID, format_id
+from streamworker.engine.model.idmp import DEFAULT_DURATION_S, DEFAULT_MAXSIZE
 from streamworker.engine.model.zset import ZSet
 from streamworker.engine.replies import format_double
+from streamworker.engine.versions import XNACK_SINCE
 
 if TYPE_CHECKING:
     from streamworker.engine.core import Engine
@@ -102,6 +104,9 @@ def rewrite_records(engine: Engine, now_ms: int) -> Iterator[RewriteItem]:
     from streamworker.engine.functions import rewrite_commands
 
     yield from rewrite_commands(engine)
+    # Unowned pending entries (what XNACK leaves) are rewritten as XNACK ... FORCE, which only
+    # an engine with XNACK replays.
+    nack = engine.version.at_least(XNACK_SINCE)
     for db in engine.keyspace.dbs:
         if not db.data:
             continue
@@ -111,7 +116,7 @@ def rewrite_records(engine: Engine, now_ms: int) -> Iterator[RewriteItem]:
             if type(value) is bytes:
                 yield [b"SET", key, value]
             elif isinstance(value, Stream):
-                yield from _rewrite_stream(key, value, now_ms)
+                yield from _rewrite_stream(key, value, now_ms, nack)
             elif isinstance(value, dict):
                 yield from _batched(b"HSET", key, [x for kv in value.items() for x in kv], 2)
             elif isinstance(value, set):
@@ -134,19 +139,63 @@ def _batched(cmd: bytes, key: bytes, items: list[Any], per: int) -> Iterator[lis
         yield [cmd, key, *items[i : i + step]]
 
 
-def _rewrite_stream(key: bytes, s: Stream, now_ms: int) -> Iterator[RewriteItem]:
+def _idmp_tags(key: bytes, s: Stream, now_ms: int) -> Iterator[RewriteItem]:
+    # Before the entries of a stream with an IDMP map (8.6): its settings, when they are not
+    # the defaults. XCFGSET needs the stream, which a group created with MKSTREAM and
+    # destroyed at once provides without touching its IDs or counters (no group exists yet).
+    st = s.idmp
+    assert st is not None
+    if (st.duration_s, st.maxsize) != (DEFAULT_DURATION_S, DEFAULT_MAXSIZE):
+        tmp = b"streamworker:rewrite"
+        yield [b"XGROUP", b"CREATE", key, tmp, b"0", b"MKSTREAM"]
+        yield [
+            b"XCFGSET",
+            key,
+            b"IDMP-DURATION",
+            b"%d" % st.duration_s,
+            b"IDMP-MAXSIZE",
+            b"%d" % st.maxsize,
+        ]
+        yield [b"XGROUP", b"DESTROY", key, tmp]
+
+
+def _rewrite_stream(key: bytes, s: Stream, now_ms: int, nack: bool) -> Iterator[RewriteItem]:
     live = s.range(0, MAX_ID)
     # Entries still pending although deleted from the stream: re-added for the XCLAIM that
     # restores them, then deleted again (Redis's own rewrite loses them).
-    phantoms = sorted({sid for g in s.groups.values() for sid in g.pel if not s.exists(sid)})
+    gone = {sid for g in s.groups.values() for sid in g.pel if not s.exists(sid)}
+    # The IDMP map (8.6): each remembered iid rides on the XADD of the entry it produced,
+    # run at the time it was first added; deleted entries it still names are re-added and
+    # deleted like the phantoms above.
+    tags: dict[int, tuple[bytes, bytes, int]] = {}
+    if s.idmp is not None:
+        s.idmp.expire(now_ms)
+        yield from _idmp_tags(key, s, now_ms)
+        for pid, iids in s.idmp.producers.items():
+            for iid, (sid, added_ms) in iids.items():
+                tags[sid] = (pid, iid, added_ms)
+                if not s.exists(sid):
+                    gone.add(sid)
+    phantoms = sorted(gone)
     if not live and not phantoms:
         yield [b"XADD", key, b"MAXLEN", b"0", b"0-1", b"x", b"y"]
     else:
         merged = heapq.merge(((sid, fv) for sid, fv in live), ((sid, None) for sid in phantoms))
         for sid, fv in merged:
-            yield [b"XADD", key, format_id(sid), *(fv if fv is not None else (b"", b""))]
+            body = fv if fv is not None else (b"", b"")
+            tag = tags.get(sid)
+            if tag is None:
+                yield [b"XADD", key, format_id(sid), *body]
+                continue
+            pid, iid, added_ms = tag
+            yield b"#T:%d\r\n" % added_ms
+            yield [b"XADD", key, b"IDMP", pid, iid, format_id(sid), *body]
+        if tags:
+            yield b"#T:%d\r\n" % now_ms
     for g in s.sorted_groups():
         yield from _rewrite_group(key, g, now_ms)
+        if nack:
+            yield from _rewrite_unowned(key, g)
     if phantoms:
         first_live = live[0][0] if live else None
         head = [sid for sid in phantoms if first_live is None or sid < first_live]
@@ -176,6 +225,31 @@ def _rewrite_stream(key: bytes, s: Stream, now_ms: int) -> Iterator[RewriteItem]
         yield [b"XSETID", key, last]
     else:
         yield [b"XSETID", key, last, b"ENTRIESADDED", added, b"MAXDELETEDID", format_id(mdel)]
+
+
+def _rewrite_unowned(key: bytes, g: ConsumerGroup) -> Iterator[RewriteItem]:
+    # Pending entries with no owner: one XNACK ... FORCE per delivery count, which creates
+    # them unowned with delivery time 0 and that count (the XNACK page: FORCE "is primarily
+    # used internally for AOF rewrite and replication").
+    batches: dict[int, list[bytes]] = {}
+    for sid, pe in g.pel.items():
+        if pe.consumer is None:
+            batches.setdefault(pe.delivery_count, []).append(format_id(sid))
+    for count, ids in sorted(batches.items()):
+        for i in range(0, len(ids), _ITEMS_PER_CMD):
+            chunk = ids[i : i + _ITEMS_PER_CMD]
+            yield [
+                b"XNACK",
+                key,
+                g.name,
+                b"FAIL",
+                b"IDS",
+                b"%d" % len(chunk),
+                *chunk,
+                b"RETRYCOUNT",
+                b"%d" % count,
+                b"FORCE",
+            ]
 
 
 def _rewrite_group(key: bytes, g: ConsumerGroup, now_ms: int) -> Iterator[RewriteItem]:

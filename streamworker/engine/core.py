@@ -29,6 +29,7 @@ from streamworker.engine.pubsub import NOTIFY_EXPIRED, NOTIFY_NEW, PubSub
 from streamworker.engine.replication import Replication
 from streamworker.engine.replies import NULL_BULK, QUEUED
 from streamworker.engine.tracking import Tracker
+from streamworker.engine.versions import DEFAULT_REDIS_VERSION, parse_redis_version
 
 if TYPE_CHECKING:
     from streamworker.engine.aof import AppendOnlyFile
@@ -119,11 +120,22 @@ class Engine:
     """An in-memory Redis 7.0-compatible engine.
 
     ``clock`` returns Unix milliseconds (default: the wall clock); tests inject a fake one.
-    Every method is thread-safe. Command replies are :mod:`.replies` values or a
-    :class:`~.context.Blocked`.
+    ``redis_version`` is the version it answers as: ``"7.0.15"`` (the default) or an 8.x
+    version, which adds the stream commands and options of that version (see
+    :mod:`.versions`); ValueError for a version it does not speak. Every method is
+    thread-safe. Command replies are :mod:`.replies` values or a :class:`~.context.Blocked`.
     """
 
-    def __init__(self, clock: Callable[[], int] | None = None, *, databases: int = 16) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], int] | None = None,
+        *,
+        databases: int = 16,
+        redis_version: str = DEFAULT_REDIS_VERSION,
+    ) -> None:
+        self.version = parse_redis_version(redis_version)
+        # What INFO, HELLO and scripts report (redis_version, version, REDIS_VERSION).
+        self.redis_version = self.version.text
         self.lock = threading.RLock()
         self.clock: Callable[[], int] = clock if clock is not None else _wall_clock_ms
         self.keyspace = Keyspace(self.clock, self.signal_key_ready, databases)
@@ -135,6 +147,12 @@ class Engine:
             db.expired_event = self._key_expired
             db.new_event = self._key_new
         self.table: dict[bytes, CommandSpec] = load_commands()
+        if self.version.is_redis8:
+            # The 8.x commands and option parsers go into this engine's table only: the 7.0
+            # dispatch path stays the code it was, with no version test on it.
+            from streamworker.engine.commands import streams_r8
+
+            streams_r8.install(self.table, self.version)
         self.diagnostics = Diagnostics()
         # Memory accounting and eviction; ``memory_upkeep`` mirrors memory.upkeep for the hot
         # path (per-key size estimates and LRU/LFU fields kept up after every command, while

@@ -65,6 +65,7 @@ from streamworker.engine.replies import (
     Verbatim,
     format_double,
 )
+from streamworker.engine.versions import DEFAULT_REDIS_VERSION, parse_redis_version
 
 __all__ = [
     "AsyncEngineConnection",
@@ -85,21 +86,27 @@ _SENTINEL: Any = object()
 _FSYNC_POLICIES = ("always", "everysec", "no")
 
 
-def _parse_engine_url(url: str) -> tuple[str, Path | None, str]:
-    # -> (registry key, data directory or None, appendfsync)
+def _parse_engine_url(url: str) -> tuple[str, Path | None, str, str | None]:
+    # -> (registry key, data directory or None, appendfsync, redis_version or None)
     parsed = urlparse(url)
     if parsed.scheme != "engine":
         raise ValueError(f"not an engine:// URL: {url!r}")
     query = parse_qs(parsed.query)
-    unknown = set(query) - {"appendfsync"}
+    unknown = set(query) - {"appendfsync", "redis_version"}
     if unknown:
         raise ValueError(f"{url!r}: unknown option(s) {', '.join(sorted(unknown))}")
     policy = query.get("appendfsync", ["everysec"])[-1]
     if policy not in _FSYNC_POLICIES:
         raise ValueError(f"{url!r}: appendfsync must be always, everysec or no, not {policy!r}")
+    version: str | None = None
+    if "redis_version" in query:
+        try:
+            version = parse_redis_version(query["redis_version"][-1]).text
+        except ValueError as exc:
+            raise ValueError(f"{url!r}: {exc}") from None
     if parsed.netloc == "" and parsed.path:
         directory = Path(unquote(parsed.path)).resolve()
-        return f"\0dir:{directory}", directory, policy
+        return f"\0dir:{directory}", directory, policy, version
     if parsed.netloc != "memory":
         raise ValueError(
             f"{url!r}: unknown engine location {parsed.netloc!r}; "
@@ -108,7 +115,7 @@ def _parse_engine_url(url: str) -> tuple[str, Path | None, str]:
     name = unquote(parsed.path.strip("/"))
     if "/" in name:
         raise ValueError(f"{url!r}: an engine name cannot contain '/'")
-    return name, None, policy
+    return name, None, policy, version
 
 
 def _engine_key(url: str) -> str:
@@ -124,19 +131,32 @@ def engine_from_url(url: str) -> Engine:
     write is logged to it, fsynced as ``?appendfsync=always|everysec|no`` says (default
     everysec; ``always`` fsyncs before each command returns). A directory is locked by the
     process that opened it: another process gets
-    :class:`~streamworker.engine.aof.DirectoryLockedError`. Thread-safe.
+    :class:`~streamworker.engine.aof.DirectoryLockedError`.
+
+    ``?redis_version=8.10`` (any 8.x up to 8.10, or 7.0) chooses the Redis version the engine
+    answers as when the URL creates it (default 7.0.15; see :mod:`.versions`). A URL naming a
+    version must agree with an engine already open under the same name or directory
+    (ValueError otherwise); a URL without one takes the engine as it is. Thread-safe.
     """
-    key, directory, policy = _parse_engine_url(url)
+    key, directory, policy, version = _parse_engine_url(url)
     with _REGISTRY_LOCK:
         engine = _REGISTRY.get(key)
         if engine is None:
+            chosen = version or DEFAULT_REDIS_VERSION
             if directory is None:
-                engine = Engine()
+                engine = Engine(redis_version=chosen)
             else:
                 from streamworker.engine.aof import open_persistent
 
-                engine = open_persistent(directory, appendfsync=policy).engine
+                engine = open_persistent(
+                    directory, Engine(redis_version=chosen), appendfsync=policy
+                ).engine
             _REGISTRY[key] = engine
+        elif version is not None and version != engine.redis_version:
+            raise ValueError(
+                f"{url!r}: this engine is already open as Redis {engine.redis_version}; "
+                "one engine answers as one version"
+            )
         return engine
 
 

@@ -67,7 +67,6 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from streamworker.engine import lualibs, msgs
-from streamworker.engine.commands.connection import REDIS_VERSION
 from streamworker.engine.context import ClientState, Ctx
 from streamworker.engine.errors import CommandError
 from streamworker.engine.lua_bytecode import without_tail_calls
@@ -330,8 +329,8 @@ class ScriptRuntime:
             b"unwrap": _unwrap,
             b"tick": self._tick,
             b"untail": without_tail_calls,
-            b"version": REDIS_VERSION.encode(),
-            b"version_num": _version_num(REDIS_VERSION),
+            b"version": self.engine.redis_version.encode(),
+            b"version_num": _version_num(self.engine.redis_version),
             b"cjson": libs.cjson,
             b"bit": libs.bit,
             b"struct": libs.struct,

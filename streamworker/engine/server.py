@@ -73,6 +73,7 @@ from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import ProtocolError, RequestParser, encode, encode_into
 from streamworker.engine.replica_link import ReplicaLink
 from streamworker.engine.replies import OK, Frames, Push
+from streamworker.engine.versions import DEFAULT_REDIS_VERSION
 
 if TYPE_CHECKING:
     from streamworker.engine.context import ClientState
@@ -131,6 +132,8 @@ class ServerOptions:
     """Start as a replica of the master at (host, port) (REPLICAOF host port, once listening)."""
     masterauth: str | None = None
     """The password the replica gives its master (the ``masterauth`` parameter)."""
+    redis_version: str = DEFAULT_REDIS_VERSION
+    """The Redis version the engine answers as (see :mod:`streamworker.engine.versions`)."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -1106,7 +1109,7 @@ class EngineServer:
 
 def open_engine(options: ServerOptions) -> tuple[Engine, AppendOnlyFile | None]:
     """The engine for ``options``: replayed from its data directory, or in memory."""
-    engine = Engine()
+    engine = Engine(redis_version=options.redis_version)
     aof = None
     if options.data_dir is not None:
         aof = open_persistent(
@@ -1195,8 +1198,9 @@ async def run_server(
                 installed.append((sig, signal.signal(sig, on_signal)))
         where = f"data in {aof.dir}, appendfsync {aof.policy}" if aof else "in memory only"
         _log.info(
-            "streamworker engine (Redis 7.0.15 compatible) ready to accept connections on "
+            "streamworker engine (Redis %s compatible) ready to accept connections on "
             "%s port %d (%s)",
+            engine.redis_version,
             options.bind,
             server.port,
             where,

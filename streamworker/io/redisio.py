@@ -7,6 +7,13 @@ errors of a cluster in transition count as connection errors too: CLUSTERDOWN, T
 not covered, a write that reached a replica (READONLY, a master demoted by a failover), and
 redirections that did not settle within redis-py's own MOVED/ASK handling. The loops back off and
 try again; redis-py re-reads the slot map on the next command.
+
+A primary that changes is an outage too. ``redis+sentinel://`` URLs get redis-py's own Sentinel
+clients, which ask the Sentinels for the primary on every new connection and drop a connection
+whose server answers READONLY (it was demoted). Plain ``redis://`` clients do the same for a name
+whose address moves to a new primary (managed services): a READONLY reply retires every connection
+made before it, so the next ones resolve the name again. Either way the error reaches the loops as
+ConnectionLost, and each client's :class:`PrimaryWatch` counts the changes it saw.
 """
 
 from __future__ import annotations
@@ -15,18 +22,21 @@ import asyncio
 import contextlib
 import contextvars
 import hashlib
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from typing import Any, NamedTuple, cast
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
+import redis.asyncio.sentinel as aiosentinel
 import redis.cluster as synccluster
 import redis.exceptions as rex
-from redis.backoff import ExponentialWithJitterBackoff
+import redis.sentinel as syncsentinel
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.connection import HiredisRespSerializer
 from redis.retry import Retry as SyncRetry
 from redis.utils import HIREDIS_AVAILABLE
@@ -67,9 +77,26 @@ _CLUSTER_BACKOFF_CAP_S = 1.0
 # --------------------------------------------------------------------------------------------
 # URLs
 
-REDIS_SCHEMES = ("redis", "rediss", "unix", "engine", "redis+cluster", "rediss+cluster")
+REDIS_SCHEMES = (
+    "redis",
+    "rediss",
+    "unix",
+    "engine",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+)
+"""The URL schemes streamworker opens."""
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
-"""The URL schemes streamworker opens; the last two are Redis Cluster."""
+"""Redis Cluster: ``redis+cluster://[user:pass@]h1:p1[,h2:p2…]/``."""
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+"""A primary managed by Sentinel: ``redis+sentinel://[user:pass@]h1:p1[,h2:p2…]/SERVICE[/DB]``."""
+
+DEFAULT_SENTINEL_PORT = 26379
+SENTINEL_PASSWORD_OPTION = "sentinel_password"
+"""The query option of a sentinel URL that carries the Sentinels' own password (``requirepass``
+of the Sentinels, which may differ from the data nodes' password in the URL's user part)."""
 
 
 def is_cluster_url(url: str) -> bool:
@@ -116,6 +143,9 @@ def validate_redis_url(url: str) -> str:
     if is_cluster_url(url):
         cluster_nodes(url)
         return url
+    if is_sentinel_url(url):
+        parse_sentinel_url(url)
+        return url
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -125,8 +155,8 @@ def validate_redis_url(url: str) -> str:
     if scheme not in REDIS_SCHEMES:
         shown = f"scheme {scheme!r}" if scheme else "no scheme"
         raise ConfigError(
-            f"invalid Redis URL {redact_url(url)!r}: {shown}; use redis://, rediss://, unix://, engine:// "
-            f"or redis+cluster://"
+            f"invalid Redis URL {redact_url(url)!r}: {shown}; use redis://, rediss://, unix://, "
+            f"engine://, redis+cluster:// or redis+sentinel://"
         )
     if scheme in ("redis", "rediss"):
         if not parts.hostname:
@@ -149,14 +179,129 @@ def redact_url(url: str) -> str:
 
     The credentials end at the *last* ``@``: a password with an unencoded ``@`` (or ``:``, ``/``)
     must not leak its tail. A URL whose query holds an ``@`` is over-redacted, which is safe.
-    Credentials without a ``:`` are redacted whole (some write a bare password there).
+    Credentials without a ``:`` are redacted whole (some write a bare password there). The
+    Sentinels' password in a sentinel URL's query (``?sentinel_password=…``) is redacted too.
     """
     scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
+    if not sep:
         return url
+    if SENTINEL_PASSWORD_OPTION in rest:
+        rest = _redact_query_password(rest)
+    if "@" not in rest:
+        return f"{scheme}://{rest}"
     creds, _, host = rest.rpartition("@")
     user, colon, _ = creds.partition(":")
     return f"{scheme}://{user}:***@{host}" if colon else f"{scheme}://***@{host}"
+
+
+def _redact_query_password(rest: str) -> str:
+    # Everything after the option's '=' up to the next '&' is the password; '#' and '@' may be
+    # part of it, so they do not end it.
+    head, sep, query = rest.partition("?")
+    if not sep:
+        return rest
+    shown = []
+    for item in query.split("&"):
+        name, eq, _ = item.partition("=")
+        shown.append(f"{name}=***" if eq and name == SENTINEL_PASSWORD_OPTION else item)
+    return f"{head}?{'&'.join(shown)}"
+
+
+def is_sentinel_url(url: str) -> bool:
+    """True for ``redis+sentinel://`` and ``rediss+sentinel://`` URLs (a Sentinel-managed primary)."""
+    return url.split("://", 1)[0].lower() in SENTINEL_SCHEMES
+
+
+class SentinelTarget(NamedTuple):
+    """What a sentinel URL names: the Sentinels, the monitored service (its ``sentinel monitor``
+    name), the database and the credentials of the data nodes and of the Sentinels."""
+
+    sentinels: list[tuple[str, int]]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+    sentinel_password: str | None
+    tls: bool
+
+    def sentinels_text(self) -> str:
+        """``h1:p1, h2:p2`` for messages."""
+        return ", ".join(f"{host}:{port}" for host, port in self.sentinels)
+
+
+def parse_sentinel_url(url: str) -> SentinelTarget:
+    """The parts of ``redis+sentinel://[user:pass@]h1:p1[,h2:p2…]/SERVICE[/DB][?sentinel_password=…]``.
+
+    A Sentinel without a port listens on 26379. ``user:pass`` are the data nodes' credentials
+    (percent-encoded where they hold ``@ : / ?``). Raises ConfigError naming what is wrong: no
+    Sentinel, a bad port, no service name, a database that is not a number, an unknown option.
+    """
+    shown = redact_url(url)
+
+    def bad(reason: str) -> ConfigError:
+        return ConfigError(f"invalid Redis URL {shown!r}: {reason}")
+
+    scheme, _, rest = url.partition("://")
+    rest, _, query = rest.partition("?")
+    creds, at, after = rest.rpartition("@")
+    hosts, _, path = after.partition("/")
+    username = password = None
+    if at:
+        user, colon, secret = creds.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else unquote(user)
+        if not colon:
+            username = None
+    sentinels: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        if not item:
+            raise bad("empty Sentinel in the Sentinel list" if hosts else "no Sentinel")
+        if item.endswith("]") or ":" not in item:  # no port (an IPv6 address in brackets)
+            host, port_text = item, str(DEFAULT_SENTINEL_PORT)
+        else:
+            host, _, port_text = item.rpartition(":")
+        host = host.strip("[]")
+        if not host:
+            raise bad(f"Sentinel {item!r} has no host")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise bad(f"Sentinel {item!r} has a bad port")
+        sentinels.append((host, int(port_text)))
+    service, _, db_text = path.partition("/")
+    service = unquote(service)
+    if not service:
+        raise bad("no service name; write redis+sentinel://HOST:PORT[,HOST:PORT…]/SERVICE[/DB]")
+    if any(c.isspace() for c in service):
+        raise bad(f"service name {service!r} contains white space")
+    db_text = db_text.rstrip("/")
+    if db_text and not db_text.isdigit():
+        raise bad(f"database {db_text!r} is not a number")
+    options = parse_qs(query, keep_blank_values=True) if query else {}
+    unknown = sorted(set(options) - {SENTINEL_PASSWORD_OPTION})
+    if unknown:
+        raise bad(f"unknown option {unknown[0]!r}; a sentinel URL takes {SENTINEL_PASSWORD_OPTION}")
+    given = options.get(SENTINEL_PASSWORD_OPTION, [])
+    return SentinelTarget(
+        sentinels=sentinels,
+        service=service,
+        db=int(db_text or 0),
+        username=username,
+        password=password,
+        sentinel_password=given[-1] if given and given[-1] else None,
+        tls=scheme.lower() == "rediss+sentinel",
+    )
+
+
+def with_sentinel_password(url: str, password: str | None) -> str:
+    """``url`` with the Sentinels' password (the ``sentinel_password`` setting) as its query
+    option, for a sentinel URL that does not carry one already; any other URL unchanged.
+
+    The composition root folds the setting in here, so that every client made from the URL (in
+    this process, in ``--processes`` children, on Spark executors) authenticates to the Sentinels.
+    """
+    if not password or not is_sentinel_url(url) or parse_sentinel_url(url).sentinel_password:
+        return url
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}{SENTINEL_PASSWORD_OPTION}={quote(password, safe='')}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,56 +409,6 @@ def open_sync_cluster(url: str, *, socket_timeout_s: float | None = 10.0) -> red
     return cast("redis.Redis", client)
 
 
-def is_cluster_client(client: object) -> bool:
-    """True when ``client`` is a Redis Cluster client (sync or asyncio)."""
-    return isinstance(client, aiocluster.RedisCluster | synccluster.RedisCluster)
-
-
-@contextlib.contextmanager
-def _engine_errors(url: str) -> Iterator[None]:
-    """An ``engine:///DIR`` whose directory cannot be opened (another process holds it, or its
-    files are damaged) is a configuration to fix: ConfigError, in one line."""
-    from streamworker.engine.aof import PersistenceError  # type: ignore[import-not-found,unused-ignore]
-
-    try:
-        yield
-    except PersistenceError as exc:
-        raise ConfigError(f"cannot open {redact_url(url)}: {exc}") from None
-
-
-def open_redis(url: str, *, socket_timeout_s: float | None = None) -> aioredis.Redis:
-    """An asyncio redis-py client for ``url``; bytes replies, no connection made yet.
-
-    ``engine://`` URLs resolve to streamworker's embedded engine; everything else to redis-py's own
-    ``from_url``. ``socket_timeout_s`` must exceed the longest BLOCK the caller will use.
-    """
-    validate_redis_url(url)
-    if is_cluster_url(url):
-        return open_cluster(url, socket_timeout_s=socket_timeout_s)
-    if url.startswith("engine:"):
-        from streamworker.engine.inproc import async_client  # type: ignore[import-not-found,unused-ignore]
-
-        with _engine_errors(url):
-            client: aioredis.Redis = async_client(url)
-        return client
-    try:
-        # TCP keepalive has no meaning on a Unix socket, whose connection class refuses it.
-        keepalive = {} if url.lower().startswith("unix:") else {"socket_keepalive": True}
-        client = aioredis.Redis.from_url(
-            url,
-            decode_responses=False,
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=5.0,
-            health_check_interval=30,
-            **keepalive,
-        )
-    except ValueError as exc:
-        raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
-    pool = client.connection_pool
-    pool.connection_class = _HIREDIS_PACKED.get(pool.connection_class, pool.connection_class)
-    return client
-
-
 class _HiredisPacking:
     """Commands packed by hiredis (in C), as redis-py's sync connections pack them when hiredis
     is installed (the same bytes, the same DataError for what cannot be sent); redis-py's
@@ -340,12 +435,424 @@ class _UnixConnection(_HiredisPacking, aioredis.UnixDomainSocketConnection):
     pass
 
 
-# The connection class from_url chose for the URL's scheme, and the same with hiredis packing.
-_HIREDIS_PACKED: dict[type[Any], type[Any]] = {
-    aioredis.Connection: _Connection,
-    aioredis.SSLConnection: _SSLConnection,
+# --------------------------------------------------------------------------------------------
+# The primary: Sentinel-managed, or a plain address that may move
+
+
+REDEMOTION_WINDOW_S = 60.0
+"""How long after a counted demotion another READONLY at the same address is the same failover."""
+
+
+class PrimaryWatch:
+    """What one client knows of the primary it writes to: its address and the changes it saw.
+
+    A change is a Sentinel naming another primary than before, or (plain URLs, where the address
+    is a name that a managed service moves) the primary at that address answering READONLY, i.e.
+    demoted. Listeners are called with the old and the new address (None: not known yet) in the
+    task or thread that noticed the change; they must not block. Thread-safe.
+    """
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+        self.changes = 0
+        self.generation = 0
+        """Bumped by every change; connections made in an earlier generation are retired."""
+        self._listeners: list[Callable[[str | None, str | None], None]] = []
+        self._lock = threading.Lock()
+        self._demoted_at: float | None = None
+
+    def listen(self, listener: Callable[[str | None, str | None], None]) -> None:
+        """Call ``listener(old, new)`` on every change from now on."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def seen(self, address: str) -> None:
+        """The primary is at ``address`` now (a Sentinel said so)."""
+        with self._lock:
+            old = self.address
+            if old == address:
+                return
+            self.address = address
+            if old is None:  # the first answer: not a change
+                return
+            listeners = self._change()
+        for listener in listeners:
+            listener(old, address)
+
+    def demoted(self, generation: int) -> None:
+        """A connection made in ``generation`` met READONLY: the server at the address is a
+        replica now, and every connection of that generation is retired.
+
+        Counted once per generation however many connections meet it, and not again within
+        :data:`REDEMOTION_WINDOW_S` of the last count: a managed endpoint whose name moves to
+        the new primary some seconds after the promotion sends the first new connections to the
+        demoted server again, and that is still the same failover.
+        """
+        now = time.monotonic()
+        with self._lock:
+            if generation != self.generation:
+                return
+            if self._demoted_at is not None and now - self._demoted_at < REDEMOTION_WINDOW_S:
+                self.generation += 1  # retire the connections; the failover is counted already
+                return
+            self._demoted_at = now
+            listeners = self._change()
+        for listener in listeners:
+            listener(self.address, self.address)
+
+    def _change(self) -> list[Callable[[str | None, str | None], None]]:
+        self.changes += 1
+        self.generation += 1
+        return list(self._listeners)
+
+
+class _PrimaryAware:
+    """Connection mixin for plain URLs: a READONLY reply means the server was demoted, so every
+    connection made before it (this one and the pool's others) is closed before its next command
+    and connects again, resolving the host name again (a managed endpoint moved to the new
+    primary). The error itself still reaches the caller, as ConnectionLost through
+    :func:`connection_errors`: the command did not run."""
+
+    def __init__(self, *, primary_watch: PrimaryWatch | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._watch = primary_watch
+        self._generation = primary_watch.generation if primary_watch is not None else 0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        watch = self._watch
+        if watch is not None:
+            if self._generation != watch.generation and self.is_connected:  # type: ignore[attr-defined]
+                await self.disconnect()  # type: ignore[attr-defined]
+            if not self.is_connected:  # type: ignore[attr-defined]
+                self._generation = watch.generation
+        await super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except rex.ReadOnlyError:
+            if self._watch is not None:
+                self._watch.demoted(self._generation)
+            raise
+
+
+class _WatchedConnection(_PrimaryAware, _Connection):
+    pass
+
+
+class _WatchedSSLConnection(_PrimaryAware, _SSLConnection):
+    pass
+
+
+# The connection class from_url chose for the URL's scheme, and the same with hiredis packing
+# (and, over TCP, with the demotion check: a Unix socket's server cannot move).
+_WATCHED: dict[type[Any], type[Any]] = {
+    aioredis.Connection: _WatchedConnection,
+    aioredis.SSLConnection: _WatchedSSLConnection,
     aioredis.UnixDomainSocketConnection: _UnixConnection,
 }
+
+
+class _PrimaryPool(aioredis.ConnectionPool):
+    """The asyncio pool of a plain URL, with the :class:`PrimaryWatch` its connections share."""
+
+    def __init__(self, *, shared_watch: PrimaryWatch | None = None, **kwargs: Any) -> None:
+        cls = kwargs.get("connection_class", aioredis.Connection)
+        kwargs["connection_class"] = _WATCHED.get(cls, cls)
+        super().__init__(**kwargs)
+        if "path" in self.connection_kwargs:
+            address = str(self.connection_kwargs["path"])
+        else:
+            address = f"{self.connection_kwargs.get('host', 'localhost')}:{self.connection_kwargs.get('port', 6379)}"
+        self.primary = shared_watch or PrimaryWatch(address)
+        if self.primary.address is None:
+            self.primary.address = address
+        if issubclass(self.connection_class, _PrimaryAware):
+            self.connection_kwargs["primary_watch"] = self.primary
+
+
+def _pick_primary(target: SentinelTarget, answers: Sequence[Any]) -> tuple[str, int]:
+    """The primary's address from each Sentinel's ``SENTINEL MASTERS`` (a dict, or the error the
+    Sentinel met): the first healthy one any of them reports.
+
+    Raises :class:`SentinelUnreachable` when none answered, :class:`UnknownService` when those that
+    answered do not monitor the service, :class:`NoHealthyPrimary` otherwise (a failover under way).
+    All are redis-py ConnectionErrors: at run time they are an outage like any other.
+    """
+    errors = [a for a in answers if isinstance(a, BaseException)]
+    masters = [a for a in answers if not isinstance(a, BaseException)]
+    if not masters:
+        first = f": {errors[0]}" if errors else ""
+        raise SentinelUnreachable(f"no Sentinel reachable at {target.sentinels_text()}{first}")
+    known = [m[target.service] for m in masters if target.service in m]
+    if not known:
+        names = sorted({str(name) for m in masters for name in m})
+        raise UnknownService(
+            f"the Sentinels at {target.sentinels_text()} monitor no service named "
+            f"{target.service!r} (they monitor: {', '.join(names) or 'nothing'})"
+        )
+    for state in known:
+        if state["is_master"] and not state["is_sdown"] and not state["is_odown"]:
+            return str(state["ip"]), int(state["port"])
+    raise NoHealthyPrimary(
+        f"the Sentinels at {target.sentinels_text()} know no healthy primary for "
+        f"{target.service!r} now (a failover under way?)"
+    )
+
+
+class SentinelUnreachable(rex.ConnectionError):
+    """No Sentinel of a sentinel URL answered."""
+
+
+class UnknownService(rex.ConnectionError):
+    """The Sentinels answered, and none monitors the URL's service name."""
+
+
+class NoHealthyPrimary(rex.ConnectionError):
+    """The Sentinels monitor the service but report no healthy primary (failing over)."""
+
+
+class _AsyncSentinel(aiosentinel.Sentinel):
+    """redis-py's asyncio Sentinel client, with discovery errors that say which case it is."""
+
+    target: SentinelTarget
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        async def ask(sentinel: aioredis.Redis) -> Any:
+            try:
+                return await sentinel.sentinel_masters()
+            except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
+                return exc
+
+        answers = await asyncio.gather(*(ask(s) for s in self.sentinels))
+        return _pick_primary(self.target, answers)
+
+
+class _SyncSentinel(syncsentinel.Sentinel):
+    """redis-py's sync Sentinel client, with discovery errors that say which case it is."""
+
+    target: SentinelTarget
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        answers: list[Any] = []
+        for sentinel in self.sentinels:
+            try:
+                answers.append(sentinel.sentinel_masters())
+            except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
+                answers.append(exc)
+        return _pick_primary(self.target, answers)
+
+
+class _SentinelPool(aiosentinel.SentinelConnectionPool):
+    """redis-py's Sentinel pool; tells its :class:`PrimaryWatch` each primary it is given, and
+    closes the Sentinel clients with the pool."""
+
+    def __init__(
+        self,
+        service_name: str,
+        sentinel_manager: _AsyncSentinel,
+        *,
+        shared_watch: PrimaryWatch | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(service_name, sentinel_manager, **kwargs)  # type: ignore[no-untyped-call]
+        self.primary = shared_watch or PrimaryWatch(None)
+
+    async def get_master_address(self) -> tuple[str, int]:
+        host, port = await super().get_master_address()  # type: ignore[no-untyped-call]
+        self.primary.seen(f"{host}:{port}")
+        return host, port
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        if inuse_connections:  # the client is closing
+            with contextlib.suppress(Exception):
+                await self.sentinel_manager.aclose()
+
+
+class _SentinelConnection(_HiredisPacking, aiosentinel.SentinelManagedConnection):
+    pass
+
+
+class _SentinelSSLConnection(_HiredisPacking, aiosentinel.SentinelManagedSSLConnection):
+    pass
+
+
+def _sentinel_kwargs(target: SentinelTarget) -> dict[str, Any]:
+    # Sentinels answer at once or not at all: no retries (the next one is asked), short timeouts.
+    kwargs: dict[str, Any] = {
+        "socket_timeout": 2.0,
+        "socket_connect_timeout": 2.0,
+        "password": target.sentinel_password,
+        "ssl": target.tls,
+    }
+    return kwargs
+
+
+def _data_kwargs(target: SentinelTarget) -> dict[str, Any]:
+    return {"db": target.db, "username": target.username, "password": target.password}
+
+
+def open_sentinel(
+    url: str, *, socket_timeout_s: float | None = None, watch: PrimaryWatch | None = None
+) -> aioredis.Redis:
+    """An asyncio client for the primary of a sentinel URL, no connection made yet.
+
+    redis-py's own ``Sentinel.master_for``: each new connection asks the Sentinels for the
+    primary, idle connections to a former primary are closed when the answer changes, and a
+    connection that meets READONLY (its server was demoted) is closed and reported as a
+    connection error. The client's :class:`PrimaryWatch` (:func:`primary_watch`) sees every
+    change of primary.
+    """
+    target = parse_sentinel_url(url)
+    sentinel = _AsyncSentinel(  # type: ignore[no-untyped-call]
+        target.sentinels,
+        sentinel_kwargs={**_sentinel_kwargs(target), "retry": aioredis.retry.Retry(NoBackoff(), 0)},
+    )
+    sentinel.target = target
+    client: aioredis.Redis = sentinel.master_for(
+        target.service,
+        connection_pool_class=_SentinelPool,
+        shared_watch=watch,
+        connection_class=_SentinelSSLConnection if target.tls else _SentinelConnection,
+        decode_responses=False,
+        socket_timeout=socket_timeout_s,
+        socket_connect_timeout=5.0,
+        socket_keepalive=True,
+        health_check_interval=30,
+        **_data_kwargs(target),
+    )
+    return client
+
+
+def open_sync_sentinel(url: str, *, socket_timeout_s: float | None = 10.0) -> redis.Redis:
+    """The sync counterpart of :func:`open_sentinel`, for operator commands and probes.
+
+    Like the sync cluster client it asks the Sentinels at once: raises ConnectionLost when none
+    answers or none knows a healthy primary, ConfigError when they monitor no such service.
+    """
+    target = parse_sentinel_url(url)
+    sentinel = _SyncSentinel(  # type: ignore[no-untyped-call]
+        target.sentinels,
+        sentinel_kwargs={**_sentinel_kwargs(target), "retry": SyncRetry(NoBackoff(), 0)},
+    )
+    sentinel.target = target
+    try:
+        sentinel.discover_master(target.service)
+    except UnknownService as exc:
+        sentinel.close()
+        raise ConfigError(f"{redact_url(url)}: {exc}") from None
+    except rex.ConnectionError as exc:
+        sentinel.close()
+        raise ConnectionLost(str(exc)) from None
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.service,
+        ssl=target.tls,
+        decode_responses=False,
+        socket_timeout=socket_timeout_s,
+        socket_connect_timeout=5.0,
+        **_data_kwargs(target),
+    )
+    return client
+
+
+def primary_watch(client: object) -> PrimaryWatch | None:
+    """The :class:`PrimaryWatch` of an asyncio client from :func:`open_redis` (None for Redis
+    Cluster, Unix sockets and the embedded engine, which have no primary to follow)."""
+    pool = getattr(client, "connection_pool", None)
+    watch = getattr(pool, "primary", None)
+    return watch if isinstance(watch, PrimaryWatch) else None
+
+
+async def discover_primary(client: aioredis.Redis) -> str | None:
+    """``host:port`` of the primary ``client`` writes to now, asking the Sentinels for a sentinel
+    client; None for Redis Cluster and the engine. Raises ConnectionLost when the Sentinels name
+    none, ConfigError when they do not monitor the service (a misspelt service name)."""
+    pool = getattr(client, "connection_pool", None)
+    if isinstance(pool, _SentinelPool):
+        try:
+            host, port = await pool.get_master_address()
+        except UnknownService as exc:
+            raise ConfigError(str(exc)) from None
+        except (rex.ConnectionError, rex.TimeoutError) as exc:
+            raise ConnectionLost(str(exc)) from None
+        return f"{host}:{port}"
+    watch = primary_watch(client)
+    return watch.address if watch is not None else None
+
+
+def sync_primary_address(client: redis.Redis) -> str | None:
+    """``host:port`` of the primary a sync client from :func:`open_sync_redis` last used (a
+    sentinel client asks the Sentinels when it has not connected yet); None for Redis Cluster and
+    the engine. Raises redis-py's errors as they come."""
+    pool = getattr(client, "connection_pool", None)
+    if isinstance(pool, syncsentinel.SentinelConnectionPool):
+        host, port = pool.master_address or pool.get_master_address()  # type: ignore[no-untyped-call]
+        return f"{host}:{port}"
+    if is_cluster_client(client) or not isinstance(pool, redis.ConnectionPool):
+        return None
+    kwargs = pool.connection_kwargs
+    if "path" in kwargs:
+        return str(kwargs["path"])
+    if "host" not in kwargs:
+        return None
+    return f"{kwargs['host']}:{kwargs.get('port', 6379)}"
+
+
+def is_cluster_client(client: object) -> bool:
+    """True when ``client`` is a Redis Cluster client (sync or asyncio)."""
+    return isinstance(client, aiocluster.RedisCluster | synccluster.RedisCluster)
+
+
+@contextlib.contextmanager
+def _engine_errors(url: str) -> Iterator[None]:
+    """An ``engine:///DIR`` whose directory cannot be opened (another process holds it, or its
+    files are damaged) is a configuration to fix: ConfigError, in one line."""
+    from streamworker.engine.aof import PersistenceError  # type: ignore[import-not-found,unused-ignore]
+
+    try:
+        yield
+    except PersistenceError as exc:
+        raise ConfigError(f"cannot open {redact_url(url)}: {exc}") from None
+
+
+def open_redis(
+    url: str, *, socket_timeout_s: float | None = None, watch: PrimaryWatch | None = None
+) -> aioredis.Redis:
+    """An asyncio redis-py client for ``url``; bytes replies, no connection made yet.
+
+    ``engine://`` URLs resolve to streamworker's embedded engine, ``redis+cluster://`` to
+    redis-py's cluster client, ``redis+sentinel://`` to its Sentinel client; everything else to
+    redis-py's own ``from_url``. ``socket_timeout_s`` must exceed the longest BLOCK the caller
+    will use. Clients given the same ``watch`` share it (one count of primary changes for all of
+    a worker's clients); see :func:`primary_watch`.
+    """
+    validate_redis_url(url)
+    if is_cluster_url(url):
+        return open_cluster(url, socket_timeout_s=socket_timeout_s)
+    if is_sentinel_url(url):
+        return open_sentinel(url, socket_timeout_s=socket_timeout_s, watch=watch)
+    if url.startswith("engine:"):
+        from streamworker.engine.inproc import async_client  # type: ignore[import-not-found,unused-ignore]
+
+        with _engine_errors(url):
+            client: aioredis.Redis = async_client(url)
+        return client
+    try:
+        # TCP keepalive has no meaning on a Unix socket, whose connection class refuses it.
+        keepalive = {} if url.lower().startswith("unix:") else {"socket_keepalive": True}
+        pool = _PrimaryPool.from_url(
+            url,
+            shared_watch=watch,
+            decode_responses=False,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=5.0,
+            health_check_interval=30,
+            **keepalive,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
+    return aioredis.Redis.from_pool(pool)
 
 
 def open_sync_redis(url: str, *, socket_timeout_s: float | None = 10.0) -> redis.Redis:
@@ -353,6 +860,8 @@ def open_sync_redis(url: str, *, socket_timeout_s: float | None = 10.0) -> redis
     validate_redis_url(url)
     if is_cluster_url(url):
         return open_sync_cluster(url, socket_timeout_s=socket_timeout_s)
+    if is_sentinel_url(url):
+        return open_sync_sentinel(url, socket_timeout_s=socket_timeout_s)
     if url.startswith("engine:"):
         from streamworker.engine.inproc import sync_client  # type: ignore[import-not-found,unused-ignore]
 

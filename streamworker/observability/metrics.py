@@ -266,6 +266,12 @@ class Metrics:
             ["operation"],
             registry=r,
         )
+        self.failovers = Counter(
+            "streamworker_failovers",
+            "Primary changes this worker saw: a Sentinel named another primary, or the primary "
+            "at a managed address answered READONLY (it was demoted).",
+            registry=r,
+        )
 
     def observe_replica_wait(self, operation: str, seconds: float, timed_out: bool) -> None:
         """Record one replica wait (a :class:`streamworker.io.replicawait.WaitObserver`: pass it as

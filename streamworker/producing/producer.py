@@ -853,7 +853,10 @@ class AppProducers:
             return self._bound_url
         from streamworker.settings import load_settings
 
-        url = load_settings().redis_url or self._app.redis_url
+        settings = load_settings()
+        url = settings.redis_url or self._app.redis_url
+        if url:  # with the Sentinels' password folded in, as the CLI does
+            url = settings.redis_url_or(url)
         if not url:
             raise ConfigError(
                 f"App({self._app.name!r}) has no redis_url: pass App(..., redis_url=...) or set "

@@ -25,12 +25,19 @@ import structlog
 
 from streamworker.app import App, HandlerSpec
 from streamworker.core.deps import Resolver
-from streamworker.errors import ConfigError, ConnectionLost, ConsumerNameTaken
+from streamworker.errors import ConfigError, ConnectionLost, ConsumerNameTaken, StreamworkerError
 from streamworker.extras import require_extra
 from streamworker.idempotency import registry
 from streamworker.idempotency.base import Backing, BuildContext, Strategy
 from streamworker.idempotency.deadline import DEFAULT_DB_DEADLINE_S
-from streamworker.io.redisio import open_redis, open_sync_redis, redact_url
+from streamworker.io.redisio import (
+    PrimaryWatch,
+    discover_primary,
+    open_redis,
+    open_sync_redis,
+    redact_url,
+    sync_primary_address,
+)
 from streamworker.observability.metrics import GroupStateCollector, Metrics
 from streamworker.observability.state import missing_groups, read_group_states
 from streamworker.runtime.backoff import Backoff
@@ -186,6 +193,10 @@ class Worker:
         except Exception as exc:
             return False, {"redis": f"{type(exc).__name__}: {exc}"}
         details: dict[str, Any] = {"redis": "ok"}
+        with contextlib.suppress(Exception):
+            primary = sync_primary_address(client)
+            if primary is not None:
+                details["primary"] = primary
         ok = True
         if missing:
             ok = False
@@ -252,8 +263,12 @@ class Worker:
         # Two clients: a blocking read waits up to block_ms for its reply, every other command
         # gets the shorter redis_timeout_s (a silent connection is noticed that soon).
         timeout_s = self.options.redis_timeout_s
-        client = open_redis(self.options.redis_url, socket_timeout_s=timeout_s)
-        read_client = open_redis(self.options.redis_url, socket_timeout_s=block_max_s + timeout_s)
+        # One watch for both clients: a failover is counted once, whichever client meets it.
+        watch = PrimaryWatch(None)
+        watch.listen(self._primary_changed)
+        url = self.options.redis_url
+        client = open_redis(url, socket_timeout_s=timeout_s, watch=watch)
+        read_client = open_redis(url, socket_timeout_s=block_max_s + timeout_s, watch=watch)
         sync_slots = sum(s.concurrency for s in specs if not s.is_async) or 1
         threads = HandlerThreads(sync_slots)
         resolver = Resolver()
@@ -324,6 +339,7 @@ class Worker:
                 "worker_started",
                 handlers=[s.name for s in specs],
                 redis_url=redact_url(self.options.redis_url),
+                primary=await self._primary_at_start(client),
             )
             background = [
                 asyncio.ensure_future(backing.run(client, self._stopping.wait))
@@ -361,6 +377,19 @@ class Worker:
                     loop.remove_signal_handler(sig)
         self._log.info("worker_stopped", abandoned_threads=abandoned)
         return WorkerResult(abandoned_threads=abandoned)
+
+    async def _primary_at_start(self, client: aioredis.Redis) -> str | None:
+        # For the start-up log only: the Sentinels were asked (or the address is known) already.
+        try:
+            return await discover_primary(client)
+        except StreamworkerError:
+            return None
+
+    def _primary_changed(self, old: str | None, new: str | None) -> None:
+        """A client of this worker saw the primary change (a Sentinel named another one, or the
+        one at a managed address answered READONLY): an outage the loops ride through."""
+        self.metrics.failovers.inc()
+        self._log.warning("primary_changed", old_primary=old, new_primary=new)
 
     def _heartbeat_stats(self) -> dict[str, int]:
         """What the consumer-name record reports besides who owns it (see runtime.names)."""

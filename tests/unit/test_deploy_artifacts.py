@@ -74,7 +74,8 @@ def exported_series() -> dict[str, frozenset[str]]:
     metrics = Metrics()
     for wrapper in vars(metrics).values():
         if isinstance(wrapper, MetricWrapperBase):
-            child = wrapper.labels(*["x"] * len(wrapper._labelnames))
+            names = wrapper._labelnames
+            child = wrapper.labels(*["x"] * len(names)) if names else wrapper
             if hasattr(child, "observe"):
                 child.observe(0.01)
             else:
@@ -574,13 +575,20 @@ def scaled_objects() -> dict[str, dict[str, Any]]:
 
 
 def triggers(scaled: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    return [t for t in scaled["spec"]["triggers"] if t["type"] == kind]
+    """The triggers of ``kind``; ``"redis-streams"`` includes ``redis-sentinel-streams`` (the
+    same scaler, reaching the primary through the Sentinels)."""
+    kinds = {kind, "redis-sentinel-streams"} if kind == "redis-streams" else {kind}
+    return [t for t in scaled["spec"]["triggers"] if t["type"] in kinds]
 
 
 def test_scaled_objects_are_well_formed_and_target_the_worker() -> None:
     workload_kinds = {w["kind"]: w["metadata"]["name"] for w in workloads()}
     auth = {a["metadata"]["name"] for a in objects("TriggerAuthentication")}
-    assert set(scaled_objects()) == {"keda-redis-streams.yaml", "keda-prometheus.yaml"}
+    assert set(scaled_objects()) == {
+        "keda-redis-streams.yaml",
+        "keda-prometheus.yaml",
+        "keda-redis-sentinel-streams.yaml",
+    }
     for name, scaled in scaled_objects().items():
         assert scaled["apiVersion"] == "keda.sh/v1alpha1", name
         target = scaled["spec"]["scaleTargetRef"]
@@ -647,16 +655,16 @@ def test_prometheus_trigger_scales_on_work_left_of_known_metrics() -> None:
 
 
 def test_trigger_authentication_reads_the_workers_secret() -> None:
-    auth = only("TriggerAuthentication")
     secrets = {
         env["valueFrom"]["secretKeyRef"]["name"]
         for env in worker_container(only("Deployment"))["env"]
         if "secretKeyRef" in env.get("valueFrom", {})
     }
-    for ref in auth["spec"]["secretTargetRef"]:
-        assert ref["name"] in secrets
-        assert ref["key"]
-        assert ref["parameter"] == "password"
+    for auth in objects("TriggerAuthentication"):
+        for ref in auth["spec"]["secretTargetRef"]:
+            assert ref["name"] in secrets
+            assert ref["key"]
+            assert ref["parameter"] in {"password", "sentinelPassword"}
 
 
 # --- Grafana ------------------------------------------------------------------------------------

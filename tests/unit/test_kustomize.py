@@ -18,7 +18,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "examples" / "kubernetes"
 PROMETHEUS = ROOT / "examples" / "prometheus"
-OVERLAYS = ("deployment", "statefulset", "keda-redis-streams", "keda-prometheus")
+OVERLAYS = (
+    "deployment",
+    "statefulset",
+    "keda-redis-streams",
+    "keda-prometheus",
+    "keda-redis-sentinel-streams",
+)
 CORE_KINDS = {"Deployment", "StatefulSet", "Service", "PodDisruptionBudget"}
 
 
@@ -88,7 +94,9 @@ def test_the_plain_overlays_hold_the_base_and_their_workload() -> None:
     ]
 
 
-@pytest.mark.parametrize("overlay", ["keda-redis-streams", "keda-prometheus"])
+@pytest.mark.parametrize(
+    "overlay", ["keda-redis-streams", "keda-prometheus", "keda-redis-sentinel-streams"]
+)
 def test_keda_overlays_leave_the_replica_count_to_keda(overlay: str) -> None:
     objects = render(overlay)
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
@@ -104,6 +112,27 @@ def test_keda_overlays_leave_the_replica_count_to_keda(overlay: str) -> None:
     }
     assert refs, "the redis-streams triggers need the Redis password"
     assert refs <= auth
+
+
+def test_the_sentinel_overlay_gives_workers_and_keda_the_sentinels_password() -> None:
+    objects = render("keda-redis-sentinel-streams")
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    ref = env["STREAMWORKER_SENTINEL_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"], ref["optional"]) == (
+        "billing-worker",
+        "sentinel-password",
+        True,
+    )
+    (auth,) = [o for o in objects if o["kind"] == "TriggerAuthentication"]
+    assert {p["parameter"] for p in auth["spec"]["secretTargetRef"]} == {
+        "password",
+        "sentinelPassword",
+    }
+    (scaled,) = [o for o in objects if o["kind"] == "ScaledObject"]
+    triggers = scaled["spec"]["triggers"]
+    assert {t["type"] for t in triggers} == {"redis-sentinel-streams"}
+    assert all(t["metadata"]["sentinelMaster"] == "mymaster" for t in triggers)
 
 
 def test_alert_rules_pass_promtool_check() -> None:

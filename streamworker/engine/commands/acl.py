@@ -39,6 +39,7 @@ _MODULE_CATEGORY = {
     "zsets": "sortedset",
     "lists": "list",
     "streams": "stream",
+    "streams_r8": "stream",
     "scripting": "scripting",
     "transactions": "transaction",
     "connection": "connection",

@@ -61,7 +61,7 @@ def _hello_map(ctx: Ctx) -> Map:
     return Map(
         [
             (b"server", b"redis"),
-            (b"version", REDIS_VERSION.encode()),
+            (b"version", ctx.engine.redis_version.encode()),
             (b"proto", ctx.client.resp),
             (b"id", ctx.client.id),
             (b"mode", b"standalone"),

@@ -16,7 +16,6 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import CommandSpec, command
 from streamworker.engine.commands._args import to_str
 from streamworker.engine.commands.acl import categories_of
-from streamworker.engine.commands.connection import REDIS_VERSION
 from streamworker.engine.config import parse_percentiles
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import glob_match
@@ -147,7 +146,7 @@ def _section_server(ctx: Ctx) -> list[str]:
     uptime = int(time.monotonic() - engine.started_monotonic)
     uname = platform.uname()
     return [
-        f"redis_version:{REDIS_VERSION}",
+        f"redis_version:{engine.redis_version}",
         "redis_git_sha1:00000000",
         "redis_git_dirty:0",
         "redis_build_id:0",

@@ -490,7 +490,7 @@ def _bounded_arg(args: list[bytes], i: int, default: int, lo: int, hi: int) -> i
 
 @command("lolwut", arity=-1, flags=("readonly", "fast"))
 def lolwut(ctx: Ctx, args: list[bytes]) -> Reply:
-    """LOLWUT [VERSION v] [...] -> some art and ``Redis ver. 7.0.15``.
+    """LOLWUT [VERSION v] [...] -> some art and ``Redis ver. <the engine's version>``.
 
     VERSION 5 and 6 draw (the engine's own art; sizes are bounded as in Redis) and end with
     the captions of Redis's pieces; other versions print the version line alone."""
@@ -508,7 +508,7 @@ def lolwut(ctx: Ctx, args: list[bytes]) -> Reply:
         art = "\n".join(
             "".join(chr(0x2800 + rng.randrange(256)) for _ in range(cols)) for _ in range(rows)
         )
-        return Verbatim(art + "\n\n" + _LOLWUT5_CAPTION + REDIS_VERSION + "\n")
+        return Verbatim(art + "\n\n" + _LOLWUT5_CAPTION + ctx.engine.redis_version + "\n")
     if version == 6:
         cols = _bounded_arg(args, 0, 80, 1, 1000)
         rows = _bounded_arg(args, 1, 20, 1, 1000)
@@ -521,8 +521,10 @@ def lolwut(ctx: Ctx, args: list[bytes]) -> Reply:
                     for _ in range(cols)
                 )
             )
-        return Verbatim("\n".join(lines) + "\n" + _LOLWUT6_CAPTION + REDIS_VERSION + "\n")
-    return Verbatim(f"Redis ver. {REDIS_VERSION}\n")
+        return Verbatim(
+            "\n".join(lines) + "\n" + _LOLWUT6_CAPTION + ctx.engine.redis_version + "\n"
+        )
+    return Verbatim(f"Redis ver. {ctx.engine.redis_version}\n")
 
 
 # --- MIGRATE ---------------------------------------------------------------------------------

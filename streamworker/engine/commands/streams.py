@@ -66,6 +66,13 @@ _TRIM_NONE: Final = 0
 _TRIM_MAXLEN: Final = 1
 _TRIM_MINID: Final = 2
 
+# What a trim or a deletion does to the groups' references to the entries it removes (Redis
+# 8.2's KEEPREF / DELREF / ACKED; only an 8.x engine parses them, see streams_r8).
+REFS_KEEP: Final = 0
+REFS_DELETE: Final = 1
+REFS_ACKED: Final = 2
+REF_POLICIES: Final = {b"keepref": REFS_KEEP, b"delref": REFS_DELETE, b"acked": REFS_ACKED}
+
 
 # --- helpers ------------------------------------------------------------------------------
 
@@ -162,11 +169,14 @@ class _AddTrimArgs:
     __slots__ = (
         "approx",
         "id_given",
+        "idmp_iid",
+        "idmp_pid",
         "idpos",
         "limit",
         "maxlen",
         "minid",
         "nomkstream",
+        "refs",
         "seq_given",
         "sid",
         "strategy",
@@ -179,14 +189,20 @@ class _AddTrimArgs:
         self.approx = False
         self.limit = 0
         self.nomkstream = False
+        self.refs = REFS_KEEP
+        # XADD IDMP pid iid / IDMPAUTO pid (8.6): the iid is None for IDMPAUTO.
+        self.idmp_pid: bytes | None = None
+        self.idmp_iid: bytes | None = None
         self.id_given = False
         self.seq_given = True
         self.sid = 0
         self.idpos = 0
 
 
-def _parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool) -> _AddTrimArgs:
+def _parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool, refs: int = 0) -> _AddTrimArgs:
     # streamParseAddOrTrimArgsOrReply; indexes are into args (argv without the command name).
+    # ``refs``: 1, the KEEPREF / DELREF / ACKED words are options (8.2+); 2, XADD's IDMP and
+    # IDMPAUTO too (8.6+). 0 (7.0) never looks at them.
     p = _AddTrimArgs()
     limit_given = False
     n = len(args)
@@ -231,6 +247,16 @@ def _parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool) -> _AddTrimArgs:
                 raise CommandError(msgs.TRIM_LIMIT_NEGATIVE)
             limit_given = True
             i += 1
+        elif refs and lopt in REF_POLICIES:
+            p.refs = REF_POLICIES[lopt]
+        elif refs > 1 and xadd and lopt in (b"idmp", b"idmpauto"):
+            auto = lopt == b"idmpauto"
+            if p.idmp_pid is not None or more < (1 if auto else 2):
+                raise CommandError(msgs.SYNTAX)
+            p.idmp_pid = args[i + 1]
+            if not auto:
+                p.idmp_iid = args[i + 2]
+            i += 1 if auto else 2
         elif xadd and lopt == b"nomkstream":
             p.nomkstream = True
         elif xadd:
@@ -261,17 +287,26 @@ def _parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool) -> _AddTrimArgs:
 
 
 def _trim(s: Stream, p: _AddTrimArgs) -> int:
+    if p.refs:
+        from streamworker.engine.commands.streams_r8 import trim_with_refs
+
+        return trim_with_refs(s, p.strategy == _TRIM_MAXLEN, p.maxlen, p.minid, p)
     if p.strategy == _TRIM_MAXLEN:
         return s.trim_maxlen(p.maxlen, p.approx, p.limit)
     return s.trim_minid(p.minid, p.approx, p.limit)
 
 
 @command("xadd", arity=-5, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
-def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
+def xadd(ctx: Ctx, args: list[bytes], parsed: _AddTrimArgs | None = None) -> Reply:
     """XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id field value
-    [field value ...] -> the new entry's ID (nil with NOMKSTREAM on a missing key)."""
+    [field value ...] -> the new entry's ID (nil with NOMKSTREAM on a missing key).
+
+    ``parsed``: the options as an 8.x engine's XADD parsed them (streams_r8)."""
     p: _AddTrimArgs | None
-    if args[1] == b"*":
+    if parsed is not None:
+        p = parsed
+        idpos = p.idpos
+    elif args[1] == b"*":
         p = None
         idpos = 1
     else:
@@ -338,9 +373,11 @@ def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
 
 
 @command("xtrim", arity=-4, flags=("write",), first_key=1, last_key=1, step=1)
-def xtrim(ctx: Ctx, args: list[bytes]) -> Reply:
-    """XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count] -> number of entries removed."""
-    p = _parse_add_trim(ctx, args, False)
+def xtrim(ctx: Ctx, args: list[bytes], parsed: _AddTrimArgs | None = None) -> Reply:
+    """XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count] -> number of entries removed.
+
+    ``parsed``: the options as an 8.x engine's XTRIM parsed them (streams_r8)."""
+    p = parsed if parsed is not None else _parse_add_trim(ctx, args, False)
     s = get_stream(ctx, args[0])
     if s is None:
         return 0
@@ -358,6 +395,10 @@ def xtrim(ctx: Ctx, args: list[bytes]) -> Reply:
 def _exact_trim_args(s: Stream, p: _AddTrimArgs) -> list[bytes]:
     # The trim options that remove exactly what this trim removed (Redis's
     # streamRewriteApproxSpecifier / streamRewriteTrimArgument).
+    if p.refs or p.idmp_pid is not None:
+        from streamworker.engine.commands.streams_r8 import exact_trim_args_with_refs
+
+        return exact_trim_args_with_refs(s, p)
     if not p.approx:
         if p.strategy == _TRIM_MAXLEN:
             return [b"MAXLEN", b"=", b"%d" % p.maxlen]
@@ -517,7 +558,10 @@ def _read_group_history(
         else:
             pe: PendingEntry = pel[sid]
             pe.delivery_time = now
-            pe.delivery_count += 1
+            if pe.delivery_count < _LLONG_MAX:
+                # A count at LLONG_MAX (XCLAIM RETRYCOUNT, 8.8's XNACK FATAL) stays there: one
+                # more would not fit the records that log it.
+                pe.delivery_count += 1
             out.append([format_id(sid), fv])
             if delivered is not None:
                 delivered.append(sid)
@@ -1020,7 +1064,7 @@ def xclaim(ctx: Ctx, args: list[bytes]) -> Reply:
         pe.delivery_time = deliverytime
         if retrycount >= 0:
             pe.delivery_count = retrycount
-        elif not justid:
+        elif not justid and pe.delivery_count < _LLONG_MAX:
             pe.delivery_count += 1
         out.append(format_id(sid) if fv is None else [format_id(sid), fv])
         claimed.append(sid)
@@ -1124,7 +1168,7 @@ def xautoclaim(ctx: Ctx, args: list[bytes]) -> Reply:
             consumer = _consumer(ctx, args[0], g, name, now)
         g.transfer(sid, pe, consumer)
         pe.delivery_time = now
-        if not justid:
+        if not justid and pe.delivery_count < _LLONG_MAX:
             pe.delivery_count += 1
         claimed.append(format_id(sid) if fv is None else [format_id(sid), fv])
         claimed_sids.append(sid)

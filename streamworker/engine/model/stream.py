@@ -66,9 +66,12 @@ from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator, Sequence
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from streamworker.engine.ids import MASK64, MAX_ID, MAX_U64, parse_ll
+
+if TYPE_CHECKING:
+    from streamworker.engine.model.idmp import IdmpState
 
 __all__ = [
     "INVALID_ENTRIES_READ",
@@ -759,6 +762,7 @@ class Stream:
         "entries_added",
         "first_id",
         "groups",
+        "idmp",
         "last_id",
         "length",
         "max_deleted_id",
@@ -778,6 +782,9 @@ class Stream:
         self.max_deleted_id = 0
         self.entries_added = 0
         self.groups: dict[bytes, ConsumerGroup] = {}
+        # Redis 8.6's idempotent-production map (an IdmpState), created by the first XADD
+        # IDMP / XCFGSET of an 8.6+ engine; None otherwise.
+        self.idmp: IdmpState | None = None
 
     def __repr__(self) -> str:
         return f"Stream(length={self.length}, nodes={len(self._nodes)}, last_id={self.last_id})"
@@ -1348,4 +1355,6 @@ class Stream:
         s.max_deleted_id = self.max_deleted_id
         s.entries_added = self.entries_added
         s.groups = {name: g.copy() for name, g in self.groups.items()}
+        if self.idmp is not None:
+            s.idmp = self.idmp.copy()
         return s

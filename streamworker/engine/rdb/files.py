@@ -138,6 +138,11 @@ def build_rdb(engine: Engine) -> bytes:
                 out.append(bytes((OP_EXPIRETIME_MS,)) + when.to_bytes(8, "little", signed=True))
             kind, body = encode_object(value, limits, db.is_big(key))
             out.append(bytes((kind,)) + save_string(key, compress) + body)
+    if engine.version.is_redis8:
+        # Streams' IDMP maps (8.6+): aux fields after the keys, which Redis 7.0 skips.
+        from streamworker.engine.rdb.idmp import AUX_NAME, idmp_aux_values
+
+        out += [_aux(AUX_NAME, value) for value in idmp_aux_values(engine)]
     out.append(bytes((OP_EOF,)))
     data = b"".join(out)
     if cfg.get("rdbchecksum") == "no":
@@ -214,6 +219,7 @@ def load_rdb_bytes(engine: Engine, data: bytes) -> LoadStats:
     dbi = 0
     expire: int | None = None
     loaded: list[tuple[int, bytes, object, int | None]] = []
+    idmp_blobs: list[bytes] = []
     while True:
         at = r.pos
         op = r.byte()
@@ -229,8 +235,10 @@ def load_rdb_bytes(engine: Engine, data: bytes) -> LoadStats:
             r.length()
             continue
         if op == OP_AUX:
-            r.string()
-            r.string()
+            name = r.string()
+            value_blob = r.string()
+            if name == b"sw-idmp":
+                idmp_blobs.append(value_blob)
             continue
         if op == OP_EXPIRETIME_MS:
             expire = r.ms_time()
@@ -280,6 +288,10 @@ def load_rdb_bytes(engine: Engine, data: bytes) -> LoadStats:
         if when is not None:
             db.set_expire(key, when)
         stats.keys_loaded += 1
+    if idmp_blobs:
+        from streamworker.engine.rdb.idmp import attach_idmp
+
+        attach_idmp(engine, idmp_blobs)
     st = snapshot_state(engine)
     st.keys_loaded = stats.keys_loaded
     st.keys_expired = stats.keys_expired

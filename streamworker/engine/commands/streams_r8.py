@@ -1,0 +1,817 @@
+"""The stream commands and options of Redis 8.x, installed into an 8.x engine's table only.
+
+A 7.0 engine never sees this module's commands: :func:`install` adds them to (or swaps them
+into) one engine's dispatch table when it is built with ``redis_version`` 8.x, so the 7.0
+path carries no version test. What each 8.x version adds (see :mod:`..versions`):
+
+* 8.2: ``XACKDEL``, ``XDELEX``, and ``KEEPREF | DELREF | ACKED`` on ``XADD`` / ``XTRIM``
+  (https://redis.io/docs/latest/commands/xackdel/, .../xdelex/, .../xadd/, .../xtrim/).
+* 8.4: ``XREADGROUP ... CLAIM min-idle-time``
+  (https://redis.io/docs/latest/commands/xreadgroup/).
+* 8.6: ``XADD ... IDMP pid iid | IDMPAUTO pid``, ``XCFGSET``, XINFO STREAM's IDMP fields
+  (https://redis.io/docs/latest/develop/data-types/streams/idempotency/,
+  https://redis.io/docs/latest/commands/xcfgset/).
+* 8.8: ``XNACK key group SILENT|FAIL|FATAL IDS n id ... [RETRYCOUNT c] [FORCE]``
+  (https://redis.io/docs/latest/commands/xnack/), and XPENDING's idle of -1 for the entries
+  it released.
+
+Built from those pages (no Redis 8 server can run here); where a page leaves a choice open the
+choice is stated where it is made and in docs/engine-redis8.md. What gets logged follows the
+7.0 commands: a deterministic command is logged as received, a claim as the ``XCLAIM ... FORCE
+JUSTID`` that sets owner, time and count exactly (as XAUTOCLAIM is), an approximate trim as the
+exact trim it amounted to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from streamworker.engine import msgs
+from streamworker.engine.commands import CommandFunc, CommandSpec
+from streamworker.engine.commands import streams as s7
+from streamworker.engine.commands._args import to_int
+from streamworker.engine.errors import CommandError
+from streamworker.engine.ids import MAX_ID, format_id, parse_ll
+from streamworker.engine.keyspecs_data import KEY_SPECS
+from streamworker.engine.model.idmp import IdmpState, content_iid
+from streamworker.engine.model.stream import ConsumerGroup, PendingEntry, Stream
+from streamworker.engine.pubsub import NOTIFY_STREAM
+from streamworker.engine.replies import NULL_ARRAY, OK, Map
+from streamworker.engine.versions import (
+    ACKDEL_SINCE,
+    CLAIM_SINCE,
+    IDMP_SINCE,
+    XNACK_SINCE,
+    RedisVersion,
+)
+
+if TYPE_CHECKING:
+    from streamworker.engine.commands.streams import _AddTrimArgs
+    from streamworker.engine.context import Blocked, Ctx
+    from streamworker.engine.replies import Reply
+
+__all__ = ["exact_trim_args_with_refs", "install", "referenced", "trim_with_refs"]
+
+LLONG_MAX: Final = (1 << 63) - 1
+
+# (since, name, function, arity, flags, first key): what install() puts in an 8.x table, in
+# order (a later entry for the same name wins: XADD of 8.6 over 8.2's). A name the 7.0 table
+# has gets a new spec with its 8.x function; ``"xinfo|stream"`` replaces a subcommand.
+_R8: list[tuple[tuple[int, int], str, CommandFunc, int, tuple[str, ...], int]] = []
+
+# Key specs of the new commands, as their redis.io pages give them (COMMAND GETKEYSANDFLAGS,
+# ACL key checks); the 7.0 table has none of these names.
+_R8_KEY_SPECS: Final = {
+    "xackdel": ((("RW", "update", "delete"), ("index", 1), ("range", 0, 1, 0)),),
+    "xdelex": ((("RW", "delete"), ("index", 1), ("range", 0, 1, 0)),),
+    "xnack": ((("RW", "update"), ("index", 1), ("range", 0, 1, 0)),),
+    "xcfgset": ((("RW", "update"), ("index", 1), ("range", 0, 1, 0)),),
+}
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _r8(
+    since: tuple[int, int], name: str, arity: int, flags: tuple[str, ...], first_key: int = 1
+) -> Callable[[_F], _F]:
+    def deco(func: _F) -> _F:
+        _R8.append((since, name, func, arity, flags, first_key))
+        return func
+
+    return deco
+
+
+def install(table: dict[bytes, CommandSpec], version: RedisVersion) -> None:
+    """Add the commands of ``version`` (an 8.x one) to ``table``, an engine's fresh dispatch
+    table, replacing XADD / XTRIM / XREADGROUP / XPENDING by their 8.x parsers where that
+    version has their options. Called once, while the engine is built."""
+    for since, name, func, arity, flags, first in _R8:
+        if not version.at_least(since):
+            continue
+        spec = CommandSpec(
+            name, func, arity, flags, first_key=first, last_key=first, step=1 if first else 0
+        )
+        if spec.container is not None:
+            parent = table[spec.container.encode()]
+            assert parent.subcommands is not None
+            parent.subcommands[name.split("|", 1)[1].encode()] = spec
+        else:
+            table[name.encode()] = spec
+    for name, specs in _R8_KEY_SPECS.items():
+        KEY_SPECS.setdefault(name, specs)
+
+
+# --- references ---------------------------------------------------------------------------
+
+
+def referenced(s: Stream, sid: int) -> bool:
+    """Whether a group still needs entry ``sid``: it is pending in a group, or a group has not
+    read that far (the ACKED condition of XADD / XTRIM / XDELEX / XACKDEL: "read and
+    acknowledged by all consumer groups"). A stream without groups references nothing (XADD's
+    page: with no groups the options have no effect)."""
+    return any(g.last_id < sid or sid in g.pel for g in s.groups.values())
+
+
+def _drop_refs(s: Stream, sid: int) -> int:
+    # DELREF: the entry leaves every group's PEL; returns how many PELs held it.
+    n = 0
+    for g in s.groups.values():
+        if sid in g.pel:
+            g.drop_pending(sid)
+            n += 1
+    return n
+
+
+def _live_ids(s: Stream, start: int, end: int) -> Iterator[int]:
+    # The live entries' IDs from start to end, read in chunks (a trim rarely goes far).
+    while start <= end:
+        chunk = s.range(start, end, 256)
+        if not chunk:
+            return
+        for sid, _ in chunk:
+            yield sid
+        last = chunk[-1][0]
+        if last >= end or len(chunk) < 256:
+            return
+        start = last + 1
+
+
+def trim_with_refs(s: Stream, by_maxlen: bool, maxlen: int, minid: int, p: _AddTrimArgs) -> int:
+    """XADD / XTRIM trimming with DELREF or ACKED (``p.refs``); returns the entries removed.
+
+    DELREF trims as KEEPREF does (whole nodes with ``~``) and then drops the removed entries
+    from every group's PEL. ACKED removes, from the head, only entries no group references
+    (:func:`referenced`) and goes past the ones it keeps, until the stream is short enough
+    (MAXLEN) or the IDs reach the threshold (MINID); with ``~`` it examines at most LIMIT
+    entries (the default limit applies) but does not round to nodes. Entries it removes
+    behind a kept one are tombstones like XDEL's (max-deleted-entry-id moves), so lag stays
+    honest. A stream without groups is trimmed as KEEPREF trims it."""
+    if p.refs == s7.REFS_DELETE:
+        candidates: list[int] = []
+        if any(g.pel for g in s.groups.values()):
+            if by_maxlen:
+                excess = s.length - maxlen
+                if excess > 0:
+                    candidates = [sid for sid, _ in s.range(0, MAX_ID, excess)]
+            elif minid > 0:
+                candidates = list(_live_ids(s, 0, minid - 1))
+        deleted = s.trim_maxlen(maxlen, p.approx, p.limit) if by_maxlen else 0
+        if not by_maxlen:
+            deleted = s.trim_minid(minid, p.approx, p.limit)
+        # Trimming removes from the head: the first ``deleted`` candidates are what went.
+        for sid in candidates[:deleted]:
+            _drop_refs(s, sid)
+        return deleted
+    if not s.groups:
+        if by_maxlen:
+            return s.trim_maxlen(maxlen, p.approx, p.limit)
+        return s.trim_minid(minid, p.approx, p.limit)
+    limit = p.limit if p.approx else 0
+    end = MAX_ID if by_maxlen else minid - 1
+    victims: list[int] = []
+    kept_before = False
+    first_kept = 0
+    examined = 0
+    for sid in _live_ids(s, 0, end) if end >= 0 else ():
+        if by_maxlen and s.length - len(victims) <= maxlen:
+            break
+        if limit and examined >= limit:
+            break
+        examined += 1
+        if referenced(s, sid):
+            if not kept_before:
+                kept_before = True
+                first_kept = sid
+            continue
+        victims.append(sid)
+    for sid in victims:
+        s.delete(sid)
+        if kept_before and sid > first_kept and sid > s.max_deleted_id:
+            s.max_deleted_id = sid
+    if victims:
+        s.refresh_first_id()
+    return len(victims)
+
+
+def exact_trim_args_with_refs(s: Stream, p: _AddTrimArgs) -> list[bytes]:
+    """The trim options that, replayed on the same state, remove what an approximate
+    DELREF / ACKED trim removed (what the file and the replicas get instead of ``~``), after
+    XADD's IDMP / IDMPAUTO words when it had them."""
+    head: list[bytes] = []
+    if p.idmp_pid is not None:
+        # XADD's IDMP words ride along: the replayed XADD records the same iid.
+        if p.idmp_iid is None:
+            head = [b"IDMPAUTO", p.idmp_pid]
+        else:
+            head = [b"IDMP", p.idmp_pid, p.idmp_iid]
+    if p.refs == s7.REFS_ACKED:
+        # ACKED removes the first unreferenced entries from the head: replaying "down to the
+        # length it left" removes the same ones, whichever strategy was asked.
+        return [*head, b"ACKED", b"MAXLEN", b"=", b"%d" % s.length]
+    if p.refs == s7.REFS_DELETE:
+        head.append(b"DELREF")
+    if p.strategy == 1:  # MAXLEN
+        return [*head, b"MAXLEN", b"=", b"%d" % s.length]
+    return [*head, b"MINID", b"=", format_id(s.first_id if s.length else s.last_id + 1)]
+
+
+# --- XADD / XTRIM with KEEPREF | DELREF | ACKED (8.2) ------------------------------------
+
+
+@_r8(ACKDEL_SINCE, "xadd", -5, ("write", "denyoom", "fast"))
+def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
+    """XADD key [NOMKSTREAM] [KEEPREF|DELREF|ACKED] [MAXLEN|MINID [=|~] threshold [LIMIT
+    count]] *|id field value [field value ...] -> the new entry's ID. The reference policy
+    says what trimming does to the groups' references (default KEEPREF, as in 7.0)."""
+    if args[1] == b"*":
+        return s7.xadd(ctx, args)
+    return s7.xadd(ctx, args, s7._parse_add_trim(ctx, args, True, refs=1))
+
+
+@_r8(ACKDEL_SINCE, "xtrim", -4, ("write",))
+def xtrim(ctx: Ctx, args: list[bytes]) -> Reply:
+    """XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count] [KEEPREF|DELREF|ACKED] ->
+    number of entries removed."""
+    return s7.xtrim(ctx, args, s7._parse_add_trim(ctx, args, False, refs=1))
+
+
+# --- XDELEX / XACKDEL (8.2) ---------------------------------------------------------------
+
+
+def _ids_and_policy(args: list[bytes], first: int) -> tuple[int, list[int]]:
+    # [KEEPREF|DELREF|ACKED] IDS numids id [id ...] from args[first:], in any order (XDELEX's
+    # page: "the IDS block can be at any position"); every ID parsed before anything changes.
+    policy = s7.REFS_KEEP
+    raw: list[bytes] | None = None
+    n = len(args)
+    i = first
+    while i < n:
+        word = args[i].lower()
+        if word in s7.REF_POLICIES:
+            policy = s7.REF_POLICIES[word]
+            i += 1
+        elif word == b"ids" and i + 1 < n and raw is None:
+            numids = parse_ll(args[i + 1])
+            if numids is None or numids <= 0:
+                raise CommandError(msgs.IDS_NUMIDS)
+            if numids > n - i - 2:
+                raise CommandError(msgs.IDS_NUMIDS_MISMATCH)
+            raw = args[i + 2 : i + 2 + numids]
+            i += 2 + numids
+        else:
+            raise CommandError(msgs.SYNTAX)
+    if raw is None:
+        raise CommandError(msgs.SYNTAX)
+    return policy, [s7._strict_id(a) for a in raw]
+
+
+def _delete_entry(s: Stream, sid: int) -> None:
+    # XDEL's bookkeeping for one entry: max-deleted-entry-id, recorded-first-entry-id.
+    first = sid == s.first_id
+    s.delete(sid)
+    if sid > s.max_deleted_id:
+        s.max_deleted_id = sid
+    if s.length == 0:
+        s.first_id = 0
+    elif first:
+        s.refresh_first_id()
+
+
+def _delete_with_policy(s: Stream, sid: int, policy: int) -> int:
+    # One ID's code: -1 not in the stream, 1 deleted, 2 kept (ACKED, still referenced).
+    if not s.exists(sid):
+        if policy == s7.REFS_DELETE:
+            # "If an entry ID is not in the stream, but there are dangling references,
+            # DELREF would still remove all those references" (XDELEX / XACKDEL pages).
+            _drop_refs(s, sid)
+        return -1
+    if policy == s7.REFS_ACKED and referenced(s, sid):
+        return 2
+    _delete_entry(s, sid)
+    if policy == s7.REFS_DELETE:
+        _drop_refs(s, sid)
+    return 1
+
+
+@_r8(ACKDEL_SINCE, "xdelex", -5, ("write", "fast"))
+def xdelex(ctx: Ctx, args: list[bytes]) -> Reply:
+    """XDELEX key [KEEPREF|DELREF|ACKED] IDS numids id [id ...] -> one code per ID: 1
+    deleted, -1 not in the stream (every ID when the key is missing), 2 kept because a group
+    still references it (ACKED)."""
+    policy, sids = _ids_and_policy(args, 1)
+    s = s7.get_stream(ctx, args[0])
+    if s is None:
+        ctx.changed(0)
+        return [-1] * len(sids)
+    out = [_delete_with_policy(s, sid, policy) for sid in sids]
+    deleted = out.count(1)
+    ctx.changed(deleted)
+    if deleted:
+        ctx.touch(args[0])
+        ctx.notify(NOTIFY_STREAM, b"xdel", args[0])
+    return out
+
+
+@_r8(ACKDEL_SINCE, "xackdel", -6, ("write", "fast"))
+def xackdel(ctx: Ctx, args: list[bytes]) -> Reply:
+    """XACKDEL key group [KEEPREF|DELREF|ACKED] IDS numids id [id ...] -> one code per ID:
+    1 acknowledged in ``group`` and deleted, -1 not in the stream (every ID when the key or
+    the group is missing, as XACK answers 0 for them), 2 acknowledged but kept because
+    another group still references it (ACKED)."""
+    policy, sids = _ids_and_policy(args, 2)
+    s = s7.get_stream(ctx, args[0])
+    g = None if s is None else s.groups.get(args[1])
+    if s is None or g is None:
+        ctx.changed(0)
+        return [-1] * len(sids)
+    out: list[int] = []
+    acked = 0
+    for sid in sids:
+        if g.ack(sid):
+            acked += 1
+        out.append(_delete_with_policy(s, sid, policy))
+    deleted = out.count(1)
+    ctx.changed(acked + deleted)
+    if deleted:
+        ctx.touch(args[0])
+        ctx.notify(NOTIFY_STREAM, b"xdel", args[0])
+    return out
+
+
+# --- XREADGROUP ... CLAIM (8.4) -----------------------------------------------------------
+
+
+def _claim_option(args: list[bytes]) -> tuple[bytes | None, list[bytes]]:
+    # The CLAIM value (the last one given) and the arguments without CLAIM, found the way the
+    # option parser walks them (a group or consumer named "claim" is not the option). Unknown
+    # words stop the walk: the 7.0 parser then reports them.
+    value: bytes | None = None
+    rest: list[bytes] = []
+    n = len(args)
+    i = 0
+    while i < n:
+        more = n - i - 1
+        word = args[i].lower()
+        if word == b"streams":
+            break
+        if word == b"group" and more >= 2:
+            step = 3
+        elif word in (b"count", b"block") and more:
+            step = 2
+        elif word == b"claim" and more:
+            value = args[i + 1]
+            i += 2
+            continue
+        elif word == b"noack":
+            step = 1
+        else:
+            break
+        rest += args[i : i + step]
+        i += step
+    if value is None:
+        return None, args
+    return value, rest + args[i:]
+
+
+@_r8(CLAIM_SINCE, "xreadgroup", -7, ("write", "blocking", "movablekeys"), first_key=0)
+def xreadgroup(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
+    """XREADGROUP GROUP g consumer [COUNT n] [BLOCK ms] [CLAIM min-idle-time] [NOACK] STREAMS
+    key [key ...] id [id ...]. Without CLAIM, 7.0's XREADGROUP. With CLAIM, for the streams
+    read with ``>``: pending entries of the group idle at least min-idle-time (longest idle
+    first) are claimed for the consumer, then new entries are read, all under one COUNT, every
+    entry as ``[id, fields, idle-ms, deliveries-before]`` (0 and 0 for new ones). Deleted
+    entries stay pending (unlike XAUTOCLAIM, nothing is dropped); streams read with another
+    ID get their pending history as 7.0 gives it (CLAIM is ignored there)."""
+    value, rest = _claim_option(args)
+    if value is None:
+        return s7.xreadgroup(ctx, args)
+    minidle = to_int(value, msgs.XREADGROUP_CLAIM_MIN_IDLE)
+    if minidle < 0:
+        raise CommandError(msgs.XREADGROUP_CLAIM_MIN_IDLE)
+    return _xreadgroup_claim(ctx, rest, minidle)
+
+
+class _ReadArgs:
+    __slots__ = ("consumer", "count", "group", "idargs", "keys", "noack", "timeout")
+
+    def __init__(self) -> None:
+        self.timeout = -1
+        self.count = 0
+        self.noack = False
+        self.group = b""
+        self.consumer = b""
+        self.keys: list[bytes] = []
+        self.idargs: list[bytes] = []
+
+
+def _parse_read(ctx: Ctx, args: list[bytes]) -> _ReadArgs:
+    # XREADGROUP's options (CLAIM already taken out), with 7.0's checks and texts.
+    r = _ReadArgs()
+    streams_arg = 0
+    have_group = False
+    n = len(args)
+    i = 0
+    while i < n:
+        more = n - i - 1
+        opt = args[i].lower()
+        if opt == b"block" and more:
+            if ctx.in_script:
+                raise CommandError(msgs.xread_block_in_script(s7._typed_word(ctx, 0, "XREADGROUP")))
+            i += 1
+            t = parse_ll(args[i])
+            if t is None:
+                raise CommandError(msgs.TIMEOUT_NOT_INTEGER)
+            if t < 0:
+                raise CommandError(msgs.TIMEOUT_NEGATIVE)
+            r.timeout = t
+        elif opt == b"count" and more:
+            i += 1
+            r.count = max(to_int(args[i]), 0)
+        elif opt == b"streams" and more:
+            streams_arg = i + 1
+            if (n - streams_arg) % 2:
+                raise CommandError(msgs.XREAD_UNBALANCED)
+            break
+        elif opt == b"group" and more >= 2:
+            r.group = args[i + 1]
+            r.consumer = args[i + 2]
+            have_group = True
+            i += 2
+        elif opt == b"noack":
+            r.noack = True
+        else:
+            raise CommandError(msgs.SYNTAX)
+        i += 1
+    if streams_arg == 0:
+        raise CommandError(msgs.SYNTAX)
+    if not have_group:
+        raise CommandError(msgs.XREADGROUP_MISSING_GROUP)
+    nstreams = (n - streams_arg) // 2
+    r.keys = args[streams_arg : streams_arg + nstreams]
+    r.idargs = args[streams_arg + nstreams :]
+    return r
+
+
+def _serve_claim_stream(
+    ctx: Ctx,
+    key: bytes,
+    s: Stream,
+    g: ConsumerGroup,
+    r: _ReadArgs,
+    minidle: int,
+    budget: int,
+) -> list[Any]:
+    # One '>' stream of a CLAIM read: idle pending entries, then new ones, within ``budget``
+    # (0 = no limit). Logs what it did when the engine logs writes.
+    now = ctx.engine.clock()
+    logged = ctx.propagating
+    created = r.consumer not in g.consumers
+    last_before = g.last_id
+    claimed, claimed_sids = _claim_idle_for(ctx, key, s, g, r, minidle, budget, now)
+    out = claimed
+    delivered: list[int] = []
+    left = budget - len(claimed) if budget else 0
+    if not budget or left > 0:
+        last = s.last_live_id() if s.length else None
+        if last is not None and last > g.last_id:
+            consumer = s7._consumer(ctx, key, g, r.consumer, now)
+            fresh = s7._read_group_new(ctx, s, g, consumer, left, r.noack, delivered)
+            out = claimed + [[e[0], e[1], 0, 0] for e in fresh]
+    if logged and out:
+        if claimed_sids:
+            if created:
+                ctx.propagate([b"XGROUP", b"CREATECONSUMER", key, g.name, r.consumer])
+            s7._log_claims(ctx, key, g, r.consumer, claimed_sids, False)
+        if len(out) > len(claimed):
+            s7._log_group_read(
+                ctx, key, g, r.consumer, created and not claimed_sids, delivered, last_before
+            )
+    return out
+
+
+def _claim_idle_for(
+    ctx: Ctx,
+    key: bytes,
+    s: Stream,
+    g: ConsumerGroup,
+    r: _ReadArgs,
+    minidle: int,
+    budget: int,
+    now: int,
+) -> tuple[list[Any], list[int]]:
+    # The group's pending entries idle >= minidle, longest idle first (an entry XNACK
+    # released has delivery time 0, so it comes first), claimed for the consumer: each
+    # [id, fields, idle, deliveries before]. Deleted entries are skipped and stay pending as
+    # they are. ``budget`` 0 = no limit.
+    candidates = [
+        (pe.delivery_time, sid) for sid, pe in g.pel.items() if now - pe.delivery_time >= minidle
+    ]
+    if not candidates:
+        return [], []
+    candidates.sort()
+    out: list[Any] = []
+    sids: list[int] = []
+    consumer = None
+    for when, sid in candidates:
+        if budget and len(out) >= budget:
+            break
+        fv = s.get(sid)
+        if fv is None:
+            continue
+        if consumer is None:
+            consumer = s7._consumer(ctx, key, g, r.consumer, now)
+        pe: PendingEntry = g.pel[sid]
+        before = pe.delivery_count
+        g.transfer(sid, pe, consumer)
+        pe.delivery_time = now
+        # FATAL set the count to LLONG_MAX: it stays there.
+        pe.delivery_count = before + 1 if before < LLONG_MAX else LLONG_MAX
+        out.append([format_id(sid), fv, max(now - when, 0), before])
+        sids.append(sid)
+    return out, sids
+
+
+def _xreadgroup_claim(ctx: Ctx, args: list[bytes], minidle: int) -> Reply | Blocked:
+    r = _parse_read(ctx, args)
+    db = ctx.db
+    streams: list[tuple[bytes, Stream | None, ConsumerGroup, int]] = []
+    for key, idarg in zip(r.keys, r.idargs, strict=True):
+        s = db.get_typed(key, Stream)
+        g = None if s is None else s.groups.get(r.group)
+        if g is None:
+            raise CommandError(msgs.xreadgroup_nogroup(s7._text(key), s7._text(r.group)))
+        if idarg == b"$":
+            raise CommandError(msgs.XREADGROUP_DOLLAR)
+        gt = MAX_ID if idarg == b">" else s7._strict_id(idarg)
+        streams.append((key, s, g, gt))
+    budget = r.count
+    served: list[tuple[bytes, list[Any]]] = []
+    for key, s, g, gt in streams:
+        assert s is not None
+        if gt != MAX_ID:
+            # CLAIM is ignored for a history read: the consumer's own pending entries, read
+            # and logged as 7.0 reads and logs them.
+            logged = ctx.propagating
+            created = logged and r.consumer not in g.consumers
+            last_before = g.last_id
+            delivered: list[int] | None = [] if logged else None
+            consumer = s7._consumer(ctx, key, g, r.consumer, ctx.engine.clock())
+            entries = s7._read_group_history(ctx, s, consumer, gt + 1, r.count, delivered)
+            if delivered is not None:
+                s7._log_group_read(ctx, key, g, r.consumer, created, delivered, last_before)
+            served.append((key, entries))
+            continue
+        if r.count and budget <= 0:
+            continue
+        entries = _serve_claim_stream(ctx, key, s, g, r, minidle, budget if r.count else 0)
+        if entries:
+            served.append((key, entries))
+            budget -= len(entries)
+    ctx.no_propagate()
+    ctx.changed(len(served))
+    if served:
+        return s7._streams_reply(ctx, served, False)
+    if r.timeout == -1:
+        return NULL_ARRAY
+    waits: dict[bytes, int] = {}
+    for key, _, _, gt in streams:
+        waits.setdefault(key, gt)
+    waiter = _ClaimWaiter(waits, r, minidle)
+    return ctx.block(list(waits), r.timeout, on_ready=waiter, on_timeout_reply=NULL_ARRAY)
+
+
+class _ClaimWaiter(s7._Waiter):
+    """A blocked CLAIM read, served when new entries arrive (with the entries that became
+    idle enough meanwhile, claimed first). Known difference: Redis also wakes it when a
+    pending entry ages past min-idle-time; the engine waits for an XADD."""
+
+    __slots__ = ("minidle", "read")
+
+    def __init__(self, waits: dict[bytes, int], r: _ReadArgs, minidle: int) -> None:
+        count = r.count or s7._XREAD_BLOCKED_DEFAULT_COUNT
+        super().__init__(waits, r.group, r.consumer, r.noack, count)
+        self.read = r
+        self.minidle = minidle
+
+    def _serve(self, ctx: Ctx, key: bytes) -> Reply | None:
+        value = ctx.db.get(key)
+        if type(value) is not Stream:
+            return CommandError(msgs.UNBLOCKED_STREAM_DELETED)
+        g = value.groups.get(self.read.group)
+        if g is None:
+            return CommandError(msgs.NOGROUP_BLOCKED_GROUP_DESTROYED)
+        if value.last_id <= g.last_id:
+            return None
+        entries = _serve_claim_stream(ctx, key, value, g, self.read, self.minidle, self.count)
+        ctx.changed(0)
+        if not entries:
+            return None
+        return s7._streams_reply(ctx, [(key, entries)], False)
+
+
+# --- XNACK and XPENDING (8.8) -------------------------------------------------------------
+
+_SILENT: Final = 0
+_FAIL: Final = 1
+_FATAL: Final = 2
+_MODES: Final = {b"silent": _SILENT, b"fail": _FAIL, b"fatal": _FATAL}
+
+
+@_r8(XNACK_SINCE, "xnack", -7, ("write", "fast"))
+def xnack(ctx: Ctx, args: list[bytes]) -> Reply:
+    """XNACK key group SILENT|FAIL|FATAL IDS numids id [id ...] [RETRYCOUNT count] [FORCE] ->
+    how many pending entries were released.
+
+    A released entry stays in the group PEL with no owner and delivery time 0 (so any claim
+    takes it first, whatever its min-idle-time); its delivery count goes down by one
+    (SILENT), stays (FAIL) or becomes LLONG_MAX (FATAL), or is RETRYCOUNT when given. IDs not
+    pending are ignored, unless FORCE: then an ID the stream has gets a new unowned entry
+    with count 0 (RETRYCOUNT, or LLONG_MAX for FATAL)."""
+    mode = -1
+    retrycount = -1
+    force = False
+    raw: list[bytes] | None = None
+    n = len(args)
+    i = 2
+    while i < n:
+        word = args[i].lower()
+        if word in _MODES:
+            mode = _MODES[word]
+            i += 1
+        elif word == b"ids" and i + 1 < n and raw is None:
+            numids = parse_ll(args[i + 1])
+            if numids is None or numids <= 0:
+                raise CommandError(msgs.IDS_NUMIDS)
+            if numids > n - i - 2:
+                raise CommandError(msgs.IDS_NUMIDS_MISMATCH)
+            raw = args[i + 2 : i + 2 + numids]
+            i += 2 + numids
+        elif word == b"retrycount" and i + 1 < n:
+            retrycount = to_int(args[i + 1], msgs.XNACK_RETRYCOUNT)
+            if retrycount < 0:
+                raise CommandError(msgs.XNACK_RETRYCOUNT)
+            i += 2
+        elif word == b"force":
+            force = True
+            i += 1
+        else:
+            raise CommandError(msgs.SYNTAX)
+    if mode < 0:
+        raise CommandError(msgs.XNACK_MODE_MISSING)
+    if raw is None:
+        raise CommandError(msgs.SYNTAX)
+    sids = [s7._strict_id(a) for a in raw]
+    s = s7.get_stream(ctx, args[0])
+    g = None if s is None else s.groups.get(args[1])
+    if s is None or g is None:
+        raise CommandError(msgs.nogroup_key_or_group(s7._text(args[0]), s7._text(args[1])))
+    released = 0
+    for sid in sids:
+        pe = g.pel.get(sid)
+        if pe is None:
+            if not force or not s.exists(sid):
+                continue
+            start = LLONG_MAX if mode == _FATAL else 0
+            pe = PendingEntry(None, 0, retrycount if retrycount >= 0 else start)
+            g.pel.add(sid, pe)
+            released += 1
+            continue
+        owner = pe.consumer
+        if owner is not None:
+            owner.pel.pop(sid)
+            pe.consumer = None
+        pe.delivery_time = 0
+        if retrycount >= 0:
+            pe.delivery_count = retrycount
+        elif mode == _SILENT:
+            pe.delivery_count = max(pe.delivery_count - 1, 0)
+        elif mode == _FATAL:
+            pe.delivery_count = LLONG_MAX
+        released += 1
+    ctx.changed(released)
+    if not released:
+        ctx.no_propagate()
+    return released
+
+
+@_r8(XNACK_SINCE, "xpending", -3, ("readonly",))
+def xpending(ctx: Ctx, args: list[bytes]) -> Reply:
+    """XPENDING key group [[IDLE min-idle] start end count [consumer]] -> as in 7.0, except
+    that an entry XNACK released (no owner, delivery time 0) shows an idle time of -1 and an
+    empty consumer name, as the XNACK page's example shows."""
+    reply = s7.xpending(ctx, args)
+    if len(args) <= 2 or not isinstance(reply, list) or not reply:
+        return reply
+    s = s7.get_stream(ctx, args[0])
+    g = None if s is None else s.groups.get(args[1])
+    if g is None:
+        return reply
+    for row in reply:
+        pe = g.pel.get(s7._strict_id(row[0]))
+        if pe is not None and pe.consumer is None and pe.delivery_time == 0:
+            row[2] = -1
+    return reply
+
+
+# --- XADD IDMP / IDMPAUTO, XCFGSET, XINFO STREAM's IDMP fields (8.6) ----------------------
+
+
+@_r8(IDMP_SINCE, "xadd", -5, ("write", "denyoom", "fast"))
+def xadd_idmp(ctx: Ctx, args: list[bytes]) -> Reply:
+    """XADD key [NOMKSTREAM] [KEEPREF|DELREF|ACKED] [IDMP pid iid | IDMPAUTO pid] [MAXLEN|MINID
+    [=|~] threshold [LIMIT count]] *|id field value [...] -> the new entry's ID, or, for a
+    (pid, iid) the stream still remembers, the ID that pair produced, adding nothing
+    (https://redis.io/docs/latest/develop/data-types/streams/idempotency/). IDMPAUTO's iid
+    is a digest of the field-value pairs. The map does not follow the entries: after XDEL
+    the iid still answers with the deleted entry's ID until it expires."""
+    if args[1] == b"*":
+        return s7.xadd(ctx, args)
+    p = s7._parse_add_trim(ctx, args, True, refs=2)
+    pid = p.idmp_pid
+    if pid is None:
+        return s7.xadd(ctx, args, p)
+    fields = args[p.idpos + 1 :]
+    if len(fields) < 2 or len(fields) & 1:
+        raise CommandError(msgs.wrong_arity("xadd"))
+    iid = p.idmp_iid if p.idmp_iid is not None else content_iid(fields)
+    now = ctx.engine.clock()
+    s = s7.get_stream(ctx, args[0])
+    if s is not None and s.idmp is not None:
+        s.idmp.expire(now)
+        hit = s.idmp.lookup(pid, iid)
+        if hit is not None:
+            # A retry: the original ID, nothing added, nothing logged.
+            s.idmp.iids_duplicates += 1
+            ctx.changed(0)
+            ctx.no_propagate()
+            return format_id(hit)
+    reply = s7.xadd(ctx, args, p)
+    if not isinstance(reply, bytes):
+        return reply  # NOMKSTREAM on a missing key
+    s = s7.get_stream(ctx, args[0])
+    assert s is not None
+    if s.idmp is None:
+        s.idmp = IdmpState()
+    s.idmp.record(pid, iid, s7._strict_id(reply), now)
+    return reply
+
+
+def _idmp_setting(arg: bytes, hi: int, text: str) -> int:
+    value = parse_ll(arg)
+    if value is None or not 1 <= value <= hi:
+        raise CommandError(text)
+    return value
+
+
+@_r8(IDMP_SINCE, "xcfgset", -2, ("write", "fast"))
+def xcfgset(ctx: Ctx, args: list[bytes]) -> Reply:
+    """XCFGSET key [IDMP-DURATION seconds] [IDMP-MAXSIZE n] -> OK
+    (https://redis.io/docs/latest/commands/xcfgset/): duration 1..86400 s, maxsize 1..10000
+    iids per producer, at least one of them; the stream must exist. A changed setting
+    forgets every iid of the stream."""
+    duration: int | None = None
+    maxsize: int | None = None
+    n = len(args)
+    i = 1
+    while i < n:
+        word = args[i].lower()
+        if word == b"idmp-duration" and i + 1 < n:
+            duration = _idmp_setting(args[i + 1], 86_400, msgs.XCFGSET_DURATION)
+        elif word == b"idmp-maxsize" and i + 1 < n:
+            maxsize = _idmp_setting(args[i + 1], 10_000, msgs.XCFGSET_MAXSIZE)
+        else:
+            raise CommandError(msgs.SYNTAX)
+        i += 2
+    if duration is None and maxsize is None:
+        raise CommandError(msgs.SYNTAX)
+    s = s7.get_stream(ctx, args[0])
+    if s is None:
+        raise CommandError(msgs.NO_SUCH_KEY)
+    if s.idmp is None:
+        s.idmp = IdmpState()
+    s.idmp.configure(duration, maxsize)
+    return OK
+
+
+@_r8(IDMP_SINCE, "xinfo|stream", -3, ("readonly",), first_key=2)
+def xinfo_stream(ctx: Ctx, args: list[bytes]) -> Reply:
+    """XINFO STREAM key [FULL [COUNT n]] -> 7.0's description, and for a stream that uses
+    idempotent production the idempotency page's fields at the end: idmp-duration,
+    idmp-maxsize, pids-tracked, iids-tracked, iids-added, iids-duplicates."""
+    reply = s7.xinfo_stream(ctx, args)
+    s = s7.get_stream(ctx, args[0])
+    if s is None or s.idmp is None or not isinstance(reply, Map):
+        return reply
+    st = s.idmp
+    st.expire(ctx.engine.clock())
+    reply.items += [
+        (b"idmp-duration", st.duration_s),
+        (b"idmp-maxsize", st.maxsize),
+        (b"pids-tracked", len(st.producers)),
+        (b"iids-tracked", st.iids_tracked),
+        (b"iids-added", st.iids_added),
+        (b"iids-duplicates", st.iids_duplicates),
+    ]
+    return reply
