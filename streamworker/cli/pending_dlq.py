@@ -10,27 +10,19 @@ from typing import Any
 
 import redis
 
-from streamworker.cli.common import refuse_in_memory_engine, require_group
+from streamworker.cli.common import operator_client, require_group
 from streamworker.cli.produce import add_wait_flags
-from streamworker.errors import ConfigError, ConnectionLost
+from streamworker.errors import ConfigError
 from streamworker.io.keys import dead_letter_stream
-from streamworker.io.redisio import open_sync_redis, redact_url
 from streamworker.ops import dead_letters, pending
 from streamworker.ops.progress import Progress
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 
 def _client(args: argparse.Namespace) -> redis.Redis:
-    settings = load_settings(redis_url=args.redis_url)
-    url = settings.redis_url_or(DEFAULT_REDIS_URL)
+    url = load_settings(redis_url=args.redis_url).redis_url_or(DEFAULT_REDIS_URL)
     command = args.command if args.command != "dlq" else f"dlq {args.dlq_command}"
-    refuse_in_memory_engine(url, f"streamworker {command}")
-    client = open_sync_redis(url)
-    try:
-        client.ping()
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise ConnectionLost(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
-    return client
+    return operator_client(url, command)
 
 
 def _dlq_key(args: argparse.Namespace) -> str:

@@ -11,24 +11,16 @@ from typing import Any
 
 import redis
 
-from streamworker.cli.common import refuse_in_memory_engine
-from streamworker.errors import ConfigError, ConnectionLost
+from streamworker.cli.common import operator_client
+from streamworker.errors import ConfigError
 from streamworker.extras import require_extra
-from streamworker.io.redisio import open_sync_redis, redact_url
 from streamworker.observability.logging import configure_logging
 from streamworker.producing.producer import StreamOptions, SyncProducer
 from streamworker.settings import DEFAULT_REDIS_URL, Settings, load_settings
 
 
 def _client(settings: Settings, command: str) -> redis.Redis:
-    url = settings.redis_url_or(DEFAULT_REDIS_URL)
-    refuse_in_memory_engine(url, f"streamworker {command}")
-    client = open_sync_redis(url)
-    try:
-        client.ping()
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise ConnectionLost(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
-    return client
+    return operator_client(settings.redis_url_or(DEFAULT_REDIS_URL), command)
 
 
 def parse_assignments(items: list[str]) -> dict[str, str]:

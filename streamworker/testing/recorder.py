@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from streamworker.app import HandlerSpec
@@ -53,26 +54,32 @@ class Recorder:
                 )
             )
 
+        @contextlib.contextmanager
+        def failures(kwargs: Mapping[str, Any]) -> Iterator[None]:
+            # The sync and the async wrapper differ only by the await: a call that raises is
+            # recorded here, one that returns by the wrapper.
+            try:
+                yield
+            except Exception as exc:
+                record(kwargs, exc, None)
+                raise
+
+        def returned(kwargs: Mapping[str, Any], result: Any) -> Any:
+            record(kwargs, None, result)
+            return result
+
         if inspect.iscoroutinefunction(func):
 
             async def recorded_async(**kwargs: Any) -> Any:
-                try:
+                with failures(kwargs):
                     result = await func(**kwargs)
-                except Exception as exc:
-                    record(kwargs, exc, None)
-                    raise
-                record(kwargs, None, result)
-                return result
+                return returned(kwargs, result)
 
             return recorded_async
 
         def recorded(**kwargs: Any) -> Any:
-            try:
+            with failures(kwargs):
                 result = func(**kwargs)
-            except Exception as exc:
-                record(kwargs, exc, None)
-                raise
-            record(kwargs, None, result)
-            return result
+            return returned(kwargs, result)
 
         return recorded
