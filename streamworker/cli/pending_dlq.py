@@ -124,12 +124,18 @@ def _cmd_dlq_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_dlq_replay(args: argparse.Namespace) -> int:
+def _dlq_for(args: argparse.Namespace, verb: str) -> tuple[redis.Redis, str]:
+    """The client and the dead-letter stream of ``dlq replay``/``dlq purge``, once the command
+    says which dead letters it acts on and the stream exists."""
     if not args.all and not args.id:
-        raise ConfigError("say which dead letters to replay: --id ID (repeatable) or --all")
+        raise ConfigError(f"say which dead letters to {verb}: --id ID (repeatable) or --all")
     client = _client(args)
     _check_dlq_exists(client, args)
-    key = _dlq_key(args)
+    return client, _dlq_key(args)
+
+
+def _cmd_dlq_replay(args: argparse.Namespace) -> int:
+    client, key = _dlq_for(args, "replay")
     progress = Progress(f"{'dry run of ' if args.dry_run else ''}replay {key}", sys.stderr)
     with progress.phase("reading the dead letters"):
         entries = dead_letters.load_dead_letters(client, key, None if args.all else args.id)
@@ -171,11 +177,7 @@ def _cmd_dlq_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_dlq_purge(args: argparse.Namespace) -> int:
-    if not args.all and not args.id:
-        raise ConfigError("say which dead letters to purge: --id ID (repeatable) or --all")
-    client = _client(args)
-    _check_dlq_exists(client, args)
-    key = _dlq_key(args)
+    client, key = _dlq_for(args, "purge")
     if args.all and not args.yes:
         n = client.xlen(key)
         raise ConfigError(f"refusing to delete all {n} dead letters of {key!r} without --yes")
