@@ -79,6 +79,12 @@ class Settings(BaseSettings):
         gt=0,
         description="socket timeout of Redis commands; blocking reads get block_ms plus this",
     )
+    delayed_poll_ms: int = Field(
+        default=250,
+        ge=0,
+        description="how often a worker moves the due delayed entries (delay_ms/deliver_at) of "
+        "the streams it consumes into them; 0: this worker moves none",
+    )
     wait_replicas: int = Field(
         default=0,
         ge=0,

@@ -4,7 +4,9 @@ glue; the work is in :mod:`streamworker.producing.producer` and :mod:`streamwork
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import re
 import signal
 import threading
 from typing import Any
@@ -37,6 +39,36 @@ def parse_assignments(items: list[str]) -> dict[str, str]:
     return fields
 
 
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
+_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``"2s"`` -> 2000: a number >= 0 with a unit ``ms``, ``s``, ``m`` or ``h``, in whole ms;
+    ConfigError otherwise (a negative delay included)."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise ConfigError(
+            f"--delay must be a duration >= 0 like 500ms, 2s, 1.5m or 1h, not {text!r}"
+        )
+    return round(float(match.group(1)) * _UNIT_MS[match.group(2)])
+
+
+def _delay_ms(args: argparse.Namespace) -> int | None:
+    if args.delay is not None and args.delay_ms is not None:
+        raise ConfigError("give --delay or --delay-ms, not both")
+    if args.delay is not None:
+        return parse_duration_ms(args.delay)
+    if args.delay_ms is not None:
+        try:
+            return int(args.delay_ms)
+        except ValueError:
+            raise ConfigError(
+                f"--delay-ms must be an integer >= 0, not {args.delay_ms!r}"
+            ) from None
+    return None
+
+
 def _cmd_publish(args: argparse.Namespace) -> int:
     value: dict[str, Any] = parse_assignments(args.fields)
     if args.json is not None:
@@ -52,6 +84,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         value.update(doc)
     if not value:
         raise ConfigError("nothing to publish: give FIELD=VALUE pairs or --json")
+    delay_ms = _delay_ms(args)
     settings = load_settings(
         redis_url=args.redis_url,
         wait_replicas=args.wait_replicas,
@@ -73,9 +106,15 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         id=args.id,
         partition_key=args.key,
         idempotency_key=args.idempotency_key,
+        delay_ms=delay_ms,
     )
     suffix = " (duplicate: already published, nothing added)" if receipt.duplicate else ""
-    print(f"{receipt.stream} {receipt.id}{suffix}")
+    if receipt.due_ms is not None:
+        due = datetime.datetime.fromtimestamp(receipt.due_ms / 1000, datetime.UTC)
+        # The entry has no id yet: the workers add it to the stream when it is due.
+        print(f"{receipt.stream} delayed until {due.isoformat(timespec='milliseconds')}{suffix}")
+    else:
+        print(f"{receipt.stream} {receipt.id}{suffix}")
     return 0
 
 
@@ -177,6 +216,12 @@ def add_produce_commands(sub: Any) -> None:
     pub.add_argument("--minid", metavar="ID", help="trim entries below ID")
     pub.add_argument("--exact", action="store_true", help="trim exactly (= instead of ~)")
     pub.add_argument("--id", metavar="ID", help="an explicit entry id (ms-seq)")
+    pub.add_argument(
+        "--delay",
+        metavar="DURATION",
+        help="deliver after DURATION (500ms, 2s, 1.5m, 1h): the workers of STREAM add it then",
+    )
+    pub.add_argument("--delay-ms", metavar="MS", help="as --delay, in milliseconds")
     pub.add_argument("--partitions", metavar="N", type=_positive, help="STREAM is partitioned")
     pub.add_argument("--key", metavar="K", help="the partition key (with --partitions)")
     pub.add_argument(

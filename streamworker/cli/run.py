@@ -123,6 +123,7 @@ async def _run(app: App, settings: Settings, link: ChildLink | None = None) -> i
         db_deadline_s=settings.db_deadline_s,
         redis_timeout_s=settings.redis_timeout_s,
         tracing=settings.tracing,
+        delayed_poll_ms=settings.delayed_poll_ms,
     )
     try:
         await _check_redis(redis_url)

@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 
-from streamworker.io.keys import dead_letter_stream
+from streamworker.io.keys import dead_letter_stream, delayed_key
 from streamworker.ops import dead_letters, pending
 
 MAX_PAGE_SIZE = 500
@@ -146,6 +146,9 @@ class StreamSummary:
     groups: int
     memory_bytes: int | None
     is_dead_letter: bool
+    delayed: int = 0
+    """Entries published with a delay that have not entered the stream yet (ZCARD of its
+    delayed set, :func:`streamworker.io.keys.delayed_key`)."""
 
 
 def _info_map(reply: Any) -> dict[str, Any]:
@@ -187,6 +190,7 @@ async def stream_summary(client: aioredis.Redis, name: str) -> StreamSummary:
         memory = await client.memory_usage(name)
     except rex.ResponseError:
         memory = None
+    delayed = int(await client.zcard(delayed_key(name)))
     first = _entry_id(info.get("first-entry"))
     last = _entry_id(info.get("last-entry"))
     now = now_ms()
@@ -202,6 +206,7 @@ async def stream_summary(client: aioredis.Redis, name: str) -> StreamSummary:
         groups=int(info.get("groups") or 0),
         memory_bytes=None if memory is None else int(memory),
         is_dead_letter=name.endswith(":dlq"),
+        delayed=delayed,
     )
 
 

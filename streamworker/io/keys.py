@@ -69,3 +69,10 @@ def published_marker_key(stream: str, idempotency_key: str) -> str:
     """The marker of a publish with ``idempotency_key`` to ``stream`` (``publish_once.lua``):
     ``{S}:published:KEY``, or ``S:published:KEY`` when S has a tag; in the stream's slot."""
     return in_stream_slot(stream, f"published:{idempotency_key}")
+
+
+def delayed_key(stream: str) -> str:
+    """The sorted set of ``stream``'s delayed entries (``delay_ms``/``deliver_at``; see
+    :mod:`streamworker.producing.delayed`): ``{S}:delayed``, or ``S:delayed`` when S has a tag (a
+    partition ``{S:pN}`` has its own); in the stream's slot. Score: the due time in epoch ms."""
+    return in_stream_slot(stream, "delayed")

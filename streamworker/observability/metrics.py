@@ -34,6 +34,12 @@ Publishing with ``wait_replicas`` (labelled ``operation``: ``publish``, ``publis
   acknowledged within ``wait_timeout_ms`` (ReplicaWaitTimeout: on the primary, not yet safe from a
   failover).
 
+Delayed delivery (labelled ``stream``; see :mod:`streamworker.producing.delayed`), recorded by the
+worker's mover every ``delayed_poll_ms``:
+
+* ``streamworker_delayed_messages{stream}`` — entries waiting in the stream's delayed set (ZCARD).
+* ``streamworker_delayed_moved_total{stream}`` — delayed entries this worker moved in when due.
+
 Process-wide: ``streamworker_build_info{version,python}`` (always 1), and prometheus_client's
 process and platform collectors (``process_resident_memory_bytes``, ``process_cpu_seconds_total``,
 ``process_open_fds``, ``python_info``, …).
@@ -266,6 +272,19 @@ class Metrics:
             ["operation"],
             registry=r,
         )
+        self.delayed_messages = Gauge(
+            "streamworker_delayed_messages",
+            "Delayed entries not yet due or not yet moved into the stream (ZCARD of its delayed "
+            "set, as of this worker's last move).",
+            ["stream"],
+            registry=r,
+        )
+        self.delayed_moved = Counter(
+            "streamworker_delayed_moved",
+            "Delayed entries this worker moved into their stream when due.",
+            ["stream"],
+            registry=r,
+        )
         self.failovers = Counter(
             "streamworker_failovers",
             "Primary changes this worker saw: a Sentinel named another primary, or the primary "
@@ -279,6 +298,11 @@ class Metrics:
         self.publish_wait.labels(operation=operation).observe(seconds)
         if timed_out:
             self.publish_wait_timeouts.labels(operation=operation).inc()
+
+    def observe_delayed(self, stream: str, moved: int, delayed: int) -> None:
+        """Record one move of delayed entries (:class:`streamworker.producing.delayed.DelayedMover`)."""
+        self.delayed_moved.labels(stream=stream).inc(moved)
+        self.delayed_messages.labels(stream=stream).set(delayed)
 
     def prime(self, stream: str, group: str, handler: str) -> None:
         """Create every labelled series of a subscription at 0, so rates work from the first

@@ -21,6 +21,10 @@ make a retry add nothing:
   above the stream's last; when the entry with exactly that id exists, the retry is reported as
   ``duplicate=True`` instead of an error.
 
+Delayed delivery: ``delay_ms=`` / ``deliver_at=`` keep the entry in the stream's delayed set until
+it is due; the workers that consume the stream move it in then (:mod:`streamworker.producing.delayed`). Its
+receipt has ``id=None`` (the id is decided when it moves) and ``due_ms``.
+
 Thread and task safety: a :class:`Producer` is used from one event loop; a :class:`SyncProducer`
 is as thread-safe as its redis-py client (it is). Neither closes the client it was given.
 """
@@ -61,6 +65,13 @@ from streamworker.io.replicawait import (
     check_timeout,
     command_exists,
     refuse_waitaof,
+)
+from streamworker.producing.delayed import (
+    due_time,
+    encode_envelope,
+    parse_marker,
+    schedule_call,
+    schedule_script,
 )
 from streamworker.producing.partitions import check_partitioned_name, partition_of
 
@@ -138,11 +149,16 @@ def _check_trim(maxlen: int | None, minid: str | None) -> None:
 class Receipt:
     """Where a publish put its entry: the stream key (the partition's, when partitioned), the
     entry id, and ``duplicate=True`` when nothing was added because the idempotency key (or the
-    explicit id) had been published already: ``id`` is then the earlier entry's."""
+    explicit id) had been published already: ``id`` is then the earlier entry's.
+
+    A delayed publish (``delay_ms``/``deliver_at``) has ``id=None`` (the id is decided when the
+    entry moves into the stream) and ``due_ms``, the epoch ms at which it is due; a duplicate of
+    one reports the earlier publish's due time."""
 
     stream: str
-    id: str
+    id: str | None
     duplicate: bool = False
+    due_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +176,8 @@ class Xadd:
     # Replicas to wait for and how long; None: the producer's defaults.
     wait_replicas: int | None = None
     wait_timeout_ms: int | None = None
+    # A delayed publish: when it is due (epoch ms); it is scheduled, not added.
+    due_ms: int | None = None
 
     def script_args(self) -> list[str | bytes | int]:
         """ARGV of ``publish_once.lua``."""
@@ -202,12 +220,22 @@ def plan_publish(
     body_field: str | None = None,
     wait_replicas: int | None = None,
     wait_timeout_ms: int | None = None,
+    delay_ms: int | None = None,
+    deliver_at: Any = None,
 ) -> Xadd:
-    """Encode ``value`` and decide the stream key, id, trimming, marker and replica wait. Pure;
-    ConfigError or EncodeError for bad arguments. Per-call ``maxlen``/``minid`` replace the
-    stream's trimming; per-call ``wait_replicas``/``wait_timeout_ms`` the stream's wait."""
+    """Encode ``value`` and decide the stream key, id, trimming, marker, replica wait and (with
+    ``delay_ms``/``deliver_at``, see :func:`streamworker.producing.delayed.due_time`) the due time. Pure
+    but for reading the clock for a delay; ConfigError or EncodeError for bad arguments.
+    Per-call ``maxlen``/``minid`` replace the stream's trimming; per-call
+    ``wait_replicas``/``wait_timeout_ms`` the stream's wait."""
     if not isinstance(stream, str) or not stream:
         raise ConfigError(f"stream must be a non-empty str, not {stream!r}")
+    due_ms = due_time(delay_ms, deliver_at)
+    if due_ms is not None and id is not None:
+        raise ConfigError(
+            "id= cannot be combined with delay_ms/deliver_at: a delayed entry's id is decided "
+            "when it enters the stream"
+        )
     if maxlen is not None or minid is not None:
         _check_trim(maxlen, minid)
         options = replace(options, maxlen=maxlen, minid=minid)
@@ -266,6 +294,7 @@ def plan_publish(
         idempotency_window_ms,
         replicas,
         timeout,
+        due_ms,
     )
 
 
@@ -351,6 +380,27 @@ def wait_terms(xadds: Sequence[Xadd]) -> tuple[str, bool, str]:
     return subject, False, "publishing again without idempotency_key= may add it twice"
 
 
+def _scripted(x: Xadd) -> tuple[LuaScript, list[str], list[str | bytes | int]] | None:
+    """The script call of a planned add that runs as a script (delayed or keyed), else None."""
+    if x.due_ms is not None:
+        envelope = encode_envelope(x.fields, x.trim, x.approximate, x.threshold)
+        return schedule_call(x.stream, x.marker, x.due_ms, x.window_ms, envelope)
+    if x.marker is not None:
+        return _PUBLISH_ONCE, [x.stream, x.marker], x.script_args()
+    return None
+
+
+def _scripts(xadds: Sequence[Xadd]) -> list[LuaScript]:
+    """The scripts ``xadds`` need, to load before pipelining EVALSHAs (on a cluster: on every
+    master)."""
+    needed = [
+        schedule_script() if x.due_ms is not None else _PUBLISH_ONCE
+        for x in xadds
+        if x.due_ms is not None or x.marker is not None
+    ]
+    return list({script.sha: script for script in needed}.values())
+
+
 def _too_small(x: Xadd, reply: Any) -> bool:
     """Whether ``reply`` refuses an explicit id that may be this entry's, added before."""
     return isinstance(reply, rex.ResponseError) and x.id != "*" and _TOO_SMALL in str(reply)
@@ -379,10 +429,18 @@ def outcome_unknown(xadd: Xadd, error: object) -> str:
 
 def _receipt(x: Xadd, reply: Any) -> Receipt:
     if isinstance(reply, Exception):
-        raise PublishError(f"XADD to {x.stream!r} refused: {reply}")
-    if x.marker is not None:
-        added, entry_id = reply
-        return Receipt(x.stream, as_text(entry_id), duplicate=not int(added))
+        what = "scheduling" if x.due_ms is not None else "XADD"
+        raise PublishError(f"{what} to {x.stream!r} refused: {reply}")
+    if x.due_ms is not None or x.marker is not None:
+        # publish_once.lua and schedule_delayed.lua: {1, id or due} added, {0, recorded}
+        # a duplicate, whose marker records an entry id or "delayed:<due>".
+        added, value = reply
+        if int(added):
+            if x.due_ms is not None:
+                return Receipt(x.stream, None, due_ms=x.due_ms)
+            return Receipt(x.stream, as_text(value))
+        entry_id, due_ms = parse_marker(as_text(value))
+        return Receipt(x.stream, entry_id, duplicate=True, due_ms=due_ms)
     return Receipt(x.stream, as_text(reply))
 
 
@@ -416,30 +474,30 @@ _Request = _Call | _Pipeline
 _Flow = Generator[_Request, Any, _T]
 
 
-def _load_script() -> _Call:
+def _load(script: LuaScript) -> _Call:
     # Loads on every master of a cluster client too (redis-py routes SCRIPT LOAD to all).
-    return _Call("script_load", (_PUBLISH_ONCE.source,))
+    return _Call("script_load", (script.source,))
 
 
 def _add(x: Xadd) -> _Call:
-    """The call that adds ``x``: ``publish_once.lua`` when it has an idempotency key, else XADD."""
-    if x.marker is not None:
-        return _Call(
-            "execute_command",
-            ("EVALSHA", _PUBLISH_ONCE.sha, 2, x.stream, x.marker, *x.script_args()),
-        )
+    """The call that adds ``x``: its script (:func:`_scripted`) by EVALSHA, else XADD."""
+    call = _scripted(x)
+    if call is not None:
+        script, keys, args = call
+        return _Call("execute_command", ("EVALSHA", script.sha, len(keys), *keys, *args))
     return _Call("xadd", (x.stream, dict[Any, Any](x.fields)), x.xadd_kwargs())
 
 
 def _send_flow(xadd: Xadd) -> _Flow[Receipt]:
     """One add, without a replica wait."""
     try:
-        if xadd.marker is not None:
+        call = _scripted(xadd)
+        if call is not None:
             try:
                 reply = yield _add(xadd)
             except rex.NoScriptError:
                 # The server lost its script cache (restart, SCRIPT FLUSH): load, run again.
-                yield _load_script()
+                yield _load(call[0])
                 reply = yield _add(xadd)
             return _receipt(xadd, reply)
         return _receipt(xadd, (yield _add(xadd)))
@@ -455,9 +513,9 @@ def _send_flow(xadd: Xadd) -> _Flow[Receipt]:
 
 def _many_flow(xadds: Sequence[Xadd]) -> _Flow[list[Receipt]]:
     """Adds in one pipeline, without a replica wait."""
-    if any(x.marker is not None for x in xadds):
-        # The script must be cached before EVALSHAs are pipelined.
-        yield _load_script()
+    # The scripts must be cached before EVALSHAs are pipelined.
+    for script in _scripts(xadds):
+        yield _load(script)
     replies = yield _Pipeline(tuple(_add(x) for x in xadds))
     out = []
     for x, reply in zip(xadds, replies, strict=True):
@@ -545,8 +603,8 @@ class _Publisher:
         todo = list(range(len(xadds)))
         for attempt in (1, 2):
             try:
-                if any(xadds[i].marker is not None for i in todo):
-                    yield _load_script()
+                for script in _scripts([xadds[i] for i in todo]):
+                    yield _load(script)
                 calls = [_add(xadds[i]) for i in todo]
                 calls.append(_Call("execute_command", wait.command()))
                 replies = list((yield _Pipeline(tuple(calls))))
@@ -657,6 +715,8 @@ class Producer(_Publisher):
         body_field: str | None = None,
         wait_replicas: int | None = None,
         wait_timeout_ms: int | None = None,
+        delay_ms: int | None = None,
+        deliver_at: Any = None,
     ) -> Receipt:
         """Add ``value`` to ``stream``; returns where it went.
 
@@ -667,6 +727,11 @@ class Producer(_Publisher):
         on the primary; its ``retry_safe`` says whether publishing again is safe),
         ConfigError/EncodeError for bad arguments. ``wait_replicas``/``wait_timeout_ms``
         replace the stream's and the producer's for this call.
+
+        ``delay_ms`` (an integer >= 0) or ``deliver_at`` (a timezone-aware datetime) delays
+        the entry: it is scheduled in the stream's delayed set and the consuming workers move
+        it in when due (:mod:`streamworker.producing.delayed`); the receipt then has ``id=None`` and
+        ``due_ms``. A replica wait then covers the schedule (the write a failover could lose).
         """
         xadd = self.plan(
             stream,
@@ -680,6 +745,8 @@ class Producer(_Publisher):
             body_field=body_field,
             wait_replicas=wait_replicas,
             wait_timeout_ms=wait_timeout_ms,
+            delay_ms=delay_ms,
+            deliver_at=deliver_at,
         )
         return await _run(self.client, self._send(xadd))
 
@@ -724,6 +791,8 @@ class SyncProducer(_Publisher):
         body_field: str | None = None,
         wait_replicas: int | None = None,
         wait_timeout_ms: int | None = None,
+        delay_ms: int | None = None,
+        deliver_at: Any = None,
     ) -> Receipt:
         """See :meth:`Producer.publish`."""
         xadd = self.plan(
@@ -738,6 +807,8 @@ class SyncProducer(_Publisher):
             body_field=body_field,
             wait_replicas=wait_replicas,
             wait_timeout_ms=wait_timeout_ms,
+            delay_ms=delay_ms,
+            deliver_at=deliver_at,
         )
         return _run_sync(self.client, self._send(xadd))
 

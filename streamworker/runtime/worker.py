@@ -40,6 +40,11 @@ from streamworker.io.redisio import (
 )
 from streamworker.observability.metrics import GroupStateCollector, Metrics
 from streamworker.observability.state import missing_groups, read_group_states
+from streamworker.producing.delayed import (
+    DEFAULT_DELAYED_BATCH,
+    DEFAULT_DELAYED_POLL_MS,
+    DelayedMover,
+)
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.names import ConsumerNames
@@ -89,6 +94,11 @@ class WorkerOptions:
     """OpenTelemetry spans per message (the ``tracing`` extra; :mod:`streamworker.tracing`)."""
     tracer_provider: Any = None
     """Where the spans go (an OpenTelemetry TracerProvider); default the global one."""
+    delayed_poll_ms: int = DEFAULT_DELAYED_POLL_MS
+    """How often the worker moves the due delayed entries of the streams it consumes into them
+    (:mod:`streamworker.producing.delayed`); 0: this worker moves none (another must)."""
+    delayed_batch: int = DEFAULT_DELAYED_BATCH
+    """Most delayed entries one move script takes (a full batch is followed by the next)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +355,18 @@ class Worker:
                 asyncio.ensure_future(backing.run(client, self._stopping.wait))
                 for backing in self.backings.values()
             ]
+            if scripting and self.options.delayed_poll_ms > 0:
+                # Every worker moves, for the streams it consumes: no extra process to run.
+                mover = DelayedMover(
+                    client,
+                    [s.stream for s in specs],
+                    poll_ms=self.options.delayed_poll_ms,
+                    batch=self.options.delayed_batch,
+                    observe=lambda stream, r: self.metrics.observe_delayed(
+                        stream, r.moved, r.delayed
+                    ),
+                )
+                background.append(asyncio.ensure_future(mover.run()))
             try:
                 await self._supervise(names)
             finally:

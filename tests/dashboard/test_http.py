@@ -19,6 +19,9 @@ with warnings.catch_warnings():
 from streamworker.dashboard import DashboardConfig, create_app
 from streamworker.dashboard.security import SESSION_COOKIE
 from streamworker.errors import ConfigError
+from streamworker.io.keys import delayed_key
+from streamworker.io.redisio import open_sync_redis
+from streamworker.producing.producer import SyncProducer
 from tests.dashboard.conftest import BINARY, HOSTILE, HUGE, Scene, Store
 
 TOKEN = "a-long-dashboard-token"
@@ -341,3 +344,13 @@ def test_a_refresh_does_not_swallow_an_actions_notice(
     assert "deleted dead letter" not in partial
     assert "deleted dead letter" in dash.get(r.headers["location"]).text
     assert "deleted dead letter" not in dash.get(r.headers["location"]).text  # shown once
+
+
+def test_stream_page_shows_how_many_delayed_entries_wait(dash: TestClient, store: Store) -> None:
+    producer = SyncProducer(open_sync_redis(store.url))
+    for n in range(3):
+        producer.publish("orders", {"n": str(n)}, delay_ms=3_600_000)
+    html = dash.get("/stream?stream=orders").text
+    shown = re.search(r'data-testid="delayed">(\d+) ', html)
+    assert shown is not None
+    assert int(shown.group(1)) == store.client.zcard(delayed_key("orders")) == 3

@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from streamworker.engine.inproc import forget_engine, sync_client
+from streamworker.producing.delayed import encode_envelope
 from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -117,6 +118,11 @@ _LEASE = ["s:lease", "s"]
 _BACKFILL_DLQ = ["s:dlq", "s:dlq:backfill"]
 _BACKFILL_ARGS = ["s", "2-1", "g", "backfill", "ValueError: no", "handle", "1700000000000", "60000"]
 
+
+# Delayed envelopes (streamworker.producing.delayed): A trims to 2 entries exactly, B has binary values.
+_ENV_A = encode_envelope({"f": "a"}, "MAXLEN", False, "2", nonce=b"n-a")
+_ENV_B = encode_envelope({"f": "b\x00:1:", "g": ""}, nonce=b"n-b")
+_ENV_C = encode_envelope({"f": "c"}, nonce=b"n-c")
 
 SCENARIOS: dict[str, list[Scenario]] = {
     "dead_letter": [
@@ -575,6 +581,52 @@ SCENARIOS: dict[str, list[Scenario]] = {
             ["s", "m"],
             ["60000", "3-1", "MAXLEN", "=", "2", "f", "c"],
             ["s", "m"],
+        ),
+    ],
+    "schedule_delayed": [
+        Scenario("without a key", [], ["d"], ["5000", _ENV_A, "60000"], ["d"]),
+        Scenario("with a key, first time", [], ["d", "m"], ["5000", _ENV_A, "60000"], ["d", "m"]),
+        Scenario(
+            "a retried keyed schedule adds nothing",
+            [("SET", "m", "delayed:5000"), ("ZADD", "d", "5000", _ENV_A)],
+            ["d", "m"],
+            ["6000", _ENV_B, "60000"],
+            ["d", "m"],
+        ),
+        Scenario(
+            "a key published at once before",
+            [("SET", "m", "5-1")],
+            ["d", "m"],
+            ["6000", _ENV_B, "60000"],
+            ["d", "m"],
+        ),
+    ],
+    "move_delayed": [
+        Scenario(
+            "the due ones move, trimmed, the later one stays",
+            [
+                ("XADD", "s", "1-1", "f", "old"),
+                ("ZADD", "d", "1000", _ENV_A, "2000", _ENV_B, "9000", _ENV_C),
+            ],
+            ["d", "s"],
+            ["5000", "100"],
+            ["d", "s"],
+        ),
+        Scenario(
+            "a bounded batch",
+            [("ZADD", "d", "1000", _ENV_A, "2000", _ENV_B, "3000", _ENV_C)],
+            ["d", "s"],
+            ["5000", "2"],
+            ["d", "s"],
+        ),
+        Scenario("nothing due", [("ZADD", "d", "9000", _ENV_C)], ["d", "s"], ["5000", "100"]),
+        Scenario(
+            "not an envelope",
+            [("ZADD", "d", "1000", "2:xx")],
+            ["d", "s"],
+            ["5000", "100"],
+            ["d", "s"],
+            fails=True,
         ),
     ],
     "relay_outbox": [
