@@ -25,8 +25,14 @@ demo: $(STAMP)  ## produce orders, run a worker on them (embedded engine), print
 test: $(STAMP) services  ## the whole suite (unit, engine, conformance, integration, slow)
 	$(BIN)/pytest -q
 
-test-fast: $(STAMP)  ## everything but the slow suites
-	$(BIN)/pytest -q -m 'not slow'
+# The inner loop (tests/README.md has its figures): leaves out the slow suites, the tests marked
+# redis (compared with redis-server, or run on it) and engine_server (`streamworker engine serve`);
+# hypothesis runs its dev profile unless CI=true.
+FAST_TESTS := tests/unit tests/engine tests/conformance
+FAST_MARKS := not slow and not redis and not engine_server
+
+test-fast: $(STAMP)  ## unit, engine without redis-server, conformance on the in-process engine
+	$(BIN)/pytest -q -m '$(FAST_MARKS)' $(FAST_TESTS)
 
 lint: $(STAMP)  ## ruff, formatting, mypy strict, import contracts
 	$(BIN)/ruff check .

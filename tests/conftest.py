@@ -4,6 +4,7 @@ for ``idempotency="sql"`` a real PostgreSQL 15 (a fresh database per test) and S
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import redis
 
 from tests.support.cluster import LocalCluster
 from tests.support.ha import prepare_db
+from tests.support.hypothesis_profiles import load_profile
 from tests.support.postgres import PostgresServer
 from tests.support.sentinel import SentinelSetup
 from tests.support.servers import RedisServer
@@ -21,6 +23,36 @@ from tests.support.sql import migrated_db_url
 pytest_plugins = ["tests.support.timings"]
 
 _databases = itertools.count()
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The costly shared server a test needs, if any: one JVM, one 3-master cluster."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    backend = callspec.params.get("backend_url") if callspec is not None else None
+    if "spark" in fixtures:
+        return "spark"
+    if "redis_cluster" in fixtures or backend == "cluster":
+        return "cluster"
+    return None
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # Under `pytest -n N --dist loadgroup` (pytest-xdist) every session fixture starts once per
+    # worker; the tests of the two costliest (a Spark JVM with 1 GB, the 3-master cluster) go to
+    # one worker each, so each starts once. Marked as each item is collected: xdist reads the
+    # marker in its own pytest_collection_modifyitems, which may run before any of ours.
+    # Without xdist the marker does nothing.
+    group = _xdist_group(item)
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # Before any test module is imported (their budgets are read at import) and before
+    # hypothesis's own plugin, so that ``--hypothesis-profile NAME`` still has the last word.
+    load_profile(os.environ)
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ from streamworker.engine.keyspace import glob_match
 from streamworker.engine.protocol import parse_inline_args
 
 if TYPE_CHECKING:
-    from streamworker.engine.commands import CommandSpec
+    from streamworker.engine.table import CommandSpec
 
 __all__ = [
     "DENIED_AUTH",
@@ -42,6 +42,8 @@ __all__ = [
     "Selector",
     "User",
     "Users",
+    "categories_of",
+    "command_categories",
     "hash_password",
 ]
 
@@ -765,3 +767,87 @@ class Users:
         """Redis's authRequired for a client that has not authenticated: the default user
         needs a password or is off."""
         return not self.default.nopass or not self.default.enabled
+
+
+# The data-type (or family) category of each command module.
+_MODULE_CATEGORY = {
+    "keys": "keyspace",
+    "strings": "string",
+    "bits": "bitmap",
+    "hashes": "hash",
+    "sets": "set",
+    "zsets": "sortedset",
+    "lists": "list",
+    "streams": "stream",
+    "streams_r8": "stream",
+    "scripting": "scripting",
+    "transactions": "transaction",
+    "connection": "connection",
+    "hyperloglog": "hyperloglog",
+    "geo": "geo",
+    "pubsub": "pubsub",
+    "functions": "scripting",
+}
+# Commands whose categories Redis sets apart from their family's rule.
+_EXTRA = {
+    "sort": ("set", "sortedset", "list", "dangerous"),
+    "sort_ro": ("set", "sortedset", "list", "dangerous"),
+    "client|list": ("admin", "dangerous"),
+    "lastsave": ("admin", "dangerous"),
+    "command": ("connection",),
+    "function": ("scripting",),
+    "keys": ("dangerous",),
+    "flushall": ("keyspace", "dangerous"),
+    "flushdb": ("keyspace", "dangerous"),
+    "swapdb": ("keyspace", "dangerous"),
+    "dbsize": ("keyspace",),
+    "randomkey": ("keyspace",),
+    "scan": ("keyspace",),
+    "info": ("dangerous",),
+    "role": ("admin", "dangerous"),
+    "migrate": ("keyspace", "dangerous"),
+    "restore": ("keyspace", "dangerous"),
+    "dump": ("keyspace",),
+    "lolwut": (),
+    "wait": ("connection",),
+    "readonly": ("connection",),
+    "readwrite": ("connection",),
+    "asking": ("connection",),
+    "select": ("connection",),
+    "debug": ("admin", "dangerous"),
+}
+
+
+# Commands Redis 7.0 leaves out of their module's category.
+_OUTSIDE_FAMILY = frozenset({"pubsub|help"})
+
+
+def categories_of(spec: CommandSpec) -> set[str]:
+    """The ACL categories of ``spec`` (a command or a subcommand)."""
+    cats: set[str] = set()
+    func = spec.func
+    module = func.__module__.rsplit(".", 1)[-1] if func is not None else ""
+    family = _MODULE_CATEGORY.get(module)
+    if family is not None and spec.name not in _OUTSIDE_FAMILY:
+        cats.add(family)
+    flags = spec.flags
+    if "write" in flags:
+        cats.add("write")
+    if "readonly" in flags and module not in ("scripting", "functions"):
+        cats.add("read")
+    if "admin" in flags:
+        cats.update(("admin", "dangerous"))
+    cats.add("fast" if "fast" in flags else "slow")
+    if "blocking" in flags:
+        cats.add("blocking")
+    base = spec.container or spec.name
+    cats.update(_EXTRA.get(spec.name, ()) or _EXTRA.get(base, ()))
+    return cats
+
+
+def command_categories(spec: CommandSpec) -> set[str]:
+    """The categories of a table entry as ACL rules see it: a container without a function
+    of its own (CONFIG, CLIENT...) has Redis's implicit ``slow`` only."""
+    if spec.func is None and spec.subcommands:
+        return {"slow"}
+    return categories_of(spec)

@@ -70,12 +70,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamworker.engine.aof_rewrite import (
-    encode_call,
     encode_record,
     rewrite_records,
     select_record,
 )
+from streamworker.engine.core import Engine
 from streamworker.engine.errors import CommandError
+from streamworker.engine.framing import encode_call
 from streamworker.engine.resp import FAST_WINDOW, read_arrays
 
 if TYPE_CHECKING:
@@ -952,8 +953,6 @@ def open_persistent(
     directory, permission denied, the file is a directory...), ValueError for a bad policy.
     The engine must not be in use by other threads yet.
     """
-    from streamworker.engine.core import Engine
-
     if appendfsync not in ("always", "everysec", "no"):
         raise ValueError(f"appendfsync must be always, everysec or no, not {appendfsync!r}")
     if engine is None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import heapq
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from streamworker.engine.functions import rewrite_commands
 from streamworker.engine.ids import MAX_ID, format_id
 from streamworker.engine.model.idmp import DEFAULT_DURATION_S, DEFAULT_MAXSIZE
+from streamworker.engine.model.stream import Stream
 from streamworker.engine.model.zset import ZSet
 from streamworker.engine.replies import format_double
 from streamworker.engine.versions import XNACK_SINCE
@@ -50,38 +52,6 @@ def checked(record: bytes) -> bytes:
     return b"#C:%08x\r\n%b" % (zlib.crc32(record), record)
 
 
-def encode_call(
-    out: bytearray,
-    ops: Sequence[tuple[int, Sequence[bytes]]],
-    db: int,
-    *,
-    encode: Callable[[bytearray, Sequence[bytes]], None],
-    select: Callable[[int], bytes],
-    multi: bytes,
-    exec_: bytes,
-) -> int:
-    """Append the writes of one call, ``ops`` as (database, argv), to a stream that is in
-    database ``db``: a ``SELECT`` wherever the database changes and, for more than one write,
-    ``MULTI``/``EXEC`` around them (``MULTI`` in the first write's database, as Redis gives
-    it). The framing is the caller's (``encode``, ``select``, ``multi``, ``exec_``: the file's
-    checked records or the replication stream's plain ones). Returns the stream's database
-    afterwards."""
-    wrap = len(ops) > 1
-    if wrap:
-        if ops[0][0] != db:
-            db = ops[0][0]
-            out += select(db)
-        out += multi
-    for op_db, argv in ops:
-        if op_db != db:
-            db = op_db
-            out += select(db)
-        encode(out, argv)
-    if wrap:
-        out += exec_
-    return db
-
-
 def select_record(db: int) -> bytes:
     """``SELECT db`` as a checked record."""
     n = b"%d" % db
@@ -97,11 +67,8 @@ RewriteItem = bytes | list[bytes]
 def rewrite_records(engine: Engine, now_ms: int) -> Iterator[RewriteItem]:
     """The records that rebuild ``engine``'s current state (live keys only), with ``#T``
     annotations where the clock matters. Call with the engine lock held."""
-    from streamworker.engine.model.stream import Stream
-
     yield b"#T:%d\r\n" % now_ms
     # Functions first, as Redis's rewrite writes them: one FUNCTION LOAD per library.
-    from streamworker.engine.functions import rewrite_commands
 
     yield from rewrite_commands(engine)
     # Unowned pending entries (what XNACK leaves) are rewritten as XNACK ... FORCE, which only

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from streamworker.engine import msgs
 from streamworker.engine.errors import CommandError
+from streamworker.engine.notify import keyspace_events_from_string, keyspace_events_to_string
 from streamworker.engine.numbers import parse_int
 
 __all__ = [
@@ -189,7 +190,6 @@ class _EventClasses(str):
 
 def _keyspace_events(value: str) -> str:
     # Imported here: pubsub imports keyspace, which config must not pull in at import time.
-    from streamworker.engine.pubsub import keyspace_events_from_string, keyspace_events_to_string
 
     flags = keyspace_events_from_string(value)
     if flags is None:
@@ -434,7 +434,7 @@ class EngineConfig:
         self.values["dir"] = os.getcwd()
         self.stream_node_max_entries = 100
         self.stream_node_max_bytes = 4096
-        # notify-keyspace-events as class bits (pubsub.NOTIFY_*), 0 = off.
+        # notify-keyspace-events as class bits (notify.NOTIFY_*), 0 = off.
         self.notify_flags = 0
         # Bumped by every set(): transports cache parsed values and re-read them on change.
         self.version = 0
@@ -509,6 +509,4 @@ class EngineConfig:
                 self.notify_flags = value.flags
                 self.values[name] = str(value)
             else:
-                from streamworker.engine.pubsub import keyspace_events_from_string
-
                 self.notify_flags = keyspace_events_from_string(value) or 0

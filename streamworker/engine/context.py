@@ -11,15 +11,26 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from streamworker.engine.keyspace import WatchedKey
 from streamworker.engine.replies import NULL_ARRAY, Status
 
 if TYPE_CHECKING:
-    from streamworker.engine.commands import CommandSpec
     from streamworker.engine.core import Engine
     from streamworker.engine.keyspace import Database, Keyspace
     from streamworker.engine.replies import Reply
+    from streamworker.engine.table import CommandSpec
 
-__all__ = ["NO_REPLY", "RESUME", "Blocked", "ClientIO", "ClientState", "Ctx", "OnReady", "RawPush"]
+__all__ = [
+    "NO_REPLY",
+    "RESUME",
+    "Blocked",
+    "ClientIO",
+    "ClientState",
+    "Ctx",
+    "OnReady",
+    "RawPush",
+    "WatchedKey",
+]
 
 OnReady = Callable[["Ctx"], "Reply | None"]
 """Re-run by core when a key a client blocks on is signalled: a reply serves the client,
@@ -180,19 +191,6 @@ class ClientIO(Protocol):
     def output_buffer_bytes(self) -> int:
         """Reply bytes not yet accepted by the socket (``omem``)."""
         ...
-
-
-class WatchedKey:
-    """A WATCHed key. ``expired`` is Redis 7.0's flag for a key already logically expired when
-    WATCH ran: its later deletion is not a modification."""
-
-    __slots__ = ("client", "db", "expired", "key")
-
-    def __init__(self, client: ClientState, db: Database, key: bytes, expired: bool) -> None:
-        self.client = client
-        self.db = db
-        self.key = key
-        self.expired = expired
 
 
 class Ctx:

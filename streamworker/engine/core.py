@@ -16,27 +16,40 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from streamworker.engine import acl as acl_model
 from streamworker.engine import msgs
-from streamworker.engine.acl import Commands, User, Users
-from streamworker.engine.commands import HISTOGRAM_BUCKETS, CommandSpec, load_commands
+from streamworker.engine.acl import Commands, User, Users, command_categories
 from streamworker.engine.config import EngineConfig
 from streamworker.engine.context import RESUME, Blocked, ClientState, Ctx, OnReady
 from streamworker.engine.diagnostics import Diagnostics
 from streamworker.engine.errors import CommandError
-from streamworker.engine.keyspace import Keyspace, unwatch_all
+from streamworker.engine.keyspace import Keyspace, discard_transaction, unwatch_all
+from streamworker.engine.keyspecs import acl_keys, command_keys, movable_keys
 from streamworker.engine.memory import LRU_CLOCK_MAX as _LRU_CLOCK_MAX
-from streamworker.engine.memory import MemoryManager, command_keys, movable_keys
-from streamworker.engine.pubsub import NOTIFY_EXPIRED, NOTIFY_NEW, PubSub
+from streamworker.engine.memory import MemoryManager
+from streamworker.engine.monitor import monitor_line
+from streamworker.engine.notify import NOTIFY_EXPIRED, NOTIFY_NEW
+from streamworker.engine.pubsub import PubSub
 from streamworker.engine.replication import Replication
 from streamworker.engine.replies import NULL_BULK, QUEUED
+from streamworker.engine.shebang import parse_shebang, sha1hex
+from streamworker.engine.table import HISTOGRAM_BUCKETS, CommandSpec
 from streamworker.engine.tracking import Tracker
-from streamworker.engine.versions import DEFAULT_REDIS_VERSION, parse_redis_version
+from streamworker.engine.versions import DEFAULT_REDIS_VERSION, RedisVersion, parse_redis_version
 
 if TYPE_CHECKING:
-    from streamworker.engine.aof import AppendOnlyFile
     from streamworker.engine.keyspace import Database
     from streamworker.engine.replies import Reply
 
-__all__ = ["Blocked", "ClientState", "Ctx", "Engine", "OnReady", "Propagator"]
+__all__ = [
+    "AppendLog",
+    "Blocked",
+    "ClientState",
+    "CommandLayer",
+    "Ctx",
+    "Engine",
+    "OnReady",
+    "Propagator",
+    "plug_commands",
+]
 
 _log = logging.getLogger("streamworker.engine")
 
@@ -116,6 +129,47 @@ class Propagator(Protocol):
         """Housekeeping is about to run outside a command (advance the clock)."""
 
 
+class AppendLog(Protocol):
+    """What the engine and its commands use of the append-only file attached to it
+    (:class:`.aof.AppendOnlyFile`, ``engine.persistence``): the file sits above the engine,
+    which knows it only by this shape."""
+
+    def start_rewrite(self) -> bool:
+        """Start compacting the file in the background (BGREWRITEAOF); False if one runs."""
+
+    def info_lines(self) -> list[str]:
+        """The ``aof_*`` fields of INFO persistence."""
+
+    def close(self) -> None:
+        """Flush, fsync and close the file."""
+
+
+class CommandLayer(Protocol):
+    """What the engine takes from the command modules above it (:mod:`.commands.wiring`).
+
+    The command modules import this module, not the other way round: the package
+    (``streamworker/engine/__init__.py``) hands them over once with :func:`plug_commands`,
+    before any engine can be built.
+    """
+
+    def build_table(self, version: RedisVersion) -> dict[bytes, CommandSpec]:
+        """A fresh dispatch table for an engine answering as ``version`` (its own counters)."""
+
+    def log_denial(self, ctx: Ctx, reason: int, context: str, obj: bytes, shown: Ctx) -> None:
+        """Add an ACL LOG entry for a refused call (``shown``: the connection it names)."""
+
+    def cron(self, engine: Engine) -> None:
+        """Periodic work of the command modules (the ``save`` schedule), engine lock held."""
+
+
+_plugged: list[CommandLayer] = []
+
+
+def plug_commands(layer: CommandLayer) -> None:
+    """Give every engine built from now on ``layer``'s commands (replaces an earlier one)."""
+    _plugged[:] = [layer]
+
+
 class Engine:
     """An in-memory Redis 7.0-compatible engine.
 
@@ -146,13 +200,13 @@ class Engine:
         for db in self.keyspace.dbs:
             db.expired_event = self._key_expired
             db.new_event = self._key_new
-        self.table: dict[bytes, CommandSpec] = load_commands()
-        if self.version.is_redis8:
-            # The 8.x commands and option parsers go into this engine's table only: the 7.0
-            # dispatch path stays the code it was, with no version test on it.
-            from streamworker.engine.commands import streams_r8
-
-            streams_r8.install(self.table, self.version)
+        if not _plugged:
+            raise RuntimeError(
+                "no command modules plugged in: import streamworker.engine (its __init__ "
+                "plugs them), not streamworker.engine.core alone"
+            )
+        self._commands = _plugged[0]
+        self.table: dict[bytes, CommandSpec] = self._commands.build_table(self.version)
         self.diagnostics = Diagnostics()
         # Memory accounting and eviction; ``memory_upkeep`` mirrors memory.upkeep for the hot
         # path (per-key size estimates and LRU/LFU fields kept up after every command, while
@@ -200,7 +254,7 @@ class Engine:
         # woken only after the propagator has flushed the writes that served them.
         self._wakeups: list[tuple[Blocked, Reply]] = []
         # The append-only file (for INFO and BGREWRITEAOF); None in memory.
-        self.persistence: AppendOnlyFile | None = None
+        self.persistence: AppendLog | None = None
         # SAVE/BGSAVE bookkeeping (an rdb.files.SnapshotState), created by the first use.
         self.rdb_state: Any = None
         # Lua scripting (a scripting.ScriptRuntime), created by the first EVAL/SCRIPT command.
@@ -233,9 +287,6 @@ class Engine:
         # SYNC/PSYNC clients and the stream they get (engine/replication.py).
         self.replication = Replication(self)
         # ACL users and log; requirepass as last applied to the default user.
-        from streamworker.engine.commands.acl import command_categories
-        from streamworker.engine.commands.server import acl_keys
-
         self.acl = Users(Commands(self.table, command_categories))
         self._acl_keys = acl_keys
         self._requirepass = ""
@@ -566,7 +617,7 @@ class Engine:
         ctx.prop_custom = False
         ctx.counted = False
         try:
-            reply = spec.func(ctx, args)
+            reply: Reply | Blocked = spec.func(ctx, args)
         except CommandError as exc:
             self.count_error(exc.text)
             reply = exc
@@ -859,8 +910,6 @@ class Engine:
         idx: int,
         context: str,
     ) -> None:
-        from streamworker.engine.commands.acl import log_denial
-
         obj = spec.name.encode() if result == acl_model.DENIED_CMD else argv[idx]
         shown = ctx
         if ctx.in_script:
@@ -868,7 +917,7 @@ class Engine:
             runtime = self._running_runtime()
             if runtime is not None and runtime.caller is not None:
                 shown = runtime.caller
-        log_denial(ctx, result, context, obj, shown=shown)
+        self._commands.log_denial(ctx, result, context, obj, shown)
 
     def acl_sync(self) -> None:
         """Apply the ACL-related parameters when the configuration changed (also when it
@@ -988,8 +1037,6 @@ class Engine:
         if len(argv) < 2:
             return None
         if spec.name in _EVAL_COMMANDS:
-            from streamworker.engine.scripting import parse_shebang, sha1hex
-
             if spec.name.startswith("evalsha"):
                 script = self.scripting.get(argv[1]) if self.scripting is not None else None
                 return script.flags if script is not None else None
@@ -1112,8 +1159,6 @@ class Engine:
 
     def _exec_abort(self, client: ClientState, text: str) -> CommandError:
         # A rejected EXEC discards the transaction and says why (Redis's execCommandAbort).
-        from streamworker.engine.commands.transactions import discard_transaction
-
         discard_transaction(client)
         reason = text[4:] if text.startswith("ERR ") else text
         error = CommandError(msgs.execabort_because(reason))
@@ -1314,8 +1359,6 @@ class Engine:
         redacted. ``lua`` marks a command run by a script (shown as ``[db lua]``)."""
         if "admin" in spec.flags:
             return
-        from streamworker.engine.commands.server_admin import monitor_line
-
         line = monitor_line(spec, argv, db_index, "lua" if lua else client.addr)
         for mon in self.monitors:
             if mon.push is not None:
@@ -1378,10 +1421,7 @@ class Engine:
         start = _ns()
         self.keyspace.active_expire()
         self.diagnostics.add_latency("expire-cycle", _wall_clock_ms(), _ns() - start)
-        if self.config.get("save"):
-            from streamworker.engine.commands.rdb import scheduled_save
-
-            scheduled_save(self)
+        self._commands.cron(self)
         if not self.memory_upkeep:
             for db in self.keyspace.dbs:
                 access = db.access

@@ -40,6 +40,8 @@ from redis.connection import AbstractConnection as _SyncAbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from streamworker.engine.aof import open_persistent
+
 try:
     from redis.maint_notifications import MaintNotificationsConfig
 except ImportError:  # redis-py < 7
@@ -146,8 +148,6 @@ def engine_from_url(url: str) -> Engine:
             if directory is None:
                 engine = Engine(redis_version=chosen)
             else:
-                from streamworker.engine.aof import open_persistent
-
                 engine = open_persistent(
                     directory, Engine(redis_version=chosen), appendfsync=policy
                 ).engine

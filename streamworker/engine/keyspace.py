@@ -13,16 +13,26 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from streamworker.engine import msgs
 from streamworker.engine.errors import CommandError
 
 if TYPE_CHECKING:
-    from streamworker.engine.context import ClientState, WatchedKey
+    from streamworker.engine.table import CommandSpec
 
-__all__ = ["Database", "Keyspace", "SizeMeter", "glob_match", "type_name"]
+__all__ = [
+    "Database",
+    "Keyspace",
+    "SizeMeter",
+    "WatchedKey",
+    "Watcher",
+    "discard_transaction",
+    "glob_match",
+    "type_name",
+    "unwatch_all",
+]
 
 _T = TypeVar("_T")
 
@@ -371,13 +381,39 @@ class SizeMeter:
         self.total = 0
 
 
-def mark_dirty(client: ClientState) -> None:
+class Watcher(Protocol):
+    """What the keyspace needs of a connection that WATCHes keys or queues a MULTI (a
+    :class:`.context.ClientState`, which sits above the keyspace)."""
+
+    watched: list[WatchedKey]
+    """The keys it WATCHes."""
+    dirty_cas: bool
+    """A WATCHed key changed: its EXEC fails."""
+    in_multi: bool
+    multi_error: bool
+    multi_queue: list[tuple[CommandSpec, Sequence[bytes]]]
+
+
+class WatchedKey:
+    """A WATCHed key. ``expired`` is Redis 7.0's flag for a key already logically expired when
+    WATCH ran: its later deletion is not a modification."""
+
+    __slots__ = ("client", "db", "expired", "key")
+
+    def __init__(self, client: Watcher, db: Database, key: bytes, expired: bool) -> None:
+        self.client = client
+        self.db = db
+        self.key = key
+        self.expired = expired
+
+
+def mark_dirty(client: Watcher) -> None:
     """Flag ``client``'s transaction as touched and drop its WATCHes (like Redis)."""
     client.dirty_cas = True
     unwatch_all(client)
 
 
-def unwatch_all(client: ClientState) -> None:
+def unwatch_all(client: Watcher) -> None:
     """Remove all of ``client``'s WATCHed keys."""
     for wk in client.watched:
         entries = wk.db.watchers.get(wk.key)
@@ -389,6 +425,16 @@ def unwatch_all(client: ClientState) -> None:
             if not entries:
                 del wk.db.watchers[wk.key]
     client.watched = []
+
+
+def discard_transaction(client: Watcher) -> None:
+    """Forget the queued commands, the MULTI state and the WATCHes (Redis's
+    discardTransaction)."""
+    client.multi_queue = []
+    client.in_multi = False
+    client.multi_error = False
+    client.dirty_cas = False
+    unwatch_all(client)
 
 
 class Keyspace:

@@ -50,14 +50,15 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamworker.engine.keyspace import SizeMeter
+from streamworker.engine.keyspecs import command_keys, movable_keys
 from streamworker.engine.model.zset import ZSet
+from streamworker.engine.notify import NOTIFY_EVICTED
 from streamworker.engine.numbers import parse_int
-from streamworker.engine.pubsub import NOTIFY_EVICTED
 
 if TYPE_CHECKING:
-    from streamworker.engine.commands import CommandSpec
     from streamworker.engine.core import Engine
     from streamworker.engine.keyspace import Database
+    from streamworker.engine.table import CommandSpec
 
 __all__ = [
     "LFU_INIT_VAL",
@@ -590,31 +591,3 @@ def _random_key(pool: dict[bytes, Any]) -> bytes:
     # Not uniform over huge dicts, but bounded work (Redis samples buckets, not keys, too).
     skip = random.randrange(min(n, 1024))
     return next(itertools.islice(iter(pool), skip, None))
-
-
-def movable_keys(spec: CommandSpec, argv: Sequence[bytes]) -> list[bytes]:
-    """The keys of a movable-keys command's call (LMPOP, ZMPOP, SORT ... STORE...), as COMMAND
-    GETKEYS finds them, else as Redis 7.0's key specs find them (XREAD and XREADGROUP: the
-    first half of the words after STREAMS); none when neither fits the arguments."""
-    from streamworker.engine.commands.server import _keys_by_specs, _movable_keys
-    from streamworker.engine.keyspecs_data import KEY_SPECS
-
-    args = list(argv)
-    found = _movable_keys(spec.name, args)
-    if found is not None:
-        return found
-    specs = KEY_SPECS.get(spec.name)
-    by_specs = _keys_by_specs(specs, args) if specs else None
-    return [key for key, _ in by_specs] if by_specs else []
-
-
-def command_keys(spec: CommandSpec, argv: Sequence[bytes]) -> list[bytes]:
-    """The keys a call names: the legacy key spec's positions (none for commands without)."""
-    first = spec.first_key
-    if first <= 0:
-        return []
-    argc = len(argv)
-    if first == spec.last_key:
-        return [argv[first]] if first < argc else []
-    last = spec.last_key if spec.last_key >= 0 else argc + spec.last_key
-    return [argv[i] for i in range(first, min(last, argc - 1) + 1, spec.step or 1)]

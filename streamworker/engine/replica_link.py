@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from streamworker.engine.context import Blocked
 from streamworker.engine.errors import CommandError
 from streamworker.engine.protocol import ProtocolError, RequestParser
+from streamworker.engine.rdb.files import load_rdb_bytes
 from streamworker.engine.rdb.primitives import RdbFormatError
 from streamworker.engine.replication import (
     LINK_CONNECTING,
@@ -320,7 +321,6 @@ class ReplicaLink:
     def _load(self, payload: bytes, replid: str, offset: int) -> bool:
         # Redis's readSyncBulkPayload: the engine's own replicas go (their history is not
         # the new one), the data is replaced, the master's client is created.
-        from streamworker.engine.rdb.files import load_rdb_bytes
 
         engine = self.engine
         with engine.lock:

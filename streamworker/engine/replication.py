@@ -31,9 +31,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from streamworker.engine import msgs
-from streamworker.engine.aof_rewrite import encode_call
 from streamworker.engine.context import RawPush
 from streamworker.engine.errors import CommandError
+from streamworker.engine.framing import encode_call
 
 if TYPE_CHECKING:
     from streamworker.engine.context import Blocked, ClientState

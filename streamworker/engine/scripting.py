@@ -57,7 +57,6 @@ debugger) is refused.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import math
 import threading
@@ -82,6 +81,7 @@ from streamworker.engine.replies import (
     Verbatim,
     format_double,
 )
+from streamworker.engine.shebang import parse_shebang, sha1hex
 
 try:  # Redis embeds Lua 5.1: other versions differ in ways scripts notice (integers, goto...).
     from lupa import lua51 as _lua51
@@ -117,19 +117,10 @@ _LLONG_MIN: Final = -(2**63)
 # bigger reply is read from its table (Lua 5.1 refuses to unpack ~8000 values).
 _MAX_UNPACK: Final = 4000
 
-_SHEBANG_FLAGS: Final = frozenset(
-    {"no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys"}
-)
-
 
 def lua_available() -> bool:
     """Whether Lua 5.1 (``lupa.lua51``) can be loaded; without it EVAL & co are not registered."""
     return _lua51 is not None
-
-
-def sha1hex(data: bytes) -> str:
-    """The lowercase hex SHA1 of ``data`` (a script's name in the cache)."""
-    return hashlib.sha1(data).hexdigest()
 
 
 class ScriptCallError(Exception):
@@ -177,36 +168,6 @@ class _RunState:
         self.running = False
         # A write command ran: SCRIPT KILL refuses from then on (UNKILLABLE), as Redis does.
         self.wrote = False
-
-
-def parse_shebang(body: bytes) -> tuple[int, frozenset[str] | None]:
-    """``(offset of the code, flags)`` for a script body: Redis 7.0's ``#!lua flags=...`` line.
-
-    The code keeps the shebang's line feed so that line numbers stay the user's. Raises
-    CommandError with Redis's texts for a malformed shebang.
-    """
-    if not body.startswith(b"#!"):
-        return 0, None
-    end = body.find(b"\n")
-    if end < 0:
-        raise CommandError(msgs.SCRIPT_INVALID_SHEBANG)
-    parts = body[:end].split()
-    if not parts or parts[0] != b"#!lua":
-        engine = parts[0] if parts else b""
-        raise CommandError(msgs.script_unexpected_engine(_text(engine)))
-    flags: set[str] = set()
-    for part in parts[1:]:
-        if not part.startswith(b"flags="):
-            raise CommandError(msgs.script_unknown_shebang_option(_text(part)))
-        value = part[6:]
-        if not value:
-            continue
-        for flag in value.split(b","):
-            name = _text(flag)
-            if name not in _SHEBANG_FLAGS:
-                raise CommandError(msgs.script_unexpected_flag(name))
-            flags.add(name)
-    return end, frozenset(flags)
 
 
 def _text(b: bytes) -> str:

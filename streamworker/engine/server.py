@@ -65,12 +65,14 @@ from typing import TYPE_CHECKING, Any
 from streamworker.engine import msgs
 from streamworker.engine.aof import AppendOnlyFile, PersistenceError, open_persistent
 from streamworker.engine.commands.functions import stats_reply
-from streamworker.engine.commands.transactions import discard_transaction
+from streamworker.engine.commands.rdb import save_now
 from streamworker.engine.config import parse_client_output_buffer_limit
 from streamworker.engine.context import NO_REPLY, RESUME, Blocked, RawPush
 from streamworker.engine.core import Engine
 from streamworker.engine.errors import CommandError
+from streamworker.engine.keyspace import discard_transaction
 from streamworker.engine.protocol import ProtocolError, RequestParser, encode, encode_into
+from streamworker.engine.rdb.files import load_rdb
 from streamworker.engine.replica_link import ReplicaLink
 from streamworker.engine.replies import OK, Frames, Push
 from streamworker.engine.versions import DEFAULT_REDIS_VERSION
@@ -1134,7 +1136,6 @@ def open_engine(options: ServerOptions) -> tuple[Engine, AppendOnlyFile | None]:
 
 def _load_rdb_at_start(engine: Engine, aof: AppendOnlyFile | None, path: Path) -> None:
     # Raises RdbLoadError (file, offset, reason) or OSError (cannot read the file).
-    from streamworker.engine.rdb.files import load_rdb
 
     with engine.lock:
         held = sum(len(db) for db in engine.keyspace.dbs)
@@ -1227,7 +1228,6 @@ def _save_at_signal(engine: Engine) -> None:
     # Redis's SIGTERM/SIGINT shutdown saves the RDB file while save points are set. Unlike
     # Redis, which then stays up when the save fails, the engine logs it and exits: its
     # append-only file, when it has one, holds every write anyway.
-    from streamworker.engine.commands.rdb import save_now
 
     with engine.lock:
         if not engine.config.get("save"):

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 from streamworker.engine.context import RawPush
 
 if TYPE_CHECKING:
-    from streamworker.engine.commands import CommandSpec
     from streamworker.engine.context import ClientState
     from streamworker.engine.core import Engine
+    from streamworker.engine.table import CommandSpec
 
 __all__ = ["Tracker"]
 

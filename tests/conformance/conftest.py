@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -19,12 +20,17 @@ from tests.support.servers import RedisServer
 _engine_ids = itertools.count()
 
 
-def _backends() -> list[str]:
-    backends = ["redis", "cluster"]
+def _backends() -> list[Any]:
+    # Marked by what each backend needs beyond this process, so that `make test-fast`
+    # (-m 'not redis and not engine_server') keeps the in-process engine alone.
+    backends = [
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("cluster", marks=pytest.mark.redis),
+    ]
     if importlib.util.find_spec("streamworker.engine.inproc") is not None:
         backends.append("engine")
     if importlib.util.find_spec("streamworker.engine.server") is not None:
-        backends.append("engine-server")
+        backends.append(pytest.param("engine-server", marks=pytest.mark.engine_server))
     return backends
 
 

@@ -107,7 +107,7 @@ async def test_another_consumers_pending_entries_are_not_taken_by_the_backlog_re
 
     async with running_worker(app, backend_url, consumer="c1") as worker:
         await eventually(lambda: worker.consumers and worker.consumers[0].backlog_drained.is_set())
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # a delivery, were there one, would show by now
     assert seen == []
     assert len(pending_ids(sync_client, "orders", "g")) == 1
 
@@ -129,8 +129,7 @@ async def test_stop_lets_the_running_handler_finish_and_acks_only_it(
 
     async with running_worker(app, backend_url) as worker:
         await asyncio.wait_for(started.wait(), 10)
-        worker.stop()
-        await asyncio.sleep(0.05)
+        worker.stop()  # takes effect at once: the loop checks it before each next message
         release.set()
     # The first message finished and was acked; the rest of the batch were never started.
     assert done == [ids[0].decode()]
@@ -275,7 +274,10 @@ async def test_group_deleted_is_recreated_when_the_handler_opts_in(
         sync_client.xadd("orders", {"n": "1"})
         await eventually(lambda: seen == ["1"])
         sync_client.xgroup_destroy("orders", "g")
-        await asyncio.sleep(0.3)
+        await eventually(
+            lambda: [g["name"] for g in sync_client.xinfo_groups("orders")] == [b"g"],
+            what="the group re-created",
+        )
         sync_client.xadd("orders", {"n": "2"})
         # Re-created at start_id "0": the whole stream again, as the option says.
         await eventually(lambda: seen == ["1", "1", "2"], what="the replay after re-creation")

@@ -205,7 +205,7 @@ def test_stores_and_restores_over_unreclaimed_expired_keys_replay_exactly(
     for key in ("d1", "d2", "d3", "k", "m"):
         s("SET", key, "v", "PX", "50")
     s("GEOADD", "g", "1", "1", "a")
-    time.sleep(0.1)
+    time.sleep(0.1)  # past PX 50: the keys are expired but not reclaimed (active expiry is off)
     assert s("SINTERSTORE", "d1", "nosuch") == 0
     assert s("ZUNIONSTORE", "d2", "1", "l2") == 0
     assert s("GEORADIUS", "g", "1", "1", "1", "km", "STORE", "d3") == 1
@@ -225,12 +225,12 @@ def test_replay_restores_groups_consumers_and_the_pel_exactly(aof: AppendOnlyFil
     ids = [s("XADD", "s", "*", "n", i) for i in range(10)]
     s("XGROUP", "CREATE", "s", "g", "0")
     s("XREADGROUP", "GROUP", "g", "a", "COUNT", "4", "STREAMS", "s", ">")
-    time.sleep(0.005)
+    time.sleep(0.005)  # distinct delivery times, which the replay must restore as they were
     s("XREADGROUP", "GROUP", "g", "b", "NOACK", "COUNT", "2", "STREAMS", "s", ">")
     s("XREADGROUP", "GROUP", "g", "a", "STREAMS", "s", "0")
     s("XACK", "s", "g", ids[0])
     s("XDEL", "s", ids[1])
-    time.sleep(0.005)
+    time.sleep(0.005)  # distinct delivery times again
     s("XCLAIM", "s", "g", "c", "0", ids[2], "IDLE", "50", "RETRYCOUNT", "9")
     s("XCLAIM", "s", "g", "c", "0", ids[8], "FORCE", "LASTID", ids[9])
     s("XAUTOCLAIM", "s", "g", "d", "0", "0", "COUNT", "2")

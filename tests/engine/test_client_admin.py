@@ -18,6 +18,7 @@ import pytest
 from streamworker.engine import msgs
 from tests.engine.admin_support import Conn, Pair, pair
 from tests.support.engine_server import EngineServerProcess
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.redis
 
@@ -220,7 +221,7 @@ def test_tracking_redirect_to_a_live_client_is_reported_by_getredir_and_tracking
             b"$8\r\nprefixes\r\n*0\r\n" % target_id
         )
         target.close()
-        time.sleep(0.2)
+        _wait_gone(port, target_id)
         # Redis notices a broken redirect only when it sends an invalidation.
         after_close[name] = conn.call("CLIENT", "TRACKINGINFO").replace(b"%d" % target_id, b"ID")
         conn.close()
@@ -289,6 +290,22 @@ def test_lolwut_bounds_its_canvas(pair: Pair) -> None:
 
 def _id(conn: Conn) -> int:
     return int(conn.call("CLIENT", "ID")[1:-2])
+
+
+def _wait_gone(port: int, *ids: int) -> None:
+    """Until the server has dropped the closed connections ``ids`` (CLIENT LIST, asked on a
+    connection of its own)."""
+    observer = Conn(port)
+
+    def dropped() -> bool:
+        listing = observer.call("CLIENT", "LIST").split(b"\r\n", 1)[1]
+        listed = {line.split(b" ", 1)[0] for line in listing.split(b"\n")}
+        return not listed & {b"id=%d" % i for i in ids}
+
+    try:
+        wait_until(dropped, timeout_s=10, what=f"the server to drop clients {ids}")
+    finally:
+        observer.close()
 
 
 def _addr(conn: Conn) -> str:
@@ -489,8 +506,12 @@ def test_client_unblock_does_not_free_a_paused_client(pair: Pair) -> None:
         assert waiter.nothing_within(0.3)
         assert admin.call("CLIENT", "UNBLOCK", waiter_id, "TIMEOUT") == b":0\r\n"
         admin.call("CLIENT", "UNPAUSE")
-        time.sleep(0.1)
-        assert admin.call("CLIENT", "UNBLOCK", waiter_id, "TIMEOUT") == b":1\r\n"
+        # Resumed, the BLPOP blocks; UNBLOCK answers 0 (and does nothing) until it has.
+        wait_until(
+            lambda a=admin, w=waiter_id: a.call("CLIENT", "UNBLOCK", w, "TIMEOUT") == b":1\r\n",
+            timeout_s=10,
+            what="the resumed BLPOP to block and be unblocked",
+        )
         assert waiter.read() == b"*-1\r\n"
         admin.close()
         waiter.close()
@@ -502,7 +523,7 @@ def test_a_longer_earlier_pause_is_kept_when_a_shorter_one_follows(pair: Pair) -
         writer = Conn(port)
         admin.call("CLIENT", "PAUSE", "100000", "WRITE")
         admin.call("CLIENT", "PAUSE", "10", "WRITE")
-        time.sleep(0.2)
+        time.sleep(0.2)  # the 10 ms pause has run out: only the longer one can hold the SET
         writer.send("SET", "k", "v")
         assert writer.nothing_within(0.3)
         admin.call("CLIENT", "UNPAUSE")
@@ -515,11 +536,12 @@ def test_a_paused_client_that_disconnects_leaves_the_server_working(pair: Pair) 
     for port in pair.ports.values():
         admin = Conn(port)
         writer = Conn(port)
+        writer_id = _id(writer)
         admin.call("CLIENT", "PAUSE", "100000", "WRITE")
         writer.send("SET", "k", "v")
         assert writer.nothing_within(0.2)
         writer.close()
-        time.sleep(0.1)
+        _wait_gone(port, writer_id)
         admin.call("CLIENT", "UNPAUSE")
         assert admin.call("SET", "k", "w") == b"+OK\r\n"
         assert admin.call("GET", "k") == b"$1\r\nw\r\n"
@@ -651,8 +673,12 @@ def test_client_list_shows_a_monitor_and_a_blocked_client_with_redis_s_flags(pai
         mon.call("MONITOR")
         blocked = Conn(port)
         blocked.send("BLPOP", "nolist", "0")
-        time.sleep(0.1)
         admin = Conn(port)
+        wait_until(
+            lambda a=admin: b"blocked_clients:1\r\n" in a.call("INFO", "clients"),
+            timeout_s=10,
+            what="the BLPOP to block",
+        )
         listing = admin.call("CLIENT", "LIST")
         by_id = {}
         for line in listing.split(b"\r\n", 1)[1].split(b"\n"):
@@ -660,9 +686,10 @@ def test_client_list_shows_a_monitor_and_a_blocked_client_with_redis_s_flags(pai
                 f = _fields(line)
                 by_id[f["id"]] = f
         flags[name] = sorted(f["flags"] + ":" + f["cmd"] for f in by_id.values())
+        ids = [int(i) for i in by_id]
         for c in (mon, blocked, admin):
             c.close()
-        time.sleep(0.1)
+        _wait_gone(port, *ids)  # the module's next test lists the clients too
     assert flags["engine"] == flags["redis"]
 
 

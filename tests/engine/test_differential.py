@@ -7,8 +7,9 @@ decides is masked in both (see ``differential/normalize.py``). fakeredis runs as
 column for reference: its mismatches are counted and printed in the terminal summary, never
 asserted on.
 
-The budget is fixed and derandomized (the same programs on every run); set
-``DIFFERENTIAL_EXAMPLES`` to scale it for a longer local hunt.
+The budget is fixed and derandomized (the same programs on every run): the counts below under
+the ``ci`` hypothesis profile, a quarter of them under ``dev`` (tests/support/hypothesis_profiles.py);
+set ``DIFFERENTIAL_EXAMPLES`` to scale it for a longer local hunt.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tests.engine.differential.backends import EngineBackend, FakeredisBackend, 
 from tests.engine.differential.normalize import normalize
 from tests.engine.differential.resp import dump, parse
 from tests.engine.differential.runner import Tally, describe, run_program
+from tests.support.hypothesis_profiles import examples
 from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -34,7 +36,7 @@ _SCALE = float(os.environ.get("DIFFERENTIAL_EXAMPLES", "1"))
 
 def _budget(n: int) -> settings:
     return settings(
-        max_examples=max(1, int(n * _SCALE)),
+        max_examples=max(1, int(examples(n) * _SCALE)),
         deadline=None,
         derandomize=True,
         database=None,

@@ -39,6 +39,7 @@ from tests.engine.differential.extremes import (
 from tests.engine.differential.normalize import normalize
 from tests.engine.differential.resp import RawConnection, pack_command, pretty
 from tests.engine.test_fuzz_differential import COMMAND_TIME_LIMIT_S, time_limit
+from tests.support.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.redis
 
@@ -217,7 +218,7 @@ _TOKENS = st.sampled_from(
 
 @seed(20261126)
 @settings(
-    max_examples=1000,
+    max_examples=examples(1000),
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -661,7 +661,7 @@ def test_a_function_that_wrote_is_unkillable(busy_servers: list[tuple[str, int]]
     for name, port in busy_servers:
         connected = Raw(port)
         runner = _start_fcall(port, "spin_writer")
-        time.sleep(0.8)
+        time.sleep(0.8)  # past lua-time-limit
         got = [connected.call("FUNCTION", "KILL"), connected.call("SCRIPT", "KILL")]
         connected.sock.sendall(pack(("SHUTDOWN", "NOSAVE")))
         assert connected.sock.recv(100) == b""

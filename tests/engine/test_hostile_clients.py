@@ -503,7 +503,7 @@ def test_a_script_that_wrote_is_unkillable_and_shutdown_nosave_ends_the_server(
     for name, port in _busy_pair(fresh_pair):
         connected = Raw(port)
         runner = _start_script(port, RUNAWAY_WRITER)
-        time.sleep(0.8)
+        time.sleep(0.8)  # past lua-time-limit
         got = [
             connected.call("SCRIPT", "KILL"),
             connected.call("FUNCTION", "KILL"),
@@ -543,7 +543,7 @@ def test_shutdown_during_a_script_keeps_the_writes_before_it_and_drops_the_scrip
         conn = Raw(proc.port)
         assert conn.call("SET", "before", "1") == b"+OK\r\n"
         runner = _start_script(proc.port, RUNAWAY_WRITER)
-        time.sleep(0.3)
+        time.sleep(0.3)  # the script runs (inside lua-time-limit) when the shutdown comes
         assert proc.stop() == 0
         runner.close()
         proc.start()

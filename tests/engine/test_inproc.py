@@ -220,7 +220,7 @@ def test_watch_without_conflict_commits(r: redis.Redis) -> None:
 
 def test_blpop_wakes_when_another_thread_pushes(r: redis.Redis, url: str) -> None:
     other = sync_client(url)
-    threading.Timer(0.05, other.rpush, ("l", "x")).start()
+    _when_blocked(url, 1, lambda: other.rpush("l", "x"))
     start = time.monotonic()
     assert r.blpop(["l"], timeout=5) == (b"l", b"x")
     assert time.monotonic() - start < 2
@@ -242,7 +242,7 @@ def test_socket_timeout_shorter_than_block_raises_and_drops_the_waiter(url: str)
 
 def test_commands_pipelined_behind_a_blocked_one_run_after_it(r: redis.Redis, url: str) -> None:
     other = sync_client(url)
-    threading.Timer(0.05, other.rpush, ("l", "x")).start()
+    _when_blocked(url, 1, lambda: other.rpush("l", "x"))
     p = r.pipeline(transaction=False)
     p.blpop(["l"], timeout=5).set("after", "1").get("after")
     assert p.execute() == [(b"l", b"x"), True, b"1"]
@@ -333,7 +333,7 @@ async def test_async_blpop_wakes_on_push_from_another_task(
     other = async_client(url)
 
     async def push_later() -> None:
-        await asyncio.sleep(0.05)
+        await _until_blocked(url, 1)
         await other.rpush("l", "x")
 
     task = asyncio.create_task(push_later())
@@ -346,7 +346,7 @@ async def test_async_blpop_wakes_on_push_from_another_thread(
     ar: redis.asyncio.Redis, url: str
 ) -> None:
     other = sync_client(url)
-    threading.Timer(0.05, other.rpush, ("l", "y")).start()
+    _when_blocked(url, 1, lambda: other.rpush("l", "y"))
     assert await ar.blpop(["l"], timeout=5) == (b"l", b"y")
 
 
@@ -380,7 +380,7 @@ async def test_async_cancelled_blocking_read_drops_the_waiter(
     ar: redis.asyncio.Redis, url: str
 ) -> None:
     task = asyncio.create_task(ar.blpop(["l"], timeout=0))
-    await asyncio.sleep(0.05)
+    await _until_blocked(url, 1)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -402,7 +402,7 @@ def test_a_key_reclaimed_by_expiry_sends_expired(notified: Pair) -> None:
     # their "expired" events is chance's. Whether the read or the expiry cycle reclaims it,
     # the subscriber gets the event before the read's marker.
     notified.step("c", "SET", "e1", "v", "PX", "300")
-    time.sleep(0.8)
+    time.sleep(0.8)  # the key's time runs out (nothing may touch it meanwhile)
     notified.step("c", "GET", "e1")
 
 
@@ -592,7 +592,7 @@ def test_commands_on_expired_keys_notify_expired_first_as_redis(notified: Pair, 
     for line in setup:
         notified.step("c", *line.split())
     notified.step("c", "PEXPIRE", expiring, 200)
-    time.sleep(0.5)
+    time.sleep(0.5)  # the key's time runs out (nothing may touch it meanwhile)
     for line in commands:
         out = notified.step("c", *line.split())
     if commands[-1].startswith("DUMP"):
@@ -676,7 +676,7 @@ def test_commands_meeting_an_unreclaimed_expired_key_notify_as_redis(lazy: Pair,
     for line in setup.split(";"):
         lazy.step("c", *line.split())
     lazy.step("c", "PEXPIRE", "d", 50)
-    time.sleep(0.2)
+    time.sleep(0.2)  # expired, and left for the command to meet
     for line in command.split(";"):
         lazy.step("c", *line.split())
     lazy.step("c", "DBSIZE")
@@ -688,6 +688,6 @@ def test_restore_replace_over_an_unreclaimed_expired_key_notifies_as_redis(lazy:
     payload = dumped[dumped.index(b"\r\n") + 2 : -2]
     for ttl_args in ((0,), (1, "ABSTTL")):
         lazy.step("c", "SET", "k", "v", "PX", 50)
-        time.sleep(0.2)
+        time.sleep(0.2)  # expired, and left for RESTORE to meet
         lazy.step("c", "RESTORE", "k", *ttl_args[:1], payload, "REPLACE", *ttl_args[1:])
         lazy.step("c", "DBSIZE")

@@ -28,6 +28,7 @@ from tests.engine.differential.backends import EngineBackend, RedisBackend
 from tests.engine.differential.scripts import mismatches
 from tests.support.engine_server import ThreadedServer
 from tests.support.servers import RedisServer
+from tests.support.waiting import wait_until
 
 CASES = {
     "lrem": [
@@ -349,6 +350,15 @@ class _Raw:
         return self.read()
 
 
+def _wait_blocked(observer: _Raw, n: int) -> None:
+    """Until the server counts ``n`` blocked clients: who blocked first is served first."""
+    wait_until(
+        lambda: b"blocked_clients:%d\r\n" % n in observer.call("INFO", "clients"),
+        timeout_s=10,
+        what=f"{n} blocked clients",
+    )
+
+
 def _wake_up_transcript(port: int, resp: int) -> list[bytes]:
     """Three clients block (BLMOVE, BLPOP, BRPOPLPUSH) on one list, a fourth pushes; what each
     gets and what the lists hold afterwards."""
@@ -360,11 +370,11 @@ def _wake_up_transcript(port: int, resp: int) -> list[bytes]:
                 c.call("HELLO", "3")
         pusher.call("DEL", "{q}", "{q}out")
         waiters[0].send("BLMOVE", "{q}", "{q}out", "RIGHT", "LEFT", "5")
-        time.sleep(0.05)
+        _wait_blocked(pusher, 1)
         waiters[1].send("BLPOP", "{q}", "5")
-        time.sleep(0.05)
+        _wait_blocked(pusher, 2)
         waiters[2].send("BRPOPLPUSH", "{q}", "{q}out", "5")
-        time.sleep(0.05)
+        _wait_blocked(pusher, 3)
         out = [pusher.call("RPUSH", "{q}", "a", "b", "c", "d")]
         out += [w.read() for w in waiters]
         out.append(pusher.call("LRANGE", "{q}", "0", "-1"))
@@ -397,7 +407,7 @@ def _wrong_destination_transcript(port: int) -> list[bytes]:
         pusher.call("DEL", "{w}q", "{w}str")
         pusher.call("SET", "{w}str", "x")
         waiter.send("BLMOVE", "{w}q", "{w}str", "LEFT", "RIGHT", "5")
-        time.sleep(0.05)
+        _wait_blocked(pusher, 1)
         out = [pusher.call("RPUSH", "{w}q", "a"), waiter.read()]
         out.append(pusher.call("LRANGE", "{w}q", "0", "-1"))
         out.append(pusher.call("GET", "{w}str"))
@@ -498,24 +508,28 @@ _SCENARIOS: dict[str, list[tuple[object, ...]]] = {
 
 def _scenario_transcript(port: int, steps: list[tuple[object, ...]]) -> list[bytes]:
     clients = [_Raw(port) for _ in range(4)]
+    observer = _Raw(port)  # asks INFO outside the scenario (client 3 may be inside MULTI)
     try:
         clients[3].call("FLUSHALL")
         out: list[bytes] = []
+        blocked = 0
         for step in steps:
             who, what, *words = step
             client = clients[int(str(who))]
             argv = [str(w) for w in words]
-            if what == "send":
+            if what == "send":  # every send blocks: each scenario sends before it pushes
                 client.send(*argv)
-                time.sleep(0.05)
+                blocked += 1
+                _wait_blocked(observer, blocked)
             elif what == "call":
                 out.append(client.call(*argv))
             else:
                 out.append(client.read())
+                blocked -= 1
         clients[3].call("FLUSHALL")
         return out
     finally:
-        for c in clients:
+        for c in (*clients, observer):
             c.sock.close()
 
 

@@ -575,7 +575,7 @@ def test_in_process_asyncio_pubsub_waits_for_messages(inproc_url: str, resp: int
         first = await p.get_message(timeout=2)
 
         async def later() -> None:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # published while get_message() is waiting
             await r.publish("ch", "late")
 
         task = asyncio.create_task(later())

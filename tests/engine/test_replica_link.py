@@ -232,7 +232,7 @@ def test_the_replica_authenticates_with_masterauth(tmp_path: Path, replica: Thre
         m.set("k", "v")
         r = replica.client(decode_responses=True)
         r.execute_command("REPLICAOF", "127.0.0.1", master.port)
-        time.sleep(1.0)
+        time.sleep(1.0)  # room to try, and fail, without masterauth: the link stays down
         assert r.info("replication")["master_link_status"] == "down"
         r.config_set("masterauth", "s3cret")
         _wait(lambda: _link_up(r), what="the link with masterauth")
@@ -282,7 +282,7 @@ def test_replicaof_no_one_keeps_the_data_and_takes_writes(
         assert r.get("k") == "v"
         assert r.set("mine", "1")
         m.set("later", "x")
-        time.sleep(0.3)
+        time.sleep(0.3)  # a write still streamed to a replica would have arrived by now
         assert r.get("later") is None
     finally:
         master.stop()

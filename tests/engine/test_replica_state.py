@@ -503,7 +503,7 @@ def test_a_replica_connection_may_not_run_replicaof(pair: Pair) -> None:
         repl.send("REPLICAOF", *DEAD_MASTER)
         # A replica gets no replies: the refusal leaves it a master.
         conn = Conn(port)
-        time.sleep(0.2)
+        time.sleep(0.2)  # a replica connection gets no reply to wait for: time to act on it
         assert conn.call("ROLE").startswith(b"*3\r\n$6\r\nmaster"), name
         repl.close()
         conn.close()

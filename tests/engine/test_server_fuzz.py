@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from streamworker.engine.protocol import ProtocolError, RequestParser
 from tests.engine.conftest import pack, read_raw_reply
 from tests.support.engine_server import ThreadedServer
+from tests.support.hypothesis_profiles import examples
 
 _SAFE_COMMANDS = [
     b"PING",
@@ -124,7 +125,7 @@ def _parse(data: bytes, cuts: list[int]) -> tuple[str, object]:
     return "ok", (out, parser.pending)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(stream, st.lists(st.integers(min_value=0, max_value=10_000), max_size=6))
 def test_the_parser_does_not_depend_on_how_input_is_split(data: bytes, cuts: list[int]) -> None:
     assert _parse(data, cuts) == _parse(data, [])
@@ -159,7 +160,7 @@ def _exchange(port: int, data: bytes) -> list[bytes]:
 
 
 @settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -22,6 +22,7 @@ from streamworker.engine.server import ProtectedModeError, check_protected_mode
 from tests.engine.conftest import pack, read_raw_reply
 from tests.support.engine_server import EngineServerProcess, ThreadedServer
 from tests.support.proc import run_cli
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -147,8 +148,12 @@ async def test_redis_py_asyncio_client_works_unchanged(server: ThreadedServer) -
     try:
         await r.xgroup_create("s", "g", "$", mkstream=True)
         reader = asyncio.ensure_future(r.xreadgroup("g", "c", {"s": ">"}, block=5000))
-        await asyncio.sleep(0.1)
         async with redis.asyncio.Redis(host="127.0.0.1", port=server.port) as writer:
+
+            async def reader_blocked() -> bool:
+                return int((await writer.info("clients"))["blocked_clients"]) == 1
+
+            await eventually(reader_blocked, what="the XREADGROUP to block")
             sid = await writer.xadd("s", {"k": "v"})
         got = await asyncio.wait_for(reader, 5)
         entries = got["s"][0] if isinstance(got, dict) else got[0][1]

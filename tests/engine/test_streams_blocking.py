@@ -13,6 +13,7 @@ from streamworker.engine import Engine
 from streamworker.engine.context import Blocked, ClientState
 from streamworker.engine.errors import CommandError
 from streamworker.engine.replies import NULL_ARRAY, Map
+from tests.support.waiting import wait_until
 
 
 class C:
@@ -188,7 +189,8 @@ def test_a_thread_blocked_in_wait_is_woken_by_another_thread(engine: Engine, a: 
     got: list[Any] = []
     t = threading.Thread(target=lambda: got.append(engine.wait(w, timeout_s=5)))
     t.start()
-    time.sleep(0.02)
+    # wait() has taken the entry's event (private): the XADD below must wake it, not precede it.
+    wait_until(lambda: w._event is not None, timeout_s=5, what="the thread to wait")
     a("XADD", "s", "1-0", "f", "v")
     t.join(5)
     assert got == [[[b"s", [[b"1-0", [b"f", b"v"]]]]]]

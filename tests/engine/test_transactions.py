@@ -270,7 +270,7 @@ def test_watch_and_expiry_match_redis(differ: Differ) -> None:
 
     differ.check("SET", "gone", "v", "PX", "50")
     differ.check("SET", "going", "v", "PX", "50")
-    time.sleep(0.06)
+    time.sleep(0.06)  # both keys expire before the WATCH
     differ.check("WATCH", "gone")
     differ.check("EXISTS", "gone")
     differ.check("MULTI")
@@ -278,7 +278,7 @@ def test_watch_and_expiry_match_redis(differ: Differ) -> None:
     differ.check("EXEC")
     differ.check("SET", "going", "v", "PX", "50")
     differ.check("WATCH", "going")
-    time.sleep(0.06)
+    time.sleep(0.06)  # the watched key expires between WATCH and EXEC
     differ.check("MULTI")
     differ.check("PING")
     differ.check("EXEC")

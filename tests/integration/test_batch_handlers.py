@@ -231,7 +231,7 @@ async def test_lua_batch_handler_is_not_given_business_duplicates(
             ),
             what="the producer duplicate acked",
         )
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # an effect applied twice would show by now
     assert int(redis_client.get("{orders}:total") or 0) == 2
     seen = _seen(calls)
     assert first in seen
@@ -349,7 +349,7 @@ async def test_sql_batch_handler_that_raises_leaves_no_rows_while_pending(
             lambda: pending_ids(redis_client, "orders", "g") == [i.encode() for i in ids],
             what="read and pending",
         )
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # the failing batches run meanwhile: none may commit
     assert charges_per_message(db_url) == {}
     assert processed_ids(db_url) == []
 

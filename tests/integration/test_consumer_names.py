@@ -215,8 +215,16 @@ async def test_the_name_record_is_the_workers_heartbeat(
         app, redis_url, consumer="pod-hb", consumer_name_ttl_ms=1500
     ) as worker:
         await eventually(lambda: worker.consumers and worker.consumers[0].batches.failed == 1)
-        await asyncio.sleep(1.0)  # the next renewals (every 0.5 s) write the counters
-        record = {k.decode(): v.decode() for k, v in redis_client.hgetall(key).items()}
+
+        record: dict[str, str] = {}
+
+        def counters_written() -> bool:
+            # The next renewal (every 0.5 s) after the failure writes the counters.
+            record.clear()
+            record.update({k.decode(): v.decode() for k, v in redis_client.hgetall(key).items()})
+            return record.get("failed") == "1"
+
+        await eventually(counters_written, what="a renewal with the counters")
     assert record["consumer"] == "pod-hb"
     assert record["processed"] == "2"
     assert record["failed"] == "1"

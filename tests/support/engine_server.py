@@ -20,7 +20,7 @@ from streamworker.engine.aof import AppendOnlyFile, open_persistent
 from streamworker.engine.core import Engine
 from streamworker.engine.server import EngineServer
 from tests.support.proc import ROOT
-from tests.support.servers import free_port
+from tests.support.servers import PORT_ATTEMPTS, PortInUse, free_port
 
 
 class EngineServerProcess:
@@ -40,6 +40,7 @@ class EngineServerProcess:
         if workdir is not None:
             workdir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
+        self._may_repick_port = port is None  # as RedisServer: a port taken meanwhile
         self.appendfsync = appendfsync
         self.requirepass = requirepass
         self.bind = bind
@@ -78,20 +79,37 @@ class EngineServerProcess:
         return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
     def start(self, timeout_s: float = 30) -> EngineServerProcess:
+        for _ in range(PORT_ATTEMPTS - 1):
+            try:
+                return self._start(timeout_s)
+            except PortInUse:
+                if not self._may_repick_port:
+                    raise
+                self.port = free_port()
+                self.log_path = self.log_path.with_name(f"engine-serve-{self.port}.log")
+        return self._start(timeout_s)
+
+    def _start(self, timeout_s: float) -> EngineServerProcess:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(self.args(), stdout=log, stderr=log, env=env, cwd=ROOT)
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if "Address already in use" in self.log()[log_from:]:
+                    raise PortInUse(f"engine serve: port {self.port} is taken")
                 raise RuntimeError(f"engine serve exited at start: {self.log()[-3000:]}")
             try:
+                # The answer must come from this process, not from a server that took the port.
                 with self.client(socket_timeout=2) as c:
-                    if c.ping():
+                    if int(c.info("server")["process_id"]) == self.proc.pid:
+                        self._may_repick_port = False  # restart() keeps the port from now on
                         return self
             except (redis.ConnectionError, redis.TimeoutError):
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         raise RuntimeError(f"engine serve did not answer within {timeout_s}s: {self.log()[-3000:]}")
 
     def log(self) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.support.servers import free_port, missing_service
+from tests.support.servers import PORT_ATTEMPTS, PortInUse, free_port, missing_service
 
 PG_BIN_GLOB = "/usr/lib/postgresql/15/bin"
 
@@ -48,6 +48,7 @@ class PostgresServer:
         self.bin = bin_dir
         self.durable = durable
         self.port = port or free_port()
+        self._may_repick_port = port is None  # as RedisServer: a port taken meanwhile
         self.dir = Path(tempfile.mkdtemp(prefix="sw-pg-"))
         self.data = self.dir / "data"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -85,6 +86,16 @@ class PostgresServer:
         )
 
     def start(self) -> PostgresServer:
+        for _ in range(PORT_ATTEMPTS - 1):
+            try:
+                return self._start()
+            except PortInUse:
+                if not self._may_repick_port:
+                    raise
+                self.port = free_port()
+        return self._start()
+
+    def _start(self) -> PostgresServer:
         settings = [
             "-p",
             str(self.port),
@@ -100,7 +111,9 @@ class PostgresServer:
         if not self.durable:
             settings += ["-c", "fsync=off", "-c", "synchronous_commit=off"]
             settings += ["-c", "full_page_writes=off"]
-        log = open(self.dir / "postgres.log", "ab")  # noqa: SIM115 - the child keeps it
+        log_path = self.dir / "postgres.log"
+        log_from = log_path.stat().st_size if log_path.exists() else 0
+        log = open(log_path, "ab")  # noqa: SIM115 - the child keeps it
         self.proc = subprocess.Popen(
             self._cmd([str(self.bin / "postgres"), "-D", str(self.data), *settings]),
             stdout=log,
@@ -110,13 +123,22 @@ class PostgresServer:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                tail = (self.dir / "postgres.log").read_text(errors="replace")[-2000:]
+                with log_path.open("rb") as f:
+                    f.seek(log_from)
+                    tail = f.read().decode(errors="replace")[-2000:]
+                if "Address already in use" in tail:
+                    raise PortInUse(f"postgres: port {self.port} is taken: {tail}")
                 raise RuntimeError(f"postgres exited at start: {tail}")
             try:
-                self.connect().close()
-                return self
+                # The answer must come from this server, not one that took the port meanwhile.
+                with self.connect() as conn:
+                    row = conn.execute("SHOW data_directory").fetchone()
+                if row is not None and Path(row[0]).resolve() == self.data.resolve():
+                    self._may_repick_port = False  # stop/start keep the port from now on
+                    return self
             except psycopg.OperationalError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         raise RuntimeError("postgres did not accept connections within 30 s")
 
     def stop(self, sig: int = signal.SIGINT) -> None:

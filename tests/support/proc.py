@@ -9,6 +9,21 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.waiting import wait_until as wait_for
+
+__all__ = [
+    "ROOT",
+    "assert_killed",
+    "children_by_consumer",
+    "kill_when",
+    "process_gone",
+    "read_lines",
+    "run_cli",
+    "stop_process",
+    "streamworker",
+    "wait_for",
+]
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -51,14 +66,6 @@ def read_lines(path: Path) -> list[list[str]]:
     if not path.exists():
         return []
     return [line.split() for line in path.read_text().splitlines() if line.strip()]
-
-
-def wait_for(check, timeout_s: float = 20.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what or check}")
-        time.sleep(0.02)
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> str:

@@ -8,16 +8,17 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 import redis
 
 
-def in_ci() -> bool:
+def in_ci(environ: Mapping[str, str] | None = None) -> bool:
     """True under CI (CI=true): a missing service is then a failure, never a skip."""
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    env = os.environ if environ is None else environ
+    return env.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def missing_service(what: str) -> None:
@@ -33,6 +34,13 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+PORT_ATTEMPTS = 3
+
+
+class PortInUse(RuntimeError):
+    """A server could not bind its port: something else took it first."""
 
 
 class RedisServer:
@@ -54,6 +62,9 @@ class RedisServer:
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
+        # A port picked here may be taken between free_port() and the bind (by another pytest
+        # process under xdist, or any other program): then the first start picks another.
+        self._may_repick_port = port is None
         self.appendonly = appendonly
         self.extra_args = list(extra_args)
         self.start_timeout_s = start_timeout_s
@@ -67,6 +78,16 @@ class RedisServer:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
 
     def start(self) -> RedisServer:
+        for _ in range(PORT_ATTEMPTS - 1):
+            try:
+                return self._start()
+            except PortInUse:
+                if not self._may_repick_port:
+                    raise
+                self.port = free_port()
+        return self._start()
+
+    def _start(self) -> RedisServer:
         args = [
             self.binary,
             "--port",
@@ -89,19 +110,30 @@ class RedisServer:
         else:
             args += ["--appendonly", "no"]
         args += self.extra_args
+        log_path = self.dir / "redis.log"
+        log_from = log_path.stat().st_size if log_path.exists() else 0
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+                log = ""
+                if log_path.exists():
+                    with log_path.open("rb") as f:
+                        f.seek(log_from)
+                        log = f.read().decode(errors="replace")[-2000:]
+                if "Address already in use" in log:
+                    raise PortInUse(f"redis-server: port {self.port} is taken: {log}")
                 raise RuntimeError(f"redis-server exited at start: {log}")
             try:
-                if self.client().ping():
-                    return self
-            except redis.ConnectionError:
-                time.sleep(0.02)
-            except redis.BusyLoadingError:
-                time.sleep(0.02)
+                # Whoever answers must be this process: another server on a port taken
+                # meanwhile would otherwise be used (and flushed) in its place.
+                with self.client() as c:
+                    if int(c.info("server")["process_id"]) == self.proc.pid:
+                        self._may_repick_port = False  # restart() keeps the port from now on
+                        return self
+            except (redis.ConnectionError, redis.BusyLoadingError):
+                pass
+            time.sleep(0.02)
         raise RuntimeError(f"redis-server did not answer within {self.start_timeout_s:g} s")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from streamworker import App
 from streamworker.runtime.worker import Worker, WorkerOptions, WorkerResult
+from tests.support.waiting import eventually
+
+__all__ = ["eventually", "running_worker"]
 
 
 @contextlib.asynccontextmanager
@@ -40,17 +42,3 @@ async def running_worker(
     finally:
         worker.stop()
         await asyncio.wait_for(task, 30)
-
-
-async def eventually(check: Callable[[], object], timeout_s: float = 10.0, what: str = "") -> None:
-    """Poll ``check`` (sync or async) until it returns truthy, or fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what or check}")
-        await asyncio.sleep(0.02)

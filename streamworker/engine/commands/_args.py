@@ -6,7 +6,7 @@ import math
 
 from streamworker.engine import msgs
 from streamworker.engine.errors import CommandError
-from streamworker.engine.numbers import parse_double, parse_int
+from streamworker.engine.numbers import ld_mul_int, ld_parse, parse_double, parse_int
 
 __all__ = ["to_double", "to_int", "to_long_in", "to_long_nonneg", "to_str"]
 
@@ -59,8 +59,6 @@ def to_timeout_ms(arg: bytes, seconds: bool, now_ms: int = 0) -> int:
     getTimeoutFromObjectOrReply: seconds as a long double for BLPOP & co (``ceill(s * 1000)``,
     so -0.0001 is 0 = forever), integer ms for XREAD BLOCK."""
     if seconds:
-        from streamworker.engine.numbers import ld_mul_int, ld_parse
-
         ld = ld_parse(arg)
         if ld is None:
             raise CommandError(msgs.TIMEOUT_NOT_FLOAT)

@@ -3,7 +3,8 @@
 
 ACL LOAD / ACL SAVE give Redis's "not configured to use an ACL file" error (the engine has
 none). ACL categories are derived from the command table (the module that implements a
-command and its flags), the way Redis's command tables assign them; see :func:`categories_of`.
+command and its flags), the way Redis's command tables assign them; see
+:func:`streamworker.engine.acl.categories_of`.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from typing import TYPE_CHECKING
 
 from streamworker.engine import acl as model
 from streamworker.engine import msgs
-from streamworker.engine.acl import CATEGORIES, AclRuleError
+from streamworker.engine.acl import CATEGORIES, AclRuleError, categories_of, command_categories
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int, to_str
+from streamworker.engine.commands.connection import kill_client, log_denial
 from streamworker.engine.errors import CommandError
 from streamworker.engine.replies import NULL_BULK, OK, Double, Map, SetReply, Status
 
 if TYPE_CHECKING:
-    from streamworker.engine.commands import CommandSpec
     from streamworker.engine.context import Ctx
     from streamworker.engine.replies import Reply
 
@@ -29,147 +30,12 @@ __all__ = ["CATEGORIES", "categories_of", "command_categories", "log_denial"]
 
 _ACL = ("admin", "noscript", "loading", "stale")
 
-# The data-type (or family) category of each command module.
-_MODULE_CATEGORY = {
-    "keys": "keyspace",
-    "strings": "string",
-    "bits": "bitmap",
-    "hashes": "hash",
-    "sets": "set",
-    "zsets": "sortedset",
-    "lists": "list",
-    "streams": "stream",
-    "streams_r8": "stream",
-    "scripting": "scripting",
-    "transactions": "transaction",
-    "connection": "connection",
-    "hyperloglog": "hyperloglog",
-    "geo": "geo",
-    "pubsub": "pubsub",
-    "functions": "scripting",
-}
-# Commands whose categories Redis sets apart from their family's rule.
-_EXTRA = {
-    "sort": ("set", "sortedset", "list", "dangerous"),
-    "sort_ro": ("set", "sortedset", "list", "dangerous"),
-    "client|list": ("admin", "dangerous"),
-    "lastsave": ("admin", "dangerous"),
-    "command": ("connection",),
-    "function": ("scripting",),
-    "keys": ("dangerous",),
-    "flushall": ("keyspace", "dangerous"),
-    "flushdb": ("keyspace", "dangerous"),
-    "swapdb": ("keyspace", "dangerous"),
-    "dbsize": ("keyspace",),
-    "randomkey": ("keyspace",),
-    "scan": ("keyspace",),
-    "info": ("dangerous",),
-    "role": ("admin", "dangerous"),
-    "migrate": ("keyspace", "dangerous"),
-    "restore": ("keyspace", "dangerous"),
-    "dump": ("keyspace",),
-    "lolwut": (),
-    "wait": ("connection",),
-    "readonly": ("connection",),
-    "readwrite": ("connection",),
-    "asking": ("connection",),
-    "select": ("connection",),
-    "debug": ("admin", "dangerous"),
-}
-
-
-# Commands Redis 7.0 leaves out of their module's category.
-_OUTSIDE_FAMILY = frozenset({"pubsub|help"})
-
-
-def categories_of(spec: CommandSpec) -> set[str]:
-    """The ACL categories of ``spec`` (a command or a subcommand)."""
-    cats: set[str] = set()
-    func = spec.func
-    module = func.__module__.rsplit(".", 1)[-1] if func is not None else ""
-    family = _MODULE_CATEGORY.get(module)
-    if family is not None and spec.name not in _OUTSIDE_FAMILY:
-        cats.add(family)
-    flags = spec.flags
-    if "write" in flags:
-        cats.add("write")
-    if "readonly" in flags and module not in ("scripting", "functions"):
-        cats.add("read")
-    if "admin" in flags:
-        cats.update(("admin", "dangerous"))
-    cats.add("fast" if "fast" in flags else "slow")
-    if "blocking" in flags:
-        cats.add("blocking")
-    base = spec.container or spec.name
-    cats.update(_EXTRA.get(spec.name, ()) or _EXTRA.get(base, ()))
-    return cats
-
-
-def command_categories(spec: CommandSpec) -> set[str]:
-    """The categories of a table entry as ACL rules see it: a container without a function
-    of its own (CONFIG, CLIENT...) has Redis's implicit ``slow`` only."""
-    if spec.func is None and spec.subcommands:
-        return {"slow"}
-    return categories_of(spec)
-
-
 _REASONS = {
     model.DENIED_CMD: b"command",
     model.DENIED_KEY: b"key",
     model.DENIED_CHANNEL: b"channel",
     model.DENIED_AUTH: b"auth",
 }
-_LOG_GROUPING_MS = 60000
-
-
-def log_denial(
-    ctx: Ctx,
-    reason: int,
-    context: str,
-    obj: bytes,
-    username: bytes | None = None,
-    shown: Ctx | None = None,
-) -> None:
-    """Add an ACL LOG entry (Redis's addACLLogEntry): an entry like one of the 10 newest
-    (same reason, context, object and user, within 60 s) is counted again and moved to the
-    front instead; the log keeps ``acllog-max-len`` entries. ``shown``: the connection the
-    entry describes (default: ``ctx``'s)."""
-    from streamworker.engine.commands.connection import client_info_line
-
-    engine = ctx.engine
-    users = engine.acl
-    client = ctx.client
-    name = username if username is not None else client.user.name
-    now = int(time.time() * 1000)
-    shown = shown or ctx
-    cinfo = client_info_line(shown, shown.client)
-    log = users.log
-    for i, entry in enumerate(log[:10]):
-        if (
-            entry["reason"] == reason
-            and entry["context"] == context
-            and abs(entry["ctime"] - now) <= _LOG_GROUPING_MS
-            and entry["object"] == obj
-            and entry["username"] == name
-        ):
-            del log[i]
-            entry["count"] += 1
-            entry["ctime"] = now
-            entry["cinfo"] = cinfo
-            log.insert(0, entry)
-            return
-    entry = {
-        "count": 1,
-        "reason": reason,
-        "context": context,
-        "object": obj,
-        "username": name,
-        "ctime": now,
-        "cinfo": cinfo,
-    }
-    log.insert(0, entry)
-    limit = int(engine.config.get("acllog-max-len") or 0)
-    del log[limit:]
 
 
 @command("acl|whoami", arity=2, flags=("noscript", "loading", "stale"))
@@ -340,7 +206,6 @@ def _kill_pubsub_clients(ctx: Ctx, user: model.User, before: model.User) -> None
         c in upcoming for s in before.selectors for c in s.channels
     ):
         return
-    from streamworker.engine.commands.connection import kill_client
 
     engine = ctx.engine
     for client in list(engine.clients.values()):
@@ -359,7 +224,6 @@ def acl_deluser(ctx: Ctx, args: list[bytes]) -> Reply:
     connections authenticated as a deleted user are closed (the caller's after its reply)."""
     if b"default" in args:
         raise CommandError(msgs.ACL_DEFAULT_NOT_REMOVABLE)
-    from streamworker.engine.commands.connection import kill_client
 
     engine = ctx.engine
     users = engine.acl

@@ -6,11 +6,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from streamworker.engine import msgs
+from streamworker.engine.acl import DENIED_AUTH
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int, to_str, to_timeout_ms
-from streamworker.engine.commands.transactions import discard_transaction
 from streamworker.engine.context import NO_REPLY
 from streamworker.engine.errors import CommandError
+from streamworker.engine.keyspace import discard_transaction
 from streamworker.engine.numbers import parse_int
 from streamworker.engine.replies import NULL_BULK, OK, PONG, Map, SetReply, Status, Verbatim
 
@@ -71,6 +72,58 @@ def _hello_map(ctx: Ctx) -> Map:
     )
 
 
+_LOG_GROUPING_MS = 60000
+
+
+def log_denial(
+    ctx: Ctx,
+    reason: int,
+    context: str,
+    obj: bytes,
+    username: bytes | None = None,
+    shown: Ctx | None = None,
+) -> None:
+    """Add an ACL LOG entry (Redis's addACLLogEntry): an entry like one of the 10 newest
+    (same reason, context, object and user, within 60 s) is counted again and moved to the
+    front instead; the log keeps ``acllog-max-len`` entries. ``shown``: the connection the
+    entry describes (default: ``ctx``'s). Here, not in :mod:`.acl`, because the entry carries
+    the CLIENT LIST line of the connection (:func:`client_info_line`)."""
+    engine = ctx.engine
+    users = engine.acl
+    client = ctx.client
+    name = username if username is not None else client.user.name
+    now = int(time.time() * 1000)
+    shown = shown or ctx
+    cinfo = client_info_line(shown, shown.client)
+    log = users.log
+    for i, entry in enumerate(log[:10]):
+        if (
+            entry["reason"] == reason
+            and entry["context"] == context
+            and abs(entry["ctime"] - now) <= _LOG_GROUPING_MS
+            and entry["object"] == obj
+            and entry["username"] == name
+        ):
+            del log[i]
+            entry["count"] += 1
+            entry["ctime"] = now
+            entry["cinfo"] = cinfo
+            log.insert(0, entry)
+            return
+    entry = {
+        "count": 1,
+        "reason": reason,
+        "context": context,
+        "object": obj,
+        "username": name,
+        "ctime": now,
+        "cinfo": cinfo,
+    }
+    log.insert(0, entry)
+    limit = int(engine.config.get("acllog-max-len") or 0)
+    del log[limit:]
+
+
 def _authenticate(ctx: Ctx, username: bytes, password: bytes) -> None:
     """Redis's ACLAuthenticateUser: switch the connection to ``username`` when the password
     fits (and the user is on); otherwise log the failure and raise WRONGPASS."""
@@ -78,9 +131,6 @@ def _authenticate(ctx: Ctx, username: bytes, password: bytes) -> None:
     user = ctx.engine.acl.get(username)
     client = ctx.client
     if user is None or not user.check_password(password):
-        from streamworker.engine.acl import DENIED_AUTH
-        from streamworker.engine.commands.acl import log_denial
-
         context = "multi" if client.in_multi or ctx.in_multi else "toplevel"
         log_denial(ctx, DENIED_AUTH, context, bytes(ctx.argv[0]), username)
         raise CommandError(msgs.NOAUTH_HELLO)

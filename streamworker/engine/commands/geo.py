@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_double, to_int
-from streamworker.engine.commands.zsets import _zadd_generic
+from streamworker.engine.commands.zsets import zadd_generic
 from streamworker.engine.errors import CommandError
 from streamworker.engine.model import geohash
 from streamworker.engine.model.geohash import Shape
 from streamworker.engine.model.zset import ZSet
+from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_ZSET
 from streamworker.engine.numbers import parse_double
-from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_ZSET
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, Double, format_human
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def geoadd(ctx: Ctx, args: list[bytes]) -> Reply:
         lon, lat = _lonlat(args[j], args[j + 1])
         zargs.append(b"%d" % geohash.score_of(lon, lat))
         zargs.append(args[j + 2])
-    return _zadd_generic(ctx, zargs, False)
+    return zadd_generic(ctx, zargs, False)
 
 
 def _per_member(

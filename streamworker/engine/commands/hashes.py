@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
+from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
+from streamworker.engine.commands.keys import object_encoding, parse_cursor
 from streamworker.engine.errors import CommandError
+from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_HASH
 from streamworker.engine.numbers import (
     LLONG_MAX,
     LLONG_MIN,
@@ -17,7 +20,6 @@ from streamworker.engine.numbers import (
     ld_parse,
     parse_int,
 )
-from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_HASH
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_BULK, OK, Map
 
 if TYPE_CHECKING:
@@ -238,9 +240,6 @@ def hincrbyfloat(ctx: Ctx, args: list[bytes]) -> Reply:
 def hscan(ctx: Ctx, args: list[bytes]) -> Reply:
     """HSCAN key cursor [MATCH pattern] [COUNT count] -> [next-cursor, [field, value, ...]]; a
     listpack comes back whole with cursor 0."""
-    from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
-    from streamworker.engine.commands.keys import object_encoding, parse_cursor
-
     cursor = parse_cursor(args[1])
     h = _hash(ctx, args[0])
     if h is None:

@@ -17,7 +17,7 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.errors import CommandError
 from streamworker.engine.model import hll
-from streamworker.engine.pubsub import NOTIFY_STRING
+from streamworker.engine.notify import NOTIFY_STRING
 from streamworker.engine.replies import OK, Status
 
 if TYPE_CHECKING:

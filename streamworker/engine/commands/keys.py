@@ -15,8 +15,8 @@ from streamworker.engine.commands._args import to_int, to_str
 from streamworker.engine.errors import CommandError
 from streamworker.engine.keyspace import glob_match, type_name
 from streamworker.engine.model.zset import ZSet
+from streamworker.engine.notify import NOTIFY_GENERIC
 from streamworker.engine.numbers import LLONG_MAX, parse_int
-from streamworker.engine.pubsub import NOTIFY_GENERIC
 from streamworker.engine.replies import NULL_BULK, OK, Status
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int, to_long_in, to_timeout_ms
 from streamworker.engine.errors import CommandError
+from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_LIST
 from streamworker.engine.numbers import LLONG_MAX, LLONG_MIN
-from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_LIST
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, OK
 
 if TYPE_CHECKING:

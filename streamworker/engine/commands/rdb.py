@@ -27,8 +27,8 @@ from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
 from streamworker.engine.config import parse_save_points
 from streamworker.engine.errors import CommandError
+from streamworker.engine.notify import NOTIFY_GENERIC
 from streamworker.engine.numbers import LLONG_MAX
-from streamworker.engine.pubsub import NOTIFY_GENERIC
 from streamworker.engine.rdb import codec
 from streamworker.engine.rdb.files import build_rdb, save_rdb, snapshot_state
 from streamworker.engine.rdb.primitives import RdbFormatError

@@ -7,10 +7,13 @@ from typing import TYPE_CHECKING
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
-from streamworker.engine.commands._args import to_int
+from streamworker.engine.commands._args import to_int, to_long_in
+from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
+from streamworker.engine.commands.keys import object_encoding, parse_cursor
+from streamworker.engine.commands.zsets import intersection_size
 from streamworker.engine.errors import CommandError
+from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_SET
 from streamworker.engine.numbers import LLONG_MAX, LLONG_MIN, parse_int
-from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_SET
 from streamworker.engine.replies import NULL_BULK, SetReply
 
 if TYPE_CHECKING:
@@ -24,9 +27,9 @@ def _set(ctx: Ctx, key: bytes) -> set[bytes] | None:
     return ctx.db.get_typed(key, set)
 
 
-def _ordered(members: set[bytes]) -> list[bytes]:
-    # Small all-integer sets are intsets in Redis and come back sorted numerically; keep that
-    # (deterministic, and what clients comparing against Redis see).
+def ordered_members(members: set[bytes]) -> list[bytes]:
+    """Small all-integer sets are intsets in Redis and come back sorted numerically; keep that
+    (deterministic, and what clients comparing against Redis see)."""
     if len(members) <= _INTSET_MAX:
         nums = []
         for m in members:
@@ -97,7 +100,7 @@ def _removed(ctx: Ctx, key: bytes, members: set[bytes], event: bytes) -> None:
 def smembers(ctx: Ctx, args: list[bytes]) -> Reply:
     """SMEMBERS key -> set of members."""
     s = _set(ctx, args[0])
-    return SetReply(_ordered(s) if s else ())
+    return SetReply(ordered_members(s) if s else ())
 
 
 @command("sismember", arity=3, flags=("readonly", "fast"), first_key=1, last_key=1, step=1)
@@ -194,30 +197,27 @@ def _sets(ctx: Ctx, keys: list[bytes]) -> list[set[bytes]]:
 def sinter(ctx: Ctx, args: list[bytes]) -> Reply:
     """SINTER key [key ...] -> intersection."""
     sets = _sets(ctx, args)
-    return SetReply(_ordered(set.intersection(*sets)))
+    return SetReply(ordered_members(set.intersection(*sets)))
 
 
 @command("sunion", arity=-2, flags=("readonly",), first_key=1, last_key=-1, step=1)
 def sunion(ctx: Ctx, args: list[bytes]) -> Reply:
     """SUNION key [key ...] -> union."""
     sets = _sets(ctx, args)
-    return SetReply(_ordered(set().union(*sets)))
+    return SetReply(ordered_members(set().union(*sets)))
 
 
 @command("sdiff", arity=-2, flags=("readonly",), first_key=1, last_key=-1, step=1)
 def sdiff(ctx: Ctx, args: list[bytes]) -> Reply:
     """SDIFF key [key ...] -> members of the first set not in the others."""
     sets = _sets(ctx, args)
-    return SetReply(_ordered(sets[0].difference(*sets[1:])))
+    return SetReply(ordered_members(sets[0].difference(*sets[1:])))
 
 
 @command("sscan", arity=-3, flags=("readonly",), first_key=1, last_key=1, step=1)
 def sscan(ctx: Ctx, args: list[bytes]) -> Reply:
     """SSCAN key cursor [MATCH pattern] [COUNT count] -> [next-cursor, [members]]; an intset
     comes back whole with cursor 0."""
-    from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
-    from streamworker.engine.commands.keys import object_encoding, parse_cursor
-
     cursor = parse_cursor(args[1])
     s = _set(ctx, args[0])
     if s is None:
@@ -225,7 +225,7 @@ def sscan(ctx: Ctx, args: list[bytes]) -> Reply:
     options = parse_scan_options(args[2:])
     small = object_encoding(ctx, s, args[0]) == b"intset"
     next_cursor, found = scan_members(
-        ctx, args[0], s, lambda: _ordered(s), s.__contains__, cursor, options, small
+        ctx, args[0], s, lambda: ordered_members(s), s.__contains__, cursor, options, small
     )
     return [str(next_cursor).encode(), found]
 
@@ -234,9 +234,6 @@ def sscan(ctx: Ctx, args: list[bytes]) -> Reply:
 def sintercard(ctx: Ctx, args: list[bytes]) -> Reply:
     """SINTERCARD numkeys key [key ...] [LIMIT limit] -> the size of the intersection (counting
     stops at limit; 0 = no limit)."""
-    from streamworker.engine.commands._args import to_long_in
-    from streamworker.engine.commands.zsets import intersection_size
-
     numkeys = to_long_in(args[0], 1, LLONG_MAX, msgs.NUMKEYS_NOT_POSITIVE)
     if numkeys > len(args) - 1:
         raise CommandError(msgs.SINTERCARD_TOO_MANY_KEYS)

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
-from streamworker.engine.commands.sets import _ordered
+from streamworker.engine.commands.sets import ordered_members
 from streamworker.engine.errors import CommandError
 from streamworker.engine.model.zset import ZSet
+from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_LIST
 from streamworker.engine.numbers import strtod_prefix
-from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_LIST
 from streamworker.engine.replies import NULL_BULK
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def _sort(ctx: Ctx, args: list[bytes], readonly: bool) -> Reply:
     if value is None:
         elements: list[bytes] = []
     elif isinstance(value, set):
-        elements = _ordered(value)
+        elements = ordered_members(value)
     elif isinstance(value, ZSet):
         # Redis converts a sorted set it sorts to a skiplist, for good (SORT_RO too).
         value.big = True

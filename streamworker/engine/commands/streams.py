@@ -8,14 +8,14 @@ the error a malformed command gets, not only the happy path.
 Reply shapes that depend on the protocol: XREAD / XREADGROUP answer a map keyed by stream in
 RESP3 and an array of ``[stream, entries]`` pairs in RESP2. Redis branches on the client's
 protocol there (a RESP2 :class:`Map` would be flattened, which is XINFO's shape, not XREAD's),
-so :func:`_streams_reply` does too.
+so :func:`streams_reply` does too.
 """
 
 from __future__ import annotations
 
 from itertools import repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
@@ -43,7 +43,7 @@ from streamworker.engine.model.stream import (
     StreamIDTooSmallError,
     StreamSeqOverflowError,
 )
-from streamworker.engine.pubsub import NOTIFY_STREAM
+from streamworker.engine.notify import NOTIFY_STREAM
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, OK, Map, Status
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ __all__ = ["entry_reply", "get_stream"]
 register_type(Stream, "stream")
 
 _LLONG_MAX: Final = (1 << 63) - 1
-_XREAD_BLOCKED_DEFAULT_COUNT: Final = 1000
+XREAD_BLOCKED_DEFAULT_COUNT: Final = 1000
 _XAUTOCLAIM_ATTEMPTS_FACTOR: Final = 10
 _XAUTOCLAIM_MAX_COUNT: Final = _LLONG_MAX // 16
 _ADDRESS_SPACE: Final = 1 << 47
@@ -77,23 +77,23 @@ REF_POLICIES: Final = {b"keepref": REFS_KEEP, b"delref": REFS_DELETE, b"acked": 
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _text(arg: bytes) -> str:
-    # %s in Redis's error formats: the C string up to a NUL; the encoder blanks CR/LF.
+def arg_text(arg: bytes) -> str:
+    """%s in Redis's error formats: the C string up to a NUL; the encoder blanks CR/LF."""
     return arg.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
 
-def _typed_word(ctx: Ctx, index: int, default: str) -> str:
-    # The command/subcommand word as the client typed it, for the error texts that echo it
-    # (``default`` when the context carries no argv, e.g. a direct call).
+def typed_word(ctx: Ctx, index: int, default: str) -> str:
+    """The command/subcommand word as the client typed it, for the error texts that echo it
+    (``default`` when the context carries no argv, e.g. a direct call)."""
     argv = ctx.argv
     if len(argv) > index:
-        return _text(argv[index])
+        return arg_text(argv[index])
     return default
 
 
 def _subcommand_syntax(ctx: Ctx, sub: str, container: str) -> CommandError:
     return CommandError(
-        msgs.unknown_subcommand_or_arity(_typed_word(ctx, 1, sub.upper()), container)
+        msgs.unknown_subcommand_or_arity(typed_word(ctx, 1, sub.upper()), container)
     )
 
 
@@ -102,7 +102,9 @@ def get_stream(ctx: Ctx, key: bytes) -> Stream | None:
     return ctx.db.get_typed(key, Stream)
 
 
-def _strict_id(arg: bytes) -> int:
+def strict_id(arg: bytes) -> int:
+    """A complete stream ID (``ms-seq``) as an int; CommandError (Redis's invalid ID text)
+    otherwise."""
     sid = parse_strict_id(arg)
     if sid is None:
         raise CommandError(msgs.INVALID_STREAM_ID)
@@ -140,16 +142,16 @@ def _entries_reply(entries: list[Entry]) -> list[Any]:
     return [[format_id(sid), fv] for sid, fv in entries]
 
 
-def _streams_reply(ctx: Ctx, served: list[tuple[bytes, list[Any]]], plain: bool = False) -> Reply:
-    # XREAD/XREADGROUP: RESP3 map stream -> entries; RESP2 array of [stream, entries].
-    # ``plain``: the entries are fresh lists of bytes only (no nil bodies), see Map.plain.
+def streams_reply(ctx: Ctx, served: list[tuple[bytes, list[Any]]], plain: bool = False) -> Reply:
+    """XREAD/XREADGROUP: RESP3 map stream -> entries; RESP2 array of [stream, entries].
+    ``plain``: the entries are fresh lists of bytes only (no nil bodies), see Map.plain."""
     if ctx.client.resp >= 3:
         return Map(served, plain)
     return [[key, entries] for key, entries in served]
 
 
-def _consumer(ctx: Ctx, key: bytes, g: ConsumerGroup, name: bytes, now_ms: int) -> Consumer:
-    # XREADGROUP, XCLAIM and XAUTOCLAIM create a missing consumer, with Redis's event.
+def group_consumer(ctx: Ctx, key: bytes, g: ConsumerGroup, name: bytes, now_ms: int) -> Consumer:
+    """XREADGROUP, XCLAIM and XAUTOCLAIM create a missing consumer, with Redis's event."""
     if name not in g.consumers:
         ctx.changed()  # a change of its own in Redis 7.0's count
         ctx.notify(NOTIFY_STREAM, b"xgroup-createconsumer", key)
@@ -163,7 +165,19 @@ def _lookup_group(s: Stream | None, name: bytes) -> ConsumerGroup | None:
 # --- XADD / XTRIM -------------------------------------------------------------------------
 
 
-class _AddTrimArgs:
+class RefsTrim(Protocol):
+    """The trims of Redis 8.x (:mod:`.streams_r8`): with a reference policy (DELREF, ACKED)
+    or after XADD's IDMP words. The 8.x parsers put theirs on the options they parse
+    (:attr:`AddTrimArgs.r8`), so that this module reaches the 8.x code without importing it."""
+
+    def trim(self, s: Stream, by_maxlen: bool, maxlen: int, minid: int, p: AddTrimArgs) -> int:
+        """Trim ``s`` as ``p`` says; the number of entries removed."""
+
+    def exact_args(self, s: Stream, p: AddTrimArgs) -> list[bytes]:
+        """The trim options that replay exactly what that trim removed."""
+
+
+class AddTrimArgs:
     """The parsed options of XADD / XTRIM (``streamAddTrimArgs``)."""
 
     __slots__ = (
@@ -176,6 +190,7 @@ class _AddTrimArgs:
         "maxlen",
         "minid",
         "nomkstream",
+        "r8",
         "refs",
         "seq_given",
         "sid",
@@ -190,6 +205,8 @@ class _AddTrimArgs:
         self.limit = 0
         self.nomkstream = False
         self.refs = REFS_KEEP
+        # The 8.x trims, set by the 8.x parsers (the only ones that accept refs or IDMP).
+        self.r8: RefsTrim | None = None
         # XADD IDMP pid iid / IDMPAUTO pid (8.6): the iid is None for IDMPAUTO.
         self.idmp_pid: bytes | None = None
         self.idmp_iid: bytes | None = None
@@ -199,11 +216,11 @@ class _AddTrimArgs:
         self.idpos = 0
 
 
-def _parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool, refs: int = 0) -> _AddTrimArgs:
-    # streamParseAddOrTrimArgsOrReply; indexes are into args (argv without the command name).
-    # ``refs``: 1, the KEEPREF / DELREF / ACKED words are options (8.2+); 2, XADD's IDMP and
-    # IDMPAUTO too (8.6+). 0 (7.0) never looks at them.
-    p = _AddTrimArgs()
+def parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool, refs: int = 0) -> AddTrimArgs:
+    """streamParseAddOrTrimArgsOrReply; indexes are into args (argv without the command name).
+    ``refs``: 1, the KEEPREF / DELREF / ACKED words are options (8.2+); 2, XADD's IDMP and
+    IDMPAUTO too (8.6+). 0 (7.0) never looks at them."""
+    p = AddTrimArgs()
     limit_given = False
     n = len(args)
     i = 1
@@ -238,7 +255,7 @@ def _parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool, refs: int = 0) -> _
                 i += 1
             elif more >= 2 and nxt == b"=":
                 i += 1
-            p.minid = _strict_id(args[i + 1])
+            p.minid = strict_id(args[i + 1])
             i += 1
             p.strategy = _TRIM_MINID
         elif lopt == b"limit" and more:
@@ -286,23 +303,22 @@ def _parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool, refs: int = 0) -> _
     return p
 
 
-def _trim(s: Stream, p: _AddTrimArgs) -> int:
+def _trim(s: Stream, p: AddTrimArgs) -> int:
     if p.refs:
-        from streamworker.engine.commands.streams_r8 import trim_with_refs
-
-        return trim_with_refs(s, p.strategy == _TRIM_MAXLEN, p.maxlen, p.minid, p)
+        assert p.r8 is not None, "a reference policy comes from an 8.x parser"
+        return p.r8.trim(s, p.strategy == _TRIM_MAXLEN, p.maxlen, p.minid, p)
     if p.strategy == _TRIM_MAXLEN:
         return s.trim_maxlen(p.maxlen, p.approx, p.limit)
     return s.trim_minid(p.minid, p.approx, p.limit)
 
 
 @command("xadd", arity=-5, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
-def xadd(ctx: Ctx, args: list[bytes], parsed: _AddTrimArgs | None = None) -> Reply:
+def xadd(ctx: Ctx, args: list[bytes], parsed: AddTrimArgs | None = None) -> Reply:
     """XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id field value
     [field value ...] -> the new entry's ID (nil with NOMKSTREAM on a missing key).
 
     ``parsed``: the options as an 8.x engine's XADD parsed them (streams_r8)."""
-    p: _AddTrimArgs | None
+    p: AddTrimArgs | None
     if parsed is not None:
         p = parsed
         idpos = p.idpos
@@ -310,7 +326,7 @@ def xadd(ctx: Ctx, args: list[bytes], parsed: _AddTrimArgs | None = None) -> Rep
         p = None
         idpos = 1
     else:
-        p = _parse_add_trim(ctx, args, True)
+        p = parse_add_trim(ctx, args, True)
         idpos = p.idpos
     nfv = len(args) - idpos - 1
     if nfv < 2 or nfv & 1:
@@ -373,11 +389,11 @@ def xadd(ctx: Ctx, args: list[bytes], parsed: _AddTrimArgs | None = None) -> Rep
 
 
 @command("xtrim", arity=-4, flags=("write",), first_key=1, last_key=1, step=1)
-def xtrim(ctx: Ctx, args: list[bytes], parsed: _AddTrimArgs | None = None) -> Reply:
+def xtrim(ctx: Ctx, args: list[bytes], parsed: AddTrimArgs | None = None) -> Reply:
     """XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count] -> number of entries removed.
 
     ``parsed``: the options as an 8.x engine's XTRIM parsed them (streams_r8)."""
-    p = parsed if parsed is not None else _parse_add_trim(ctx, args, False)
+    p = parsed if parsed is not None else parse_add_trim(ctx, args, False)
     s = get_stream(ctx, args[0])
     if s is None:
         return 0
@@ -392,13 +408,12 @@ def xtrim(ctx: Ctx, args: list[bytes], parsed: _AddTrimArgs | None = None) -> Re
     return deleted
 
 
-def _exact_trim_args(s: Stream, p: _AddTrimArgs) -> list[bytes]:
+def _exact_trim_args(s: Stream, p: AddTrimArgs) -> list[bytes]:
     # The trim options that remove exactly what this trim removed (Redis's
     # streamRewriteApproxSpecifier / streamRewriteTrimArgument).
     if p.refs or p.idmp_pid is not None:
-        from streamworker.engine.commands.streams_r8 import exact_trim_args_with_refs
-
-        return exact_trim_args_with_refs(s, p)
+        assert p.r8 is not None, "a reference policy or IDMP comes from an 8.x parser"
+        return p.r8.exact_args(s, p)
     if not p.approx:
         if p.strategy == _TRIM_MAXLEN:
             return [b"MAXLEN", b"=", b"%d" % p.maxlen]
@@ -425,7 +440,7 @@ def xdel(ctx: Ctx, args: list[bytes]) -> Reply:
     s = get_stream(ctx, args[0])
     if s is None:
         return 0
-    sids = [_strict_id(a) for a in args[1:]]
+    sids = [strict_id(a) for a in args[1:]]
     deleted = 0
     first_deleted = False
     for sid in sids:
@@ -496,7 +511,7 @@ def _remember_ids(entries: list[list[Any]], sids: list[int]) -> None:
     _DELIVERED_IDS.update(zip(map(_FIRST, entries), sids, strict=True))
 
 
-def _read_group_new(
+def read_group_new(
     ctx: Ctx,
     s: Stream,
     g: ConsumerGroup,
@@ -505,8 +520,8 @@ def _read_group_new(
     noack: bool,
     delivered: list[int] | None = None,
 ) -> list[Any]:
-    # Deliver entries after the group's last-delivered ID ('>'); their IDs are appended to
-    # ``delivered`` when given.
+    """Deliver entries after the group's last-delivered ID ('>'); their IDs are appended to
+    ``delivered`` when given."""
     sids: list[int] = []
     out = s.range_reply(g.last_id + 1, MAX_ID, count, sids)
     if not out:
@@ -535,7 +550,7 @@ def _read_group_new(
     return out
 
 
-def _read_group_history(
+def read_group_history(
     ctx: Ctx,
     s: Stream,
     consumer: Consumer,
@@ -543,9 +558,9 @@ def _read_group_history(
     count: int,
     delivered: list[int] | None = None,
 ) -> list[Any]:
-    # The consumer's own pending entries from 'start'; deleted entries come back as nil
-    # bodies and stay pending, the others count one more delivery (their IDs are appended
-    # to ``delivered`` when given).
+    """The consumer's own pending entries from 'start'; deleted entries come back as nil bodies
+    and stay pending, the others count one more delivery (their IDs are appended to
+    ``delivered`` when given)."""
     now = ctx.engine.clock()
     out: list[Any] = []
     pel = consumer.pel
@@ -573,7 +588,7 @@ def _read_group_history(
 _TOUCH_ID: Final = format_id(MAX_ID - 1)
 
 
-def _log_claims(
+def log_claims(
     ctx: Ctx,
     key: bytes,
     g: ConsumerGroup,
@@ -582,11 +597,11 @@ def _log_claims(
     with_lastid: bool,
     last_before: int | None = None,
 ) -> None:
-    # Redis's streamPropagateXCLAIM, batched: one XCLAIM ... FORCE JUSTID per (delivery time,
-    # count), which sets owner, time and count exactly (and the consumer's seen-time, at the
-    # record's clock). A group read's replicas get Redis 7.0.15's form instead: one XCLAIM
-    # per new entry (``last_before`` being the group's last-delivered-id before the read),
-    # its LASTID that entry; nothing for pending entries read again.
+    """Redis's streamPropagateXCLAIM, batched: one XCLAIM ... FORCE JUSTID per (delivery time,
+    count), which sets owner, time and count exactly (and the consumer's seen-time, at the
+    record's clock). A group read's replicas get Redis 7.0.15's form instead: one XCLAIM per new
+    entry (``last_before`` being the group's last-delivered-id before the read), its LASTID that
+    entry; nothing for pending entries read again."""
     engine = ctx.engine
     feed = engine.replication.feed
     split = with_lastid and feed is not None and engine.propagator is feed and feed.active
@@ -659,7 +674,7 @@ def _log_setid(ctx: Ctx, key: bytes, g: ConsumerGroup, replicas: bool = True) ->
     )
 
 
-def _log_group_read(
+def log_group_read(
     ctx: Ctx,
     key: bytes,
     g: ConsumerGroup,
@@ -668,17 +683,17 @@ def _log_group_read(
     delivered: list[int],
     last_before: int,
 ) -> None:
-    # What a group read did: XGROUP CREATECONSUMER for a consumer it created, XCLAIMs for
-    # the deliveries, XGROUP SETID when last-delivered-id moved (with entries-read: the file
-    # then replays exactly). A read that only refreshed the consumer's seen-time is logged
-    # as the touch read. The replicas get Redis 7.0.15's stream: the XCLAIMs alone when the
-    # read delivered (they create the consumer, and their LASTID moves the group), so the
-    # CREATECONSUMER and SETID of such a read are for the file only.
+    """What a group read did: XGROUP CREATECONSUMER for a consumer it created, XCLAIMs for the
+    deliveries, XGROUP SETID when last-delivered-id moved (with entries-read: the file then
+    replays exactly). A read that only refreshed the consumer's seen-time is logged as the touch
+    read. The replicas get Redis 7.0.15's stream: the XCLAIMs alone when the read delivered
+    (they create the consumer, and their LASTID moves the group), so the CREATECONSUMER and
+    SETID of such a read are for the file only."""
     if created:
         ctx.propagate([b"XGROUP", b"CREATECONSUMER", key, g.name, name], replicas=not delivered)
     moved = g.last_id != last_before
     if delivered:
-        _log_claims(ctx, key, g, name, delivered, True, last_before)
+        log_claims(ctx, key, g, name, delivered, True, last_before)
     elif not created:
         ctx.propagate([b"XREADGROUP", b"GROUP", g.name, name, b"STREAMS", key, _TOUCH_ID])
     if moved:
@@ -701,7 +716,7 @@ def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blo
         opt = args[i].lower()
         if opt == b"block" and more:
             if ctx.in_script:
-                raise CommandError(msgs.xread_block_in_script(_typed_word(ctx, 0, name.upper())))
+                raise CommandError(msgs.xread_block_in_script(typed_word(ctx, 0, name.upper())))
             i += 1
             t = parse_ll(args[i])
             if t is None:
@@ -753,7 +768,7 @@ def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blo
         if groupname is not None:
             g = _lookup_group(s, groupname)
             if g is None:
-                raise CommandError(msgs.xreadgroup_nogroup(_text(key), _text(groupname)))
+                raise CommandError(msgs.xreadgroup_nogroup(arg_text(key), arg_text(groupname)))
         if idarg == b"$":
             if xreadgroup:
                 raise CommandError(msgs.XREADGROUP_DOLLAR)
@@ -764,7 +779,7 @@ def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blo
             # '>' is the maximum ID, as in Redis (so spelling that ID out means '>' too).
             gt = MAX_ID
         else:
-            gt = _strict_id(idarg)
+            gt = strict_id(idarg)
         streams.append(s)
         groups.append(g)
         gts.append(gt)
@@ -790,13 +805,13 @@ def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blo
             created = logged and consumername not in g.consumers
             last_before = g.last_id
             delivered: list[int] | None = [] if logged else None
-            consumer = _consumer(ctx, keys[k], g, consumername, ctx.engine.clock())
+            consumer = group_consumer(ctx, keys[k], g, consumername, ctx.engine.clock())
             if history:
-                entries = _read_group_history(ctx, s, consumer, gt + 1, count, delivered)
+                entries = read_group_history(ctx, s, consumer, gt + 1, count, delivered)
             else:
-                entries = _read_group_new(ctx, s, g, consumer, count, noack, delivered)
+                entries = read_group_new(ctx, s, g, consumer, count, noack, delivered)
             if delivered is not None:
-                _log_group_read(ctx, keys[k], g, consumername, created, delivered, last_before)
+                log_group_read(ctx, keys[k], g, consumername, created, delivered, last_before)
         else:
             last = s.last_live_id() if s.length else None
             if last is None or last <= gt:
@@ -808,7 +823,7 @@ def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blo
         # Redis 7.0 counts one change per stream it answered for (and each consumer created).
         ctx.changed(len(served))
     if served:
-        return _streams_reply(ctx, served, plain)
+        return streams_reply(ctx, served, plain)
     if timeout == -1:
         return NULL_ARRAY
 
@@ -816,11 +831,11 @@ def _xread_generic(ctx: Ctx, args: list[bytes], xreadgroup: bool) -> Reply | Blo
     waits: dict[bytes, int] = {}
     for k in range(nstreams):
         waits.setdefault(keys[k], gts[k])
-    waiter = _Waiter(waits, groupname, consumername, noack, count or _XREAD_BLOCKED_DEFAULT_COUNT)
+    waiter = Waiter(waits, groupname, consumername, noack, count or XREAD_BLOCKED_DEFAULT_COUNT)
     return ctx.block(list(waits), timeout, on_ready=waiter, on_timeout_reply=NULL_ARRAY)
 
 
-class _Waiter:
+class Waiter:
     """The retry of a blocked XREAD / XREADGROUP (``serveClientsBlockedOnStreamKey``).
 
     Called after a command signalled one of its keys; answers a single-stream reply, an
@@ -872,15 +887,15 @@ class _Waiter:
             created = logged and self.consumer not in g.consumers
             last_before = g.last_id
             delivered: list[int] | None = [] if logged else None
-            consumer = _consumer(ctx, key, g, self.consumer, ctx.engine.clock())
-            entries = _read_group_new(ctx, s, g, consumer, self.count, self.noack, delivered)
+            consumer = group_consumer(ctx, key, g, self.consumer, ctx.engine.clock())
+            entries = read_group_new(ctx, s, g, consumer, self.count, self.noack, delivered)
             # Served later, only a consumer created for it counts (Redis 7.0).
             ctx.changed(0)
             if delivered is not None:
-                _log_group_read(ctx, key, g, self.consumer, created, delivered, last_before)
+                log_group_read(ctx, key, g, self.consumer, created, delivered, last_before)
         else:
             entries = s.range_reply(gt + 1, MAX_ID, self.count)
-        return _streams_reply(ctx, [(key, entries)], True)
+        return streams_reply(ctx, [(key, entries)], True)
 
 
 @command("xread", arity=-4, flags=("readonly", "blocking", "movablekeys"))
@@ -911,7 +926,7 @@ def xack(ctx: Ctx, args: list[bytes]) -> Reply:
     ids = args[2:]
     sids = list(map(_DELIVERED_IDS.pop, ids, repeat(None, len(ids))))
     if None in sids:
-        sids = [_strict_id(a) if sid is None else sid for a, sid in zip(ids, sids, strict=True)]
+        sids = [strict_id(a) if sid is None else sid for a, sid in zip(ids, sids, strict=True)]
     return g.ack_many(sids)  # type: ignore[arg-type]
 
 
@@ -944,7 +959,7 @@ def xpending(ctx: Ctx, args: list[bytes]) -> Reply:
     s = get_stream(ctx, args[0])
     g = _lookup_group(s, args[1])
     if g is None:
-        raise CommandError(msgs.nogroup_key_or_group(_text(args[0]), _text(args[1])))
+        raise CommandError(msgs.nogroup_key_or_group(arg_text(args[0]), arg_text(args[1])))
     pel = g.pel
     if justinfo:
         if not pel:
@@ -985,7 +1000,7 @@ def xclaim(ctx: Ctx, args: list[bytes]) -> Reply:
     s = get_stream(ctx, args[0])
     g = _lookup_group(s, args[1])
     if s is None or g is None:
-        raise CommandError(msgs.nogroup_key_or_group(_text(args[0]), _text(args[1])))
+        raise CommandError(msgs.nogroup_key_or_group(arg_text(args[0]), arg_text(args[1])))
     minidle = to_int(args[3], msgs.XCLAIM_MIN_IDLE)
     if minidle < 0:
         minidle = 0
@@ -1022,9 +1037,9 @@ def xclaim(ctx: Ctx, args: list[bytes]) -> Reply:
             retrycount = to_int(args[j], msgs.XCLAIM_RETRYCOUNT)
         elif opt == b"lastid" and more:
             j += 1
-            last_id = _strict_id(args[j])
+            last_id = strict_id(args[j])
         else:
-            raise CommandError(msgs.xclaim_unrecognized(_text(args[j])))
+            raise CommandError(msgs.xclaim_unrecognized(arg_text(args[j])))
         j += 1
     moved = last_id > g.last_id
     if moved:
@@ -1059,7 +1074,7 @@ def xclaim(ctx: Ctx, args: list[bytes]) -> Reply:
         if pe.consumer is not None and minidle and now - pe.delivery_time < minidle:
             continue
         if consumer is None:
-            consumer = _consumer(ctx, args[0], g, name, now)
+            consumer = group_consumer(ctx, args[0], g, name, now)
         g.transfer(sid, pe, consumer)
         pe.delivery_time = deliverytime
         if retrycount >= 0:
@@ -1093,7 +1108,7 @@ def _log_claim_effects(
     if dropped:
         ctx.propagate([b"XCLAIM", key, g.name, name, b"0", *dropped, b"JUSTID"])
     if claimed:
-        _log_claims(ctx, key, g, name, claimed, False)
+        log_claims(ctx, key, g, name, claimed, False)
     if moved:
         _log_setid(ctx, key, g)
 
@@ -1132,7 +1147,7 @@ def xautoclaim(ctx: Ctx, args: list[bytes]) -> Reply:
     s = get_stream(ctx, args[0])
     g = _lookup_group(s, args[1])
     if s is None or g is None:
-        raise CommandError(msgs.nogroup_key_or_group(_text(args[0]), _text(args[1])))
+        raise CommandError(msgs.nogroup_key_or_group(arg_text(args[0]), arg_text(args[1])))
     if count * 16 >= _ADDRESS_SPACE:
         # Redis allocates COUNT stream IDs up front and reports the failed allocation; with
         # a 47-bit user address space that happens from about 2**43 IDs.
@@ -1165,7 +1180,7 @@ def xautoclaim(ctx: Ctx, args: list[bytes]) -> Reply:
         if minidle and now - pe.delivery_time < minidle:
             continue
         if consumer is None:
-            consumer = _consumer(ctx, args[0], g, name, now)
+            consumer = group_consumer(ctx, args[0], g, name, now)
         g.transfer(sid, pe, consumer)
         pe.delivery_time = now
         if not justid and pe.delivery_count < _LLONG_MAX:
@@ -1196,7 +1211,7 @@ def _xgroup_group(ctx: Ctx, args: list[bytes]) -> tuple[Stream, ConsumerGroup]:
     assert s is not None
     g = s.groups.get(args[1])
     if g is None:
-        raise CommandError(msgs.nogroup_for_key(_text(args[1]), _text(args[0])))
+        raise CommandError(msgs.nogroup_for_key(arg_text(args[1]), arg_text(args[0])))
     return s, g
 
 
@@ -1210,7 +1225,7 @@ def _entries_read_arg(arg: bytes) -> int:
 def _group_start_id(s: Stream | None, arg: bytes) -> int:
     if arg == b"$":
         return 0 if s is None else s.last_id
-    return _strict_id(arg)
+    return strict_id(arg)
 
 
 @command("xgroup|create", arity=-5, flags=("write", "denyoom"), first_key=2, last_key=2, step=1)
@@ -1469,7 +1484,7 @@ def xinfo_consumers(ctx: Ctx, args: list[bytes]) -> Reply:
     s = _xinfo_stream_target(ctx, args[0])
     g = s.groups.get(args[1])
     if g is None:
-        raise CommandError(msgs.nogroup_for_key(_text(args[1]), _text(args[0])))
+        raise CommandError(msgs.nogroup_for_key(arg_text(args[1]), arg_text(args[0])))
     now = ctx.engine.clock()
     out: list[Any] = []
     for c in g.sorted_consumers():
@@ -1504,7 +1519,7 @@ def xinfo_help(ctx: Ctx, args: list[bytes]) -> Reply:
 def xsetid(ctx: Ctx, args: list[bytes]) -> Reply:
     """XSETID key last-id [ENTRIESADDED n] [MAXDELETEDID id] -> OK. The ID may not go below
     the last live entry (an emptied stream can be set backwards, as in 7.0)."""
-    sid = _strict_id(args[1])
+    sid = strict_id(args[1])
     entries_added = -1
     max_xdel = 0
     n = len(args)
@@ -1518,7 +1533,7 @@ def xsetid(ctx: Ctx, args: list[bytes]) -> Reply:
                 raise CommandError(msgs.XSETID_ENTRIES_ADDED_NEGATIVE)
             i += 2
         elif opt == b"maxdeletedid" and more:
-            max_xdel = _strict_id(args[i + 1])
+            max_xdel = strict_id(args[i + 1])
             if sid < max_xdel:
                 raise CommandError(msgs.XSETID_BELOW_MAX_DELETED)
             i += 2

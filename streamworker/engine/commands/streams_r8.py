@@ -36,7 +36,7 @@ from streamworker.engine.ids import MAX_ID, format_id, parse_ll
 from streamworker.engine.keyspecs_data import KEY_SPECS
 from streamworker.engine.model.idmp import IdmpState, content_iid
 from streamworker.engine.model.stream import ConsumerGroup, PendingEntry, Stream
-from streamworker.engine.pubsub import NOTIFY_STREAM
+from streamworker.engine.notify import NOTIFY_STREAM
 from streamworker.engine.replies import NULL_ARRAY, OK, Map
 from streamworker.engine.versions import (
     ACKDEL_SINCE,
@@ -47,7 +47,7 @@ from streamworker.engine.versions import (
 )
 
 if TYPE_CHECKING:
-    from streamworker.engine.commands.streams import _AddTrimArgs
+    from streamworker.engine.commands.streams import AddTrimArgs
     from streamworker.engine.context import Blocked, Ctx
     from streamworker.engine.replies import Reply
 
@@ -138,7 +138,7 @@ def _live_ids(s: Stream, start: int, end: int) -> Iterator[int]:
         start = last + 1
 
 
-def trim_with_refs(s: Stream, by_maxlen: bool, maxlen: int, minid: int, p: _AddTrimArgs) -> int:
+def trim_with_refs(s: Stream, by_maxlen: bool, maxlen: int, minid: int, p: AddTrimArgs) -> int:
     """XADD / XTRIM trimming with DELREF or ACKED (``p.refs``); returns the entries removed.
 
     DELREF trims as KEEPREF does (whole nodes with ``~``) and then drops the removed entries
@@ -195,7 +195,7 @@ def trim_with_refs(s: Stream, by_maxlen: bool, maxlen: int, minid: int, p: _AddT
     return len(victims)
 
 
-def exact_trim_args_with_refs(s: Stream, p: _AddTrimArgs) -> list[bytes]:
+def exact_trim_args_with_refs(s: Stream, p: AddTrimArgs) -> list[bytes]:
     """The trim options that, replayed on the same state, remove what an approximate
     DELREF / ACKED trim removed (what the file and the replicas get instead of ``~``), after
     XADD's IDMP / IDMPAUTO words when it had them."""
@@ -220,6 +220,28 @@ def exact_trim_args_with_refs(s: Stream, p: _AddTrimArgs) -> list[bytes]:
 # --- XADD / XTRIM with KEEPREF | DELREF | ACKED (8.2) ------------------------------------
 
 
+class _Trims8:
+    """This module's trims, as :class:`.streams.RefsTrim`."""
+
+    __slots__ = ()
+
+    def trim(self, s: Stream, by_maxlen: bool, maxlen: int, minid: int, p: AddTrimArgs) -> int:
+        return trim_with_refs(s, by_maxlen, maxlen, minid, p)
+
+    def exact_args(self, s: Stream, p: AddTrimArgs) -> list[bytes]:
+        return exact_trim_args_with_refs(s, p)
+
+
+_TRIMS8 = _Trims8()
+
+
+def _parse_add_trim(ctx: Ctx, args: list[bytes], xadd: bool, refs: int) -> AddTrimArgs:
+    # The 7.0 parser with the 8.x words accepted, and the 8.x trims attached.
+    p = s7.parse_add_trim(ctx, args, xadd, refs=refs)
+    p.r8 = _TRIMS8
+    return p
+
+
 @_r8(ACKDEL_SINCE, "xadd", -5, ("write", "denyoom", "fast"))
 def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
     """XADD key [NOMKSTREAM] [KEEPREF|DELREF|ACKED] [MAXLEN|MINID [=|~] threshold [LIMIT
@@ -227,14 +249,14 @@ def xadd(ctx: Ctx, args: list[bytes]) -> Reply:
     says what trimming does to the groups' references (default KEEPREF, as in 7.0)."""
     if args[1] == b"*":
         return s7.xadd(ctx, args)
-    return s7.xadd(ctx, args, s7._parse_add_trim(ctx, args, True, refs=1))
+    return s7.xadd(ctx, args, _parse_add_trim(ctx, args, True, 1))
 
 
 @_r8(ACKDEL_SINCE, "xtrim", -4, ("write",))
 def xtrim(ctx: Ctx, args: list[bytes]) -> Reply:
     """XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count] [KEEPREF|DELREF|ACKED] ->
     number of entries removed."""
-    return s7.xtrim(ctx, args, s7._parse_add_trim(ctx, args, False, refs=1))
+    return s7.xtrim(ctx, args, _parse_add_trim(ctx, args, False, 1))
 
 
 # --- XDELEX / XACKDEL (8.2) ---------------------------------------------------------------
@@ -264,7 +286,7 @@ def _ids_and_policy(args: list[bytes], first: int) -> tuple[int, list[int]]:
             raise CommandError(msgs.SYNTAX)
     if raw is None:
         raise CommandError(msgs.SYNTAX)
-    return policy, [s7._strict_id(a) for a in raw]
+    return policy, [s7.strict_id(a) for a in raw]
 
 
 def _delete_entry(s: Stream, sid: int) -> None:
@@ -418,7 +440,7 @@ def _parse_read(ctx: Ctx, args: list[bytes]) -> _ReadArgs:
         opt = args[i].lower()
         if opt == b"block" and more:
             if ctx.in_script:
-                raise CommandError(msgs.xread_block_in_script(s7._typed_word(ctx, 0, "XREADGROUP")))
+                raise CommandError(msgs.xread_block_in_script(s7.typed_word(ctx, 0, "XREADGROUP")))
             i += 1
             t = parse_ll(args[i])
             if t is None:
@@ -476,16 +498,16 @@ def _serve_claim_stream(
     if not budget or left > 0:
         last = s.last_live_id() if s.length else None
         if last is not None and last > g.last_id:
-            consumer = s7._consumer(ctx, key, g, r.consumer, now)
-            fresh = s7._read_group_new(ctx, s, g, consumer, left, r.noack, delivered)
+            consumer = s7.group_consumer(ctx, key, g, r.consumer, now)
+            fresh = s7.read_group_new(ctx, s, g, consumer, left, r.noack, delivered)
             out = claimed + [[e[0], e[1], 0, 0] for e in fresh]
     if logged and out:
         if claimed_sids:
             if created:
                 ctx.propagate([b"XGROUP", b"CREATECONSUMER", key, g.name, r.consumer])
-            s7._log_claims(ctx, key, g, r.consumer, claimed_sids, False)
+            s7.log_claims(ctx, key, g, r.consumer, claimed_sids, False)
         if len(out) > len(claimed):
-            s7._log_group_read(
+            s7.log_group_read(
                 ctx, key, g, r.consumer, created and not claimed_sids, delivered, last_before
             )
     return out
@@ -521,7 +543,7 @@ def _claim_idle_for(
         if fv is None:
             continue
         if consumer is None:
-            consumer = s7._consumer(ctx, key, g, r.consumer, now)
+            consumer = s7.group_consumer(ctx, key, g, r.consumer, now)
         pe: PendingEntry = g.pel[sid]
         before = pe.delivery_count
         g.transfer(sid, pe, consumer)
@@ -541,10 +563,10 @@ def _xreadgroup_claim(ctx: Ctx, args: list[bytes], minidle: int) -> Reply | Bloc
         s = db.get_typed(key, Stream)
         g = None if s is None else s.groups.get(r.group)
         if g is None:
-            raise CommandError(msgs.xreadgroup_nogroup(s7._text(key), s7._text(r.group)))
+            raise CommandError(msgs.xreadgroup_nogroup(s7.arg_text(key), s7.arg_text(r.group)))
         if idarg == b"$":
             raise CommandError(msgs.XREADGROUP_DOLLAR)
-        gt = MAX_ID if idarg == b">" else s7._strict_id(idarg)
+        gt = MAX_ID if idarg == b">" else s7.strict_id(idarg)
         streams.append((key, s, g, gt))
     budget = r.count
     served: list[tuple[bytes, list[Any]]] = []
@@ -557,10 +579,10 @@ def _xreadgroup_claim(ctx: Ctx, args: list[bytes], minidle: int) -> Reply | Bloc
             created = logged and r.consumer not in g.consumers
             last_before = g.last_id
             delivered: list[int] | None = [] if logged else None
-            consumer = s7._consumer(ctx, key, g, r.consumer, ctx.engine.clock())
-            entries = s7._read_group_history(ctx, s, consumer, gt + 1, r.count, delivered)
+            consumer = s7.group_consumer(ctx, key, g, r.consumer, ctx.engine.clock())
+            entries = s7.read_group_history(ctx, s, consumer, gt + 1, r.count, delivered)
             if delivered is not None:
-                s7._log_group_read(ctx, key, g, r.consumer, created, delivered, last_before)
+                s7.log_group_read(ctx, key, g, r.consumer, created, delivered, last_before)
             served.append((key, entries))
             continue
         if r.count and budget <= 0:
@@ -572,7 +594,7 @@ def _xreadgroup_claim(ctx: Ctx, args: list[bytes], minidle: int) -> Reply | Bloc
     ctx.no_propagate()
     ctx.changed(len(served))
     if served:
-        return s7._streams_reply(ctx, served, False)
+        return s7.streams_reply(ctx, served, False)
     if r.timeout == -1:
         return NULL_ARRAY
     waits: dict[bytes, int] = {}
@@ -582,7 +604,7 @@ def _xreadgroup_claim(ctx: Ctx, args: list[bytes], minidle: int) -> Reply | Bloc
     return ctx.block(list(waits), r.timeout, on_ready=waiter, on_timeout_reply=NULL_ARRAY)
 
 
-class _ClaimWaiter(s7._Waiter):
+class _ClaimWaiter(s7.Waiter):
     """A blocked CLAIM read, served when new entries arrive (with the entries that became
     idle enough meanwhile, claimed first). Known difference: Redis also wakes it when a
     pending entry ages past min-idle-time; the engine waits for an XADD."""
@@ -590,7 +612,7 @@ class _ClaimWaiter(s7._Waiter):
     __slots__ = ("minidle", "read")
 
     def __init__(self, waits: dict[bytes, int], r: _ReadArgs, minidle: int) -> None:
-        count = r.count or s7._XREAD_BLOCKED_DEFAULT_COUNT
+        count = r.count or s7.XREAD_BLOCKED_DEFAULT_COUNT
         super().__init__(waits, r.group, r.consumer, r.noack, count)
         self.read = r
         self.minidle = minidle
@@ -608,7 +630,7 @@ class _ClaimWaiter(s7._Waiter):
         ctx.changed(0)
         if not entries:
             return None
-        return s7._streams_reply(ctx, [(key, entries)], False)
+        return s7.streams_reply(ctx, [(key, entries)], False)
 
 
 # --- XNACK and XPENDING (8.8) -------------------------------------------------------------
@@ -662,11 +684,11 @@ def xnack(ctx: Ctx, args: list[bytes]) -> Reply:
         raise CommandError(msgs.XNACK_MODE_MISSING)
     if raw is None:
         raise CommandError(msgs.SYNTAX)
-    sids = [s7._strict_id(a) for a in raw]
+    sids = [s7.strict_id(a) for a in raw]
     s = s7.get_stream(ctx, args[0])
     g = None if s is None else s.groups.get(args[1])
     if s is None or g is None:
-        raise CommandError(msgs.nogroup_key_or_group(s7._text(args[0]), s7._text(args[1])))
+        raise CommandError(msgs.nogroup_key_or_group(s7.arg_text(args[0]), s7.arg_text(args[1])))
     released = 0
     for sid in sids:
         pe = g.pel.get(sid)
@@ -709,7 +731,7 @@ def xpending(ctx: Ctx, args: list[bytes]) -> Reply:
     if g is None:
         return reply
     for row in reply:
-        pe = g.pel.get(s7._strict_id(row[0]))
+        pe = g.pel.get(s7.strict_id(row[0]))
         if pe is not None and pe.consumer is None and pe.delivery_time == 0:
             row[2] = -1
     return reply
@@ -728,7 +750,7 @@ def xadd_idmp(ctx: Ctx, args: list[bytes]) -> Reply:
     the iid still answers with the deleted entry's ID until it expires."""
     if args[1] == b"*":
         return s7.xadd(ctx, args)
-    p = s7._parse_add_trim(ctx, args, True, refs=2)
+    p = _parse_add_trim(ctx, args, True, 2)
     pid = p.idmp_pid
     if pid is None:
         return s7.xadd(ctx, args, p)
@@ -754,7 +776,7 @@ def xadd_idmp(ctx: Ctx, args: list[bytes]) -> Reply:
     assert s is not None
     if s.idmp is None:
         s.idmp = IdmpState()
-    s.idmp.record(pid, iid, s7._strict_id(reply), now)
+    s.idmp.record(pid, iid, s7.strict_id(reply), now)
     return reply
 
 

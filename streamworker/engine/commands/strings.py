@@ -9,6 +9,8 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_int
 from streamworker.engine.errors import CommandError
+from streamworker.engine.model.lcs import LcsTable, walk_back
+from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_STRING
 from streamworker.engine.numbers import (
     LLONG_MAX,
     LLONG_MIN,
@@ -17,8 +19,7 @@ from streamworker.engine.numbers import (
     ld_parse,
     parse_int,
 )
-from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_STRING
-from streamworker.engine.replies import NULL_BULK, OK
+from streamworker.engine.replies import NULL_BULK, OK, Map
 
 if TYPE_CHECKING:
     from streamworker.engine.context import Ctx
@@ -402,9 +403,6 @@ def lcs(ctx: Ctx, args: list[bytes]) -> Reply:
     Refused, as Redis does, when Redis's (len1+1) x (len2+1) table of uint32 would exceed
     ``proto-max-bulk-len``; the engine's own table is 1/32 of that (see
     :mod:`~streamworker.engine.model.lcs`)."""
-    from streamworker.engine.model.lcs import LcsTable, walk_back
-    from streamworker.engine.replies import Map
-
     values = [ctx.db.get(args[0]), ctx.db.get(args[1])]
     if any(v is not None and type(v) is not bytes for v in values):
         raise CommandError(msgs.LCS_NOT_STRINGS)

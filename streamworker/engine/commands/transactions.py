@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING
 
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
-from streamworker.engine.context import WatchedKey
 from streamworker.engine.errors import CommandError
-from streamworker.engine.keyspace import unwatch_all
+from streamworker.engine.keyspace import WatchedKey, discard_transaction, unwatch_all
 from streamworker.engine.replies import NULL_ARRAY, OK, Frames
 
 if TYPE_CHECKING:
@@ -21,16 +20,6 @@ if TYPE_CHECKING:
     from streamworker.engine.replies import Reply
 
 _TX = ("noscript", "loading", "stale", "fast", "allow-busy")
-
-
-def discard_transaction(client: ClientState) -> None:
-    """Forget the queued commands, the MULTI state and the WATCHes (Redis's
-    discardTransaction)."""
-    client.multi_queue = []
-    client.in_multi = False
-    client.multi_error = False
-    client.dirty_cas = False
-    unwatch_all(client)
 
 
 @command("multi", arity=1, flags=_TX)

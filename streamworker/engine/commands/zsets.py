@@ -10,10 +10,13 @@ from typing import TYPE_CHECKING
 from streamworker.engine import msgs
 from streamworker.engine.commands import command
 from streamworker.engine.commands._args import to_double, to_int, to_long_in, to_timeout_ms
+from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
+from streamworker.engine.commands.hashes import random_count, random_members
+from streamworker.engine.commands.keys import object_encoding, parse_cursor
 from streamworker.engine.errors import CommandError
 from streamworker.engine.model.zset import LexBound, ScoreBound, ZSet
+from streamworker.engine.notify import NOTIFY_GENERIC, NOTIFY_ZSET
 from streamworker.engine.numbers import LLONG_MAX, strtod_prefix
-from streamworker.engine.pubsub import NOTIFY_GENERIC, NOTIFY_ZSET
 from streamworker.engine.replies import EMPTY_ARRAY, NULL_ARRAY, NULL_BULK, Double, format_double
 
 if TYPE_CHECKING:
@@ -86,7 +89,9 @@ def _lex_range(lo: bytes, hi: bytes) -> tuple[LexBound, LexBound]:
 # --- ZADD / ZINCRBY ------------------------------------------------------------------------
 
 
-def _zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
+def zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
+    """ZADD (``incr``: ZINCRBY's form, ZADD ... INCR) over ``args`` (the key first); GEOADD
+    adds its members through it."""
     key = args[0]
     nx = xx = gt = lt = ch = False
     i = 1
@@ -166,13 +171,13 @@ def _zadd_generic(ctx: Ctx, args: list[bytes], incr: bool) -> Reply:
 @command("zadd", arity=-4, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
 def zadd(ctx: Ctx, args: list[bytes]) -> Reply:
     """ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]."""
-    return _zadd_generic(ctx, args, False)
+    return zadd_generic(ctx, args, False)
 
 
 @command("zincrby", arity=4, flags=("write", "denyoom", "fast"), first_key=1, last_key=1, step=1)
 def zincrby(ctx: Ctx, args: list[bytes]) -> Reply:
     """ZINCRBY key increment member -> new score."""
-    return _zadd_generic(ctx, args, True)
+    return zadd_generic(ctx, args, True)
 
 
 # --- lookups -------------------------------------------------------------------------------
@@ -536,8 +541,6 @@ def zpopmax(ctx: Ctx, args: list[bytes]) -> Reply:
 def zrandmember(ctx: Ctx, args: list[bytes]) -> Reply:
     """ZRANDMEMBER key [count [WITHSCORES]] -> a random member, or count members (distinct
     when count > 0, repeats allowed when < 0), with their scores."""
-    from streamworker.engine.commands.hashes import random_count, random_members
-
     if len(args) == 1:
         z = _zset(ctx, args[0])
         if not z:
@@ -559,9 +562,6 @@ def zrandmember(ctx: Ctx, args: list[bytes]) -> Reply:
 def zscan(ctx: Ctx, args: list[bytes]) -> Reply:
     """ZSCAN key cursor [MATCH pattern] [COUNT count] -> [next-cursor, [member, score, ...]]
     (scores as bulk strings in RESP3 too); a listpack comes back whole with cursor 0."""
-    from streamworker.engine.commands._scan import EMPTY_SCAN, parse_scan_options, scan_members
-    from streamworker.engine.commands.keys import object_encoding, parse_cursor
-
     cursor = parse_cursor(args[1])
     z = _zset(ctx, args[0])
     if z is None:

@@ -5,7 +5,7 @@ calls on these classes. Stream IDs are packed ints (:mod:`streamworker.engine.id
 
 Layout (why it looks like this)
 -------------------------------
-Entries live in :class:`_Node` objects that play the role of Redis's listpacks, so that the
+Entries live in :class:`StreamNode` objects that play the role of Redis's listpacks, so that the
 node-level behaviour Redis exposes is reproduced exactly: ``XINFO STREAM``'s
 ``radix-tree-keys``, approximate trimming (``~``/``LIMIT`` drop whole nodes from the head), and
 tombstones (exact trimming and ``XDEL`` only flag entries deleted inside a node; a node goes
@@ -94,7 +94,7 @@ INVALID_ENTRIES_READ: Final = -1
 
 _DELETED: Final = 1
 _SAME: Final = 2
-_WIDE: Final = 4
+WIDE_INT: Final = 4
 
 _LP_MAX_SIZE: Final = 1 << 30  # STREAM_LISTPACK_MAX_SIZE
 _LP_HEADER_AND_END: Final = 7
@@ -116,8 +116,8 @@ class StreamSeqOverflowError(Exception):
     millisecond (Redis 7.0 fails this without setting errno; see the XADD command)."""
 
 
-def _lp_int(v: int) -> int:
-    # Bytes of an integer listpack element: encoding + back-length (always 1 here).
+def lp_int(v: int) -> int:
+    """Bytes of an integer listpack element: encoding + back-length (always 1 here)."""
     if 0 <= v <= 127:
         return 2
     if -4096 <= v <= 4095:
@@ -149,7 +149,7 @@ def _lp_str(s: bytes) -> int:
     if 0 < n < 21 and s[0] in _NUM_START:
         v = parse_ll(s)
         if v is not None:
-            return _lp_int(v)
+            return lp_int(v)
     if n < 64:
         return n + 2
     enc = n + 2 if n < 4096 else n + 5
@@ -162,7 +162,7 @@ def _as_i64(v: int) -> int:
     return v - _TWO64 if v >= (1 << 63) else v
 
 
-class _Node:
+class StreamNode:
     """One listpack-like node (see the module docstring)."""
 
     __slots__ = (
@@ -191,14 +191,14 @@ class _Node:
         self.live = 0
         # Index of the first entry that may be live: every entry before it is deleted.
         self.head = 0
-        lp = _LP_HEADER_AND_END + _lp_int(len(fields)) + 2  # num-fields, ..., 0 terminator
+        lp = _LP_HEADER_AND_END + lp_int(len(fields)) + 2  # num-fields, ..., 0 terminator
         for f in fields:
             lp += _lp_str(f)
         self.lp = lp
 
     def lp_bytes(self) -> int:
         """The Redis listpack size of this node."""
-        return self.lp + _lp_int(self.live) + _lp_int(len(self.ms) - self.live)
+        return self.lp + lp_int(self.live) + lp_int(len(self.ms) - self.live)
 
     def seal(self) -> None:
         """Drop the blob's over-allocation (the node stops being the tail)."""
@@ -273,7 +273,7 @@ class _Node:
         else:
             k = int.from_bytes(blob[p : p + 4], "little")
             p += 4
-        if fl & _WIDE:
+        if fl & WIDE_INT:
             unpacker = _unpacker_wide(bytes(blob[p : p + 4 * k]))
             p += 4 * k
         else:
@@ -769,7 +769,7 @@ class Stream:
     )
 
     def __init__(self) -> None:
-        self._nodes: list[_Node] = []
+        self._nodes: list[StreamNode] = []
         self._keys: list[int] = []
         # True while every entry, in node order, has a greater ID than the one before it.
         # XSETID can move last_id back below a deleted entry; IDs added after that may repeat
@@ -874,7 +874,7 @@ class Stream:
             else:
                 wide = True
         nodes = self._nodes
-        node: _Node | None = None
+        node: StreamNode | None = None
         same = True
         if nodes:
             tail = nodes[-1]
@@ -886,8 +886,8 @@ class Stream:
                 max_bytes = _LP_MAX_SIZE
             if (max_entries > 0 and n >= max_entries) or (
                 tail.lp
-                + (2 if live < 128 else _lp_int(live))
-                + (2 if n - live < 128 else _lp_int(n - live))
+                + (2 if live < 128 else lp_int(live))
+                + (2 if n - live < 128 else lp_int(n - live))
                 + (tail.ftot if same else sum(map(len, fields)))
                 + vtot
                 >= max_bytes
@@ -898,7 +898,7 @@ class Stream:
             if self._ordered and sid <= ((tail.ms[-1] << 64) | tail.seq[-1]):
                 self._ordered = False
         if node is None:
-            node = _Node(sid, fields)
+            node = StreamNode(sid, fields)
             keys = self._keys
             if not keys or sid > keys[-1]:
                 nodes.append(node)
@@ -912,31 +912,31 @@ class Stream:
         sseq = sid & MASK64
         # Listpack bytes of the entry: flags, ms-diff, seq-diff, [fields], values, lp-count.
         d = sms - (master >> 64)
-        lp = vlp + (4 if 0 <= d < 128 else 2 + _lp_int(_as_i64(d)))
+        lp = vlp + (4 if 0 <= d < 128 else 2 + lp_int(_as_i64(d)))
         d = sseq - (master & MASK64)
-        lp += 2 if 0 <= d < 128 else _lp_int(_as_i64(d))
+        lp += 2 if 0 <= d < 128 else lp_int(_as_i64(d))
         blob = node.blob
         assert type(blob) is bytearray
         off = len(blob)
         if same:
             flag = _SAME
-            lp += 2 if nf < 125 else _lp_int(nf + 3)
+            lp += 2 if nf < 125 else lp_int(nf + 3)
             if wide:
-                flag |= _WIDE
+                flag |= WIDE_INT
                 blob += array("I", map(len, values)).tobytes()
             else:
                 blob += lens
             blob += b"".join(values)
         else:
             flag = 0
-            lp += _lp_int(nf) + _lp_int(2 * nf + 4)
+            lp += lp_int(nf) + lp_int(2 * nf + 4)
             for f in fields:
                 lp += _lp_str(f)
             blob += len(fv).to_bytes(4, "little")
             try:
                 blob += bytes(map(len, fv))
             except ValueError:  # a string of 256+ bytes: four-byte lengths
-                flag |= _WIDE
+                flag |= WIDE_INT
                 blob += array("I", map(len, fv)).tobytes()
             blob += b"".join(fv)
         node.lp += lp
@@ -953,7 +953,7 @@ class Stream:
 
     # -- lookups -------------------------------------------------------------------------
 
-    def _insert_node(self, node: _Node) -> None:
+    def _insert_node(self, node: StreamNode) -> None:
         # A node whose master ID is not above the last one (only after XSETID went back).
         # Redis's rax keeps keys sorted and an equal key replaces the old node's listpack.
         self._ordered = False
@@ -1335,7 +1335,7 @@ class Stream:
         """A deep copy (COPY command)."""
         s = Stream()
         for node in self._nodes:
-            n = _Node(node.master, list(node.fields))
+            n = StreamNode(node.master, list(node.fields))
             n.ms = array("Q", node.ms)
             n.seq = array("Q", node.seq)
             n.flags = bytearray(node.flags)

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streamworker.engine.crc64 import crc64, crc64_bytes
+from streamworker.engine.errors import CommandError
+from streamworker.engine.functions import LibraryCtx, functions_for
 from streamworker.engine.rdb.codec import (
     KNOWN_TYPES,
     RDB_VERSION,
@@ -34,6 +36,7 @@ from streamworker.engine.rdb.codec import (
     decode_object,
     encode_object,
 )
+from streamworker.engine.rdb.idmp import AUX_NAME, attach_idmp, idmp_aux_values
 from streamworker.engine.rdb.primitives import RdbFormatError, Reader, save_len, save_string
 
 if TYPE_CHECKING:
@@ -140,7 +143,6 @@ def build_rdb(engine: Engine) -> bytes:
             out.append(bytes((kind,)) + save_string(key, compress) + body)
     if engine.version.is_redis8:
         # Streams' IDMP maps (8.6+): aux fields after the keys, which Redis 7.0 skips.
-        from streamworker.engine.rdb.idmp import AUX_NAME, idmp_aux_values
 
         out += [_aux(AUX_NAME, value) for value in idmp_aux_values(engine)]
     out.append(bytes((OP_EOF,)))
@@ -289,8 +291,6 @@ def load_rdb_bytes(engine: Engine, data: bytes) -> LoadStats:
             db.set_expire(key, when)
         stats.keys_loaded += 1
     if idmp_blobs:
-        from streamworker.engine.rdb.idmp import attach_idmp
-
         attach_idmp(engine, idmp_blobs)
     st = snapshot_state(engine)
     st.keys_loaded = stats.keys_loaded
@@ -302,8 +302,6 @@ def load_rdb_bytes(engine: Engine, data: bytes) -> LoadStats:
 def _load_libraries(engine: Engine, stats: LoadStats) -> None:
     # Before any key is stored, all or none, as FUNCTION LOAD would run each (a name twice, a
     # library that does not compile: the load fails like any other damage).
-    from streamworker.engine.errors import CommandError
-    from streamworker.engine.functions import LibraryCtx, functions_for
 
     try:
         runtime = functions_for(engine)

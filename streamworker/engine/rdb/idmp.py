@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from streamworker.engine.model.idmp import IdmpState
 from streamworker.engine.model.stream import Stream
 from streamworker.engine.rdb.primitives import Reader, save_len, save_string
+from streamworker.engine.versions import IDMP_SINCE
 
 if TYPE_CHECKING:
     from streamworker.engine.core import Engine
@@ -62,8 +63,6 @@ def attach_idmp(engine: Engine, blobs: list[bytes]) -> None:
     """Give the loaded streams their IDMP maps back (an engine without IDMP ignores them, as
     redis-server 7.0 does). Raises RdbFormatError for a damaged value; a map whose key is
     not a stream (any more) is dropped."""
-    from streamworker.engine.versions import IDMP_SINCE
-
     if not engine.version.at_least(IDMP_SINCE):
         return
     for blob in blobs:

@@ -39,7 +39,7 @@ def _id16(sid: int) -> bytes:
     return sid.to_bytes(16, "big")
 
 
-def node_listpack(node: sm._Node) -> bytes:
+def node_listpack(node: sm.StreamNode) -> bytes:
     """The listpack Redis 7.0 holds for ``node``."""
     n = len(node.ms)
     fields = node.fields
@@ -99,7 +99,7 @@ def _as_bytes(x: bytes | int) -> bytes:
     return x if isinstance(x, bytes) else b"%d" % x
 
 
-def _build_node(r: Reader, master: int, lp: bytes) -> sm._Node | None:
+def _build_node(r: Reader, master: int, lp: bytes) -> sm.StreamNode | None:
     try:
         items = listpack_decode(lp, as_int=True)
     except PackedFormatError as exc:
@@ -121,7 +121,7 @@ def _build_node(r: Reader, master: int, lp: bytes) -> sm._Node | None:
         fields = [_as_bytes(next(it)) for _ in range(nf_master)]
         if nxt_int() != 0:
             raise r.error("stream listpack: bad master entry terminator")
-        node = sm._Node(master, fields)
+        node = sm.StreamNode(master, fields)
         blob = bytearray()
         mms = master >> 64
         mseq = master & MASK64
@@ -153,7 +153,7 @@ def _build_node(r: Reader, master: int, lp: bytes) -> sm._Node | None:
             if not flag & _FLAG_SAME:
                 blob += len(fv).to_bytes(4, "little")
             if any(len(x) > 255 for x in stored):
-                eflag |= sm._WIDE
+                eflag |= sm.WIDE_INT
                 blob += array("I", map(len, stored)).tobytes()
             else:
                 blob += bytes(map(len, stored))
@@ -178,7 +178,7 @@ def _build_node(r: Reader, master: int, lp: bytes) -> sm._Node | None:
         h += 1
     node.head = h
     node.blob = bytes(blob)
-    node.lp = len(lp) - sm._lp_int(live) - sm._lp_int(len(node.ms) - live)
+    node.lp = len(lp) - sm.lp_int(live) - sm.lp_int(len(node.ms) - live)
     return node
 
 
@@ -186,7 +186,7 @@ def decode_stream(r: Reader, version: int) -> sm.Stream:
     """Read a stream object body; ``version`` is 1 (Redis 5/6) or 2 (Redis 7.0)."""
     s = sm.Stream()
     n_nodes = r.count(2)
-    nodes: list[sm._Node] = []
+    nodes: list[sm.StreamNode] = []
     for _ in range(n_nodes):
         key = r.string()
         if len(key) != 16:
