@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 
-from streamworker.deps import CallPlan, build_plan
-from streamworker.message import Message
-from streamworker.outcomes import BatchOutcomes, Outcome
+from streamworker.core.deps import CallPlan, build_plan
+from streamworker.core.message import Message
+from streamworker.core.outcomes import BatchOutcomes, Outcome
 
 InlineInvoke = Callable[[Message[Any], Mapping[type, Any]], Outcome]
 """The blocking form of an :class:`Invoke`, to be called from a pool thread."""
@@ -192,7 +192,7 @@ class StrategyPlugin(Protocol):
     name: str
     """The ``idempotency=`` value that selects it."""
     applies_effects: bool
-    """True if it applies the :class:`~streamworker.effects.Effects` a handler returns (the
+    """True if it applies the :class:`~streamworker.core.effects.Effects` a handler returns (the
     others refuse handlers annotated to return them, and dead-letter what is returned)."""
     supports_dedup_field: bool
     """True if it implements ``dedup_field`` (producer-side business-key dedup)."""

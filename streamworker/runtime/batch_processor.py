@@ -22,13 +22,10 @@ import redis.exceptions as rex
 import structlog
 
 from streamworker.app import HandlerSpec
-from streamworker.codec import MessageDecoder
-from streamworker.deps import Resolver
-from streamworker.errors import DatabaseUnavailable, PermanentFailure, SchemaError
-from streamworker.idempotency.base import Strategy
-from streamworker.message import Message
-from streamworker.observability.metrics import OUTCOMES, Metrics
-from streamworker.outcomes import (
+from streamworker.core.codec import MessageDecoder
+from streamworker.core.deps import Resolver
+from streamworker.core.message import Message
+from streamworker.core.outcomes import (
     ACKED,
     NOT_STARTED,
     SKIPPED,
@@ -40,7 +37,10 @@ from streamworker.outcomes import (
     over_delivered_verdict,
     retry_delay_ms,
 )
-from streamworker.redisio import Entry, LuaScript, connection_errors
+from streamworker.errors import DatabaseUnavailable, PermanentFailure, SchemaError
+from streamworker.idempotency.base import Strategy
+from streamworker.io.redisio import Entry, LuaScript, connection_errors
+from streamworker.observability.metrics import OUTCOMES, Metrics
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.holdings import Holdings
 from streamworker.runtime.invoker import HandlerInvoker

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
-from streamworker.redisio import LuaScript
+from streamworker.io.redisio import LuaScript
 
 _TOUCH = LuaScript("touch_owned")
 

@@ -4,7 +4,7 @@ The model
 ---------
 
 Each stream of an ordered subscription (each partition of a partitioned stream) has a lease in
-Redis, :func:`~streamworker.keys.lease_key`, a string holding the name of the consumer that may
+Redis, :func:`~streamworker.io.keys.lease_key`, a string holding the name of the consumer that may
 read it, with a time to live of ``claim_idle_ms``. The holder renews it every third of that;
 the other workers of the group try to take it at the same pace, and one of them gets it once the
 holder has stopped renewing (a crash, a stall, a network cut) for the TTL.
@@ -43,8 +43,8 @@ import redis.asyncio as aioredis
 import structlog
 
 from streamworker.app import HandlerSpec
-from streamworker.keys import lease_key
-from streamworker.redisio import Entry, LuaScript, as_bytes, connection_errors, flat_fields
+from streamworker.io.keys import lease_key
+from streamworker.io.redisio import Entry, LuaScript, as_bytes, connection_errors, flat_fields
 from streamworker.runtime.batch_processor import BatchProcessor
 from streamworker.runtime.holdings import Holdings
 from streamworker.runtime.loop import LoopState, StopSignal

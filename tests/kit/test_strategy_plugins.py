@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from streamworker import App, Message
+from streamworker.core.message import Message as Msg
+from streamworker.core.outcomes import Outcome
 from streamworker.errors import ConfigError
 from streamworker.idempotency import registry
 from streamworker.idempotency.base import BuildContext, HandlerConfig, Invoke, PlainPlugin, Strategy
 from streamworker.idempotency.none import AtLeastOnce
-from streamworker.message import Message as Msg
-from streamworker.outcomes import Outcome
 from streamworker.testing import TestWorker
 
 Run = Callable[..., Awaitable[TestWorker]]

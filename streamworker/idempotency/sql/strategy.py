@@ -92,15 +92,8 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 import structlog
 
-from streamworker.errors import ConfigError, DatabaseTimeout, DatabaseUnavailable
-from streamworker.idempotency.base import BatchInlineInvoke, BatchInvoke, Invoke
-from streamworker.idempotency.deadline import abort_driver_connection
-from streamworker.idempotency.sql.database import SqlDatabase
-from streamworker.idempotency.sql.schema import TABLE_NAME, sortable_id, stream_id
-from streamworker.idempotency.sql.transactions import _AsyncTx, _SyncTx, _Tx
-from streamworker.keys import dedup_record_key
-from streamworker.message import Message
-from streamworker.outcomes import (
+from streamworker.core.message import Message
+from streamworker.core.outcomes import (
     ACKED,
     CLAIMED_AWAY,
     DUPLICATE,
@@ -111,7 +104,14 @@ from streamworker.outcomes import (
     decide,
     describe,
 )
-from streamworker.redisio import LuaScript, connection_errors, xack_then_read
+from streamworker.errors import ConfigError, DatabaseTimeout, DatabaseUnavailable
+from streamworker.idempotency.base import BatchInlineInvoke, BatchInvoke, Invoke
+from streamworker.idempotency.deadline import abort_driver_connection
+from streamworker.idempotency.sql.database import SqlDatabase
+from streamworker.idempotency.sql.schema import TABLE_NAME, sortable_id, stream_id
+from streamworker.idempotency.sql.transactions import _AsyncTx, _SyncTx, _Tx
+from streamworker.io.keys import dedup_record_key
+from streamworker.io.redisio import LuaScript, connection_errors, xack_then_read
 
 T = TypeVar("T")
 
