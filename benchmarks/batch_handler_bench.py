@@ -49,12 +49,12 @@ from benchmarks.sql_bench import (
     session_handler,
 )
 from streamworker import App, Message
-from streamworker.deps import Resolver
+from streamworker.core.deps import Resolver
+from streamworker.core.outcomes import Outcome
 from streamworker.idempotency.base import Batch, Strategy
 from streamworker.idempotency.sql import SqlDatabase, SqlStrategy
 from streamworker.observability.logging import configure_logging
 from streamworker.observability.metrics import Metrics
-from streamworker.outcomes import Outcome
 from streamworker.runtime.invoker import HandlerInvoker, make_invoker
 from streamworker.runtime.threads import HandlerThreads
 

@@ -6,7 +6,7 @@ redis+cluster://…``, which it FLUSHALLs) and prints one table.
 
 For each layout (``1`` stream ``bench``, or the partitioned stream ``bench`` with 4 or 8
 partitions) and each mode, the same ``--messages`` messages (keys ``k0`` … ``k999``, routed by
-:class:`~streamworker.partitions.PartitionedStream`) are added first; then ``--processes`` worker
+:class:`~streamworker.producing.partitions.PartitionedStream`) are added first; then ``--processes`` worker
 processes (``Worker`` in a spawned process each, consumer ``w0``, ``w1``, …) consume them with an
 ``async def`` handler:
 
@@ -41,7 +41,7 @@ MODES = ("none", "lua", "lua-ordered")
 
 
 def _streams(partitions: int) -> list[str]:
-    from streamworker.partitions import PartitionedStream
+    from streamworker.producing.partitions import PartitionedStream
 
     if partitions == 1:
         return ["bench"]
@@ -51,7 +51,7 @@ def _streams(partitions: int) -> list[str]:
 def _worker(url: str, partitions: int, mode: str, consumer: str, batch: int) -> None:
     """A worker process: the bench App on ``url`` until SIGTERM."""
     from streamworker import App, Effects, Message
-    from streamworker.keys import in_stream_slot
+    from streamworker.io.keys import in_stream_slot
     from streamworker.observability.logging import configure_logging
     from streamworker.runtime.worker import Worker, WorkerOptions
 
@@ -83,7 +83,7 @@ def _worker(url: str, partitions: int, mode: str, consumer: str, batch: int) -> 
 
 
 def _fill(client: Any, partitions: int, messages: int) -> None:
-    from streamworker.partitions import PartitionedStream
+    from streamworker.producing.partitions import PartitionedStream
 
     streams = _streams(partitions)
     route = PartitionedStream("bench", partitions) if partitions > 1 else None
@@ -113,7 +113,7 @@ def run_variant(
     url: str, partitions: int, mode: str, messages: int, processes: int, batch: int
 ) -> float:
     """Messages per second of one variant (between 10% and 90% acked)."""
-    from streamworker.redisio import open_sync_redis
+    from streamworker.io.redisio import open_sync_redis
 
     client = open_sync_redis(url)
     try:
@@ -177,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if url is None:
             cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="sw-cluster-bench-"))).start()
             url = cluster.url
-        from streamworker.redisio import open_sync_redis
+        from streamworker.io.redisio import open_sync_redis
 
         probe = open_sync_redis(url)
         version = probe.info("server")["redis_version"]  # the default node's

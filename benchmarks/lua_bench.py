@@ -49,7 +49,7 @@ import redis
 import redis.asyncio as aioredis
 
 from streamworker import App, Effects, Message
-from streamworker.keys import dedup_record_key
+from streamworker.io.keys import dedup_record_key
 from streamworker.observability.logging import configure_logging
 from streamworker.runtime.worker import Worker, WorkerOptions
 

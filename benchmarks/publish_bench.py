@@ -29,7 +29,7 @@ from pathlib import Path
 import redis
 from pydantic import BaseModel
 
-from streamworker.producer import SyncProducer
+from streamworker.producing.producer import SyncProducer
 
 
 class Order(BaseModel):

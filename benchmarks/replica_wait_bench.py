@@ -2,7 +2,7 @@
 
 Run: ``python -m benchmarks.replica_wait_bench`` (or ``make bench``). Starts its own redis-server
 primary and one replica (``--replicaof``, loopback, the test suite's fixture) and publishes the
-same 4-field order with a sync :class:`~streamworker.producer.SyncProducer`:
+same 4-field order with a sync :class:`~streamworker.producing.producer.SyncProducer`:
 
 * ``publish``: one ``publish`` per entry (XADD), ``wait_replicas=0``;
 * ``publish+wait1``: the same with ``wait_replicas=1`` (XADD and WAIT 1 in one round trip);
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import redis
 
-from streamworker.producer import SyncProducer
+from streamworker.producing.producer import SyncProducer
 
 _FIELDS = {"order_id": 7, "customer": "c7", "amount_cents": 150, "currency": "EUR"}
 

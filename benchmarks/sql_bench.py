@@ -37,14 +37,14 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from streamworker import App, Message
-from streamworker.deps import Resolver
+from streamworker.core.deps import Resolver
+from streamworker.core.outcomes import Outcome
 from streamworker.idempotency.base import Batch, RunBlocking, Strategy
 from streamworker.idempotency.none import AtLeastOnce
 from streamworker.idempotency.sql import SqlDatabase, SqlStrategy, processed_messages, sortable_id
-from streamworker.idempotency.sql_migrate import upgrade
+from streamworker.idempotency.sql.migrate import upgrade
 from streamworker.observability.logging import configure_logging
 from streamworker.observability.metrics import Metrics
-from streamworker.outcomes import Outcome
 from streamworker.runtime.invoker import HandlerInvoker, make_invoker
 from streamworker.runtime.threads import HandlerThreads
 

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from streamworker import App, Message
+from streamworker.io.redisio import open_redis
 from streamworker.observability.logging import configure_logging
-from streamworker.redisio import open_redis
 from streamworker.runtime.worker import Worker, WorkerOptions
 
 STREAM, GROUP = "bench", "g"

@@ -11,8 +11,9 @@ Everything else is importable from its module but not part of the stable surface
 from __future__ import annotations
 
 from streamworker.app import App, HandlerSpec
-from streamworker.deps import Depends
-from streamworker.effects import Effects
+from streamworker.core.deps import Depends
+from streamworker.core.effects import Effects
+from streamworker.core.message import Message
 from streamworker.errors import (
     ConfigError,
     ConnectionLost,
@@ -24,8 +25,7 @@ from streamworker.errors import (
     StreamworkerError,
     TargetError,
 )
-from streamworker.message import Message
-from streamworker.producer import Producer, Receipt, StreamOptions, SyncProducer
+from streamworker.producing.producer import Producer, Receipt, StreamOptions, SyncProducer
 from streamworker.settings import Settings
 from streamworker.version import __version__
 

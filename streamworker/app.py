@@ -9,16 +9,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from streamworker import timing
-from streamworker.codec import BodyModel, body_model_for
-from streamworker.deps import CallPlan
-from streamworker.effects import Effects
+from streamworker.core import timing
+from streamworker.core.codec import BodyModel, body_model_for
+from streamworker.core.deps import CallPlan
+from streamworker.core.effects import Effects
 from streamworker.errors import ConfigError
 from streamworker.idempotency import registry
-from streamworker.keys import dead_letter_stream, partition_stream
-from streamworker.partitions import check_partitioned_name
-from streamworker.producer import AppProducers, Receipt, StreamOptions
-from streamworker.replicawait import DEFAULT_WAIT_TIMEOUT_MS, ReplicaWait, WaitObserver
+from streamworker.io.keys import dead_letter_stream, partition_stream
+from streamworker.io.replicawait import DEFAULT_WAIT_TIMEOUT_MS, ReplicaWait, WaitObserver
+from streamworker.producing.partitions import check_partitioned_name
+from streamworker.producing.producer import AppProducers, Receipt, StreamOptions
 
 Idempotency = str
 """The name of an idempotency strategy: ``"none"``, ``"sql"``, ``"lua"`` or a registered plug-in's
@@ -69,24 +69,24 @@ class HandlerSpec:
     is delivered again) instead of stopping this handler."""
     batch: bool = False
     """A batch handler: called once per batch with ``list[Message[Model]]`` (see
-    :func:`streamworker.outcomes.batch_outcomes` and docs/handlers.md, "Batch handlers")."""
+    :func:`streamworker.core.outcomes.batch_outcomes` and docs/handlers.md, "Batch handlers")."""
 
     @property
     def partition_lock_ttl_ms(self) -> int:
         """``ordered=True``: how long the stream's partition lock lives unless renewed
-        (:func:`streamworker.timing.partition_lock_ttl_ms`)."""
+        (:func:`streamworker.core.timing.partition_lock_ttl_ms`)."""
         return timing.partition_lock_ttl_ms(self.claim_idle_ms)
 
     @property
     def lease_interval_ms(self) -> int:
         """How often held entries get their idle time reset, so an entry this worker holds never
-        looks idle long enough to be reclaimed (:func:`streamworker.timing.renew_interval_ms`)."""
+        looks idle long enough to be reclaimed (:func:`streamworker.core.timing.renew_interval_ms`)."""
         return timing.renew_interval_ms(self.claim_idle_ms)
 
     @property
     def claim_interval_ms(self) -> int:
         """How often the reclaimer looks for entries idle past ``claim_idle_ms``
-        (:func:`streamworker.timing.claim_interval_ms`)."""
+        (:func:`streamworker.core.timing.claim_interval_ms`)."""
         return timing.claim_interval_ms(self.claim_idle_ms)
 
     @property
@@ -96,7 +96,7 @@ class HandlerSpec:
 
 
 def _returns_effects(func: Callable[..., Any]) -> bool:
-    """True when ``func``'s return annotation names :class:`~streamworker.effects.Effects`
+    """True when ``func``'s return annotation names :class:`~streamworker.core.effects.Effects`
     (``Effects``, ``Effects | None``, ``Optional[Effects]``, or the same as a string)."""
     try:
         annotation = typing.get_type_hints(func).get("return")
@@ -198,7 +198,7 @@ class App:
             group: the consumer group; created at ``start_id`` (with MKSTREAM) when missing.
             idempotency: ``"none"`` (at-least-once: the handler may see a message again after a
                 crash), ``"sql"`` or ``"lua"`` (effectively-once; see the docs). With ``"lua"``
-                the handler returns :class:`~streamworker.effects.Effects` (or None), applied
+                the handler returns :class:`~streamworker.core.effects.Effects` (or None), applied
                 with the XACK in one script (:mod:`streamworker.idempotency.lua`).
             model: a pydantic model (or a dataclass or TypedDict, validated through pydantic's
                 TypeAdapter) validated from the entry's fields (or from the JSON in
@@ -234,7 +234,7 @@ class App:
                 its effects; one without the field is dead-lettered.
             dedup_window_ms: how long an applied business key is remembered; the record holds
                 the distinct keys of one window (about 100 bytes each plus the key's length).
-            partitions: consume the partitioned stream ``stream`` (:mod:`streamworker.partitions`)
+            partitions: consume the partitioned stream ``stream`` (:mod:`streamworker.producing.partitions`)
                 of this many partitions, ``{stream:p0}`` … : one consume loop per partition,
                 each with its own dead-letter stream ``{stream:pN}:dlq``. Must match the
                 producers' count.
@@ -249,7 +249,7 @@ class App:
                 fail to decode, over-delivered ones and (``"sql"``/``"lua"``) those already
                 processed or claimed away are decided before the call and are not in the list.
                 It returns None (all succeeded) or a mapping from message id to that message's
-                result: None, :class:`~streamworker.effects.Effects` (``"lua"``), or an
+                result: None, :class:`~streamworker.core.effects.Effects` (``"lua"``), or an
                 exception (``Retry``, ``DeadLetter``, any error), which fails only that message;
                 raising fails the whole batch. docs/handlers.md ("Batch handlers") states the contract
                 per strategy. Needs ``concurrency=1`` and ``ordered=False``.
@@ -423,7 +423,7 @@ class App:
         wait_timeout_ms: int | None = None,
     ) -> None:
         """Declare the producer defaults of stream ``name`` (see
-        :class:`~streamworker.producer.StreamOptions`; ``wait_replicas``: a publish to it
+        :class:`~streamworker.producing.producer.StreamOptions`; ``wait_replicas``: a publish to it
         returns only once that many replicas have the entry). Undeclared streams take their
         partition count and ``body_field`` from this app's handler of that stream, if any."""
         self._producers.declare(
@@ -468,7 +468,7 @@ class App:
 
     async def publish(self, stream: str, value: Any, **kwargs: Any) -> Receipt:
         """Publish ``value`` (a model or a mapping) to ``stream`` with this app's stream
-        defaults: :meth:`streamworker.producer.Producer.publish` on a client opened at first use
+        defaults: :meth:`streamworker.producing.producer.Producer.publish` on a client opened at first use
         (one per event loop) on the URL a worker of this app would use: the one set by
         :meth:`use_redis_url` (``streamworker run`` sets its own), else
         ``STREAMWORKER_REDIS_URL``, else ``redis_url``. Keyword arguments: ``maxlen``,

@@ -91,7 +91,7 @@ class HandlerControl(StreamworkerError):
 class Retry(HandlerControl):
     """Raised by a handler: leave the message pending and retry it after ``delay_ms``.
 
-    The message is not acked. The reaper redelivers it once the delay has passed; the delivery
+    The message is not acked. The reclaimer redelivers it once the delay has passed; the delivery
     counter still counts, so ``max_deliveries`` bounds how often this can happen.
     """
 

@@ -19,7 +19,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamworker.errors import ConfigError
-from streamworker.redisio import validate_redis_url, with_sentinel_password
+from streamworker.io.redisio import validate_redis_url, with_sentinel_password
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -116,7 +116,7 @@ class Settings(BaseSettings):
     def redis_url_or(self, default: str) -> str:
         """The Redis URL to open: ``redis_url``, else ``default`` (the App's, the built-in), with
         :attr:`sentinel_password` folded into a sentinel URL (see
-        :func:`~streamworker.redisio.with_sentinel_password`)."""
+        :func:`~streamworker.io.redisio.with_sentinel_password`)."""
         url = self.redis_url or default
         password = self.sentinel_password.get_secret_value() if self.sentinel_password else None
         return with_sentinel_password(url, password)

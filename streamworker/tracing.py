@@ -40,13 +40,13 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from streamworker.app import HandlerSpec
-from streamworker.deps import MessageParam
+from streamworker.core.deps import MessageParam
+from streamworker.core.message import Message
+from streamworker.core.outcomes import Action, Outcome
 from streamworker.errors import Retry
 from streamworker.idempotency.base import Batch, SpanPhases, Strategy
-from streamworker.message import Message
+from streamworker.io.redisio import as_text
 from streamworker.observability.metrics import Metrics
-from streamworker.outcomes import Action, Outcome
-from streamworker.redisio import as_text
 
 __all__ = [
     "TRACEPARENT_FIELD",

@@ -23,7 +23,7 @@ def prepare(url: str) -> None:
     import asyncio
 
     from streamworker.idempotency.sql import SqlDatabase
-    from streamworker.idempotency.sql_migrate import upgrade
+    from streamworker.idempotency.sql.migrate import upgrade
 
     db = SqlDatabase(url)
     try:

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from streamworker import App, Effects, Message
-from streamworker.idempotency.outbox import publish
+from streamworker.idempotency.sql.outbox import publish
 
 ORDERS = "{shop}:orders"
 PAYMENTS = "{shop}:payments"

@@ -37,7 +37,7 @@ from app import (  # noqa: E402
     create_tables,
 )
 
-from streamworker.producer import SyncProducer  # noqa: E402
+from streamworker.producing.producer import SyncProducer  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "STREAMWORKER_LOG_LEVEL": "warning"}
 

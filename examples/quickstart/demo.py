@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from app import app, processed
 
+from streamworker.io.redisio import open_redis
 from streamworker.observability.logging import configure_logging
-from streamworker.redisio import open_redis
 from streamworker.runtime.worker import Worker, WorkerOptions
 
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from examples.spark_pipeline.app import create_tables  # noqa: E402
 from streamworker.idempotency.sql import SqlDatabase  # noqa: E402
-from streamworker.idempotency.sql_migrate import upgrade  # noqa: E402
+from streamworker.idempotency.sql.migrate import upgrade  # noqa: E402
 from streamworker.spark import archive, register, run_handler, safe_trim  # noqa: E402
 
 STREAM = "shop:orders"

@@ -17,12 +17,12 @@ import sys
 from collections.abc import Sequence
 
 from streamworker import __version__
-from streamworker.cli.admin import add_admin_commands
 from streamworker.cli.archive import add_archive_command
 from streamworker.cli.backfill import add_backfill_command
 from streamworker.cli.common import CommandParser, unknown_before_command
 from streamworker.cli.dashboard import add_dashboard_commands
 from streamworker.cli.engine import add_engine_commands
+from streamworker.cli.pending_dlq import add_admin_commands
 from streamworker.cli.produce import add_produce_commands
 from streamworker.cli.run import add_run_command
 from streamworker.cli.sql import add_sql_commands

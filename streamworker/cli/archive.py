@@ -15,9 +15,9 @@ import redis
 from streamworker.cli.common import refuse_in_memory_engine
 from streamworker.cli.produce import add_wait_flags
 from streamworker.errors import ConfigError, StreamworkerError
-from streamworker.progress import Progress
-from streamworker.redisio import redact_url
-from streamworker.replicawait import ReplicaWait
+from streamworker.io.redisio import redact_url
+from streamworker.io.replicawait import ReplicaWait
+from streamworker.ops.progress import Progress
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 

@@ -14,8 +14,8 @@ import redis
 
 from streamworker.cli.common import refuse_in_memory_engine
 from streamworker.errors import ConfigError, StreamworkerError
-from streamworker.progress import Progress
-from streamworker.redisio import redact_url
+from streamworker.io.redisio import redact_url
+from streamworker.ops.progress import Progress
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 _POLL_S = 0.5

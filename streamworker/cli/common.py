@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import redis
 
-from streamworker.errors import ConfigError
-from streamworker.redisio import as_text
+from streamworker.errors import ConfigError, ConnectionLost
+from streamworker.io.redisio import as_text, open_sync_redis, redact_url
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -63,6 +63,19 @@ def refuse_in_memory_engine(url: str, command: str) -> None:
             f"empty and what it writes is gone when the command exits; run `streamworker engine "
             f"serve` and use its redis:// URL, or share a data directory with engine:///DIR"
         )
+
+
+def operator_client(url: str, command: str) -> redis.Redis:
+    """A sync client for an operator command (``pending``, ``dlq``, ``produce``) on ``url``,
+    checked with a PING: ConnectionLost in one line when the server cannot be reached,
+    ConfigError for an in-memory engine (see :func:`refuse_in_memory_engine`)."""
+    refuse_in_memory_engine(url, f"streamworker {command}")
+    client = open_sync_redis(url)
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise ConnectionLost(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
+    return client
 
 
 def require_group(client: redis.Redis, stream: str, group: str) -> None:

@@ -46,7 +46,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
     from streamworker.dashboard import DashboardConfig, create_app
     from streamworker.dashboard.overview import Thresholds
-    from streamworker.redisio import redact_url
+    from streamworker.io.redisio import redact_url
 
     settings = load_settings(
         redis_url=args.redis_url,

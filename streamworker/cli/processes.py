@@ -59,10 +59,10 @@ from pydantic import SecretStr
 
 from streamworker.app import App
 from streamworker.errors import ConfigError
+from streamworker.io.redisio import open_sync_redis
 from streamworker.observability.health import HealthServer
 from streamworker.observability.metrics import GroupStateCollector
 from streamworker.observability.state import read_group_states
-from streamworker.redisio import open_sync_redis
 from streamworker.runtime.backoff import Backoff
 from streamworker.settings import Settings
 

@@ -1,5 +1,5 @@
 """``streamworker publish`` and ``streamworker relay``: producing from the command line (argparse
-glue; the work is in :mod:`streamworker.producer` and :mod:`streamworker.idempotency.outbox`)."""
+glue; the work is in :mod:`streamworker.producing.producer` and :mod:`streamworker.idempotency.sql.outbox`)."""
 
 from __future__ import annotations
 
@@ -13,24 +13,16 @@ from typing import Any
 
 import redis
 
-from streamworker.cli.common import refuse_in_memory_engine
-from streamworker.errors import ConfigError, ConnectionLost
+from streamworker.cli.common import operator_client
+from streamworker.errors import ConfigError
 from streamworker.extras import require_extra
 from streamworker.observability.logging import configure_logging
-from streamworker.producer import StreamOptions, SyncProducer
-from streamworker.redisio import open_sync_redis, redact_url
+from streamworker.producing.producer import StreamOptions, SyncProducer
 from streamworker.settings import DEFAULT_REDIS_URL, Settings, load_settings
 
 
 def _client(settings: Settings, command: str) -> redis.Redis:
-    url = settings.redis_url_or(DEFAULT_REDIS_URL)
-    refuse_in_memory_engine(url, f"streamworker {command}")
-    client = open_sync_redis(url)
-    try:
-        client.ping()
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise ConnectionLost(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
-    return client
+    return operator_client(settings.redis_url_or(DEFAULT_REDIS_URL), command)
 
 
 def parse_assignments(items: list[str]) -> dict[str, str]:
@@ -128,8 +120,8 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 def _cmd_relay(args: argparse.Namespace) -> int:
     require_extra("sql", "streamworker relay")
-    from streamworker.idempotency.outbox import Relay, check_outbox
     from streamworker.idempotency.sql import SqlDatabase
+    from streamworker.idempotency.sql.outbox import Relay, check_outbox
 
     settings = load_settings(
         redis_url=args.redis_url,
@@ -243,7 +235,7 @@ def add_produce_commands(sub: Any) -> None:
         "relay",
         help="move transactional-outbox rows to their streams, each exactly once",
         description=(
-            "Relay the rows SQL handlers staged with streamworker.idempotency.outbox.publish to "
+            "Relay the rows SQL handlers staged with streamworker.idempotency.sql.outbox.publish to "
             "their streams, in order, each exactly once, until SIGTERM/SIGINT (or, with --once, "
             "until the outbox is empty)."
         ),

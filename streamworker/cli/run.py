@@ -22,10 +22,10 @@ from streamworker.app import App
 from streamworker.cli.common import is_in_memory_engine, refuse_in_memory_engine
 from streamworker.cli.processes import ChildLink, Supervisor
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
+from streamworker.io.redisio import connection_errors, discover_primary, open_redis, redact_url
 from streamworker.observability.health import HealthServer
 from streamworker.observability.logging import configure_logging
 from streamworker.observability.metrics import Metrics
-from streamworker.redisio import connection_errors, discover_primary, open_redis, redact_url
 from streamworker.runtime.worker import Worker, WorkerOptions
 from streamworker.settings import DEFAULT_REDIS_URL, Settings, load_settings
 

@@ -17,8 +17,8 @@ import redis
 from streamworker.cli.common import refuse_in_memory_engine, require_group
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError
 from streamworker.extras import require_extra
-from streamworker.progress import Progress
-from streamworker.redisio import open_redis, open_sync_redis, redact_url
+from streamworker.io.redisio import open_redis, open_sync_redis, redact_url
+from streamworker.ops.progress import Progress
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 
@@ -33,7 +33,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     require_extra("sql", "streamworker migrate")
     from streamworker.errors import DatabaseUnavailable
     from streamworker.idempotency.sql import SqlDatabase
-    from streamworker.idempotency.sql_migrate import upgrade
+    from streamworker.idempotency.sql.migrate import upgrade
 
     db = SqlDatabase(_db_url(args))
     shown = db.redacted_url

@@ -1,7 +1,7 @@
 """The four operator actions: replay or purge a dead letter, claim a consumer's entries to another
 consumer, delete an empty consumer. Each returns a one-line outcome for the page and the log.
 
-Replay goes through :mod:`streamworker.admin` (the same code as ``streamworker dlq replay``),
+Replay goes through :mod:`streamworker.ops.dead_letters` (the same code as ``streamworker dlq replay``),
 with a sync client in a worker thread; purge through ``purge_dead_letters.lua``, which deletes an
 entry only if it carries the dead-letter provenance (a live stream named by mistake loses
 nothing); deleting a consumer uses the runtime's
@@ -18,10 +18,10 @@ import redis
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 
-from streamworker import admin
 from streamworker.errors import StreamworkerError
-from streamworker.keys import consumer_name_key
-from streamworker.redisio import LuaScript, as_text
+from streamworker.io.keys import consumer_name_key
+from streamworker.io.redisio import LuaScript, as_text
+from streamworker.ops import dead_letters
 
 _DELETE_CONSUMER = LuaScript("delete_consumer")
 # Deletes only entries that carry the dead-letter provenance: {deleted, refused, gone}.
@@ -36,7 +36,9 @@ class ActionFailed(StreamworkerError):
 async def replay_dead_letter(sync_client: redis.Redis, dlq: str, entry_id: str) -> str:
     """Move one dead letter back to its stream with a fresh id (atomic; a repeat is a no-op)."""
     try:
-        result = await asyncio.to_thread(admin.replay_dead_letters, sync_client, dlq, [entry_id])
+        result = await asyncio.to_thread(
+            dead_letters.replay_dead_letters, sync_client, dlq, [entry_id]
+        )
     except (rex.ResponseError, StreamworkerError) as exc:
         raise ActionFailed(f"cannot replay {entry_id}: {exc}") from None
     if result.replayed:

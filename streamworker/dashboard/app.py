@@ -28,7 +28,6 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from streamworker import admin
 from streamworker.dashboard import actions, bulk, data, workers
 from streamworker.dashboard.charts import Chart, time_chart
 from streamworker.dashboard.history import DEFAULT_MAX_SERIES, UNKNOWN, History
@@ -43,7 +42,7 @@ from streamworker.dashboard.security import (
     token_matches,
 )
 from streamworker.errors import ConfigError, StreamworkerError
-from streamworker.redisio import (
+from streamworker.io.redisio import (
     CONNECTION_ERRORS,
     is_sentinel_url,
     open_redis,
@@ -51,6 +50,7 @@ from streamworker.redisio import (
     primary_watch,
     redact_url,
 )
+from streamworker.ops import pending
 
 PARTIAL_HEADER = "x-dashboard-partial"
 _CSP = (
@@ -266,7 +266,7 @@ class Dashboard:
         return self.client
 
     def sync_conn(self) -> redis.Redis:
-        """The sync client the :mod:`streamworker.admin` functions take."""
+        """The sync client the :mod:`streamworker.ops.dead_letters` functions take."""
         if self.sync_client is None:
             self.sync_client = open_sync_redis(self.config.redis_url)
         return self.sync_client
@@ -655,7 +655,7 @@ async def _group_page(dash: Dashboard, request: Request) -> Response:
     client = dash.conn()
     summary = await data.get_group(client, stream, group)
     try:
-        report = await asyncio.to_thread(admin.pending_report, dash.sync_conn(), stream, group)
+        report = await asyncio.to_thread(pending.pending_report, dash.sync_conn(), stream, group)
     except StreamworkerError as exc:
         raise data.NotFound(str(exc)) from None
     consumer = request.query_params.get("consumer") or None

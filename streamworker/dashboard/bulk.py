@@ -23,7 +23,6 @@ import redis.asyncio as aioredis
 import redis.exceptions as rex
 import structlog
 
-from streamworker import admin
 from streamworker.dashboard.actions import PURGE_DEAD_LETTERS
 from streamworker.dashboard.data import (
     DeadLetterRow,
@@ -34,7 +33,8 @@ from streamworker.dashboard.data import (
     text,
 )
 from streamworker.errors import StreamworkerError
-from streamworker.redisio import CONNECTION_ERRORS, LuaScript
+from streamworker.io.redisio import CONNECTION_ERRORS, LuaScript
+from streamworker.ops import dead_letters
 
 _REPLAY = LuaScript("replay_dead_letter")
 JOB_PAGE = 200
@@ -131,7 +131,7 @@ class DeadLetterFilter:
 
 
 def _provenance(raw: Any) -> tuple[dict[str, str], bool]:
-    split = admin.split_dead_letter("0-0", raw)
+    split = dead_letters.split_dead_letter("0-0", raw)
     return split.provenance, bool(split.fields)
 
 

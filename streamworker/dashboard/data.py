@@ -1,7 +1,7 @@
 """What the dashboard shows, read from Redis: streams, groups, consumers, PELs and dead letters.
 
 Every function takes an asyncio redis-py client (bytes replies, from
-:func:`streamworker.redisio.open_redis`, so ``engine://`` works too) and returns plain dataclasses;
+:func:`streamworker.io.redisio.open_redis`, so ``engine://`` works too) and returns plain dataclasses;
 nothing here renders HTML. Lists that can be long (stream entries, PELs, dead letters) are read one
 page at a time with COUNT and an exclusive cursor, so no request reads more than ``MAX_PAGE_SIZE``
 entries whatever the size of the stream.
@@ -17,8 +17,8 @@ from typing import Any, Generic, TypeVar
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 
-from streamworker import admin
-from streamworker.keys import dead_letter_stream, delayed_key
+from streamworker.io.keys import dead_letter_stream, delayed_key
+from streamworker.ops import dead_letters, pending
 
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
@@ -148,7 +148,7 @@ class StreamSummary:
     is_dead_letter: bool
     delayed: int = 0
     """Entries published with a delay that have not entered the stream yet (ZCARD of its
-    delayed set, :func:`streamworker.keys.delayed_key`)."""
+    delayed set, :func:`streamworker.io.keys.delayed_key`)."""
 
 
 def _info_map(reply: Any) -> dict[str, Any]:
@@ -283,8 +283,8 @@ class ConsumerRow:
     oldest_idle_ms: int | None  # since the oldest pending entry was last delivered
 
 
-def consumers_from_report(report: admin.PendingReport) -> list[ConsumerRow]:
-    """Consumers of :func:`streamworker.admin.pending_report`'s report, as the dashboard shows them."""
+def consumers_from_report(report: pending.PendingReport) -> list[ConsumerRow]:
+    """Consumers of :func:`streamworker.ops.pending.pending_report`'s report, as the dashboard shows them."""
     now = now_ms()
     return [
         ConsumerRow(
@@ -446,9 +446,9 @@ class DeadLetterRow:
 
 
 def dead_letter_row(entry_id: Any, raw: Any, limit: int | None = PREVIEW_CHARS) -> DeadLetterRow:
-    """Split a raw dead-letter entry with :func:`streamworker.admin.split_dead_letter`."""
+    """Split a raw dead-letter entry with :func:`streamworker.ops.dead_letters.split_dead_letter`."""
     pairs = _pairs(raw)
-    split = admin.split_dead_letter(entry_id, [part for pair in pairs for part in pair])
+    split = dead_letters.split_dead_letter(entry_id, [part for pair in pairs for part in pair])
     # The provenance fields (unique names) are the last ones; what comes before is the original
     # entry, kept here as raw bytes so binary values can be shown as hex.
     original = pairs[: len(pairs) - len(split.provenance)]
@@ -517,5 +517,5 @@ def stream_of_dlq(key: str) -> str | None:
 
 
 def dlq_of(stream: str) -> str:
-    """The dead-letter stream of ``stream`` (see :func:`streamworker.keys.dead_letter_stream`)."""
+    """The dead-letter stream of ``stream`` (see :func:`streamworker.io.keys.dead_letter_stream`)."""
     return dead_letter_stream(stream)

@@ -16,7 +16,7 @@ import redis.exceptions as rex
 from streamworker.dashboard import data
 from streamworker.dashboard.history import History, Rates
 from streamworker.errors import ConfigError
-from streamworker.keys import consumer_name_key
+from streamworker.io.keys import consumer_name_key
 
 OK, WARN, CRIT = 0, 1, 2
 LEVELS = ("ok", "warn", "crit")

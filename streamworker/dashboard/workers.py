@@ -1,7 +1,7 @@
 """Workers: the heartbeat records of live worker processes, and the recently dead ones.
 
 Every worker process keeps, per (stream, group) it consumes, a hash at
-:func:`streamworker.keys.consumer_name_key` with a time to live (see
+:func:`streamworker.io.keys.consumer_name_key` with a time to live (see
 :mod:`streamworker.runtime.names`): who it is (host, pid, version, handlers, started at) and how
 it does (last batch at, in flight, processed, failed). A graceful stop deletes it; a killed
 worker's record expires. Redis therefore forgets the dead, and the dashboard remembers what it saw:
@@ -24,7 +24,7 @@ import redis.asyncio as aioredis
 import redis.exceptions as rex
 
 from streamworker.dashboard.data import NotFound, now_ms, text
-from streamworker.keys import consumer_name_key
+from streamworker.io.keys import consumer_name_key
 
 REMEMBER_MS = 3600 * 1000
 MAX_REMEMBERED = 10_000
@@ -253,7 +253,7 @@ async def group_consumers(
         name = seen.beat.consumer
         if name in listed:
             continue
-        # Deleted from the group (by the reaper, once it held nothing): it may still be running
+        # Deleted from the group (by the reclaimer, once it held nothing): it may still be running
         # only if its record is there, which a consumer that reads would have re-created.
         beat = await read_heartbeat(client, stream, group, name)
         if beat is not None:

@@ -161,7 +161,7 @@ class ClientState:
         # answered (CLIENT KILL). None for in-process clients.
         self.push: Callable[[Reply | RawPush], None] | None = None
         self.kill: Callable[[], None] | None = None
-        # MONITOR mode: the connection receives every other command (see commands/admin.py).
+        # MONITOR mode: the connection receives every other command (see commands/server_admin.py).
         self.monitor = False
         # A replica (SYNC/PSYNC): it receives the replication stream and no replies.
         self.replica = False

@@ -267,7 +267,7 @@ class Engine:
         # lock held) with the seconds the script has run: the server answers other clients
         # BUSY from there once lua-time-limit has passed. None: nothing to do.
         self.script_tick: Callable[[float], None] | None = None
-        # MONITOR: the connections that receive every command (commands/admin.py).
+        # MONITOR: the connections that receive every command (commands/server_admin.py).
         self.monitors: list[ClientState] = []
         # CLIENT PAUSE: until when (monotonic seconds; 0 = not paused), whether every command
         # or only writes wait, and the commands waiting meanwhile (oldest first).

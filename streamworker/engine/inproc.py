@@ -501,6 +501,26 @@ class _EngineSession:
             conv = self.converter(encoder, parse_error)
         return conv(item)
 
+    def response(
+        self,
+        item: Any,
+        kind: type,
+        decode: bool,
+        encoder: Any,
+        parse_error: Callable[[str], Exception],
+        disable_decoding: bool,
+    ) -> Any:
+        """``item`` (of type ``kind`` as it was taken from :attr:`replies`; a Blocked one already
+        served) as redis-py's parser returns it; raises an error reply. Shared by the sync and
+        asyncio connections' ``read_response``: raw bytes and integers, most replies of all,
+        pass as they are."""
+        if (kind is bytes and not decode) or kind is int:
+            return item
+        response = self.convert(item, encoder, parse_error, disable_decoding)
+        if isinstance(response, Exception):
+            raise response from None
+        return response
+
     def converter(self, encoder: Any, parse_error: Callable[[str], Exception]) -> Any:
         """The converter for the client's current protocol (rebuilt when it changes)."""
         resp = self.client.resp
@@ -574,10 +594,37 @@ class _FakeSock:
         return -1
 
 
+class _OnEngine:
+    """What the sync and the asyncio connection share: which engine they run on, and how they
+    name themselves in reprs and errors (by the engine URL: there is no host)."""
+
+    _engine: Engine
+    _engine_url: str
+    _session: _EngineSession | None
+
+    def _bind(self, engine: Engine | None, engine_url: str, kwargs: dict[str, Any]) -> None:
+        """Take the engine arguments, and drop the TCP-only ones, before redis-py's __init__."""
+        for name in _CONN_KWARGS_IGNORED:
+            kwargs.pop(name, None)
+        self._engine = engine if engine is not None else engine_from_url(engine_url)
+        self._engine_url = engine_url
+        self._session = None
+
+    def repr_pieces(self) -> list[tuple[str, Any]]:
+        conn: Any = self
+        pieces: list[tuple[str, Any]] = [("engine", self._engine_url), ("db", conn.db)]
+        if conn.client_name:
+            pieces.append(("client_name", conn.client_name))
+        return pieces
+
+    def _host_error(self) -> str:
+        return self._engine_url
+
+
 # --- sync ----------------------------------------------------------------------------------
 
 
-class EngineConnection(_SyncAbstractConnection):
+class EngineConnection(_OnEngine, _SyncAbstractConnection):
     """A redis-py ``Connection`` executing on an :class:`Engine` (no socket, no RESP).
 
     Extra keyword arguments: ``engine`` (an Engine) or ``engine_url`` (``engine://memory...``).
@@ -588,11 +635,7 @@ class EngineConnection(_SyncAbstractConnection):
     def __init__(
         self, *, engine: Engine | None = None, engine_url: str = "engine://memory", **kwargs: Any
     ) -> None:
-        for name in _CONN_KWARGS_IGNORED:
-            kwargs.pop(name, None)
-        self._engine = engine if engine is not None else engine_from_url(engine_url)
-        self._engine_url = engine_url
-        self._session: _EngineSession | None = None
+        self._bind(engine, engine_url, kwargs)
         self._host = "engine"
         self.port = 0
         super().__init__(**kwargs)
@@ -605,15 +648,6 @@ class EngineConnection(_SyncAbstractConnection):
     @host.setter
     def host(self, value: str) -> None:
         self._host = value
-
-    def repr_pieces(self) -> list[tuple[str, Any]]:
-        pieces: list[tuple[str, Any]] = [("engine", self._engine_url), ("db", self.db)]
-        if self.client_name:
-            pieces.append(("client_name", self.client_name))
-        return pieces
-
-    def _host_error(self) -> str:
-        return self._engine_url
 
     def _construct_command_packer(self, packer: Any) -> Any:
         return packer if packer is not None else _Packer(self.encoder)
@@ -679,25 +713,20 @@ class EngineConnection(_SyncAbstractConnection):
                     return None
                 raise RedisConnectionError(f"Error while reading from {self._engine_url}: no reply")
             item = session.replies.popleft()
-            t = type(item)
-            if (t is bytes and not self._decode) or t is int:
-                response: Any = item
-            else:
-                if t is Blocked:
-                    item = self._await_blocked(item, timeout, disconnect_on_error)
-                    session.after_blocked()
-                response = session.convert(
-                    item, self.encoder, self._parser.parse_error, disable_decoding
-                )
-                if isinstance(response, Exception):
-                    raise response
-                if t is Push and session.client.resp >= 3:
-                    # A RESP3 push goes to the parser's push handlers, as off a socket: a
-                    # read that did not ask for one goes on to the next reply.
-                    parser: Any = self._parser
-                    response = parser.handle_push_response(response)
-                    if not push_request:
-                        continue
+            kind = type(item)
+            if kind is Blocked:
+                item = self._await_blocked(item, timeout, disconnect_on_error)
+                session.after_blocked()
+            parser: Any = self._parser
+            response = session.response(
+                item, kind, self._decode, self.encoder, parser.parse_error, disable_decoding
+            )
+            if kind is Push and session.client.resp >= 3:
+                # A RESP3 push goes to the parser's push handlers, as off a socket: a read that
+                # did not ask for one goes on to the next reply.
+                response = parser.handle_push_response(response)
+                if not push_request:
+                    continue
             break
         if self.health_check_interval:
             conn: Any = self
@@ -744,7 +773,7 @@ class _FakeStream:
         return default
 
 
-class AsyncEngineConnection(_AsyncAbstractConnection):
+class AsyncEngineConnection(_OnEngine, _AsyncAbstractConnection):
     """A ``redis.asyncio`` connection executing on an :class:`Engine` (no socket, no RESP).
 
     Same keyword arguments as :class:`EngineConnection`. Blocked commands are awaited on a
@@ -755,25 +784,12 @@ class AsyncEngineConnection(_AsyncAbstractConnection):
     def __init__(
         self, *, engine: Engine | None = None, engine_url: str = "engine://memory", **kwargs: Any
     ) -> None:
-        for name in _CONN_KWARGS_IGNORED:
-            kwargs.pop(name, None)
-        self._engine = engine if engine is not None else engine_from_url(engine_url)
-        self._engine_url = engine_url
-        self._session: _EngineSession | None = None
+        self._bind(engine, engine_url, kwargs)
         self.host = "engine"
         self.port = 0
         super().__init__(**kwargs)
         self._argv = _make_packer(self.encoder)
         self._decode = bool(self.encoder.decode_responses)
-
-    def repr_pieces(self) -> list[tuple[str, Any]]:
-        pieces: list[tuple[str, Any]] = [("engine", self._engine_url), ("db", self.db)]
-        if self.client_name:
-            pieces.append(("client_name", self.client_name))
-        return pieces
-
-    def _host_error(self) -> str:
-        return self._engine_url
 
     async def _connect(self) -> None:
         session = _EngineSession(self._engine)
@@ -877,24 +893,19 @@ class AsyncEngineConnection(_AsyncAbstractConnection):
                     return None
                 raise RedisConnectionError(f"Error while reading from {self._engine_url}: no reply")
             item = session.replies.popleft()
-            t = type(item)
-            if (t is bytes and not self._decode) or t is int:
-                response: Any = item
-            else:
-                if t is Blocked:
-                    item = await self._await_blocked(session, item, timeout, disconnect_on_error)
-                    session.after_blocked()
-                response = session.convert(
-                    item, self.encoder, self._parser.parse_error, disable_decoding
-                )
-                if isinstance(response, Exception):
-                    raise response from None
-                if t is Push and session.client.resp >= 3:
-                    # A RESP3 push goes to the parser's push handlers, as off a socket.
-                    aparser: Any = self._parser
-                    response = await aparser.handle_push_response(response)
-                    if not push_request:
-                        continue
+            kind = type(item)
+            if kind is Blocked:
+                item = await self._await_blocked(session, item, timeout, disconnect_on_error)
+                session.after_blocked()
+            parser: Any = self._parser
+            response = session.response(
+                item, kind, self._decode, self.encoder, parser.parse_error, disable_decoding
+            )
+            if kind is Push and session.client.resp >= 3:
+                # A RESP3 push goes to the parser's push handlers, as off a socket.
+                response = await parser.handle_push_response(response)
+                if not push_request:
+                    continue
             break
         if self.health_check_interval:
             self.next_health_check = asyncio.get_running_loop().time() + self.health_check_interval

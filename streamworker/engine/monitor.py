@@ -1,7 +1,7 @@
 """What a MONITOR connection receives for a command: Redis's replicationFeedMonitors line.
 
 Below :mod:`.core`, which feeds every call to the monitors; MONITOR itself is in
-:mod:`.commands.admin`.
+:mod:`.commands.server_admin`.
 """
 
 from __future__ import annotations

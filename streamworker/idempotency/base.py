@@ -17,10 +17,10 @@ from typing import Any, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 
-from streamworker.deps import CallPlan, build_plan
-from streamworker.message import Message
-from streamworker.outcomes import BatchOutcomes, Outcome
-from streamworker.redisio import NextRead
+from streamworker.core.deps import CallPlan, build_plan
+from streamworker.core.message import Message
+from streamworker.core.outcomes import BatchOutcomes, Outcome
+from streamworker.io.redisio import NextRead
 
 T = TypeVar("T")
 
@@ -139,16 +139,16 @@ class Batch:
     """How to run blocking work (a sync database driver's calls): the worker's handler threads."""
     next_read: NextRead | None
     """The consume loop's next ``>`` read, to be sent behind the batch's last call
-    (:func:`~streamworker.redisio.xack_then_read`,
-    :meth:`~streamworker.redisio.LuaScript.then_read`): one round trip per batch instead of two.
+    (:func:`~streamworker.io.redisio.xack_then_read`,
+    :meth:`~streamworker.io.redisio.LuaScript.then_read`): one round trip per batch instead of two.
     None for batches of other sources."""
     fresh: bool
     """Every message was delivered to this consumer by a ``>`` read sent so recently that no other
-    consumer can have claimed one yet (:func:`streamworker.timing.fresh_batch_window_ms`); a
+    consumer can have claimed one yet (:func:`streamworker.core.timing.fresh_batch_window_ms`); a
     strategy may skip its ownership check before the handlers (never the one with the ack). One
     whose check guards more than the handlers (the SQL strategy's: its processed rows) may skip
     it only for what completes within its own window
-    (:func:`streamworker.timing.sql_fresh_claim_window_ms`), by its own clock."""
+    (:func:`streamworker.core.timing.sql_fresh_claim_window_ms`), by its own clock."""
     handle: Callable[[Message[Any], Mapping[type, Any]], Awaitable[Outcome]]
     """The outcome of one message: its verdict, or :attr:`run_handler`'s."""
     handle_inline: InlineRun | None
@@ -412,7 +412,7 @@ class StrategyPlugin(Protocol):
     name: str
     """The ``idempotency=`` value that selects it."""
     applies_effects: bool
-    """True if it applies the :class:`~streamworker.effects.Effects` a handler returns (the
+    """True if it applies the :class:`~streamworker.core.effects.Effects` a handler returns (the
     others refuse handlers annotated to return them, and dead-letter what is returned)."""
     supports_dedup_field: bool
     """True if it implements ``dedup_field`` (producer-side business-key dedup)."""

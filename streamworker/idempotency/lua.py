@@ -1,5 +1,5 @@
 """``idempotency="lua"``: the handler returns the Redis writes it wants as
-:class:`~streamworker.effects.Effects`; one script per batch applies each message's effects and
+:class:`~streamworker.core.effects.Effects`; one script per batch applies each message's effects and
 XACKs it, atomically, so that the effects of a message apply once.
 
 The guarantee, precisely
@@ -23,7 +23,7 @@ For a message M of stream S read by group G:
   (TYPE), that the number under a key or field is one (as INCRBY/INCRBYFLOAT would parse it), and
   that the result does not overflow (integers: refused within 8192 of the 64-bit limits, where
   Redis would still take it). A message whose effects cannot apply gets an
-  :class:`~streamworker.effects.EffectError` with the reason: nothing of it is written, it is not
+  :class:`~streamworker.core.effects.EffectError` with the reason: nothing of it is written, it is not
   acked, and it is retried and dead-lettered like a failing handler; the rest of the batch goes on.
 
 Bookkeeping memory: none beyond the PEL entries Redis keeps for every consumer group anyway (and
@@ -37,7 +37,7 @@ record can tell. With ``dedup_field="order_id"`` the value of that field is the 
 business key: a message whose business key was *applied* less than ``dedup_window_ms`` ago is
 acked without its effects (and without running its handler when the check before the handlers
 already sees it). The record is one sorted set per (stream, group),
-:func:`~streamworker.keys.dedup_record_key`, member = business key, score = when it was applied,
+:func:`~streamworker.io.keys.dedup_record_key`, member = business key, score = when it was applied,
 by the workers' clocks (keep them in sync; the window is exact up to their skew). Each batch's
 script first drops members older than the window, and the set expires ``dedup_window_ms`` after
 its last insert, so its size is the number of distinct business keys applied in the last
@@ -78,7 +78,7 @@ Redis Cluster
 Every key one script touches must be in one slot: the record uses the stream's hash tag
 (``{S}:dedup:G``), and effect keys must carry it too (``{clicks}:views`` for stream ``clicks``).
 When the server reports ``cluster_enabled:1`` (``INFO cluster``), an effect on a key of another
-slot is refused with an :class:`~streamworker.effects.EffectError` naming both slots, before the
+slot is refused with an :class:`~streamworker.core.effects.EffectError` naming both slots, before the
 script is called. With a ``redis+cluster://`` URL the worker's client is redis-py's cluster
 client, which sends each script to the master of the stream's slot (docs/scaling.md); a
 cluster-enabled node reached with a plain ``redis://`` URL must serve that slot itself. A script's
@@ -104,7 +104,9 @@ import redis.exceptions as rex
 import structlog
 from redis.crc import key_slot
 
-from streamworker.effects import Effect, EffectError, Effects
+from streamworker.core.effects import Effect, EffectError, Effects
+from streamworker.core.message import Message
+from streamworker.core.outcomes import ACKED, CLAIMED_AWAY, DUPLICATE, Action, Outcome, decide
 from streamworker.errors import PermanentFailure
 from streamworker.idempotency.base import (
     Batch,
@@ -114,10 +116,8 @@ from streamworker.idempotency.base import (
     SpanPhases,
     Strategy,
 )
-from streamworker.keys import dedup_record_key, hash_tag
-from streamworker.message import Message
-from streamworker.outcomes import ACKED, CLAIMED_AWAY, DUPLICATE, Action, Outcome, decide
-from streamworker.redisio import LuaScript, NextRead, connection_errors
+from streamworker.io.keys import dedup_record_key, hash_tag
+from streamworker.io.redisio import LuaScript, NextRead, connection_errors
 
 _CHECK = LuaScript("check_ownership")
 

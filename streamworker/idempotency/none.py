@@ -11,6 +11,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from streamworker.core.message import Message
+from streamworker.core.outcomes import ACKED, Action, Outcome
 from streamworker.idempotency.base import (
     Batch,
     BuildContext,
@@ -18,9 +20,7 @@ from streamworker.idempotency.base import (
     PlainPlugin,
     Strategy,
 )
-from streamworker.message import Message
-from streamworker.outcomes import ACKED, Action, Outcome
-from streamworker.redisio import NextRead, connection_errors, xack_then_read
+from streamworker.io.redisio import NextRead, connection_errors, xack_then_read
 
 # What this strategy provides to handlers: nothing (one shared empty mapping, not one per call).
 _NOTHING: Mapping[type, Any] = MappingProxyType({})

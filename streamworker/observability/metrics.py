@@ -26,7 +26,7 @@ one stream in one group):
 
 Publishing with ``wait_replicas`` (labelled ``operation``: ``publish``, ``publish_many``,
 ``relay``, ``dlq_replay``, ``spark_commit``, ``archive_trim``; see
-:mod:`streamworker.replicawait`):
+:mod:`streamworker.io.replicawait`):
 
 * ``streamworker_publish_wait_seconds{operation}`` — from sending a write to its replicas'
   acknowledgement (the write and its WAIT are one round trip), timed-out waits included.
@@ -34,7 +34,7 @@ Publishing with ``wait_replicas`` (labelled ``operation``: ``publish``, ``publis
   acknowledged within ``wait_timeout_ms`` (ReplicaWaitTimeout: on the primary, not yet safe from a
   failover).
 
-Delayed delivery (labelled ``stream``; see :mod:`streamworker.delayed`), recorded by the
+Delayed delivery (labelled ``stream``; see :mod:`streamworker.producing.delayed`), recorded by the
 worker's mover every ``delayed_poll_ms``:
 
 * ``streamworker_delayed_messages{stream}`` — entries waiting in the stream's delayed set (ZCARD).
@@ -293,14 +293,14 @@ class Metrics:
         )
 
     def observe_replica_wait(self, operation: str, seconds: float, timed_out: bool) -> None:
-        """Record one replica wait (a :class:`streamworker.replicawait.WaitObserver`: pass it as
+        """Record one replica wait (a :class:`streamworker.io.replicawait.WaitObserver`: pass it as
         a producer's ``wait_observer``). Thread-safe."""
         self.publish_wait.labels(operation=operation).observe(seconds)
         if timed_out:
             self.publish_wait_timeouts.labels(operation=operation).inc()
 
     def observe_delayed(self, stream: str, moved: int, delayed: int) -> None:
-        """Record one move of delayed entries (:class:`streamworker.delayed.DelayedMover`)."""
+        """Record one move of delayed entries (:class:`streamworker.producing.delayed.DelayedMover`)."""
         self.delayed_moved.labels(stream=stream).inc(moved)
         self.delayed_messages.labels(stream=stream).set(delayed)
 

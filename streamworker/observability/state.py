@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import redis
 
 from streamworker.app import HandlerSpec
+from streamworker.io.redisio import as_text
 from streamworker.observability.metrics import GroupState
-from streamworker.redisio import as_text
 
 
 def read_group_states(client: redis.Redis, specs: Sequence[HandlerSpec]) -> list[GroupState]:

@@ -24,13 +24,10 @@ import redis.exceptions as rex
 import structlog
 
 from streamworker.app import HandlerSpec
-from streamworker.codec import MessageDecoder
-from streamworker.deps import Resolver
-from streamworker.errors import DatabaseUnavailable, PermanentFailure, SchemaError
-from streamworker.idempotency.base import Batch, RunBlocking, Strategy
-from streamworker.message import Message
-from streamworker.observability.metrics import OUTCOMES, Metrics
-from streamworker.outcomes import (
+from streamworker.core.codec import MessageDecoder
+from streamworker.core.deps import Resolver
+from streamworker.core.message import Message
+from streamworker.core.outcomes import (
     ACKED,
     NOT_STARTED,
     SKIPPED,
@@ -42,14 +39,17 @@ from streamworker.outcomes import (
     over_delivered_verdict,
     retry_delay_ms,
 )
-from streamworker.redisio import Entry, LuaScript, NextRead, connection_errors
+from streamworker.core.timing import fresh_batch_window_ms
+from streamworker.errors import DatabaseUnavailable, PermanentFailure, SchemaError
+from streamworker.idempotency.base import Batch, RunBlocking, Strategy
+from streamworker.io.redisio import Entry, LuaScript, NextRead, connection_errors
+from streamworker.observability.metrics import OUTCOMES, Metrics
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.holdings import Holdings
 from streamworker.runtime.invoker import HandlerInvoker
 from streamworker.runtime.late import CLAIMED, DELETED, OWNED, late_after_s, touch_owned
 from streamworker.runtime.loop import StopSignal
 from streamworker.runtime.threads import HandlerThreads
-from streamworker.timing import fresh_batch_window_ms
 
 _DEAD_LETTER = LuaScript("dead_letter")
 
@@ -118,7 +118,7 @@ class BatchProcessor:
         # A read or claim reply later than this (seconds after it was sent) is checked before
         # its handlers run: see runtime.late.
         self._late_after_s = late_after_s(spec.claim_idle_ms)
-        # A '>' batch read less than this ago is fresh (streamworker.timing states why).
+        # A '>' batch read less than this ago is fresh (streamworker.core.timing states why).
         self._fresh_window_s = fresh_batch_window_ms(spec.claim_idle_ms) / 1000
         self._decode = MessageDecoder(
             stream=spec.stream,
@@ -140,7 +140,7 @@ class BatchProcessor:
         its delivery counter; ids missing from it are skipped (no longer this consumer's).
         ``fresh_at``: when the ``>`` read that returned them was sent (monotonic), None for other
         sources. ``sent_at``: when the read or claim that returned them was sent; a batch whose
-        handlers would start later than :func:`~streamworker.timing.late_reply_ms` after it (a
+        handlers would start later than :func:`~streamworker.core.timing.late_reply_ms` after it (a
         late reply, or a long wait for the batch in hand) is checked first
         (:meth:`_recheck_late`).
         ``next_read``: the consume loop's next ``>`` read, for the batch's last call to send

@@ -27,17 +27,17 @@ import redis.exceptions as rex
 import structlog
 
 from streamworker.app import HandlerSpec
-from streamworker.deps import Resolver
+from streamworker.core.deps import Resolver
 from streamworker.errors import ConnectionLost, StreamworkerError
 from streamworker.idempotency.base import Strategy
-from streamworker.observability.metrics import Metrics
-from streamworker.redisio import (
+from streamworker.io.redisio import (
     Entry,
     NextRead,
     connection_errors,
     parse_read_reply,
     read_group,
 )
+from streamworker.observability.metrics import Metrics
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.batch_processor import BatchProcessor
 from streamworker.runtime.holdings import Holdings

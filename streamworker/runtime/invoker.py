@@ -1,5 +1,5 @@
 """Calling a handler for one message: its arguments, the call, the timing, and the runtime's
-decision (:func:`~streamworker.outcomes.decide`). The batch processor puts a
+decision (:func:`~streamworker.core.outcomes.decide`). The batch processor puts a
 :class:`HandlerInvoker` in every :class:`~streamworker.idempotency.base.Batch` it hands to its
 idempotency strategy; the invoker knows nothing of verdicts or strategies' internals."""
 
@@ -16,14 +16,10 @@ from typing import Any
 import structlog
 
 from streamworker.app import HandlerSpec
-from streamworker.deps import MessageParam, Resolver
-from streamworker.effects import Effects
-from streamworker.errors import Retry, SchemaError
-from streamworker.idempotency import registry
-from streamworker.idempotency.base import BatchInlineRun, RunBatchHandler, RunHandler
-from streamworker.message import Message
-from streamworker.observability.metrics import Metrics, observe_many
-from streamworker.outcomes import (
+from streamworker.core.deps import MessageParam, Resolver
+from streamworker.core.effects import Effects
+from streamworker.core.message import Message
+from streamworker.core.outcomes import (
     ACKED,
     NOT_STARTED,
     Action,
@@ -35,6 +31,10 @@ from streamworker.outcomes import (
     describe,
     schema_error,
 )
+from streamworker.errors import Retry, SchemaError
+from streamworker.idempotency import registry
+from streamworker.idempotency.base import BatchInlineRun, RunBatchHandler, RunHandler
+from streamworker.observability.metrics import Metrics, observe_many
 from streamworker.runtime.threads import HandlerThreads
 
 _FLUSH_EVERY = 512
@@ -57,7 +57,7 @@ class HandlerInvoker:
     ``__call__`` and :attr:`inline` are not used for it.
 
     With a strategy whose plug-in sets ``pauses_on_schema_errors`` (``idempotency="sql"``), a
-    handler error that says the schema does not fit (:func:`~streamworker.outcomes.schema_error`)
+    handler error that says the schema does not fit (:func:`~streamworker.core.outcomes.schema_error`)
     is raised as :class:`~streamworker.errors.SchemaError` instead of becoming the message's
     outcome: the strategy rolls the batch back and the consume loop pauses the handler.
     """

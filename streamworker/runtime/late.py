@@ -13,8 +13,8 @@ A blocking read counts from its send too: the server does not say when the entri
 on a quiet stream whose ``block_ms`` exceeds a quarter of ``claim_idle_ms`` a batch that came out
 of a long wait is checked although its reply was prompt (one more round trip, on a quiet stream).
 
-Why a quarter of ``claim_idle_ms``: :mod:`streamworker.timing` owns the figure
-(:func:`~streamworker.timing.late_reply_ms`) and states the invariant it keeps with the renewal
+Why a quarter of ``claim_idle_ms``: :mod:`streamworker.core.timing` owns the figure
+(:func:`~streamworker.core.timing.late_reply_ms`) and states the invariant it keeps with the renewal
 period. Half (the limit the ``fresh`` rule uses) would leave 1/6 of ``claim_idle_ms`` for the
 renewal's round trip, too little for a renewal that is itself delayed.
 """
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
-from streamworker.redisio import LuaScript
-from streamworker.timing import late_reply_ms
+from streamworker.core.timing import late_reply_ms
+from streamworker.io.redisio import LuaScript
 
 _TOUCH = LuaScript("touch_owned")
 
@@ -42,7 +42,7 @@ DELETED = 3
 
 def late_after_s(claim_idle_ms: int) -> float:
     """Seconds after which a read or claim reply is late
-    (:func:`streamworker.timing.late_reply_ms`)."""
+    (:func:`streamworker.core.timing.late_reply_ms`)."""
     return late_reply_ms(claim_idle_ms) / 1000
 
 

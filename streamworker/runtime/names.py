@@ -3,7 +3,7 @@
 A consumer name is how a restarted worker finds its own pending entries (its backlog is
 ``XREADGROUP … 0`` under that name), so two live processes with one name would each replay the
 other's in-flight entries and run them twice. Each process therefore owns its name in every
-(stream, group) it consumes through a record in Redis, :func:`~streamworker.keys.consumer_name_key`:
+(stream, group) it consumes through a record in Redis, :func:`~streamworker.io.keys.consumer_name_key`:
 a hash with a token unique to the process start, its host, pid and start time, and a time to live
 of ``ttl_ms`` that the worker renews every third of it.
 
@@ -34,8 +34,8 @@ import redis.asyncio as aioredis
 import structlog
 
 from streamworker.errors import ConsumerNameTaken
-from streamworker.keys import consumer_name_key
-from streamworker.redisio import LuaScript, as_text
+from streamworker.io.keys import consumer_name_key
+from streamworker.io.redisio import LuaScript, as_text
 
 _CLAIM = LuaScript("claim_consumer_name")
 _RELEASE = LuaScript("release_consumer_name")

@@ -4,9 +4,9 @@ The model
 ---------
 
 Each stream of an ordered subscription (each partition of a partitioned stream) has a
-*partition lock* in Redis, :func:`~streamworker.keys.lease_key`, a string holding the name of the
+*partition lock* in Redis, :func:`~streamworker.io.keys.lease_key`, a string holding the name of the
 consumer that may read it, with a time to live of ``claim_idle_ms``. It is not an entry's lease
-(which the reclaimer renews); :mod:`streamworker.timing` owns its periods. The holder renews it
+(which the reclaimer renews); :mod:`streamworker.core.timing` owns its periods. The holder renews it
 every third of its TTL; the other workers of the group try to take it at the same pace, and one
 of them gets it once the holder has stopped renewing (a crash, a stall, a network cut) for the
 TTL.
@@ -49,13 +49,13 @@ import redis.asyncio as aioredis
 import structlog
 
 from streamworker.app import HandlerSpec
-from streamworker.keys import lease_key
-from streamworker.redisio import Entry, LuaScript, as_bytes, connection_errors, flat_fields
+from streamworker.core.timing import partition_lock_renew_interval_ms, partition_lock_trusted_ms
+from streamworker.io.keys import lease_key
+from streamworker.io.redisio import Entry, LuaScript, as_bytes, connection_errors, flat_fields
 from streamworker.runtime.batch_processor import BatchProcessor
 from streamworker.runtime.holdings import Holdings
 from streamworker.runtime.loop import LoopState, StopSignal
 from streamworker.runtime.reads import delivery_counts, entry_from_reply
-from streamworker.timing import partition_lock_renew_interval_ms, partition_lock_trusted_ms
 
 _ACQUIRE = LuaScript("acquire_lease")
 _RELEASE = LuaScript("release_lease")
@@ -79,7 +79,7 @@ class LockState(IntEnum):
 
 
 class PartitionLock:
-    """The partition lock of one (stream, group) for one consumer (:mod:`streamworker.timing`:
+    """The partition lock of one (stream, group) for one consumer (:mod:`streamworker.core.timing`:
     its TTL, renewal period and trusted share). Use from one event loop."""
 
     def __init__(

@@ -1,6 +1,6 @@
 """Reading a consumer's entries: delivery counters and the entry replies of scripts and claims.
 
-The replies of XREADGROUP itself are parsed by :func:`streamworker.redisio.parse_read_reply`;
+The replies of XREADGROUP itself are parsed by :func:`streamworker.io.redisio.parse_read_reply`;
 what is here serves the other sources of entries (XPENDING for a backlog's delivery counters, the
 claim scripts and XAUTOCLAIM, the ordered loop's ``read_owned.lua``).
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from streamworker.redisio import Entry, as_bytes, connection_errors, flat_fields
+from streamworker.io.redisio import Entry, as_bytes, connection_errors, flat_fields
 
 
 def entry_from_reply(raw: Any) -> Entry:

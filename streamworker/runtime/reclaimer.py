@@ -34,7 +34,7 @@ import redis.exceptions as rex
 import structlog
 
 from streamworker.errors import ConnectionLost
-from streamworker.redisio import Entry, LuaScript, as_bytes, connection_errors
+from streamworker.io.redisio import Entry, LuaScript, as_bytes, connection_errors
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.reads import entry_from_reply
@@ -181,7 +181,7 @@ class Reclaimer:
         self._use_xautoclaim = use_xautoclaim
         self._next_claim = 0.0
         self._next_gc = 0.0
-        self._log = structlog.get_logger("streamworker.reaper").bind(
+        self._log = structlog.get_logger("streamworker.reclaimer").bind(
             stream=self.spec.stream, group=self.spec.group, consumer=consumer.name
         )
         self.claimed_total = 0

@@ -25,21 +25,25 @@ import redis.exceptions as rex
 import structlog
 
 from streamworker.app import App, HandlerSpec
-from streamworker.delayed import DEFAULT_DELAYED_BATCH, DEFAULT_DELAYED_POLL_MS, DelayedMover
-from streamworker.deps import Resolver
+from streamworker.core.deps import Resolver
 from streamworker.errors import ConfigError, ConnectionLost, ConsumerNameTaken, StreamworkerError
 from streamworker.extras import require_extra
 from streamworker.idempotency import registry
 from streamworker.idempotency.base import Backing, BuildContext, Strategy
-from streamworker.observability.metrics import GroupStateCollector, Metrics
-from streamworker.observability.state import missing_groups, read_group_states
-from streamworker.redisio import (
+from streamworker.io.redisio import (
     PrimaryWatch,
     discover_primary,
     open_redis,
     open_sync_redis,
     redact_url,
     sync_primary_address,
+)
+from streamworker.observability.metrics import GroupStateCollector, Metrics
+from streamworker.observability.state import missing_groups, read_group_states
+from streamworker.producing.delayed import (
+    DEFAULT_DELAYED_BATCH,
+    DEFAULT_DELAYED_POLL_MS,
+    DelayedMover,
 )
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
@@ -85,7 +89,7 @@ class WorkerOptions:
     """Where the spans go (an OpenTelemetry TracerProvider); default the global one."""
     delayed_poll_ms: int = DEFAULT_DELAYED_POLL_MS
     """How often the worker moves the due delayed entries of the streams it consumes into them
-    (:mod:`streamworker.delayed`); 0: this worker moves none (another must)."""
+    (:mod:`streamworker.producing.delayed`); 0: this worker moves none (another must)."""
     delayed_batch: int = DEFAULT_DELAYED_BATCH
     """Most delayed entries one move script takes (a full batch is followed by the next)."""
     strategy_options: Mapping[str, object] = field(default_factory=dict)

@@ -76,7 +76,7 @@ def safe_trim(
     """Trim ``stream`` below what every group and Spark cursor still needs (one Lua call): see
     :func:`streamworker.spark.redisops.safe_trim` (``wait_replicas``: return only once that many
     replicas have the trim). Needs no Spark."""
-    from streamworker.replicawait import ReplicaWait
+    from streamworker.io.replicawait import ReplicaWait
     from streamworker.spark import redisops
 
     wait = ReplicaWait(wait_replicas, wait_timeout_ms)

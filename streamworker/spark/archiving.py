@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streamworker.errors import StreamworkerError
-from streamworker.replicawait import DEFAULT_WAIT_TIMEOUT_MS, ReplicaWait
+from streamworker.io.replicawait import DEFAULT_WAIT_TIMEOUT_MS, ReplicaWait
 from streamworker.spark import redisops
 from streamworker.spark.options import FORMAT
 from streamworker.spark.ranges import Position

@@ -43,8 +43,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from streamworker.app import App, HandlerSpec
-from streamworker.codec import decode_message
-from streamworker.deps import Resolver
+from streamworker.core.codec import decode_message
+from streamworker.core.deps import Resolver
+from streamworker.core.outcomes import describe
 from streamworker.errors import ConfigError, DatabaseUnavailable, PermanentFailure
 from streamworker.idempotency.sql import (
     TABLE_NAME,
@@ -56,8 +57,7 @@ from streamworker.idempotency.sql import (
     sortable_id,
     unclaim_statement,
 )
-from streamworker.outcomes import describe
-from streamworker.redisio import as_text
+from streamworker.io.redisio import as_text
 from streamworker.spark import redisops
 from streamworker.spark.ranges import StreamId
 

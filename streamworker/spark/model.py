@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from streamworker.codec import decode_body, decode_fields
+from streamworker.core.codec import decode_body, decode_fields
 from streamworker.errors import ConfigError, PermanentFailure
 
 BASE_COLUMNS = (

@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from streamworker.errors import ConfigError
-from streamworker.partitions import MAX_PARTITIONS, check_partitioned_name
-from streamworker.redisio import is_cluster_url, validate_redis_url
+from streamworker.io.redisio import is_cluster_url, validate_redis_url
+from streamworker.producing.partitions import MAX_PARTITIONS, check_partitioned_name
 from streamworker.spark.ranges import MAX_PART, StreamId, parse_id_option
 
 FORMAT = "streamworker_redis"

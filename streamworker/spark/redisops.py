@@ -18,10 +18,10 @@ import redis
 import redis.exceptions as rex
 
 from streamworker.errors import StreamworkerError
-from streamworker.keys import hash_tag, partition_stream
-from streamworker.partitions import MAX_PARTITIONS
-from streamworker.redisio import LuaScript, as_text, is_cluster_client, open_sync_redis
-from streamworker.replicawait import NO_WAIT, ReplicaWait, Stopwatch, WaitObserver
+from streamworker.io.keys import hash_tag, partition_stream
+from streamworker.io.redisio import LuaScript, as_text, is_cluster_client, open_sync_redis
+from streamworker.io.replicawait import NO_WAIT, ReplicaWait, Stopwatch, WaitObserver
+from streamworker.producing.partitions import MAX_PARTITIONS
 from streamworker.spark.options import is_glob
 from streamworker.spark.ranges import (
     MAX_PART,
@@ -334,6 +334,25 @@ class SyncScript:
             client.script_load(self.source)
             return client.evalsha(self.sha, len(keys), *keys, *args)
 
+    def call_then_wait(
+        self,
+        client: redis.Redis,
+        keys: Sequence[str],
+        args: Sequence[str | bytes | int],
+        wait: ReplicaWait,
+    ) -> tuple[Any, Any]:
+        """Run the script with a WAIT (WAITAOF) behind it in one pipeline: the WAIT must follow
+        the write on its connection. Returns the script's reply and the WAIT's; raises the
+        script's error."""
+        client.script_load(self.source)
+        pipe = client.pipeline(transaction=False)
+        pipe.evalsha(self.sha, len(keys), *keys, *args)
+        pipe.execute_command(*wait.command())  # type: ignore[no-untyped-call]
+        reply, waited = pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply, waited
+
 
 _COMMIT = SyncScript("commit_sink_batch")
 _TRIM = SyncScript("safe_trim")
@@ -402,13 +421,7 @@ def commit_staged(
             added, staged, replayed = _COMMIT(client, keys, args)
         else:
             stopwatch = Stopwatch(observer, "spark_commit")
-            client.script_load(_COMMIT.source)
-            pipe = client.pipeline(transaction=False)
-            pipe.evalsha(_COMMIT.sha, len(keys), *keys, *args)
-            pipe.execute_command(*wait.command())  # type: ignore[no-untyped-call]
-            reply, waited = pipe.execute(raise_on_error=False)
-            if isinstance(reply, Exception):
-                raise reply
+            reply, waited = _COMMIT.call_then_wait(client, keys, args, wait)
             wait.check(
                 waited,
                 f"sink commit of batch {batch_id} to {target!r}",
@@ -472,13 +485,7 @@ def safe_trim(
             trimmed, floor, groups, cursors = _TRIM(client, keys, args)
         else:
             stopwatch = Stopwatch(observer, "archive_trim")
-            client.script_load(_TRIM.source)
-            pipe = client.pipeline(transaction=False)
-            pipe.evalsha(_TRIM.sha, len(keys), *keys, *args)
-            pipe.execute_command(*wait.command())  # type: ignore[no-untyped-call]
-            reply, waited = pipe.execute(raise_on_error=False)
-            if isinstance(reply, Exception):
-                raise reply
+            reply, waited = _TRIM.call_then_wait(client, keys, args, wait)
             wait.check(
                 waited,
                 f"trim of {stream!r}",

@@ -46,9 +46,9 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import MapType, StructType
 
 from streamworker.errors import ConfigError
-from streamworker.partitions import PartitionedStream
-from streamworker.redisio import as_bytes
-from streamworker.replicawait import ReplicaWait
+from streamworker.io.redisio import as_bytes
+from streamworker.io.replicawait import ReplicaWait
+from streamworker.producing.partitions import PartitionedStream
 from streamworker.spark import redisops
 from streamworker.spark.fastread import BatchBuilder, RawPage, raw_pages
 from streamworker.spark.model import ModelColumns, base_columns, model_columns
@@ -646,7 +646,7 @@ class Staged(WriterCommitMessage):
 
 def _cell_bytes(value: Any) -> bytes | None:
     """A DataFrame cell as a field value: None for a null (the field is left out), ``1``/``0`` for
-    a boolean, else :func:`~streamworker.redisio.as_bytes`."""
+    a boolean, else :func:`~streamworker.io.redisio.as_bytes`."""
     if value is None:
         return None
     if isinstance(value, bool):

@@ -36,11 +36,11 @@ import pytest
 import pytest_asyncio
 import redis.asyncio as aioredis
 
+from streamworker.core.message import Message
+from streamworker.core.outcomes import ACKED, NOT_STARTED, Action, BatchOutcomes, Outcome
+from streamworker.core.outcomes import over_delivered_verdict as _over_delivered_verdict
 from streamworker.idempotency.base import Batch, BatchInlineRun, CoroutineHandler, Strategy
-from streamworker.message import Message
-from streamworker.outcomes import ACKED, NOT_STARTED, Action, BatchOutcomes, Outcome
-from streamworker.outcomes import over_delivered_verdict as _over_delivered_verdict
-from streamworker.redisio import NextRead, as_bytes, open_redis, parse_read_reply
+from streamworker.io.redisio import NextRead, as_bytes, open_redis, parse_read_reply
 
 __all__ = [
     "StrategyHarness",

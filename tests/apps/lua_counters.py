@@ -27,7 +27,7 @@ from typing import Any
 
 from streamworker import App, Effects, Message
 from streamworker.idempotency import lua
-from streamworker.redisio import NextRead
+from streamworker.io.redisio import NextRead
 from tests.support.crashpoints import CrashPlan
 
 app = App("lua-counters")

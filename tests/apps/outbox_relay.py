@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from streamworker.cli import main
-from streamworker.idempotency import outbox
+from streamworker.idempotency.sql import outbox
 from tests.support.crashpoints import CrashPlan
 
 _plan = CrashPlan("outbox_relay.log", ("after_add", "after_delete", "after_commit"))

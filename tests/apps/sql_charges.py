@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from streamworker import App, Message
 from streamworker.idempotency import sql
-from streamworker.redisio import NextRead
+from streamworker.io.redisio import NextRead
 from tests.support.crashpoints import CrashPlan
 from tests.support.sql import Charge
 

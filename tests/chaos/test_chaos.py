@@ -33,7 +33,7 @@ import redis
 import sqlalchemy as sa
 
 from streamworker.idempotency.sql import SqlDatabase
-from streamworker.idempotency.sql_migrate import upgrade
+from streamworker.idempotency.sql.migrate import upgrade
 from tests.apps import chaos_lua, chaos_sql
 from tests.apps.chaos_common import GROUP, MAX_DELIVERIES, STREAM
 from tests.chaos.schedule import HEALTHY, Action, Plan, make_plan

@@ -24,11 +24,11 @@ import pytest
 from sqlalchemy.orm import Session
 
 from streamworker.errors import ConnectionLost, ReplicaWaitTimeout
-from streamworker.idempotency.outbox import pending_rows
-from streamworker.idempotency.outbox import publish as stage
 from streamworker.idempotency.sql import SqlDatabase
-from streamworker.producer import SyncProducer
-from streamworker.redisio import open_sync_redis
+from streamworker.idempotency.sql.outbox import pending_rows
+from streamworker.idempotency.sql.outbox import publish as stage
+from streamworker.io.redisio import open_sync_redis
+from streamworker.producing.producer import SyncProducer
 from tests.apps import ha_mixed
 from tests.support.ha import (
     Run,

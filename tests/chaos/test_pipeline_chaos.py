@@ -35,8 +35,8 @@ import redis
 import sqlalchemy as sa
 
 from streamworker.idempotency.sql import SqlDatabase
-from streamworker.idempotency.sql_migrate import upgrade
-from streamworker.keys import dead_letter_stream
+from streamworker.idempotency.sql.migrate import upgrade
+from streamworker.io.keys import dead_letter_stream
 from tests.chaos.schedule import Action
 from tests.support.chaos import ChaosLog, Producer, Workers, restartable_port, run_actions
 from tests.support.postgres import PostgresServer

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from streamworker import App, DeadLetter, Message
-from streamworker.partitions import PartitionedStream
+from streamworker.producing.partitions import PartitionedStream
 from tests.support.cluster import LocalCluster
 from tests.support.proc import run_cli
 from tests.support.servers import RedisServer, free_port

@@ -5,10 +5,10 @@ twice, and a worker moves and handles each once."""
 from __future__ import annotations
 
 from streamworker import App, Message
-from streamworker.keys import delayed_key
-from streamworker.partitions import PartitionedStream
-from streamworker.producer import StreamOptions, SyncProducer
-from streamworker.redisio import open_sync_redis
+from streamworker.io.keys import delayed_key
+from streamworker.io.redisio import open_sync_redis
+from streamworker.producing.partitions import PartitionedStream
+from streamworker.producing.producer import StreamOptions, SyncProducer
 from tests.support.cluster import LocalCluster
 from tests.support.worker import eventually, running_worker
 

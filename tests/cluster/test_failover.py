@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 
 from streamworker import App, Effects, Message
 from streamworker.errors import ConnectionLost
-from streamworker.partitions import PartitionedProducer, PartitionedStream
-from streamworker.redisio import open_redis
+from streamworker.io.redisio import open_redis
+from streamworker.producing.partitions import PartitionedProducer, PartitionedStream
 from tests.support.cluster import LocalCluster
 from tests.support.sql import Charge, create_business_tables, running_sql_worker, sync_url
 from tests.support.worker import eventually
@@ -40,7 +40,7 @@ def ha_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 @pytest.fixture
 def charges_db(postgres_url: str) -> str:
     from streamworker.idempotency.sql import SqlDatabase
-    from streamworker.idempotency.sql_migrate import upgrade
+    from streamworker.idempotency.sql.migrate import upgrade
 
     db = SqlDatabase(postgres_url)
     upgrade(db)

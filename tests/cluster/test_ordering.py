@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from streamworker.keys import lease_key
-from streamworker.partitions import PartitionedStream
+from streamworker.io.keys import lease_key
+from streamworker.producing.partitions import PartitionedStream
 from tests.support.cluster import LocalCluster
 from tests.support.proc import read_lines, stop_process, streamworker, wait_for
 

@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session
 from streamworker import App, DeadLetter, Message, Retry
 from streamworker.errors import ConfigError
 from streamworker.idempotency.sql import SqlDatabase
-from streamworker.idempotency.sql_migrate import upgrade
-from streamworker.keys import lease_key
+from streamworker.idempotency.sql.migrate import upgrade
+from streamworker.io.keys import lease_key
+from streamworker.io.redisio import open_redis
 from streamworker.observability.state import read_group_states
-from streamworker.partitions import PartitionedProducer, PartitionedStream
-from streamworker.redisio import open_redis
+from streamworker.producing.partitions import PartitionedProducer, PartitionedStream
 from tests.support.cluster import LocalCluster
 from tests.support.sql import Charge, create_business_tables, running_sql_worker, sync_url
 from tests.support.worker import eventually, running_worker

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from streamworker.idempotency.outbox import Relay, pending_rows, publish
 from streamworker.idempotency.sql import SqlDatabase
-from streamworker.idempotency.sql_migrate import upgrade
-from streamworker.partitions import PartitionedStream
-from streamworker.producer import Producer, StreamOptions, SyncProducer
-from streamworker.redisio import open_redis, open_sync_redis
+from streamworker.idempotency.sql.migrate import upgrade
+from streamworker.idempotency.sql.outbox import Relay, pending_rows, publish
+from streamworker.io.redisio import open_redis, open_sync_redis
+from streamworker.producing.partitions import PartitionedStream
+from streamworker.producing.producer import Producer, StreamOptions, SyncProducer
 from tests.support.cluster import LocalCluster
 
 ORDERS = PartitionedStream("orders", 4)

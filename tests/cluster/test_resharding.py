@@ -11,7 +11,7 @@ import pytest
 from redis.crc import key_slot
 
 from streamworker import App, Effects, Message
-from streamworker.keys import in_stream_slot
+from streamworker.io.keys import in_stream_slot
 from tests.support.cluster import ClusterNodeProcess, LocalCluster
 from tests.support.worker import eventually, running_worker
 

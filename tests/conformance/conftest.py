@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from streamworker.redisio import open_sync_redis
+from streamworker.io.redisio import open_sync_redis
 from tests.support.cluster import LocalCluster
 from tests.support.engine_server import EngineServerProcess
 from tests.support.servers import RedisServer

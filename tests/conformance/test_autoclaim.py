@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from streamworker.redisio import open_redis
+from streamworker.io.redisio import open_redis
 from streamworker.runtime.reclaimer import autoclaim_pages
 
 

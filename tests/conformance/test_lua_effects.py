@@ -9,10 +9,10 @@ from typing import Any
 import redis
 
 from streamworker import Effects, Message
+from streamworker.core.outcomes import CLAIMED_AWAY, DUPLICATE, Action
 from streamworker.idempotency.base import Batch
 from streamworker.idempotency.lua import LuaStrategy
-from streamworker.outcomes import CLAIMED_AWAY, DUPLICATE, Action
-from streamworker.redisio import open_redis
+from streamworker.io.redisio import open_redis
 from tests.support.lua import drain, make_invoke, read
 
 

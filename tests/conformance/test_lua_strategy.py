@@ -12,10 +12,10 @@ import redis
 import redis.asyncio as aioredis
 
 from streamworker import App, Effects, Message
+from streamworker.core.outcomes import CLAIMED_AWAY, DUPLICATE, Action
 from streamworker.idempotency.base import Batch
 from streamworker.idempotency.lua import LuaStrategy
-from streamworker.outcomes import CLAIMED_AWAY, DUPLICATE, Action
-from streamworker.redisio import open_redis
+from streamworker.io.redisio import open_redis
 from tests.support.lua import drain, make_invoke, read
 from tests.support.worker import eventually, running_worker
 

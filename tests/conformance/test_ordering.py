@@ -7,8 +7,8 @@ from __future__ import annotations
 import redis
 
 from streamworker import App, Message, Retry
-from streamworker.keys import lease_key
-from streamworker.partitions import PartitionedStream
+from streamworker.io.keys import lease_key
+from streamworker.producing.partitions import PartitionedStream
 from tests.support.worker import eventually, running_worker
 
 EVENTS = PartitionedStream("events", 2)

@@ -7,7 +7,7 @@ import asyncio
 
 import redis
 
-from streamworker.redisio import open_redis
+from streamworker.io.redisio import open_redis
 from streamworker.runtime.late import CLAIMED, DELETED, NOT_PENDING, OWNED, touch_owned
 
 

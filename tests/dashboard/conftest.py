@@ -11,8 +11,8 @@ from importlib import resources
 import pytest
 import redis
 
-from streamworker.keys import dead_letter_stream
-from streamworker.redisio import open_sync_redis
+from streamworker.io.keys import dead_letter_stream
+from streamworker.io.redisio import open_sync_redis
 
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 1">'
 BINARY = b"\x00\xff\xfe binary \x01"

@@ -23,8 +23,8 @@ import pytest
 import redis
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from streamworker.keys import consumer_name_key
-from streamworker.redisio import open_redis
+from streamworker.io.keys import consumer_name_key
+from streamworker.io.redisio import open_redis
 from streamworker.runtime.names import ConsumerNames
 from tests.dashboard.conftest import BINARY, HOSTILE, HUGE
 from tests.support.proc import ROOT, streamworker, wait_for

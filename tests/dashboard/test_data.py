@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamworker.dashboard import data
-from streamworker.redisio import open_redis
+from streamworker.io.redisio import open_redis
 from tests.dashboard.conftest import BINARY, HOSTILE, Scene, Store, build_scene
 
 T = TypeVar("T")

@@ -19,9 +19,9 @@ with warnings.catch_warnings():
 from streamworker.dashboard import DashboardConfig, create_app
 from streamworker.dashboard.security import SESSION_COOKIE
 from streamworker.errors import ConfigError
-from streamworker.keys import delayed_key
-from streamworker.producer import SyncProducer
-from streamworker.redisio import open_sync_redis
+from streamworker.io.keys import delayed_key
+from streamworker.io.redisio import open_sync_redis
+from streamworker.producing.producer import SyncProducer
 from tests.dashboard.conftest import BINARY, HOSTILE, HUGE, Scene, Store
 
 TOKEN = "a-long-dashboard-token"

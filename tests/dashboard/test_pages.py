@@ -18,8 +18,8 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 from streamworker.dashboard import DashboardConfig, create_app
-from streamworker.keys import consumer_name_key, dead_letter_stream
-from streamworker.redisio import open_redis
+from streamworker.io.keys import consumer_name_key, dead_letter_stream
+from streamworker.io.redisio import open_redis
 from streamworker.runtime.names import ConsumerNames
 from tests.dashboard.conftest import HOSTILE, Scene, Store, build_scene, dead_letter
 from tests.dashboard.test_http import BASE, ORIGIN, TOKEN, cell, client_for, csrf_of, login

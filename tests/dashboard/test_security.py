@@ -12,7 +12,7 @@ from streamworker.dashboard.security import (
     token_matches,
 )
 from streamworker.errors import ConfigError
-from streamworker.redisio import redact_url
+from streamworker.io.redisio import redact_url
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"])

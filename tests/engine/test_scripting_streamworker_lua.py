@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import redis
 
-from streamworker.delayed import encode_envelope
 from streamworker.engine.inproc import forget_engine, sync_client
+from streamworker.producing.delayed import encode_envelope
 from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -119,7 +119,7 @@ _BACKFILL_DLQ = ["s:dlq", "s:dlq:backfill"]
 _BACKFILL_ARGS = ["s", "2-1", "g", "backfill", "ValueError: no", "handle", "1700000000000", "60000"]
 
 
-# Delayed envelopes (streamworker.delayed): A trims to 2 entries exactly, B has binary values.
+# Delayed envelopes (streamworker.producing.delayed): A trims to 2 entries exactly, B has binary values.
 _ENV_A = encode_envelope({"f": "a"}, "MAXLEN", False, "2", nonce=b"n-a")
 _ENV_B = encode_envelope({"f": "b\x00:1:", "g": ""}, nonce=b"n-b")
 _ENV_C = encode_envelope({"f": "c"}, nonce=b"n-c")

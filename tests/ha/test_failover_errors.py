@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 import redis.exceptions as rex
 
 from streamworker.errors import ConnectionLost
-from streamworker.redisio import LuaScript, connection_errors, open_redis, primary_watch
+from streamworker.io.redisio import LuaScript, connection_errors, open_redis, primary_watch
 from tests.support.proc import wait_for
 from tests.support.servers import RedisServer
 

@@ -13,9 +13,9 @@ import redis
 from sqlalchemy.orm import Session
 
 from streamworker.cli import EXIT_CONFIG, EXIT_RUNTIME
-from streamworker.idempotency.outbox import publish
 from streamworker.idempotency.sql import SqlDatabase
-from streamworker.idempotency.sql_migrate import upgrade
+from streamworker.idempotency.sql.migrate import upgrade
+from streamworker.idempotency.sql.outbox import publish
 from tests.support.proc import read_lines, run_cli, stop_process, streamworker, wait_for
 from tests.support.sentinel import SentinelSetup
 from tests.support.servers import free_port

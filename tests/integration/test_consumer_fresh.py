@@ -10,12 +10,12 @@ import redis
 import redis.asyncio as aioredis
 
 from streamworker import App, Message
-from streamworker.deps import Resolver
+from streamworker.core.deps import Resolver
+from streamworker.core.outcomes import Outcome
 from streamworker.idempotency.base import Batch
 from streamworker.idempotency.none import AtLeastOnce
+from streamworker.io.redisio import Entry
 from streamworker.observability.metrics import Metrics
-from streamworker.outcomes import Outcome
-from streamworker.redisio import Entry
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.threads import HandlerThreads

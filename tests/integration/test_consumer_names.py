@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from streamworker.errors import ConsumerNameTaken
-from streamworker.keys import consumer_name_key
-from streamworker.redisio import open_redis
+from streamworker.io.keys import consumer_name_key
+from streamworker.io.redisio import open_redis
 from streamworker.runtime.names import ConsumerNames
 from tests.support.proc import read_lines, stop_process, streamworker, wait_for
 

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from streamworker import App, ConfigError, Effects, Message
+from streamworker.core.outcomes import Outcome
 from streamworker.idempotency.base import Batch, CoroutineHandler
 from streamworker.idempotency.sql import (
     TABLE_NAME,
@@ -26,8 +27,7 @@ from streamworker.idempotency.sql import (
     parse_db_url,
     sortable_id,
 )
-from streamworker.outcomes import Outcome
-from streamworker.redisio import open_redis
+from streamworker.io.redisio import open_redis
 from streamworker.runtime.worker import Worker, WorkerOptions
 from tests.support.proc import run_cli
 from tests.support.sql import (
@@ -267,7 +267,7 @@ async def test_ownership_check_finds_a_batch_spread_over_other_pending_entries(
     @CoroutineHandler
     async def invoke(msg: Message, provided) -> Outcome:  # type: ignore[no-untyped-def]
         provided[Session].add(Charge(message_id=msg.id, order_id="x", amount_cents=1))
-        from streamworker.outcomes import ACKED
+        from streamworker.core.outcomes import ACKED
 
         return ACKED
 

@@ -20,11 +20,11 @@ import redis
 from structlog.testing import capture_logs
 
 from streamworker import App, Message, ReplicaWaitTimeout
-from streamworker.delayed import DelayedMover, move_due, now_ms
 from streamworker.engine.inproc import forget_engine
-from streamworker.keys import consumer_name_key, delayed_key
-from streamworker.producer import Producer, StreamOptions, SyncProducer
-from streamworker.redisio import open_redis, open_sync_redis
+from streamworker.io.keys import consumer_name_key, delayed_key
+from streamworker.io.redisio import open_redis, open_sync_redis
+from streamworker.producing.delayed import DelayedMover, move_due, now_ms
+from streamworker.producing.producer import Producer, StreamOptions, SyncProducer
 from tests.support.proc import read_lines, run_cli, streamworker, wait_for
 from tests.support.replication import Replicated
 from tests.support.servers import RedisServer

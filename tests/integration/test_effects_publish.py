@@ -11,7 +11,7 @@ import redis
 from pydantic import BaseModel
 
 from streamworker import App, Effects, Message
-from streamworker.codec import EncodeError
+from streamworker.core.codec import EncodeError
 from tests.support.worker import eventually, running_worker
 
 

@@ -12,10 +12,10 @@ import redis
 import redis.asyncio as aioredis
 
 from streamworker import App, Message
-from streamworker.deps import Resolver
+from streamworker.core.deps import Resolver
 from streamworker.idempotency.none import AtLeastOnce
+from streamworker.io.redisio import Entry
 from streamworker.observability.metrics import Metrics
-from streamworker.redisio import Entry
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.threads import HandlerThreads

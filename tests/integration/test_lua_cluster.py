@@ -12,8 +12,8 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from streamworker import Effects, Message
+from streamworker.core.outcomes import Action
 from streamworker.idempotency.lua import LuaStrategy
-from streamworker.outcomes import Action
 from tests.support.cluster import ClusterNodeProcess, cluster_port, wait_until
 from tests.support.lua import drain
 from tests.support.servers import missing_service

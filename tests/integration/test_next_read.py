@@ -15,13 +15,13 @@ import redis.asyncio as aioredis
 import redis.exceptions as rex
 
 from streamworker import App, Effects, Message
-from streamworker.deps import Resolver
+from streamworker.core.deps import Resolver
+from streamworker.core.outcomes import Outcome
 from streamworker.idempotency.base import Batch, Strategy
 from streamworker.idempotency.lua import LuaStrategy
 from streamworker.idempotency.none import AtLeastOnce
+from streamworker.io.redisio import NextRead, parse_read_reply, xack_then_read
 from streamworker.observability.metrics import Metrics
-from streamworker.outcomes import Outcome
-from streamworker.redisio import NextRead, parse_read_reply, xack_then_read
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.threads import HandlerThreads

@@ -14,13 +14,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from streamworker import App, Message
-from streamworker.codec import decode_message
+from streamworker.core.codec import decode_message
 from streamworker.errors import ConfigError
-from streamworker.idempotency.outbox import Relay, _row_xadd, outbox, pending_rows, publish
 from streamworker.idempotency.sql import SqlDatabase
-from streamworker.keys import partition_stream
-from streamworker.partitions import partition_of
-from streamworker.redisio import open_sync_redis
+from streamworker.idempotency.sql.outbox import Relay, _row_xadd, outbox, pending_rows, publish
+from streamworker.io.keys import partition_stream
+from streamworker.io.redisio import open_sync_redis
+from streamworker.producing.partitions import partition_of
 from tests.support.sql import (
     Charge,
     charges_per_message,
@@ -242,7 +242,7 @@ def test_rows_for_several_streams_each_keep_their_order(
 
 
 def test_the_relay_runs_on_the_embedded_engine(sqlite_url: str) -> None:
-    from streamworker.idempotency.sql_migrate import upgrade
+    from streamworker.idempotency.sql.migrate import upgrade
 
     db = SqlDatabase(sqlite_url)
     upgrade(db)
@@ -257,7 +257,7 @@ def test_a_relay_stalled_inside_its_transaction_is_ended_and_another_takes_over(
     postgres_url: str, redis_url: str, redis_client: redis.Redis
 ) -> None:
     from streamworker.errors import DatabaseUnavailable
-    from streamworker.idempotency.sql_migrate import upgrade
+    from streamworker.idempotency.sql.migrate import upgrade
 
     upgrade(SqlDatabase(postgres_url))
     _stage(postgres_url, *(Payment(order_id=i, cents=0) for i in range(3)))

@@ -12,8 +12,8 @@ import pytest
 import redis
 from sqlalchemy.orm import Session
 
-from streamworker.idempotency.outbox import pending_rows, publish
 from streamworker.idempotency.sql import SqlDatabase
+from streamworker.idempotency.sql.outbox import pending_rows, publish
 from tests.support.proc import ROOT, run_cli
 
 ROWS = 50

@@ -16,7 +16,7 @@ import redis
 import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamworker.keys import consumer_name_key
+from streamworker.io.keys import consumer_name_key
 from streamworker.runtime.names import ConsumerNames
 from tests.support.proc import (
     children_by_consumer,

@@ -6,10 +6,10 @@ import redis
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from streamworker.idempotency.outbox import publish
 from streamworker.idempotency.sql import SqlDatabase
-from streamworker.keys import partition_stream
-from streamworker.partitions import partition_of
+from streamworker.idempotency.sql.outbox import publish
+from streamworker.io.keys import partition_stream
+from streamworker.producing.partitions import partition_of
 from tests.support.proc import run_cli
 
 
@@ -81,7 +81,7 @@ def test_relay_without_the_outbox_table_names_migrate(sqlite_url: str, redis_url
 def test_relay_on_a_database_migrated_before_the_outbox_names_migrate(
     sqlite_url: str, redis_url: str
 ) -> None:
-    from streamworker.idempotency.sql_migrate import upgrade
+    from streamworker.idempotency.sql.migrate import upgrade
 
     db = SqlDatabase(sqlite_url)
     upgrade(db, "sw0001")

@@ -15,8 +15,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from streamworker.errors import ConnectionLost
-from streamworker.producer import Producer
-from streamworker.redisio import open_redis
+from streamworker.io.redisio import open_redis
+from streamworker.producing.producer import Producer
 from tests.support.faultproxy import FaultProxy, FaultRates, FaultSchedule
 from tests.support.servers import RedisServer
 

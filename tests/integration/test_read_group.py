@@ -8,7 +8,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from streamworker.redisio import Entry, parse_read_reply, read_group
+from streamworker.io.redisio import Entry, parse_read_reply, read_group
 
 
 def _fill(client: redis.Redis) -> list[bytes]:

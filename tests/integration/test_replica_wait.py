@@ -14,14 +14,14 @@ import redis
 from sqlalchemy.orm import Session
 
 from streamworker import App, ReplicaWaitTimeout
-from streamworker.admin import replay_dead_letters
 from streamworker.errors import ConfigError
-from streamworker.idempotency.outbox import Relay, pending_rows, publish
 from streamworker.idempotency.sql import SqlDatabase
-from streamworker.keys import dead_letter_stream
+from streamworker.idempotency.sql.outbox import Relay, pending_rows, publish
+from streamworker.io.keys import dead_letter_stream
+from streamworker.io.redisio import open_redis, open_sync_redis
 from streamworker.observability.metrics import Metrics
-from streamworker.producer import Producer, StreamOptions, SyncProducer
-from streamworker.redisio import open_redis, open_sync_redis
+from streamworker.ops.dead_letters import replay_dead_letters
+from streamworker.producing.producer import Producer, StreamOptions, SyncProducer
 from tests.support.proc import run_cli
 from tests.support.replication import Replicated
 

@@ -366,7 +366,7 @@ def backfill_rows(
 @pytest.fixture
 def shop(redis_client: redis.Redis, sqlite_url: str) -> tuple[list[str], list[dict[str, Any]]]:
     from streamworker.idempotency.sql import SqlDatabase
-    from streamworker.idempotency.sql_migrate import upgrade
+    from streamworker.idempotency.sql.migrate import upgrade
     from tests.support.sql import create_business_tables
 
     db = SqlDatabase(sqlite_url)

@@ -19,13 +19,13 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from streamworker import App, Message
-from streamworker.deps import Resolver
+from streamworker.core.deps import Resolver
+from streamworker.core.outcomes import Action, Outcome
 from streamworker.errors import DatabaseUnavailable
 from streamworker.idempotency.base import Batch
 from streamworker.idempotency.sql import SqlDatabase, SqlStrategy
+from streamworker.io.redisio import open_redis
 from streamworker.observability.metrics import Metrics
-from streamworker.outcomes import Action, Outcome
-from streamworker.redisio import open_redis
 from streamworker.runtime.invoker import HandlerInvoker, make_invoker
 from streamworker.runtime.threads import HandlerThreads
 from tests.support.sql import (

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from streamworker import App, ConfigError, DeadLetter, Depends, Message
+from streamworker.core.outcomes import Action, Outcome
 from streamworker.idempotency.base import Batch, CoroutineHandler
 from streamworker.idempotency.sql import (
     TABLE_NAME,
@@ -23,8 +24,7 @@ from streamworker.idempotency.sql import (
     prune,
     sortable_id,
 )
-from streamworker.outcomes import Action, Outcome
-from streamworker.redisio import open_redis
+from streamworker.io.redisio import open_redis
 from tests.support.sql import (
     Charge,
     charges_per_message,
@@ -306,7 +306,7 @@ async def test_missing_table_is_a_config_error_that_names_migrate(
 async def test_connection_lost_mid_transaction_retries_the_batch_without_acking(
     postgres_url: str, redis_url: str, redis_client: redis.Redis
 ) -> None:
-    from streamworker.idempotency.sql_migrate import upgrade
+    from streamworker.idempotency.sql.migrate import upgrade
 
     db = SqlDatabase(postgres_url)
     upgrade(db)
@@ -484,7 +484,7 @@ async def test_database_down_then_back_loses_nothing_and_applies_nothing_twice(
     redis_url: str,
     redis_client: redis.Redis,  # type: ignore[no-untyped-def]
 ) -> None:
-    from streamworker.idempotency.sql_migrate import upgrade
+    from streamworker.idempotency.sql.migrate import upgrade
 
     url = own_postgres.create_database("outage")
     db = SqlDatabase(url)

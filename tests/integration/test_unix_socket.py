@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from streamworker.redisio import open_redis, open_sync_redis
+from streamworker.io.redisio import open_redis, open_sync_redis
 from tests.support.servers import RedisServer
 
 

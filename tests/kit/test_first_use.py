@@ -122,8 +122,8 @@ def test_a_bound_url_beats_the_environment(
 def test_the_producers_are_importable_from_the_package() -> None:
     import streamworker
     from streamworker import Producer, SyncProducer
-    from streamworker.producer import Producer as Defined
-    from streamworker.producer import SyncProducer as SyncDefined
+    from streamworker.producing.producer import Producer as Defined
+    from streamworker.producing.producer import SyncProducer as SyncDefined
 
     assert Producer is Defined
     assert SyncProducer is SyncDefined

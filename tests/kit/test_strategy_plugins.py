@@ -8,11 +8,11 @@ from collections.abc import Awaitable, Callable, Iterator
 import pytest
 
 from streamworker import App, Message
+from streamworker.core.outcomes import Outcome
 from streamworker.errors import ConfigError
 from streamworker.idempotency import registry
 from streamworker.idempotency.base import Batch, BuildContext, HandlerConfig, PlainPlugin, Strategy
 from streamworker.idempotency.none import AtLeastOnce
-from streamworker.outcomes import Outcome
 from streamworker.testing import TestWorker
 
 Run = Callable[..., Awaitable[TestWorker]]

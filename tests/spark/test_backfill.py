@@ -16,7 +16,7 @@ import redis
 import sqlalchemy as sa
 
 from streamworker.idempotency.sql import SqlDatabase
-from streamworker.idempotency.sql_migrate import upgrade
+from streamworker.idempotency.sql.migrate import upgrade
 from streamworker.spark import run_handler
 from tests.support.proc import ROOT, wait_for
 from tests.support.sql import charges_per_message, create_business_tables, pending_ids, sync_url

@@ -14,8 +14,8 @@ import redis
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import StringType, StructField, StructType
 
-from streamworker.keys import partition_stream
-from streamworker.partitions import PartitionedStream, partition_of
+from streamworker.io.keys import partition_stream
+from streamworker.producing.partitions import PartitionedStream, partition_of
 from streamworker.spark import redisops
 from streamworker.spark.options import parse_read_options, parse_write_options
 from streamworker.spark.source import BatchReader, StreamReader, _RowLayout, _stage_rows

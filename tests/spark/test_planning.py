@@ -23,8 +23,8 @@ from pyspark.sql.types import (
 )
 
 from streamworker.errors import ConfigError, StreamworkerError
-from streamworker.keys import partition_stream
-from streamworker.partitions import partition_of
+from streamworker.io.keys import partition_stream
+from streamworker.producing.partitions import partition_of
 from streamworker.spark import read
 from streamworker.spark.errors import carried_error, clear_errors
 from streamworker.spark.fastread import BatchBuilder, raw_pages

@@ -15,7 +15,7 @@ import pytest
 import redis
 import redis.cluster
 
-from streamworker.redisio import open_sync_redis
+from streamworker.io.redisio import open_sync_redis
 from tests.support.servers import RedisServer, free_port, missing_service
 
 # The cluster bus listens at port + 10000, so a node's port must leave room for it.

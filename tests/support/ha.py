@@ -13,7 +13,7 @@ import redis
 import sqlalchemy as sa
 
 from streamworker.idempotency.sql import SqlDatabase
-from streamworker.idempotency.sql_migrate import upgrade
+from streamworker.idempotency.sql.migrate import upgrade
 from tests.apps import ha_mixed
 from tests.support.proc import stop_process, streamworker, wait_for
 from tests.support.servers import free_port

@@ -9,12 +9,12 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from streamworker.codec import MessageDecoder
+from streamworker.core.codec import MessageDecoder
+from streamworker.core.message import Message
+from streamworker.core.outcomes import ACKED, Outcome, decide
 from streamworker.idempotency.base import Batch, CoroutineHandler
 from streamworker.idempotency.lua import LuaStrategy
-from streamworker.message import Message
-from streamworker.outcomes import ACKED, Outcome, decide
-from streamworker.redisio import parse_read_reply
+from streamworker.io.redisio import parse_read_reply
 
 Handler = Callable[[Message[Any]], Any]
 

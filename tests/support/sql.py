@@ -24,7 +24,7 @@ def migrated_db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest
     """A new database with streamworker's schema: a SQLite file (WAL) under ``tmp_path`` for
     ``"sqlite"``, else a new database on the session's PostgreSQL 15."""
     from streamworker.idempotency.sql import SqlDatabase
-    from streamworker.idempotency.sql_migrate import upgrade
+    from streamworker.idempotency.sql.migrate import upgrade
 
     if backend == "sqlite":
         url = f"sqlite:///{tmp_path / 'streamworker.db'}"

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from streamworker.core.message import Message
+from streamworker.core.outcomes import ACKED, BatchOutcomes, Outcome, over_delivered_verdict
 from streamworker.idempotency.base import Batch, CoroutineHandler
-from streamworker.message import Message
-from streamworker.outcomes import ACKED, BatchOutcomes, Outcome, over_delivered_verdict
 
 VERDICT = over_delivered_verdict(4, 3)
 

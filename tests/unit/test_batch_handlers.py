@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy.orm import Session
 
 from streamworker import App, ConfigError, DeadLetter, Effects, Message, Retry
-from streamworker.deps import build_plan
-from streamworker.outcomes import ACKED, Action, BadBatchResult, batch_outcomes
+from streamworker.core.deps import build_plan
+from streamworker.core.outcomes import ACKED, Action, BadBatchResult, batch_outcomes
 
 
 class Order(pydantic.BaseModel):

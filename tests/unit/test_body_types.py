@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 from streamworker import App, Message
-from streamworker.codec import EncodeError, decode_body, decode_message, encode_for
+from streamworker.core.codec import EncodeError, decode_body, decode_message, encode_for
 from streamworker.errors import ConfigError, PermanentFailure
 
 

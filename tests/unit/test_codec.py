@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 from pydantic import BaseModel
 
-from streamworker.codec import _MESSAGE_FIELDS, MessageDecoder, decode_fields, decode_message
+from streamworker.core.codec import _MESSAGE_FIELDS, MessageDecoder, decode_fields, decode_message
+from streamworker.core.message import Message
 from streamworker.errors import PermanentFailure
-from streamworker.message import Message
 
 
 class Order(BaseModel):

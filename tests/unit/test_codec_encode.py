@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import pytest
 from pydantic import BaseModel, Field, HttpUrl
 
-from streamworker.codec import (
+from streamworker.core.codec import (
     EncodeError,
     decode_message,
     encode,

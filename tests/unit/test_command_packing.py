@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 
-from streamworker.redisio import open_redis
+from streamworker.io.redisio import open_redis
 
 ARGS: list[tuple[Any, ...]] = [
     ("XACK", "orders", "billing", b"1-0", b"2-1"),

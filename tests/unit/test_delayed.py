@@ -8,7 +8,9 @@ import datetime
 import pytest
 
 from streamworker.cli.produce import parse_duration_ms
-from streamworker.delayed import (
+from streamworker.errors import ConfigError
+from streamworker.io.keys import delayed_key, partition_stream
+from streamworker.producing.delayed import (
     PAST_TOLERANCE_MS,
     decode_envelope,
     due_time,
@@ -16,9 +18,7 @@ from streamworker.delayed import (
     marker_value,
     parse_marker,
 )
-from streamworker.errors import ConfigError
-from streamworker.keys import delayed_key, partition_stream
-from streamworker.producer import StreamOptions, plan_publish
+from streamworker.producing.producer import StreamOptions, plan_publish
 
 NOW = 1_800_000_000_000
 UTC = datetime.UTC

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from streamworker import Depends, Message
-from streamworker.deps import Resolver, build_plan
+from streamworker.core.deps import Resolver, build_plan
 from streamworker.errors import ConfigError
 
 MSG: Message[None] = Message(id="1-0", stream="s", group="g", consumer="c", fields={}, body=None)

@@ -11,9 +11,9 @@ import structlog
 from sqlalchemy.orm import Session
 
 from streamworker import App, DeadLetter, Depends, Message
-from streamworker.deps import Resolver
+from streamworker.core.deps import Resolver
+from streamworker.core.outcomes import NOT_STARTED, Action, Outcome
 from streamworker.observability.metrics import Metrics
-from streamworker.outcomes import NOT_STARTED, Action, Outcome
 from streamworker.runtime.invoker import HandlerInvoker
 from streamworker.runtime.threads import HandlerThreads
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamworker.keys import dead_letter_stream, hash_tag
+from streamworker.io.keys import dead_letter_stream, hash_tag
 
 
 def test_dead_letter_stream_tags_a_plain_stream() -> None:

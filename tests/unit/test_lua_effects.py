@@ -8,9 +8,9 @@ import math
 import pytest
 
 from streamworker import Effects
-from streamworker.effects import Effect, EffectError
+from streamworker.core.effects import Effect, EffectError
 from streamworker.idempotency.lua import effects_of
-from streamworker.keys import dedup_record_key
+from streamworker.io.keys import dedup_record_key
 
 
 def test_methods_chain_and_record_commands_in_order() -> None:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from streamworker.errors import DeadLetter, PermanentFailure, Retry
-from streamworker.outcomes import (
+from streamworker.core.outcomes import (
     MAX_TRACEBACK_CHARS,
     Action,
     bounded_traceback,
@@ -12,6 +11,7 @@ from streamworker.outcomes import (
     over_delivered,
     retry_delay_ms,
 )
+from streamworker.errors import DeadLetter, PermanentFailure, Retry
 
 
 def test_success_is_acked() -> None:
@@ -112,7 +112,7 @@ def test_schema_error_finds_sqlites_missing_table_and_column_through_wrappers() 
 
     from sqlalchemy import exc as sa_exc
 
-    from streamworker.outcomes import schema_error
+    from streamworker.core.outcomes import schema_error
 
     for text in ("no such table: audit", "no such column: x", "table t has no column named y"):
         driver = sqlite3.OperationalError(text)
@@ -127,7 +127,7 @@ def test_schema_error_takes_postgresql_sqlstate_class_42_only() -> None:
     import psycopg.errors as pg
     from sqlalchemy import exc as sa_exc
 
-    from streamworker.outcomes import schema_error
+    from streamworker.core.outcomes import schema_error
 
     for cls in (pg.UndefinedTable, pg.UndefinedColumn, pg.InsufficientPrivilege):
         driver = cls("missing")
@@ -139,7 +139,7 @@ def test_schema_error_takes_postgresql_sqlstate_class_42_only() -> None:
 def test_schema_error_follows_the_cause_of_a_handlers_own_exception() -> None:
     import sqlite3
 
-    from streamworker.outcomes import schema_error
+    from streamworker.core.outcomes import schema_error
 
     driver = sqlite3.OperationalError("no such table: audit")
     outer = RuntimeError("could not audit")

@@ -10,9 +10,9 @@ from redis.crc import key_slot
 
 from streamworker import App, Message
 from streamworker.errors import ConfigError
-from streamworker.keys import dead_letter_stream, lease_key, partition_stream
-from streamworker.partitions import PartitionedStream, partition_of
-from streamworker.redisio import _stream_keys, cluster_nodes, is_cluster_url, validate_redis_url
+from streamworker.io.keys import dead_letter_stream, lease_key, partition_stream
+from streamworker.io.redisio import _stream_keys, cluster_nodes, is_cluster_url, validate_redis_url
+from streamworker.producing.partitions import PartitionedStream, partition_of
 
 
 def test_a_key_routes_by_crc32_modulo_the_partition_count() -> None:

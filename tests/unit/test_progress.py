@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from streamworker.progress import Progress
+from streamworker.ops.progress import Progress
 
 
 class Clock:

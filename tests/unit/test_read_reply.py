@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from streamworker.errors import ConnectionLost
-from streamworker.redisio import Entry, connection_errors, parse_read_reply
+from streamworker.io.redisio import Entry, connection_errors, parse_read_reply
 
 
 def test_null_reply_is_empty() -> None:

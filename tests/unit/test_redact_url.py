@@ -6,7 +6,7 @@ import pytest
 
 from streamworker.errors import ConfigError
 from streamworker.idempotency.sql import SqlDatabase
-from streamworker.redisio import redact_url
+from streamworker.io.redisio import redact_url
 
 
 @pytest.mark.parametrize(

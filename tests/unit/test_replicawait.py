@@ -9,8 +9,8 @@ import pytest
 
 from streamworker import PublishError, ReplicaWaitTimeout
 from streamworker.errors import ConfigError, ConnectionLost
-from streamworker.producer import StreamOptions, batch_wait, plan_publish, wait_terms
-from streamworker.replicawait import NO_WAIT, ReplicaWait, Stopwatch, command_exists
+from streamworker.io.replicawait import NO_WAIT, ReplicaWait, Stopwatch, command_exists
+from streamworker.producing.producer import StreamOptions, batch_wait, plan_publish, wait_terms
 from streamworker.settings import load_settings
 from streamworker.spark.options import parse_write_options
 
@@ -178,7 +178,7 @@ def test_the_partitioned_producer_refuses_a_wait_that_could_block_forever() -> N
 
     import redis.asyncio as aioredis
 
-    from streamworker.partitions import PartitionedProducer, PartitionedStream
+    from streamworker.producing.partitions import PartitionedProducer, PartitionedStream
 
     client = aioredis.Redis()  # never connected: the arguments are refused before any I/O
     producer = PartitionedProducer(client, PartitionedStream("orders", 2))

@@ -1,11 +1,11 @@
-"""Values from Redis replies as text or bytes (:func:`streamworker.redisio.as_text` and
-:func:`~streamworker.redisio.as_bytes`), whether redis-py decoded them or not."""
+"""Values from Redis replies as text or bytes (:func:`streamworker.io.redisio.as_text` and
+:func:`~streamworker.io.redisio.as_bytes`), whether redis-py decoded them or not."""
 
 from __future__ import annotations
 
 import pytest
 
-from streamworker.redisio import as_bytes, as_text
+from streamworker.io.redisio import as_bytes, as_text
 
 
 def test_bytes_are_decoded_as_utf_8() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streamworker.errors import ConfigError
-from streamworker.redisio import (
+from streamworker.io.redisio import (
     PrimaryWatch,
     parse_sentinel_url,
     redact_url,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streamworker.errors import ConfigError
-from streamworker.redisio import validate_redis_url
+from streamworker.io.redisio import validate_redis_url
 from streamworker.settings import load_settings
 
 

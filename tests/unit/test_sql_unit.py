@@ -7,7 +7,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from streamworker import App, ConfigError, Depends, Message
-from streamworker.deps import ProvidedParam
+from streamworker.core.deps import ProvidedParam
 from streamworker.idempotency.sql import (
     RetentionCut,
     SqlDatabase,

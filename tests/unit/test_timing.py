@@ -1,4 +1,4 @@
-"""The timing model's invariants (streamworker.timing), for every ``claim_idle_ms`` from the
+"""The timing model's invariants (streamworker.core.timing), for every ``claim_idle_ms`` from the
 smallest safe one up: each is the reason an entry cannot be claimed away while it is used."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamworker import Message, timing
+from streamworker import Message
 from streamworker.app import App
+from streamworker.core import timing
 
 # Up to a day: the App accepts any positive value; the arithmetic must hold across the range.
 claim_idle = st.integers(min_value=timing.MIN_SAFE_CLAIM_IDLE_MS, max_value=86_400_000)

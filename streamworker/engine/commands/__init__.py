@@ -75,7 +75,7 @@ _MODULES = (
     "functions",
     "rdb",
     "pubsub",
-    "admin",
+    "server_admin",
     "acl",
     "memory",
     "latency",

@@ -27,7 +27,7 @@ from streamworker.idempotency.deadline import (
 )
 from streamworker.idempotency.sql.errors import database_errors
 from streamworker.idempotency.sql.schema import TABLE_NAME
-from streamworker.redisio import redact_url
+from streamworker.io.redisio import redact_url
 
 _SQLITE_DRIVERS = {None, "pysqlite", "aiosqlite"}
 # PostgreSQL drivers a URL may name (None: the bare postgresql://). psycopg2 serves def handlers
@@ -131,7 +131,7 @@ class SqlDatabase:
     pass it. SQLite's busy timeout is kept below it.
 
     ``redacted_url`` is the URL for messages and logs, its password hidden by
-    :func:`streamworker.redisio.redact_url`, the one redaction for every URL.
+    :func:`streamworker.io.redisio.redact_url`, the one redaction for every URL.
     """
 
     def __init__(

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 from sqlalchemy import exc as sa_exc
 
+from streamworker.core.outcomes import describe, schema_error
 from streamworker.errors import DatabaseUnavailable, SchemaError
-from streamworker.outcomes import describe, schema_error
 
 
 # SQLAlchemy wraps driver errors; these mean "the database is (or was) not usable", as opposed to a

@@ -18,7 +18,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from streamworker.deps import CallPlan, DependencyParam, ProvidedParam, build_plan
+from streamworker.core.deps import CallPlan, DependencyParam, ProvidedParam, build_plan
 from streamworker.errors import ConfigError, StreamworkerError
 from streamworker.idempotency.base import (
     Backing,

@@ -50,7 +50,7 @@ from streamworker.idempotency.deadline import DEFAULT_DB_DEADLINE_S, bounded
 from streamworker.idempotency.sql.database import SqlDatabase
 from streamworker.idempotency.sql.errors import database_errors
 from streamworker.idempotency.sql.schema import processed_messages, sortable_id, stream_id
-from streamworker.redisio import as_text, connection_errors
+from streamworker.io.redisio import as_text, connection_errors
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The ``idempotency="sql"`` schema: the processed-messages table, the names of every table
 streamworker creates, and the stored form of stream ids (:func:`sortable_id`).
 
-No I/O: the table is created by ``streamworker migrate`` (:mod:`streamworker.idempotency.sql_migrate`).
+No I/O: the table is created by ``streamworker migrate`` (:mod:`streamworker.idempotency.sql.migrate`).
 """
 
 from __future__ import annotations

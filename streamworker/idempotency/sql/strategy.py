@@ -92,15 +92,8 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 import structlog
 
-from streamworker.errors import ConfigError, DatabaseTimeout, DatabaseUnavailable
-from streamworker.idempotency.base import Batch, BatchInlineRun, RunBlocking, SpanPhases
-from streamworker.idempotency.deadline import abort_driver_connection
-from streamworker.idempotency.sql.database import SqlDatabase
-from streamworker.idempotency.sql.schema import TABLE_NAME, sortable_id, stream_id
-from streamworker.idempotency.sql.transactions import _AsyncTx, _SyncTx, _Tx
-from streamworker.keys import dedup_record_key
-from streamworker.message import Message
-from streamworker.outcomes import (
+from streamworker.core.message import Message
+from streamworker.core.outcomes import (
     ACKED,
     CLAIMED_AWAY,
     DUPLICATE,
@@ -111,8 +104,20 @@ from streamworker.outcomes import (
     decide,
     describe,
 )
-from streamworker.redisio import LuaScript, NextRead, connection_errors, xack_then_read
-from streamworker.timing import sql_fresh_claim_window_ms
+from streamworker.core.timing import sql_fresh_claim_window_ms
+from streamworker.errors import ConfigError, DatabaseTimeout, DatabaseUnavailable
+from streamworker.idempotency.base import (
+    Batch,
+    BatchInlineRun,
+    RunBlocking,
+    SpanPhases,
+)
+from streamworker.idempotency.deadline import abort_driver_connection
+from streamworker.idempotency.sql.database import SqlDatabase
+from streamworker.idempotency.sql.schema import TABLE_NAME, sortable_id, stream_id
+from streamworker.idempotency.sql.transactions import _AsyncTx, _SyncTx, _Tx
+from streamworker.io.keys import dedup_record_key
+from streamworker.io.redisio import LuaScript, NextRead, connection_errors, xack_then_read
 
 T = TypeVar("T")
 
@@ -221,9 +226,9 @@ class SqlStrategy:
 
     def _ours_by_time(self) -> bool:
         """True when the claim that just completed needs no ownership check: the batch is fresh
-        (read with ``>`` less than :func:`~streamworker.timing.fresh_batch_window_ms` before
+        (read with ``>`` less than :func:`~streamworker.core.timing.fresh_batch_window_ms` before
         :meth:`process` began) and the claim completed less than
-        :func:`~streamworker.timing.sql_fresh_claim_window_ms` after that. So it completed less
+        :func:`~streamworker.core.timing.sql_fresh_claim_window_ms` after that. So it completed less
         than ``claim_idle_ms`` after the read was sent, before the earliest moment
         another consumer may claim those entries (idle past ``claim_idle_ms``): nobody else can
         have processed, acked and pruned them, and whoever claims them later waits on our rows."""

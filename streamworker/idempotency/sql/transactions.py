@@ -21,12 +21,12 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import Session, SessionTransaction
 
+from streamworker.core.message import Message
+from streamworker.core.outcomes import Outcome
 from streamworker.errors import DatabaseUnavailable, StreamworkerError
 from streamworker.idempotency.base import InlineRun
 from streamworker.idempotency.sql.errors import database_errors
 from streamworker.idempotency.sql.schema import TABLE_NAME, processed_messages
-from streamworker.message import Message
-from streamworker.outcomes import Outcome
 
 
 class TransactionOwned(StreamworkerError):

@@ -1,5 +1,5 @@
 """The reclaimer on every backend: leases, retries, dead letters, deleted entries, dead consumers.
-(A SIGKILLed worker process taken over: tests/integration/test_reaper.py.)"""
+(A SIGKILLed worker process taken over: tests/integration/test_reclaimer.py.)"""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A SQL handler cannot XADD to Redis inside its database transaction: the XADD wou
 when the transaction rolls back, or be lost when the process dies after the commit. Instead it
 *stages* the entry as a row of :data:`outbox` through the session it was given::
 
-    from streamworker.idempotency.outbox import publish
+    from streamworker.idempotency.sql.outbox import publish
 
     @app.handler("orders", group="billing", idempotency="sql")
     def bill(msg: Message[Order], session: Session) -> None:
@@ -59,8 +59,16 @@ from sqlalchemy.orm import Session, registry
 
 from streamworker.errors import ConfigError, ConnectionLost, DatabaseUnavailable
 from streamworker.idempotency.sql import SqlDatabase, database_errors, metadata
-from streamworker.keys import published_marker_key
-from streamworker.producer import (
+from streamworker.io.keys import published_marker_key
+from streamworker.io.redisio import CONNECTION_ERRORS
+from streamworker.io.redisio import LuaScript as _LuaScript
+from streamworker.io.replicawait import (
+    DEFAULT_WAIT_TIMEOUT_MS,
+    ReplicaWait,
+    Stopwatch,
+    WaitObserver,
+)
+from streamworker.producing.producer import (
     DEFAULT_IDEMPOTENCY_WINDOW_MS,
     PublishError,
     StreamOptions,
@@ -68,9 +76,6 @@ from streamworker.producer import (
     Xadd,
     plan_publish,
 )
-from streamworker.redisio import CONNECTION_ERRORS
-from streamworker.redisio import LuaScript as _LuaScript
-from streamworker.replicawait import DEFAULT_WAIT_TIMEOUT_MS, ReplicaWait, Stopwatch, WaitObserver
 
 OUTBOX_TABLE = "streamworker_outbox"
 """The outbox table."""
@@ -139,7 +144,7 @@ def publish(
 ) -> None:
     """Stage ``value`` for ``stream`` in ``session``'s transaction (see the module docstring).
 
-    Encodes as :meth:`streamworker.producer.Producer.publish` does (a model as the consumer's
+    Encodes as :meth:`streamworker.producing.producer.Producer.publish` does (a model as the consumer's
     ``Message[Model]`` decodes it; ``body_field``; trimming). ``partitions=N`` (or ``streams``,
     the per-stream defaults a Producer takes) routes a partitioned stream by ``partition_key``
     now, so the row names its partition's stream. ``idempotency_key`` replaces the generated

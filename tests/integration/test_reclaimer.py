@@ -1,5 +1,5 @@
 """The reclaimer with ``streamworker run`` processes on a real redis-server: a SIGKILLed worker's
-entries are taken over (the rest of the reclaimer's behaviour is in tests/conformance/test_reaper.py,
+entries are taken over (the rest of the reclaimer's behaviour is in tests/conformance/test_reclaimer.py,
 on every backend)."""
 
 from __future__ import annotations

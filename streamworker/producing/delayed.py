@@ -39,8 +39,8 @@ import redis.exceptions as rex
 import structlog
 
 from streamworker.errors import ConfigError, ConnectionLost
-from streamworker.keys import delayed_key
-from streamworker.redisio import LuaScript
+from streamworker.io.keys import delayed_key
+from streamworker.io.redisio import LuaScript
 
 __all__ = [
     "DEFAULT_DELAYED_BATCH",
@@ -289,7 +289,7 @@ class DelayedMover:
         self.batch = batch
         self.observe = observe
         self.max_pause_s = max_pause_s
-        self._log = structlog.get_logger("streamworker.delayed")
+        self._log = structlog.get_logger("streamworker.producing.delayed")
 
     async def move_once(self) -> int:
         """One pass over every stream (draining full batches); returns entries moved."""

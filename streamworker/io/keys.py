@@ -73,6 +73,6 @@ def published_marker_key(stream: str, idempotency_key: str) -> str:
 
 def delayed_key(stream: str) -> str:
     """The sorted set of ``stream``'s delayed entries (``delay_ms``/``deliver_at``; see
-    :mod:`streamworker.delayed`): ``{S}:delayed``, or ``S:delayed`` when S has a tag (a
+    :mod:`streamworker.producing.delayed`): ``{S}:delayed``, or ``S:delayed`` when S has a tag (a
     partition ``{S:pN}`` has its own); in the stream's slot. Score: the due time in epoch ms."""
     return in_stream_slot(stream, "delayed")

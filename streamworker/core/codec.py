@@ -34,8 +34,8 @@ from typing import Any, TypeAlias
 import typing_extensions
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from streamworker.core.message import Message
 from streamworker.errors import ConfigError, PermanentFailure
-from streamworker.message import Message
 
 BodyModel: TypeAlias = "type[BaseModel] | TypeAdapter[Any]"
 """How a handler's body is validated: a pydantic model class, or a TypeAdapter for a dataclass or

@@ -1,7 +1,7 @@
 """Typed, retry-safe publishing: a model (or a mapping) in, one stream entry out.
 
 :class:`Producer` (asyncio) and :class:`SyncProducer` encode a value exactly as the consumer's
-``Message[Model]`` decodes it (:func:`streamworker.codec.encode`), route it to its partition when
+``Message[Model]`` decodes it (:func:`streamworker.core.codec.encode`), route it to its partition when
 the stream is partitioned, trim the stream by the stream's defaults, and add it with XADD::
 
     producer = Producer(client, streams={"orders": StreamOptions(maxlen=100_000, partitions=8)})
@@ -22,7 +22,7 @@ make a retry add nothing:
   ``duplicate=True`` instead of an error.
 
 Delayed delivery: ``delay_ms=`` / ``deliver_at=`` keep the entry in the stream's delayed set until
-it is due; the workers that consume the stream move it in then (:mod:`streamworker.delayed`). Its
+it is due; the workers that consume the stream move it in then (:mod:`streamworker.producing.delayed`). Its
 receipt has ``id=None`` (the id is decided when it moves) and ``due_ms``.
 
 Thread and task safety: a :class:`Producer` is used from one event loop; a :class:`SyncProducer`
@@ -34,27 +34,20 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 import redis
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 from pydantic import BaseModel
 
-from streamworker.codec import FieldMap, encode
-from streamworker.delayed import (
-    due_time,
-    encode_envelope,
-    parse_marker,
-    schedule_call,
-    schedule_script,
-)
+from streamworker.core.codec import FieldMap, encode
 from streamworker.errors import ConfigError, ConnectionLost, PublishError
-from streamworker.keys import partition_stream, published_marker_key
-from streamworker.partitions import check_partitioned_name, partition_of
-from streamworker.redisio import (
+from streamworker.io.keys import partition_stream, published_marker_key
+from streamworker.io.redisio import (
     CONNECTION_ERRORS,
     LuaScript,
     as_text,
@@ -63,7 +56,7 @@ from streamworker.redisio import (
     open_redis,
     open_sync_redis,
 )
-from streamworker.replicawait import (
+from streamworker.io.replicawait import (
     DEFAULT_WAIT_TIMEOUT_MS,
     ReplicaWait,
     Stopwatch,
@@ -71,9 +64,16 @@ from streamworker.replicawait import (
     check_replicas,
     check_timeout,
     command_exists,
-    has_command,
     refuse_waitaof,
 )
+from streamworker.producing.delayed import (
+    due_time,
+    encode_envelope,
+    parse_marker,
+    schedule_call,
+    schedule_script,
+)
+from streamworker.producing.partitions import check_partitioned_name, partition_of
 
 __all__ = [
     "DEFAULT_IDEMPOTENCY_WINDOW_MS",
@@ -97,6 +97,8 @@ DEFAULT_IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000
 _EXPLICIT_ID = re.compile(r"^\d+-\d+$")
 _TOO_SMALL = "equal or smaller than the target stream top item"
 
+_T = TypeVar("_T")
+
 
 @dataclass(frozen=True, slots=True)
 class StreamOptions:
@@ -106,7 +108,7 @@ class StreamOptions:
         maxlen: trim to about (``approximate``) or exactly this many entries on each add.
         minid: trim entries with ids below this one on each add (exclusive with ``maxlen``).
         approximate: ``MAXLEN ~`` / ``MINID ~`` (cheap, whole macro nodes) instead of ``=``.
-        partitions: the stream is partitioned (:mod:`streamworker.partitions`) into this many
+        partitions: the stream is partitioned (:mod:`streamworker.producing.partitions`) into this many
             streams; a publish then needs a ``partition_key``.
         body_field: encode the value as JSON in this one field (as the consumer's handler with
             ``body_field`` decodes it) instead of as flat fields.
@@ -222,7 +224,7 @@ def plan_publish(
     deliver_at: Any = None,
 ) -> Xadd:
     """Encode ``value`` and decide the stream key, id, trimming, marker, replica wait and (with
-    ``delay_ms``/``deliver_at``, see :func:`streamworker.delayed.due_time`) the due time. Pure
+    ``delay_ms``/``deliver_at``, see :func:`streamworker.producing.delayed.due_time`) the due time. Pure
     but for reading the clock for a delay; ConfigError or EncodeError for bad arguments.
     Per-call ``maxlen``/``minid`` replace the stream's trimming; per-call
     ``wait_replicas``/``wait_timeout_ms`` the stream's wait."""
@@ -329,6 +331,13 @@ def batch_wait(
 ) -> ReplicaWait:
     """The one wait a pipeline of ``xadds`` sends: the strongest any of them asks for (their
     plans, else ``default``), or the call's ``wait_replicas``/``wait_timeout_ms``. Pure."""
+    if (
+        wait_replicas is None
+        and wait_timeout_ms is None
+        and all(x.wait_replicas is None and x.wait_timeout_ms is None for x in xadds)
+    ):
+        # Nothing asks otherwise (the common case, on every publish): the default as it is.
+        return default
     asked = [
         ReplicaWait(
             default.replicas if x.wait_replicas is None else x.wait_replicas,
@@ -392,16 +401,6 @@ def _scripts(xadds: Sequence[Xadd]) -> list[LuaScript]:
     return list({script.sha: script for script in needed}.values())
 
 
-def _queue(pipe: Any, x: Xadd) -> None:
-    """Queue one planned add on a pipeline."""
-    call = _scripted(x)
-    if call is not None:
-        script, keys, args = call
-        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-    else:
-        pipe.xadd(x.stream, dict[Any, Any](x.fields), **x.xadd_kwargs())
-
-
 def _too_small(x: Xadd, reply: Any) -> bool:
     """Whether ``reply`` refuses an explicit id that may be this entry's, added before."""
     return isinstance(reply, rex.ResponseError) and x.id != "*" and _TOO_SMALL in str(reply)
@@ -414,213 +413,6 @@ def _no_cluster_wait(client: object, wait: ReplicaWait) -> None:
         raise ConfigError(
             "wait_replicas/wait_aof_local are not available on Redis Cluster clients yet"
         )
-
-
-class Producer:
-    """Publishes typed entries through an asyncio redis-py client (see the module docstring).
-
-    Args:
-        client: any asyncio client from :func:`streamworker.redisio.open_redis` (Redis, Redis
-            Cluster, the embedded engine).
-        streams: per-stream defaults, a mapping or a function of the stream name.
-        idempotency_window_ms: how long an ``idempotency_key`` is remembered.
-        wait_replicas: a publish returns only once this many replicas acknowledged its entry
-            (``WAIT``, on the write's own connection; one per pipeline). 0 (the default) waits
-            for none. Fewer within ``wait_timeout_ms`` raise ReplicaWaitTimeout: the entry is on
-            the primary but a failover may lose it. Streams (``StreamOptions``) and calls may
-            ask otherwise. Not on Redis Cluster clients (ConfigError).
-        wait_timeout_ms: the longest a publish waits for its replicas (>= 1). Keep it below
-            the client's socket timeout.
-        wait_aof_local: also wait for the primary (and the counted replicas) to fsync the
-            entry to the AOF: ``WAITAOF``, Redis 7.2+; ConfigError at the first publish on a
-            server without it (checked by ``COMMAND INFO WAITAOF``).
-        wait_observer: told how long each wait took and whether it timed out
-            (``Metrics.observe_replica_wait``).
-    """
-
-    def __init__(
-        self,
-        client: aioredis.Redis,
-        *,
-        streams: StreamsConfig | None = None,
-        idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS,
-        wait_replicas: int = 0,
-        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
-        wait_aof_local: bool = False,
-        wait_observer: WaitObserver | None = None,
-    ) -> None:
-        self.client = client
-        self._options = _resolver(streams)
-        self.idempotency_window_ms = idempotency_window_ms
-        self.wait = _producer_wait(wait_replicas, wait_timeout_ms, wait_aof_local)
-        self.wait_observer = wait_observer
-        self._has_waitaof: bool | None = None
-
-    def plan(self, stream: str, value: BaseModel | Mapping[str, Any], **kwargs: Any) -> Xadd:
-        """:func:`plan_publish` with this producer's stream defaults."""
-        kwargs.setdefault("idempotency_window_ms", self.idempotency_window_ms)
-        return plan_publish(stream, value, self._options(stream), **kwargs)
-
-    async def publish(
-        self,
-        stream: str,
-        value: BaseModel | Mapping[str, Any],
-        *,
-        maxlen: int | None = None,
-        minid: str | None = None,
-        approximate: bool | None = None,
-        id: str | None = None,
-        partition_key: str | bytes | None = None,
-        idempotency_key: str | None = None,
-        body_field: str | None = None,
-        wait_replicas: int | None = None,
-        wait_timeout_ms: int | None = None,
-        delay_ms: int | None = None,
-        deliver_at: Any = None,
-    ) -> Receipt:
-        """Add ``value`` to ``stream``; returns where it went.
-
-        Raises ConnectionLost when Redis is away (the entry may or may not have been added:
-        publish again with the same ``idempotency_key`` or ``id`` to be sure it is there once),
-        PublishError when Redis refuses the entry, ReplicaWaitTimeout (a PublishError) when
-        fewer than ``wait_replicas`` replicas acknowledged it within ``wait_timeout_ms`` (added
-        on the primary; its ``retry_safe`` says whether publishing again is safe),
-        ConfigError/EncodeError for bad arguments. ``wait_replicas``/``wait_timeout_ms``
-        replace the stream's and the producer's for this call.
-
-        ``delay_ms`` (an integer >= 0) or ``deliver_at`` (a timezone-aware datetime) delays
-        the entry: it is scheduled in the stream's delayed set and the consuming workers move
-        it in when due (:mod:`streamworker.delayed`); the receipt then has ``id=None`` and
-        ``due_ms``. A replica wait then covers the schedule (the write a failover could lose).
-        """
-        xadd = self.plan(
-            stream,
-            value,
-            maxlen=maxlen,
-            minid=minid,
-            approximate=approximate,
-            id=id,
-            partition_key=partition_key,
-            idempotency_key=idempotency_key,
-            body_field=body_field,
-            wait_replicas=wait_replicas,
-            wait_timeout_ms=wait_timeout_ms,
-            delay_ms=delay_ms,
-            deliver_at=deliver_at,
-        )
-        return await self.send(xadd)
-
-    async def send(self, xadd: Xadd) -> Receipt:
-        """Send one planned add (and wait for its replicas, when it asks)."""
-        wait = batch_wait(self.wait, [xadd])
-        if wait.active:
-            return (await self._send_waiting([xadd], wait, "publish"))[0]
-        try:
-            call = _scripted(xadd)
-            if call is not None:
-                return _receipt(xadd, await call[0](self.client, call[1], call[2]))
-            async with connection_errors():
-                entry_id = await self.client.xadd(
-                    xadd.stream,
-                    dict[Any, Any](xadd.fields),
-                    **xadd.xadd_kwargs(),
-                )
-            return Receipt(xadd.stream, as_text(entry_id))
-        except rex.ResponseError as exc:
-            if xadd.id != "*" and _TOO_SMALL in str(exc):
-                async with connection_errors():
-                    found = await self.client.xrange(xadd.stream, xadd.id, xadd.id)
-                if found:
-                    return Receipt(xadd.stream, xadd.id, duplicate=True)
-            raise PublishError(f"XADD to {xadd.stream!r} refused: {exc}") from None
-        except ConnectionLost as exc:
-            raise ConnectionLost(outcome_unknown(xadd, exc)) from exc
-
-    async def publish_many(
-        self,
-        xadds: Sequence[Xadd],
-        *,
-        wait_replicas: int | None = None,
-        wait_timeout_ms: int | None = None,
-    ) -> list[Receipt]:
-        """Send planned adds in one pipeline (one round trip; not a transaction: on
-        ConnectionLost some may have been added, so plan them with idempotency keys or ids
-        when a retry must not duplicate). Results in order; PublishError on the first refusal.
-
-        With a replica wait (the strongest any plan asks for, or this call's), one WAIT ends
-        the pipeline and covers every entry; ReplicaWaitTimeout as for :meth:`publish`.
-        """
-        if not xadds:
-            return []
-        wait = batch_wait(self.wait, xadds, wait_replicas, wait_timeout_ms)
-        if wait.active:
-            return await self._send_waiting(xadds, wait, "publish_many")
-        # Make sure the scripts are cached before pipelining EVALSHAs (on a cluster: on every
-        # master).
-        for script in _scripts(xadds):
-            async with connection_errors():
-                await self.client.script_load(script.source)
-        pipe = self.client.pipeline(transaction=False)
-        for x in xadds:
-            _queue(pipe, x)
-        async with connection_errors():
-            replies = await pipe.execute(raise_on_error=False)
-        out = []
-        for x, reply in zip(xadds, replies, strict=True):
-            # A node that lost its script cache (restart, failover) ran nothing of this one:
-            # send it alone (which reloads the script).
-            out.append(
-                await self.send(x) if isinstance(reply, rex.NoScriptError) else _receipt(x, reply)
-            )
-        return out
-
-    async def _send_waiting(
-        self, xadds: Sequence[Xadd], wait: ReplicaWait, operation: str
-    ) -> list[Receipt]:
-        """The adds and one WAIT (WAITAOF) in one pipeline, so that the wait is on the writes'
-        own connection; entries a node without the script ran not are sent again, with their
-        own WAIT."""
-        _no_cluster_wait(self.client, wait)
-        if wait.aof_local and self._has_waitaof is None:
-            async with connection_errors():
-                info = await self.client.execute_command("COMMAND INFO", "WAITAOF")  # type: ignore[no-untyped-call]
-            self._has_waitaof = command_exists(info)
-        if wait.aof_local and not self._has_waitaof:
-            raise refuse_waitaof()
-        subject, retry_safe, retry = wait_terms(xadds)
-        stopwatch = Stopwatch(self.wait_observer, operation)
-        out: list[Receipt | None] = [None] * len(xadds)
-        todo = list(range(len(xadds)))
-        for attempt in (1, 2):
-            try:
-                async with connection_errors():
-                    for script in _scripts([xadds[i] for i in todo]):
-                        await self.client.script_load(script.source)
-                    pipe = self.client.pipeline(transaction=False)
-                    for i in todo:
-                        _queue(pipe, xadds[i])
-                    pipe.execute_command(*wait.command())
-                    replies = await pipe.execute(raise_on_error=False)
-            except ConnectionLost as exc:
-                raise ConnectionLost(outcome_unknown(xadds[todo[0]], exc)) from exc
-            waited = replies.pop()
-            again = []
-            for i, reply in zip(todo, replies, strict=True):
-                if isinstance(reply, rex.NoScriptError) and attempt == 1:
-                    again.append(i)
-                elif _too_small(xadds[i], reply):
-                    async with connection_errors():
-                        found = await self.client.xrange(xadds[i].stream, xadds[i].id, xadds[i].id)
-                    if not found:
-                        raise PublishError(f"XADD to {xadds[i].stream!r} refused: {reply}")
-                    out[i] = Receipt(xadds[i].stream, xadds[i].id, duplicate=True)
-                else:
-                    out[i] = _receipt(xadds[i], reply)
-            wait.check(waited, subject, retry_safe=retry_safe, retry=retry, stopwatch=stopwatch)
-            if not again:
-                break
-            todo = again
-        return [r for r in out if r is not None]
 
 
 def outcome_unknown(xadd: Xadd, error: object) -> str:
@@ -652,13 +444,107 @@ def _receipt(x: Xadd, reply: Any) -> Receipt:
     return Receipt(x.stream, as_text(reply))
 
 
-class SyncProducer:
-    """The blocking counterpart of :class:`Producer`, on a sync redis-py client (scripts,
-    web handlers, the CLI). Same arguments, same results."""
+# --------------------------------------------------------------------------------------------
+# Publishing, sans I/O
+#
+# What a publish sends, and what it makes of each reply, is written once, as a generator: it
+# yields a request (one client call, or a pipeline of calls), is resumed with the reply, or has
+# the call's error thrown in at the point of the yield (a refusal as redis-py's ResponseError, a
+# lost connection as ConnectionLost). Producer and SyncProducer only run these flows, on an
+# asyncio or a sync client: the two cannot drift apart, and each keeps redis-py's own calls (the
+# same bytes on the wire as before).
+
+
+class _Call(NamedTuple):
+    """One redis-py call, ``client.<method>(*args, **kwargs)`` (or queued on a pipeline)."""
+
+    method: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any] = MappingProxyType({})
+
+
+class _Pipeline(NamedTuple):
+    """Calls sent in one round trip (not a transaction). The reply is the list of their replies,
+    in order, a refused command's error in its place (``raise_on_error=False``)."""
+
+    calls: tuple[_Call, ...]
+
+
+_Request = _Call | _Pipeline
+_Flow = Generator[_Request, Any, _T]
+
+
+def _load(script: LuaScript) -> _Call:
+    # Loads on every master of a cluster client too (redis-py routes SCRIPT LOAD to all).
+    return _Call("script_load", (script.source,))
+
+
+def _add(x: Xadd) -> _Call:
+    """The call that adds ``x``: its script (:func:`_scripted`) by EVALSHA, else XADD."""
+    call = _scripted(x)
+    if call is not None:
+        script, keys, args = call
+        return _Call("execute_command", ("EVALSHA", script.sha, len(keys), *keys, *args))
+    return _Call("xadd", (x.stream, dict[Any, Any](x.fields)), x.xadd_kwargs())
+
+
+def _send_flow(xadd: Xadd) -> _Flow[Receipt]:
+    """One add, without a replica wait."""
+    try:
+        call = _scripted(xadd)
+        if call is not None:
+            try:
+                reply = yield _add(xadd)
+            except rex.NoScriptError:
+                # The server lost its script cache (restart, SCRIPT FLUSH): load, run again.
+                yield _load(call[0])
+                reply = yield _add(xadd)
+            return _receipt(xadd, reply)
+        return _receipt(xadd, (yield _add(xadd)))
+    except rex.ResponseError as exc:
+        if xadd.id != "*" and _TOO_SMALL in str(exc):
+            found = yield _Call("xrange", (xadd.stream, xadd.id, xadd.id))
+            if found:
+                return Receipt(xadd.stream, xadd.id, duplicate=True)
+        raise PublishError(f"XADD to {xadd.stream!r} refused: {exc}") from None
+    except ConnectionLost as exc:
+        raise ConnectionLost(outcome_unknown(xadd, exc)) from exc
+
+
+def _many_flow(xadds: Sequence[Xadd]) -> _Flow[list[Receipt]]:
+    """Adds in one pipeline, without a replica wait."""
+    # The scripts must be cached before EVALSHAs are pipelined.
+    for script in _scripts(xadds):
+        yield _load(script)
+    replies = yield _Pipeline(tuple(_add(x) for x in xadds))
+    out = []
+    for x, reply in zip(xadds, replies, strict=True):
+        # A node that lost its script cache (restart, failover) ran nothing of this one: send it
+        # alone (which reloads the script).
+        if isinstance(reply, rex.NoScriptError):
+            out.append((yield from _send_flow(x)))
+        else:
+            out.append(_receipt(x, reply))
+    return out
+
+
+def _first(flow: _Flow[list[Receipt]]) -> _Flow[Receipt]:
+    return (yield from flow)[0]
+
+
+def _nothing() -> _Flow[list[Receipt]]:
+    """The flow of an empty batch: it sends nothing."""
+    yield from ()
+    return []
+
+
+class _Publisher:
+    """What :class:`Producer` and :class:`SyncProducer` share: the configuration, the plans, and
+    the flows with a replica wait (which remember whether the server has WAITAOF)."""
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Any,
         *,
         streams: StreamsConfig | None = None,
         idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS,
@@ -678,6 +564,218 @@ class SyncProducer:
         """:func:`plan_publish` with this producer's stream defaults."""
         kwargs.setdefault("idempotency_window_ms", self.idempotency_window_ms)
         return plan_publish(stream, value, self._options(stream), **kwargs)
+
+    def _send(self, xadd: Xadd) -> _Flow[Receipt]:
+        """The flow that sends one planned add (and waits for its replicas, when it asks)."""
+        wait = batch_wait(self.wait, [xadd])
+        if wait.active:
+            return _first(self._waiting_flow([xadd], wait, "publish"))
+        return _send_flow(xadd)
+
+    def _many(
+        self, xadds: Sequence[Xadd], wait_replicas: int | None, wait_timeout_ms: int | None
+    ) -> _Flow[list[Receipt]]:
+        """The flow that sends planned adds in one pipeline (see :meth:`Producer.publish_many`)."""
+        if not xadds:
+            return _nothing()
+        wait = batch_wait(self.wait, xadds, wait_replicas, wait_timeout_ms)
+        if wait.active:
+            return self._waiting_flow(xadds, wait, "publish_many")
+        return _many_flow(xadds)
+
+    def _waiting_flow(
+        self, xadds: Sequence[Xadd], wait: ReplicaWait, operation: str
+    ) -> _Flow[list[Receipt]]:
+        """The adds and one WAIT (WAITAOF) in one pipeline, so that the wait is on the writes'
+        own connection; entries a node without the script ran not are sent again, with their
+        own WAIT."""
+        _no_cluster_wait(self.client, wait)
+        if wait.aof_local and self._has_waitaof is None:
+            # "COMMAND INFO" as one name keeps redis-py's COMMAND reply parser (which fails on
+            # [None]) away; redis-py splits it into two words on the wire.
+            info = yield _Call("execute_command", ("COMMAND INFO", "WAITAOF"))
+            self._has_waitaof = command_exists(info)
+        if wait.aof_local and not self._has_waitaof:
+            raise refuse_waitaof()
+        subject, retry_safe, retry = wait_terms(xadds)
+        stopwatch = Stopwatch(self.wait_observer, operation)
+        out: list[Receipt | None] = [None] * len(xadds)
+        todo = list(range(len(xadds)))
+        for attempt in (1, 2):
+            try:
+                for script in _scripts([xadds[i] for i in todo]):
+                    yield _load(script)
+                calls = [_add(xadds[i]) for i in todo]
+                calls.append(_Call("execute_command", wait.command()))
+                replies = list((yield _Pipeline(tuple(calls))))
+            except ConnectionLost as exc:
+                raise ConnectionLost(outcome_unknown(xadds[todo[0]], exc)) from exc
+            waited = replies.pop()
+            again = []
+            for i, reply in zip(todo, replies, strict=True):
+                x = xadds[i]
+                if isinstance(reply, rex.NoScriptError) and attempt == 1:
+                    again.append(i)
+                elif _too_small(x, reply):
+                    if not (yield _Call("xrange", (x.stream, x.id, x.id))):
+                        raise PublishError(f"XADD to {x.stream!r} refused: {reply}")
+                    out[i] = Receipt(x.stream, x.id, duplicate=True)
+                else:
+                    out[i] = _receipt(x, reply)
+            wait.check(waited, subject, retry_safe=retry_safe, retry=retry, stopwatch=stopwatch)
+            if not again:
+                break
+            todo = again
+        return [r for r in out if r is not None]
+
+
+async def _run(client: aioredis.Redis, flow: _Flow[_T]) -> _T:
+    """Run ``flow`` on an asyncio client; lost connections reach it as ConnectionLost."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = flow.send(reply) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return cast(_T, done.value)
+        error = None
+        try:
+            async with connection_errors():
+                if isinstance(request, _Call):
+                    reply = await getattr(client, request.method)(*request.args, **request.kwargs)
+                else:
+                    pipe = client.pipeline(transaction=False)
+                    for call in request.calls:
+                        getattr(pipe, call.method)(*call.args, **call.kwargs)
+                    reply = await pipe.execute(raise_on_error=False)
+        except (rex.ResponseError, ConnectionLost) as exc:
+            error = exc
+
+
+def _run_sync(client: redis.Redis, flow: _Flow[_T]) -> _T:
+    """Run ``flow`` on a sync client; lost connections reach it as ConnectionLost."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = flow.send(reply) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return cast(_T, done.value)
+        error = None
+        try:
+            if isinstance(request, _Call):
+                reply = getattr(client, request.method)(*request.args, **request.kwargs)
+            else:
+                pipe = client.pipeline(transaction=False)
+                for call in request.calls:
+                    getattr(pipe, call.method)(*call.args, **call.kwargs)
+                reply = pipe.execute(raise_on_error=False)
+        except rex.ResponseError as exc:
+            error = exc
+        except CONNECTION_ERRORS as exc:
+            error = ConnectionLost(f"{type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+
+
+class Producer(_Publisher):
+    """Publishes typed entries through an asyncio redis-py client (see the module docstring).
+
+    Args:
+        client: any asyncio client from :func:`streamworker.io.redisio.open_redis` (Redis, Redis
+            Cluster, the embedded engine).
+        streams: per-stream defaults, a mapping or a function of the stream name.
+        idempotency_window_ms: how long an ``idempotency_key`` is remembered.
+        wait_replicas: a publish returns only once this many replicas acknowledged its entry
+            (``WAIT``, on the write's own connection; one per pipeline). 0 (the default) waits
+            for none. Fewer within ``wait_timeout_ms`` raise ReplicaWaitTimeout: the entry is on
+            the primary but a failover may lose it. Streams (``StreamOptions``) and calls may
+            ask otherwise. Not on Redis Cluster clients (ConfigError).
+        wait_timeout_ms: the longest a publish waits for its replicas (>= 1). Keep it below
+            the client's socket timeout.
+        wait_aof_local: also wait for the primary (and the counted replicas) to fsync the
+            entry to the AOF: ``WAITAOF``, Redis 7.2+; ConfigError at the first publish on a
+            server without it (checked by ``COMMAND INFO WAITAOF``).
+        wait_observer: told how long each wait took and whether it timed out
+            (``Metrics.observe_replica_wait``).
+    """
+
+    client: aioredis.Redis
+
+    async def publish(
+        self,
+        stream: str,
+        value: BaseModel | Mapping[str, Any],
+        *,
+        maxlen: int | None = None,
+        minid: str | None = None,
+        approximate: bool | None = None,
+        id: str | None = None,
+        partition_key: str | bytes | None = None,
+        idempotency_key: str | None = None,
+        body_field: str | None = None,
+        wait_replicas: int | None = None,
+        wait_timeout_ms: int | None = None,
+        delay_ms: int | None = None,
+        deliver_at: Any = None,
+    ) -> Receipt:
+        """Add ``value`` to ``stream``; returns where it went.
+
+        Raises ConnectionLost when Redis is away (the entry may or may not have been added:
+        publish again with the same ``idempotency_key`` or ``id`` to be sure it is there once),
+        PublishError when Redis refuses the entry, ReplicaWaitTimeout (a PublishError) when
+        fewer than ``wait_replicas`` replicas acknowledged it within ``wait_timeout_ms`` (added
+        on the primary; its ``retry_safe`` says whether publishing again is safe),
+        ConfigError/EncodeError for bad arguments. ``wait_replicas``/``wait_timeout_ms``
+        replace the stream's and the producer's for this call.
+
+        ``delay_ms`` (an integer >= 0) or ``deliver_at`` (a timezone-aware datetime) delays
+        the entry: it is scheduled in the stream's delayed set and the consuming workers move
+        it in when due (:mod:`streamworker.producing.delayed`); the receipt then has ``id=None`` and
+        ``due_ms``. A replica wait then covers the schedule (the write a failover could lose).
+        """
+        xadd = self.plan(
+            stream,
+            value,
+            maxlen=maxlen,
+            minid=minid,
+            approximate=approximate,
+            id=id,
+            partition_key=partition_key,
+            idempotency_key=idempotency_key,
+            body_field=body_field,
+            wait_replicas=wait_replicas,
+            wait_timeout_ms=wait_timeout_ms,
+            delay_ms=delay_ms,
+            deliver_at=deliver_at,
+        )
+        return await _run(self.client, self._send(xadd))
+
+    async def send(self, xadd: Xadd) -> Receipt:
+        """Send one planned add (and wait for its replicas, when it asks)."""
+        return await _run(self.client, self._send(xadd))
+
+    async def publish_many(
+        self,
+        xadds: Sequence[Xadd],
+        *,
+        wait_replicas: int | None = None,
+        wait_timeout_ms: int | None = None,
+    ) -> list[Receipt]:
+        """Send planned adds in one pipeline (one round trip; not a transaction: on
+        ConnectionLost some may have been added, so plan them with idempotency keys or ids
+        when a retry must not duplicate). Results in order; PublishError on the first refusal.
+
+        With a replica wait (the strongest any plan asks for, or this call's), one WAIT ends
+        the pipeline and covers every entry; ReplicaWaitTimeout as for :meth:`publish`.
+        """
+        return await _run(self.client, self._many(xadds, wait_replicas, wait_timeout_ms))
+
+
+class SyncProducer(_Publisher):
+    """The blocking counterpart of :class:`Producer`, on a sync redis-py client (scripts,
+    web handlers, the CLI). Same arguments, same results: both run the same flows."""
+
+    client: redis.Redis
 
     def publish(
         self,
@@ -712,37 +810,11 @@ class SyncProducer:
             delay_ms=delay_ms,
             deliver_at=deliver_at,
         )
-        return self.send(xadd)
+        return _run_sync(self.client, self._send(xadd))
 
     def send(self, xadd: Xadd) -> Receipt:
         """Send one planned add (and wait for its replicas, when it asks)."""
-        wait = batch_wait(self.wait, [xadd])
-        if wait.active:
-            return self._send_waiting([xadd], wait, "publish")[0]
-        try:
-            call = _scripted(xadd)
-            if call is not None:
-                script, keys, args = call
-                try:
-                    reply = self.client.evalsha(script.sha, len(keys), *keys, *args)
-                except rex.NoScriptError:
-                    self.client.script_load(script.source)
-                    reply = self.client.evalsha(script.sha, len(keys), *keys, *args)
-                return _receipt(xadd, reply)
-            entry_id = self.client.xadd(
-                xadd.stream, dict[Any, Any](xadd.fields), **xadd.xadd_kwargs()
-            )
-            return Receipt(xadd.stream, as_text(entry_id))
-        except rex.ResponseError as exc:
-            if (
-                xadd.id != "*"
-                and _TOO_SMALL in str(exc)
-                and self.client.xrange(xadd.stream, xadd.id, xadd.id)
-            ):
-                return Receipt(xadd.stream, xadd.id, duplicate=True)
-            raise PublishError(f"XADD to {xadd.stream!r} refused: {exc}") from None
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLost(outcome_unknown(xadd, f"{type(exc).__name__}: {exc}")) from exc
+        return _run_sync(self.client, self._send(xadd))
 
     def publish_many(
         self,
@@ -752,67 +824,7 @@ class SyncProducer:
         wait_timeout_ms: int | None = None,
     ) -> list[Receipt]:
         """See :meth:`Producer.publish_many`."""
-        if not xadds:
-            return []
-        wait = batch_wait(self.wait, xadds, wait_replicas, wait_timeout_ms)
-        if wait.active:
-            return self._send_waiting(xadds, wait, "publish_many")
-        try:
-            for script in _scripts(xadds):
-                self.client.script_load(script.source)
-            pipe = self.client.pipeline(transaction=False)
-            for x in xadds:
-                _queue(pipe, x)
-            replies = pipe.execute(raise_on_error=False)
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
-        # A node that lost its script cache ran nothing of those: send them alone (reloading).
-        return [
-            self.send(x) if isinstance(r, rex.NoScriptError) else _receipt(x, r)
-            for x, r in zip(xadds, replies, strict=True)
-        ]
-
-    def _send_waiting(
-        self, xadds: Sequence[Xadd], wait: ReplicaWait, operation: str
-    ) -> list[Receipt]:
-        """See :meth:`Producer._send_waiting`."""
-        _no_cluster_wait(self.client, wait)
-        try:
-            if wait.aof_local and self._has_waitaof is None:
-                self._has_waitaof = has_command(self.client, "WAITAOF")
-            if wait.aof_local and not self._has_waitaof:
-                raise refuse_waitaof()
-            subject, retry_safe, retry = wait_terms(xadds)
-            stopwatch = Stopwatch(self.wait_observer, operation)
-            out: list[Receipt | None] = [None] * len(xadds)
-            todo = list(range(len(xadds)))
-            for attempt in (1, 2):
-                for script in _scripts([xadds[i] for i in todo]):
-                    self.client.script_load(script.source)
-                pipe = self.client.pipeline(transaction=False)
-                for i in todo:
-                    _queue(pipe, xadds[i])
-                pipe.execute_command(*wait.command())  # type: ignore[no-untyped-call]
-                replies = pipe.execute(raise_on_error=False)
-                waited = replies.pop()
-                again = []
-                for i, reply in zip(todo, replies, strict=True):
-                    x = xadds[i]
-                    if isinstance(reply, rex.NoScriptError) and attempt == 1:
-                        again.append(i)
-                    elif _too_small(x, reply):
-                        if not self.client.xrange(x.stream, x.id, x.id):
-                            raise PublishError(f"XADD to {x.stream!r} refused: {reply}")
-                        out[i] = Receipt(x.stream, x.id, duplicate=True)
-                    else:
-                        out[i] = _receipt(x, reply)
-                wait.check(waited, subject, retry_safe=retry_safe, retry=retry, stopwatch=stopwatch)
-                if not again:
-                    break
-                todo = again
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLost(outcome_unknown(xadds[0], f"{type(exc).__name__}: {exc}")) from exc
-        return [r for r in out if r is not None]
+        return _run_sync(self.client, self._many(xadds, wait_replicas, wait_timeout_ms))
 
 
 class _Subscription(Protocol):

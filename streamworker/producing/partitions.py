@@ -1,7 +1,7 @@
 """Partitioned streams: one logical stream as N Redis streams, a message routed by its key.
 
 Redis Streams have no partitions of their own. A partitioned stream ``orders`` with N partitions
-is the N streams :func:`~streamworker.keys.partition_stream` names, ``{orders:p0}`` …
+is the N streams :func:`~streamworker.io.keys.partition_stream` names, ``{orders:p0}`` …
 ``{orders:p<N-1>}``. Each is its own hash tag, so on Redis Cluster the partitions spread over
 the slots (and so over the masters) while each partition's dead-letter stream, lease and dedup
 record stay in its slot. A producer picks the partition from a key with a stable hash
@@ -26,8 +26,8 @@ import redis.asyncio as aioredis
 import redis.exceptions as rex
 
 from streamworker.errors import ConfigError
-from streamworker.keys import partition_stream
-from streamworker.redisio import as_text, connection_errors, is_cluster_client
+from streamworker.io.keys import partition_stream
+from streamworker.io.redisio import as_text, connection_errors, is_cluster_client
 
 MAX_PARTITIONS = 1024
 """The largest partition count accepted (each partition is a consume loop in every worker)."""

@@ -26,8 +26,8 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from streamworker.core.message import Message
 from streamworker.errors import ConfigError
-from streamworker.message import Message
 
 Scope = Literal["message", "worker"]
 

@@ -1,5 +1,5 @@
 """``streamworker pending`` and ``streamworker dlq …``: the operator commands (argparse glue and
-output; the work is in :mod:`streamworker.admin`)."""
+output; the work is in :mod:`streamworker.ops.pending` and :mod:`streamworker.ops.dead_letters`)."""
 
 from __future__ import annotations
 
@@ -10,27 +10,19 @@ from typing import Any
 
 import redis
 
-from streamworker import admin
-from streamworker.cli.common import refuse_in_memory_engine, require_group
+from streamworker.cli.common import operator_client, require_group
 from streamworker.cli.produce import add_wait_flags
-from streamworker.errors import ConfigError, ConnectionLost
-from streamworker.keys import dead_letter_stream
-from streamworker.progress import Progress
-from streamworker.redisio import open_sync_redis, redact_url
+from streamworker.errors import ConfigError
+from streamworker.io.keys import dead_letter_stream
+from streamworker.ops import dead_letters, pending
+from streamworker.ops.progress import Progress
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 
 def _client(args: argparse.Namespace) -> redis.Redis:
-    settings = load_settings(redis_url=args.redis_url)
-    url = settings.redis_url_or(DEFAULT_REDIS_URL)
+    url = load_settings(redis_url=args.redis_url).redis_url_or(DEFAULT_REDIS_URL)
     command = args.command if args.command != "dlq" else f"dlq {args.dlq_command}"
-    refuse_in_memory_engine(url, f"streamworker {command}")
-    client = open_sync_redis(url)
-    try:
-        client.ping()
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise ConnectionLost(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
-    return client
+    return operator_client(url, command)
 
 
 def _dlq_key(args: argparse.Namespace) -> str:
@@ -50,7 +42,7 @@ def _age(ms: int | None) -> str:
 def _cmd_pending(args: argparse.Namespace) -> int:
     client = _client(args)
     require_group(client, args.stream, args.group)
-    report = admin.pending_report(client, args.stream, args.group)
+    report = pending.pending_report(client, args.stream, args.group)
     if args.json:
         data: dict[str, Any] = {
             "stream": report.stream,
@@ -106,7 +98,7 @@ def _check_dlq_exists(client: redis.Redis, args: argparse.Namespace) -> None:
 def _cmd_dlq_list(args: argparse.Namespace) -> int:
     client = _client(args)
     _check_dlq_exists(client, args)
-    entries = list(admin.iter_dead_letters(client, _dlq_key(args), count=args.count))
+    entries = list(dead_letters.iter_dead_letters(client, _dlq_key(args), count=args.count))
     if args.json:
         print(json.dumps([_slots(e) for e in entries], indent=2))
         return 0
@@ -125,28 +117,34 @@ def _cmd_dlq_list(args: argparse.Namespace) -> int:
 def _cmd_dlq_show(args: argparse.Namespace) -> int:
     client = _client(args)
     _check_dlq_exists(client, args)
-    entry = admin.get_dead_letter(client, _dlq_key(args), args.id)
+    entry = dead_letters.get_dead_letter(client, _dlq_key(args), args.id)
     if entry is None:
         raise ConfigError(f"no dead letter {args.id} in {_dlq_key(args)!r}")
     print(json.dumps(_slots(entry), indent=2))
     return 0
 
 
-def _cmd_dlq_replay(args: argparse.Namespace) -> int:
+def _dlq_for(args: argparse.Namespace, verb: str) -> tuple[redis.Redis, str]:
+    """The client and the dead-letter stream of ``dlq replay``/``dlq purge``, once the command
+    says which dead letters it acts on and the stream exists."""
     if not args.all and not args.id:
-        raise ConfigError("say which dead letters to replay: --id ID (repeatable) or --all")
+        raise ConfigError(f"say which dead letters to {verb}: --id ID (repeatable) or --all")
     client = _client(args)
     _check_dlq_exists(client, args)
-    key = _dlq_key(args)
+    return client, _dlq_key(args)
+
+
+def _cmd_dlq_replay(args: argparse.Namespace) -> int:
+    client, key = _dlq_for(args, "replay")
     progress = Progress(f"{'dry run of ' if args.dry_run else ''}replay {key}", sys.stderr)
     with progress.phase("reading the dead letters"):
-        entries = admin.load_dead_letters(client, key, None if args.all else args.id)
+        entries = dead_letters.load_dead_letters(client, key, None if args.all else args.id)
     settings = load_settings(
         redis_url=args.redis_url,
         wait_replicas=args.wait_replicas,
         wait_timeout_ms=args.wait_timeout_ms,
     )
-    result = admin.replay_dead_letters(
+    result = dead_letters.replay_dead_letters(
         client,
         key,
         entries,
@@ -179,16 +177,12 @@ def _cmd_dlq_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_dlq_purge(args: argparse.Namespace) -> int:
-    if not args.all and not args.id:
-        raise ConfigError("say which dead letters to purge: --id ID (repeatable) or --all")
-    client = _client(args)
-    _check_dlq_exists(client, args)
-    key = _dlq_key(args)
+    client, key = _dlq_for(args, "purge")
     if args.all and not args.yes:
         n = client.xlen(key)
         raise ConfigError(f"refusing to delete all {n} dead letters of {key!r} without --yes")
     progress = Progress(f"purge {key}", sys.stderr)
-    removed = admin.purge_dead_letters(
+    removed = dead_letters.purge_dead_letters(
         client, key, None if args.all else args.id, progress=progress.update
     )
     progress.finish()

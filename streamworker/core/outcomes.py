@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from streamworker.errors import DeadLetter, PermanentFailure, Retry
 
 if TYPE_CHECKING:
-    from streamworker.message import Message
+    from streamworker.core.message import Message
 
 
 class Action(enum.Enum):

@@ -34,7 +34,7 @@ from typing import Any, Self, TypeAlias
 
 from pydantic import BaseModel
 
-from streamworker.codec import encode
+from streamworker.core.codec import encode
 from streamworker.errors import StreamworkerError
 
 KeyT: TypeAlias = str | bytes
@@ -408,13 +408,13 @@ class Effects:
         approximate: bool = True,
     ) -> Self:
         """XADD ``value`` (a pydantic model or a mapping) to ``stream``, encoded as
-        :meth:`streamworker.producer.Producer.publish` encodes it: what a handler of ``stream``
+        :meth:`streamworker.producing.producer.Producer.publish` encodes it: what a handler of ``stream``
         with ``Message[Model]`` (and the same ``body_field``) decodes back into an equal model.
         Applied with the message's XACK, so the entry is added exactly once. On Redis Cluster,
         ``stream`` must share the consumed stream's hash tag (``{orders}:ledger``); for a
         partitioned target, pass the partition's stream key (``partitions.PartitionedStream``).
 
-        A value that cannot be encoded raises :class:`~streamworker.codec.EncodeError`, a
+        A value that cannot be encoded raises :class:`~streamworker.core.codec.EncodeError`, a
         permanent failure: the message is dead-lettered at once (it would fail every time)."""
         fields: dict[KeyT, ValueT] = dict(encode(value, body_field).items())
         return self.xadd(stream, fields, maxlen=maxlen, approximate=approximate)
