@@ -58,7 +58,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, registry
 
 from streamworker.errors import ConfigError, ConnectionLost, DatabaseUnavailable
-from streamworker.idempotency.sql import SqlDatabase, database_errors, metadata
+from streamworker.idempotency.sql import SqlDatabase, database_errors
+from streamworker.idempotency.sql.schema import OUTBOX_TABLE, outbox
 from streamworker.io.keys import published_marker_key
 from streamworker.io.redisio import CONNECTION_ERRORS
 from streamworker.io.redisio import LuaScript as _LuaScript
@@ -77,34 +78,7 @@ from streamworker.producing.producer import (
     plan_publish,
 )
 
-OUTBOX_TABLE = "streamworker_outbox"
-"""The outbox table."""
-
 _GENERATED = "outbox:"  # prefix of the publish keys the outbox generates (deleted once relayed)
-
-outbox = sa.Table(
-    OUTBOX_TABLE,
-    metadata,
-    sa.Column(
-        "id",
-        sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-        primary_key=True,
-        autoincrement=True,
-    ),
-    sa.Column("stream", sa.String(512), nullable=False),
-    sa.Column("publish_key", sa.String(255), nullable=False),
-    sa.Column("fields", sa.Text(), nullable=False),
-    sa.Column("trim", sa.String(6), nullable=False, server_default=""),
-    sa.Column("threshold", sa.String(41), nullable=False, server_default=""),
-    sa.Column("approximate", sa.Boolean(), nullable=False, server_default=sa.true()),
-    sa.Column(
-        "created_at",
-        sa.DateTime(timezone=True),
-        nullable=False,
-        server_default=sa.func.current_timestamp(),
-    ),
-)
-"""One row per staged entry, deleted once relayed."""
 
 
 class OutboxRow:

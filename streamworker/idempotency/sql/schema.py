@@ -1,4 +1,4 @@
-"""The ``idempotency="sql"`` schema: the processed-messages table, the names of every table
+"""The ``idempotency="sql"`` schema: the processed-messages and outbox tables, the names of every table
 streamworker creates, and the stored form of stream ids (:func:`sortable_id`).
 
 No I/O: the table is created by ``streamworker migrate`` (:mod:`streamworker.idempotency.sql.migrate`).
@@ -15,11 +15,15 @@ VERSION_TABLE = "streamworker_alembic_version"
 """Alembic's version table for streamworker's own migrations (kept apart from an application's
 ``alembic_version``)."""
 
-TABLE_NAMES = frozenset({TABLE_NAME, VERSION_TABLE, "streamworker_outbox"})
+OUTBOX_TABLE = "streamworker_outbox"
+"""The transactional outbox's table (:mod:`streamworker.idempotency.sql.outbox`)."""
+
+TABLE_NAMES = frozenset({TABLE_NAME, VERSION_TABLE, OUTBOX_TABLE})
 """Every table streamworker creates; filter them out of your own Alembic autogenerate."""
 
 metadata = sa.MetaData()
-"""The MetaData holding :data:`processed_messages`; include it in your own Alembic
+"""The MetaData holding :data:`processed_messages` and :data:`outbox` (what ``streamworker
+migrate`` creates, whichever modules were imported); include it in your own Alembic
 ``target_metadata`` if your migrations, not ``streamworker migrate``, should own the table."""
 
 processed_messages = sa.Table(
@@ -66,3 +70,29 @@ def stream_id(stored: str) -> str:
     if ms.isascii() and ms.isdigit() and seq.isascii() and seq.isdigit():
         return (ms.lstrip("0") or "0") + "-" + (seq.lstrip("0") or "0")
     return f"{int(ms)}-{int(seq)}"  # raises ValueError for what is not a stored id
+
+
+outbox = sa.Table(
+    OUTBOX_TABLE,
+    metadata,
+    sa.Column(
+        "id",
+        sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    sa.Column("stream", sa.String(512), nullable=False),
+    sa.Column("publish_key", sa.String(255), nullable=False),
+    sa.Column("fields", sa.Text(), nullable=False),
+    sa.Column("trim", sa.String(6), nullable=False, server_default=""),
+    sa.Column("threshold", sa.String(41), nullable=False, server_default=""),
+    sa.Column("approximate", sa.Boolean(), nullable=False, server_default=sa.true()),
+    sa.Column(
+        "created_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=sa.func.current_timestamp(),
+    ),
+)
+"""One row per entry a handler staged (:func:`streamworker.idempotency.sql.outbox.publish`),
+deleted once relayed."""
