@@ -83,8 +83,10 @@ class HandlerSpec:
 
     @property
     def claim_interval_ms(self) -> int:
-        """How often the reclaimer looks for entries idle past ``claim_idle_ms``."""
-        return max(50, min(self.claim_idle_ms // 2, 5_000))
+        """How often the reclaimer looks for entries idle past ``claim_idle_ms``: half of it,
+        between 50 ms and 2 s. The cap bounds how long entries another worker released on a
+        graceful stop (:mod:`streamworker.runtime.release`) wait, at one XAUTOCLAIM per 2 s."""
+        return max(50, min(self.claim_idle_ms // 2, 2_000))
 
     @property
     def is_async(self) -> bool:
