@@ -48,12 +48,11 @@ async def release_path(client: aioredis.Redis) -> str:
     COMMAND (renamed or ACL-denied) gets the emulation, which needs only 7.0 commands."""
     try:
         async with connection_errors():
-            reply = await client.execute_command("COMMAND", "INFO", "XNACK")  # type: ignore[no-untyped-call]
+            # One word: redis-py's parser for COMMAND fails on the nil of an unknown name; the
+            # raw reply is [nil] or [info].
+            reply = await client.execute_command("COMMAND INFO", "XNACK")  # type: ignore[no-untyped-call]
     except rex.ResponseError:
         return XCLAIM
-    # redis-py parses COMMAND INFO into a dict keyed by name; raw replies are a list.
-    if isinstance(reply, dict):
-        return XNACK if reply else XCLAIM
     if isinstance(reply, list | tuple):
         return XNACK if any(item for item in reply) else XCLAIM
     return XCLAIM
