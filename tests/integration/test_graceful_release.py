@@ -141,7 +141,7 @@ def test_restart_loop_does_not_raise_delivery_counts(
         proc = _worker(url, "a", log)
         try:
             # SIGTERM once this run has started one of its slow messages.
-            wait_for(lambda: len(_starts(log)) > before, 30, f"round {round_} to start one")
+            wait_for(lambda n=before: len(_starts(log)) > n, 30, f"round {round_} to start one")
             err = _stop(proc)
         finally:
             stop_process(proc)
