@@ -152,6 +152,10 @@ class Consumer:
         released; raises ConnectionLost when Redis does not answer (the entries then wait for
         ``claim_idle_ms``, as without a release)."""
         ids = self.holdings.take_unstarted()
+        if self.ordered is not None:
+            # ordered=True: the partition's next lock holder takes its pending entries over in
+            # stream order (runtime.ordering); a released entry would leave that order.
+            return 0
         if self._next_read.holding():
             # Sent behind the last batch's ack before the stop came: none of it started.
             with contextlib.suppress(Exception):
