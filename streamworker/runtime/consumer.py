@@ -279,7 +279,7 @@ class Consumer:
             else:
                 # What is there now first: while the stream has a backlog, a plain read spares
                 # the blocking read's race against stop() (two tasks and a wait per batch). The
-                # previous batch's last call may have sent it already (NextRead).
+                # previous batch's last call may have sent it already (Batch.next_read).
                 if ahead.holding():
                     sent = ahead.sent_at
                     async with connection_errors():
@@ -295,13 +295,14 @@ class Consumer:
                         continue
                 # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too).
                 self._backoff.reset()
-                with ahead.offer():
-                    await process(
-                        entries,
-                        dict.fromkeys((e.id for e in entries), 1),
-                        fresh_at=sent,
-                        sent_at=sent,
-                    )
+                # The next read rides down with the batch, for its last call to send.
+                await process(
+                    entries,
+                    dict.fromkeys((e.id for e in entries), 1),
+                    fresh_at=sent,
+                    sent_at=sent,
+                    next_read=ahead,
+                )
                 continue
             self._backoff.reset()
             await process(entries, counts, sent_at=sent)
