@@ -23,11 +23,13 @@ an entry whose handler ran, or may still run (an abandoned batch), is never rele
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 import redis.asyncio as aioredis
+import redis.asyncio.cluster as aiocluster
 import redis.exceptions as rex
 
-from streamworker.io.redisio import LuaScript, connection_errors
+from streamworker.io.redisio import LuaScript, connection_errors, is_cluster_client
 
 _RELEASE = LuaScript("release_unstarted")
 
@@ -50,12 +52,24 @@ async def release_path(client: aioredis.Redis) -> str:
         async with connection_errors():
             # One word: redis-py's parser for COMMAND fails on the nil of an unknown name; the
             # raw reply is [nil] or [info].
-            reply = await client.execute_command("COMMAND INFO", "XNACK")  # type: ignore[no-untyped-call]
+            if is_cluster_client(client):
+                # A keyless command: ask every node, since any of them may own a stopping
+                # consumer's stream; XNACK only when all of them have it.
+                cluster = cast(aiocluster.RedisCluster, client)
+                per_node = [
+                    await cluster.execute_command("COMMAND INFO", "XNACK", target_nodes=node)
+                    for node in cluster.get_nodes()
+                ]
+            else:
+                per_node = [await client.execute_command("COMMAND INFO", "XNACK")]  # type: ignore[no-untyped-call]
     except rex.ResponseError:
         return XCLAIM
-    if isinstance(reply, list | tuple):
-        return XNACK if any(item for item in reply) else XCLAIM
-    return XCLAIM
+    return XNACK if per_node and all(_knows_xnack(reply) for reply in per_node) else XCLAIM
+
+
+def _knows_xnack(reply: object) -> bool:
+    """``COMMAND INFO XNACK``'s raw reply names the command ([info], not [nil])."""
+    return isinstance(reply, list | tuple) and any(item for item in reply)
 
 
 async def release_unstarted(
