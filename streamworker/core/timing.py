@@ -27,8 +27,10 @@ The fractions, and why each one is safe (``C`` = ``claim_idle_ms``):
   started, i.e. less than C/2 + 0.45 C = 0.95 C after the read was sent: before anyone else may
   claim those entries, so nobody can have processed, acked and pruned them meanwhile. The 0.05 C
   left covers the moments between the freshness test and the strategy's start.
-* :func:`claim_interval_ms` (C/2, 50 ms to 5 s): how often the reclaimer looks for entries idle
-  past C; it bounds how late an abandoned entry is picked up, not safety.
+* :func:`claim_interval_ms` (C/2, 50 ms to 2 s): how often the reclaimer looks for entries idle
+  past C; it bounds how late an abandoned entry is picked up, not safety. The 2 s cap bounds how
+  long entries another worker released on a graceful stop (:mod:`streamworker.runtime.release`)
+  wait, at one XAUTOCLAIM per 2 s.
 
 The ordered loop (``ordered=True``, :mod:`streamworker.runtime.ordering`) has a different kind of
 timer, the *partition lock*: a Redis key naming the one consumer that may read a partition, with
@@ -99,8 +101,9 @@ def sql_fresh_claim_window_ms(claim_idle_ms: int) -> float:
 
 def claim_interval_ms(claim_idle_ms: int) -> int:
     """How often the reclaimer looks for entries idle past ``claim_idle_ms``: half of it, between
-    50 ms and 5 s."""
-    return max(50, min(claim_idle_ms // 2, 5_000))
+    50 ms and 2 s. The cap bounds how long entries another worker released on a graceful stop
+    (:mod:`streamworker.runtime.release`) wait, at one XAUTOCLAIM per 2 s."""
+    return max(50, min(claim_idle_ms // 2, 2_000))
 
 
 def partition_lock_ttl_ms(claim_idle_ms: int) -> int:

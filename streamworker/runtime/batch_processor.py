@@ -283,6 +283,8 @@ class BatchProcessor:
                     holdings.settled(msg.id.encode())
                 continue
             if action is Action.LEAVE_PENDING and outcome in SKIPPED:
+                if outcome is NOT_STARTED:
+                    holdings.not_started(msg.id.encode())
                 continue
             mid = msg.id.encode()
             if action is Action.DEAD_LETTER:

@@ -44,6 +44,7 @@ from streamworker.runtime.holdings import Holdings
 from streamworker.runtime.loop import LoopState, StopSignal
 from streamworker.runtime.ordering import OrderedLoop
 from streamworker.runtime.reads import delivery_counts
+from streamworker.runtime.release import release_unstarted
 from streamworker.runtime.threads import HandlerThreads
 
 
@@ -143,6 +144,37 @@ class Consumer:
     def stopping(self) -> bool:
         """True once :meth:`stop` was called."""
         return self.signal.stopping()
+
+    async def release_unstarted(self, path: str) -> int:
+        """After :meth:`run` returned: hand back to the group every entry this consumer read
+        but did not start (a batch's rest after the stop, a read sent behind the last ack), by
+        ``path`` (:func:`~streamworker.runtime.release.release_path`). Returns how many were
+        released; raises ConnectionLost when Redis does not answer (the entries then wait for
+        ``claim_idle_ms``, as without a release)."""
+        ids = self.holdings.take_unstarted()
+        if self.ordered is not None:
+            # ordered=True: the partition's next lock holder takes its pending entries over in
+            # stream order (runtime.ordering); a released entry would leave that order.
+            return 0
+        if self._next_read.holding():
+            # Sent behind the last batch's ack before the stop came: none of it started.
+            with contextlib.suppress(Exception):
+                ids += [e.id for e in parse_read_reply(self._next_read.take(), self._stream)]
+        # Never one in flight: a batch abandoned at the deadline may still be running.
+        ids = [i for i in ids if i not in self.holdings.in_flight]
+        if not ids:
+            return 0
+        released = await release_unstarted(
+            self._client,
+            self.spec.stream,
+            self.spec.group,
+            self.name,
+            ids,
+            path=path,
+            claim_idle_ms=self.spec.claim_idle_ms,
+        )
+        self._log.info("unstarted_released", path=path, entries=len(ids), released=released)
+        return released
 
     async def run(self) -> None:
         """The loop. Returns after :meth:`stop`; raises on errors that retrying cannot fix."""

@@ -25,6 +25,9 @@ class Holdings:
         self._retries: dict[bytes, float] = {}
         self.retry_scheduled = asyncio.Event()
         """Set when a retry is scheduled: the reclaimer may be asleep until a later due time."""
+        self.unstarted: set[bytes] = set()
+        """Entries read but not started because the consumer was stopping: released to the
+        group when the worker stops (:mod:`streamworker.runtime.release`)."""
 
     def held_ids(self) -> list[bytes]:
         """Entries whose lease must be renewed: in flight or waiting for a retry."""
@@ -46,6 +49,15 @@ class Holdings:
     def settled(self, entry_id: bytes) -> None:
         """``entry_id`` needs no retry any more (acked, dead-lettered, deleted or gone)."""
         self._retries.pop(entry_id, None)
+
+    def not_started(self, entry_id: bytes) -> None:
+        """``entry_id`` was read but its handler was not started (the consumer is stopping)."""
+        self.unstarted.add(entry_id)
+
+    def take_unstarted(self) -> list[bytes]:
+        """Remove and return the entries recorded by :meth:`not_started`."""
+        ids, self.unstarted = sorted(self.unstarted), set()
+        return ids
 
     def dropped(self, entry_id: bytes) -> None:
         """``entry_id`` is not this consumer's any more: neither in flight nor owed a retry."""

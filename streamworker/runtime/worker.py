@@ -49,6 +49,7 @@ from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.names import ConsumerNames
 from streamworker.runtime.reclaimer import Reclaimer
+from streamworker.runtime.release import release_path
 from streamworker.runtime.threads import HandlerThreads
 
 if TYPE_CHECKING:
@@ -341,6 +342,9 @@ class Worker:
                     self._log.warning(
                         "reclaimer_disabled", reason="the server has no Lua scripting"
                     )
+            # Checked once per server: how a graceful stop hands back what it did not start.
+            released_by = await release_path(client) if scripting else None
+            self._log.info("release_path_chosen", path=released_by or "none")
             if self._stopping.is_set():
                 self.stop()
             self._log.info(
@@ -367,6 +371,8 @@ class Worker:
                 background.append(asyncio.ensure_future(mover.run()))
             try:
                 await self._supervise(names)
+                if released_by is not None:
+                    await self._release_unstarted(released_by)
             finally:
                 for task in background:
                     task.cancel()
@@ -478,6 +484,20 @@ class Worker:
         if self._tracing is None:
             return make(client)
         return self._tracing.wrap(spec, client, make, self.options.consumer)
+
+    async def _release_unstarted(self, path: str) -> None:
+        """Every loop has ended: hand back what the consumers read but did not start, so another
+        worker starts it at once (bounded: a silent Redis leaves it to ``claim_idle_ms``)."""
+        for consumer in self.consumers:
+            try:
+                await asyncio.wait_for(consumer.release_unstarted(path), 5.0)
+            except (TimeoutError, StreamworkerError, rex.RedisError) as exc:
+                self._log.warning(
+                    "release_failed",
+                    stream=consumer.spec.stream,
+                    group=consumer.spec.group,
+                    error=str(exc) or type(exc).__name__,
+                )
 
     async def _supervise(self, names: ConsumerNames | None) -> None:
         loops = [c.run() for c in self.consumers] + [r.run() for r in self.reclaimers]

@@ -1,0 +1,95 @@
+"""Release on a graceful stop: entries a stopping consumer read but never started go back to the
+group at once, and their read does not count as a delivery.
+
+Without it, such entries (the rest of a batch whose handlers had not started when the stop came,
+or a read sent behind the last batch's ack) stay in the stopping consumer's PEL until another
+consumer's reclaimer finds them idle past ``claim_idle_ms``; and a restart loop would count one
+delivery per start towards ``max_deliveries``.
+
+Two paths, chosen once per server by capability (``COMMAND INFO XNACK``, never the version string):
+
+* ``xnack`` (Redis 8.8+, the engine in 8.8+ mode): ``XNACK … SILENT`` takes one off the delivery
+  counter and leaves the entry unowned with delivery time 0, so any claim takes it at once.
+* ``xclaim`` (Redis 7.x, the emulation): ``XCLAIM <self> 0 id IDLE <idle> RETRYCOUNT <count-1>
+  JUSTID`` keeps the entry in the caller's PEL but makes it look idle for ``idle`` ms with the
+  counter it had before the read; the other consumers' reclaimers (XAUTOCLAIM with min-idle
+  ``claim_idle_ms``) take it at their next pass.
+
+Both run inside ``lua/release_unstarted.lua``, which first checks that each entry is still the
+caller's (XNACK names no consumer). Only entries the caller knows it never started are released:
+an entry whose handler ran, or may still run (an abandoned batch), is never released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import cast
+
+import redis.asyncio as aioredis
+import redis.asyncio.cluster as aiocluster
+import redis.exceptions as rex
+
+from streamworker.io.redisio import LuaScript, connection_errors, is_cluster_client
+
+_RELEASE = LuaScript("release_unstarted")
+
+XNACK = "xnack"
+"""Release path: the server has XNACK."""
+XCLAIM = "xclaim"
+"""Release path: the XCLAIM emulation (Redis 7.x, engine in 7.0 mode)."""
+
+RELEASED_IDLE_FLOOR_MS = 24 * 3600 * 1000
+"""The least idle time an emulated release gives an entry: past any sensible ``claim_idle_ms``
+of the group's other consumers (a consumer with a longer one takes released entries late)."""
+
+
+async def release_path(client: aioredis.Redis) -> str:
+    """:data:`XNACK` when the server knows the XNACK command, else :data:`XCLAIM`.
+
+    Asks ``COMMAND INFO XNACK`` (a server without the command answers nil). A server that refuses
+    COMMAND (renamed or ACL-denied) gets the emulation, which needs only 7.0 commands."""
+    try:
+        async with connection_errors():
+            # One word: redis-py's parser for COMMAND fails on the nil of an unknown name; the
+            # raw reply is [nil] or [info].
+            if is_cluster_client(client):
+                # A keyless command: ask every node, since any of them may own a stopping
+                # consumer's stream; XNACK only when all of them have it.
+                cluster = cast(aiocluster.RedisCluster, client)
+                per_node = [
+                    await cluster.execute_command("COMMAND INFO", "XNACK", target_nodes=node)
+                    for node in cluster.get_nodes()
+                ]
+            else:
+                per_node = [await client.execute_command("COMMAND INFO", "XNACK")]  # type: ignore[no-untyped-call]
+    except rex.ResponseError:
+        return XCLAIM
+    return XNACK if per_node and all(_knows_xnack(reply) for reply in per_node) else XCLAIM
+
+
+def _knows_xnack(reply: object) -> bool:
+    """``COMMAND INFO XNACK``'s raw reply names the command ([info], not [nil])."""
+    return isinstance(reply, list | tuple) and any(item for item in reply)
+
+
+async def release_unstarted(
+    client: aioredis.Redis,
+    stream: str,
+    group: str,
+    consumer: str,
+    ids: Iterable[bytes],
+    *,
+    path: str,
+    claim_idle_ms: int,
+) -> int:
+    """Hand ``ids`` (entries ``consumer`` read and never started) back to ``group``; returns how
+    many were released. Entries no longer ``consumer``'s (claimed or acked meanwhile) are left
+    alone. Idempotent per entry on the XNACK path; on the emulation a second call takes one more
+    off the counter, so call it once per read. Raises ConnectionLost when Redis does not answer.
+    """
+    todo = list(dict.fromkeys(ids))
+    if not todo:
+        return 0
+    idle_ms = max(RELEASED_IDLE_FLOOR_MS, claim_idle_ms)
+    reply = await _RELEASE(client, [stream], [group, consumer, path, idle_ms, *todo])
+    return int(reply)
