@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -14,10 +14,13 @@ from streamworker.core.deps import CallPlan
 from streamworker.core.effects import Effects
 from streamworker.core.keyed import (
     KeyField,
+    KeyFunc,
     check_in_flight,
     check_key_field,
     check_key_field_in_model,
+    key_func,
 )
+from streamworker.core.message import Message
 from streamworker.errors import ConfigError
 from streamworker.idempotency import registry
 from streamworker.io.keys import dead_letter_stream, partition_stream
@@ -100,6 +103,23 @@ class HandlerSpec:
     def claim_interval_ms(self) -> int:
         """How often the reclaimer looks for entries idle past ``claim_idle_ms``."""
         return max(50, min(self.claim_idle_ms // 2, 5_000))
+
+    @property
+    def message_key(self) -> KeyFunc | None:
+        """``key_field`` as a function of the message (None without one). A user function that
+        raises gives the key None: its messages share one lane, one after another, which keeps
+        the promise (never two of one key at once) whatever key they should have had."""
+        if self.key_field is None:
+            return None
+        of = key_func(self.key_field, body_field=self.body_field)
+
+        def safe(message: Message[Any]) -> Hashable:
+            try:
+                return of(message)
+            except Exception:
+                return None
+
+        return safe
 
     @property
     def is_async(self) -> bool:

@@ -7,13 +7,16 @@ holding that key's messages in stream order. Lanes run concurrently up to the ha
 the same time and run in stream order within the worker, while a slow (hot) key occupies one lane
 and never the others.
 
-What is here: resolving the key of a message, splitting a batch into lanes, and checking the
-options at registration, each with one clear line when wrong.
+What is here: resolving the key of a message, splitting a batch into lanes and running them
+(asyncio only, no I/O: the strategies call :func:`run_keyed` where they ran a batch's handlers
+``concurrency`` at a time), and checking the options at registration, each with one clear line
+when wrong.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeAlias, TypeVar
 
 from pydantic import TypeAdapter
@@ -140,3 +143,61 @@ def entry_bytes(fields: Sequence[bytes] | None) -> int:
     """The bytes an entry's fields hold (names and values, the flat list a read returns): what
     ``max_in_flight_bytes`` counts. A deleted entry (None) holds none."""
     return 0 if not fields else sum(len(part) for part in fields)
+
+
+async def run_lanes(
+    lanes: Sequence[Sequence[T]],
+    concurrency: int,
+    run_lane: Callable[[Sequence[T]], Awaitable[None]],
+) -> None:
+    """Run ``run_lane`` on each lane, at most ``concurrency`` at once, starting lanes in the given
+    order. Returns when every lane finished. The first exception is raised after the other running
+    lanes finished (a lane is never abandoned half-way: its messages may hold effects in flight);
+    lanes not yet started when a lane fails are not started."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    pending = list(lanes)
+    pending.reverse()  # pop() from the end takes the oldest lane first
+    failure: BaseException | None = None
+    running: set[asyncio.Task[None]] = set()
+    try:
+        while pending or running:
+            while pending and len(running) < concurrency and failure is None:
+                running.add(asyncio.ensure_future(run_lane(pending.pop())))
+            if not running:
+                break
+            done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                exc = task.exception()
+                if exc is not None and failure is None:
+                    failure = exc
+            if failure is not None:
+                pending.clear()
+    finally:
+        # Cancelled from outside (a stop past its deadline): the lanes go with us, and are
+        # awaited so that none outlives the batch it belongs to.
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+    if failure is not None:
+        raise failure
+
+
+async def run_keyed(
+    items: Sequence[T],
+    concurrency: int,
+    key: Callable[[T], Hashable],
+    run: Callable[[int, T], Awaitable[None]],
+) -> None:
+    """Run ``run(index, item)`` for every item, items of one key one after another in their
+    order, up to ``concurrency`` keys at once (:func:`split_lanes`, :func:`run_lanes`). A key
+    waiting for its previous item holds no slot, so a hot key never keeps the others waiting."""
+    indexed = list(enumerate(items))
+    lanes = split_lanes(indexed, lambda pair: key(pair[1]))
+
+    async def lane(members: Sequence[tuple[int, T]]) -> None:
+        for index, item in members:
+            await run(index, item)
+
+    await run_lanes(lanes, concurrency, lane)

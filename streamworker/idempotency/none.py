@@ -11,6 +11,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from streamworker.core.keyed import KeyFunc, run_keyed
 from streamworker.core.message import Message
 from streamworker.core.outcomes import ACKED, Action, Outcome
 from streamworker.idempotency.base import (
@@ -32,15 +33,24 @@ _ACK_ON_CANCEL_TIMEOUT_S = 2.0
 class AtLeastOnce:
     """Run the batch's handlers (``concurrency`` at a time), then one XACK for the successes.
     A batch handler (``batch=True``) is called once for the batch; its successes are acked
-    together the same way."""
+    together the same way. With ``key`` (``key_field``), messages of one key run one after
+    another in batch order, up to ``concurrency`` keys at once."""
 
     name = "none"
 
-    def __init__(self, client: aioredis.Redis, stream: str, group: str, concurrency: int) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        stream: str,
+        group: str,
+        concurrency: int,
+        key: KeyFunc | None = None,
+    ) -> None:
         self._client = client
         self._stream = stream
         self._group = group
         self._concurrency = concurrency
+        self._key = key
 
     async def process(
         self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
@@ -65,6 +75,9 @@ class AtLeastOnce:
             await self._ack(batch, outcomes)
             return outcomes
 
+        if self._key is not None:
+            return await self._process_keyed(batch, invoke, self._key)
+
         sem = asyncio.Semaphore(self._concurrency)
 
         async def limited(msg: Message[Any]) -> Outcome:
@@ -80,6 +93,25 @@ class AtLeastOnce:
             done = [(m, t.result()) for m, t in zip(batch, tasks, strict=True) if _succeeded(t)]
             await self._ack_finished([m for m, _ in done], [o for _, o in done])
             raise
+        await self._ack(batch, outcomes)
+        return outcomes
+
+    async def _process_keyed(
+        self, batch: Sequence[Message[Any]], invoke: Invoke, key: KeyFunc
+    ) -> list[Outcome]:
+        """The batch as per-key lanes (:func:`~streamworker.core.keyed.run_keyed`), one XACK."""
+        results: list[Outcome | None] = [None] * len(batch)
+
+        async def one(index: int, msg: Message[Any]) -> None:
+            results[index] = await invoke(msg, _NOTHING)
+
+        try:
+            await run_keyed(batch, self._concurrency, key, one)
+        except asyncio.CancelledError:
+            done = [(m, o) for m, o in zip(batch, results, strict=True) if o is not None]
+            await self._ack_finished([m for m, _ in done], [o for _, o in done])
+            raise
+        outcomes = [o for o in results if o is not None]
         await self._ack(batch, outcomes)
         return outcomes
 
@@ -124,7 +156,9 @@ class AtLeastOncePlugin(PlainPlugin):
 
     def build(self, spec: HandlerConfig, context: BuildContext) -> Strategy:
         """An :class:`AtLeastOnce` for ``spec``."""
-        return AtLeastOnce(context.client, spec.stream, spec.group, spec.concurrency)
+        return AtLeastOnce(
+            context.client, spec.stream, spec.group, spec.concurrency, spec.message_key
+        )
 
 
 PLUGIN = AtLeastOncePlugin()

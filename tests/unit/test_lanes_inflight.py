@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
+from streamworker.core.keyed import run_lanes
 from streamworker.runtime.inflight import InFlight
-from streamworker.runtime.lanes import run_lanes
 
 
 async def test_one_lanes_items_never_overlap_and_run_in_order() -> None:
