@@ -34,7 +34,13 @@ class InFlight:
         """Bytes of fields held now."""
         self.peak_messages = 0
         """The most messages ever held at once (what a test or a metric checks)."""
-        self._changed = asyncio.Condition()
+        self.peak_bytes = 0
+        """The most bytes ever held at once."""
+        # The entries seen so far, to size a read under the byte bound (entries of one stream
+        # are usually alike; the first read of a worker asks for one entry to learn the size).
+        self._seen_messages = 0
+        self._seen_bytes = 0
+        self._freed = asyncio.Event()
 
     @property
     def bounded(self) -> bool:
@@ -43,31 +49,78 @@ class InFlight:
 
     def room(self, want: int) -> int:
         """How many entries the next read may ask for: ``want`` (the batch size) cut to the
-        messages left under ``max_messages``; 0 when a bound is reached. The byte bound cannot
-        be known before the read (entries differ in size): it closes the room once reached and
-        :meth:`take` accounts for what a read brought."""
-        if self.max_bytes is not None and self.bytes >= self.max_bytes and self.messages > 0:
-            return 0
-        if self.max_messages is None:
-            return want
-        return max(0, min(want, self.max_messages - self.messages))
+        messages left under ``max_messages`` and to the bytes left under ``max_bytes`` divided
+        by the mean size of the entries taken so far (one entry while none was seen); 0 when a
+        bound is reached. With nothing held the room is at least 1, so an entry larger than
+        the byte bound still runs, alone."""
+        room = want
+        if self.max_messages is not None:
+            room = min(room, self.max_messages - self.messages)
+        if self.max_bytes is not None:
+            left = self.max_bytes - self.bytes
+            if self._seen_messages == 0:
+                room = min(room, 1)
+            else:
+                mean = max(1, self._seen_bytes // self._seen_messages)
+                room = min(room, left // mean)
+        if self.messages == 0:
+            room = max(room, 1)
+        return max(0, room)
 
     async def wait_for_room(self, want: int) -> int:
         """Wait until :meth:`room` is at least 1, then return it."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.room(want) > 0)
-            return self.room(want)
+        while (room := self.room(want)) == 0:
+            self._freed.clear()
+            await self._freed.wait()
+        return room
 
     def take(self, messages: int, nbytes: int) -> None:
         """Count entries a read returned as held."""
         self.messages += messages
         self.bytes += nbytes
+        self._seen_messages += messages
+        self._seen_bytes += nbytes
         self.peak_messages = max(self.peak_messages, self.messages)
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
 
-    async def give_back(self, messages: int, nbytes: int) -> None:
+    def give_back(self, messages: int, nbytes: int) -> None:
         """Count entries as no longer held (acked, dead-lettered, handed back) and wake a waiting
-        read."""
+        read. Never waits: it runs in ``finally`` blocks, also while a batch is cancelled."""
         self.messages = max(0, self.messages - messages)
         self.bytes = max(0, self.bytes - nbytes)
-        async with self._changed:
-            self._changed.notify_all()
+        self._freed.set()
+
+
+class InFlightGate:
+    """The budgets one subscription reads under: the worker's and its handler's (either may be
+    unbounded). A read asks for the smallest room of the two; entries count in both."""
+
+    def __init__(self, *budgets: InFlight) -> None:
+        self._budgets = [b for b in budgets if b.bounded]
+
+    @property
+    def bounded(self) -> bool:
+        """True when any budget has a bound."""
+        return bool(self._budgets)
+
+    def room(self, want: int) -> int:
+        """The read's COUNT: the smallest room of the budgets (``want`` when none is bounded)."""
+        return min((b.room(want) for b in self._budgets), default=want)
+
+    async def wait_for_room(self, want: int) -> int:
+        """Wait until every budget has room, then return the read's COUNT."""
+        while (room := self.room(want)) == 0:
+            for budget in self._budgets:
+                if budget.room(want) == 0:
+                    await budget.wait_for_room(want)
+        return room
+
+    def take(self, messages: int, nbytes: int) -> None:
+        """Count entries as held in every budget."""
+        for budget in self._budgets:
+            budget.take(messages, nbytes)
+
+    def give_back(self, messages: int, nbytes: int) -> None:
+        """Count entries as no longer held in every budget."""
+        for budget in self._budgets:
+            budget.give_back(messages, nbytes)

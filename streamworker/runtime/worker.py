@@ -25,6 +25,7 @@ import structlog
 
 from streamworker.app import App, HandlerSpec
 from streamworker.core.deps import Resolver
+from streamworker.core.keyed import check_in_flight
 from streamworker.errors import ConfigError, ConnectionLost, ConsumerNameTaken, StreamworkerError
 from streamworker.extras import require_extra
 from streamworker.idempotency import registry
@@ -47,6 +48,7 @@ from streamworker.producing.delayed import (
 )
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
+from streamworker.runtime.inflight import InFlight
 from streamworker.runtime.names import ConsumerNames
 from streamworker.runtime.reclaimer import Reclaimer
 from streamworker.runtime.threads import HandlerThreads
@@ -99,6 +101,16 @@ class WorkerOptions:
     (:mod:`streamworker.producing.delayed`); 0: this worker moves none (another must)."""
     delayed_batch: int = DEFAULT_DELAYED_BATCH
     """Most delayed entries one move script takes (a full batch is followed by the next)."""
+    max_in_flight: int | None = None
+    """At most this many messages held at once over all handlers (:mod:`~streamworker.runtime.inflight`);
+    None: no worker-wide bound."""
+    max_in_flight_bytes: int | None = None
+    """At most this many bytes of entry fields held at once over all handlers; None: no bound."""
+
+    def __post_init__(self) -> None:
+        # The same one-line refusal as the handler's options (a bound of 0 would never read).
+        check_in_flight("max_in_flight", self.max_in_flight)
+        check_in_flight("max_in_flight_bytes", self.max_in_flight_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,9 +319,12 @@ class Worker:
                     "consumer_name_unguarded", reason="the server has no Lua scripting"
                 )
             await resolver.start([s.plan for s in specs])
+            # One budget for the whole worker, shared by its handlers' reads.
+            budget = InFlight(self.options.max_in_flight, self.options.max_in_flight_bytes)
             self.consumers = [
                 Consumer(
                     spec,
+                    worker_budget=budget,
                     client=client,
                     name=self.options.consumer,
                     strategy=self._strategy(spec, client, threads),

@@ -145,3 +145,57 @@ async def test_a_key_function_picks_the_lanes(backend_url: str, sync_client: red
         await eventually(lambda: len(seen) == 6)
     assert overlaps == 0
     assert seen == list(range(6))
+
+
+async def test_a_handlers_in_flight_bound_caps_its_running_messages(
+    backend_url: str, sync_client: redis.Redis
+) -> None:
+    for n in range(40):
+        sync_client.xadd("{orders}", {"customer_id": f"c{n}", "n": str(n)})
+    active = 0
+    peak = 0
+    seen = 0
+    app = App("t")
+
+    @app.handler(
+        "{orders}", group="g", batch_size=20, concurrency=20, block_ms=100, max_in_flight=3
+    )
+    async def handle(msg: Message[Order]) -> None:
+        nonlocal active, peak, seen
+        active += 1
+        peak = max(peak, active)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        active -= 1
+        seen += 1
+
+    async with running_worker(app, backend_url):
+        await eventually(lambda: seen == 40)
+    assert peak == 3
+
+
+async def test_the_workers_in_flight_bound_is_shared_by_its_handlers(
+    backend_url: str, sync_client: redis.Redis
+) -> None:
+    for n in range(30):
+        sync_client.xadd("{a}", {"n": str(n)})
+        sync_client.xadd("{b}", {"n": str(n)})
+    active = 0
+    peak = 0
+    seen = 0
+    app = App("t")
+
+    async def handle(msg: Message) -> None:
+        nonlocal active, peak, seen
+        active += 1
+        peak = max(peak, active)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        active -= 1
+        seen += 1
+
+    for stream in ("{a}", "{b}"):
+        app.handler(stream, group="g", batch_size=10, concurrency=10, block_ms=100)(handle)
+    async with running_worker(app, backend_url, max_in_flight=4):
+        await eventually(lambda: seen == 60)
+    assert 1 < peak <= 4

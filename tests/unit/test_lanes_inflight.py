@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from streamworker.core.keyed import run_lanes
-from streamworker.runtime.inflight import InFlight
+from streamworker.runtime.inflight import InFlight, InFlightGate
 
 
 async def test_one_lanes_items_never_overlap_and_run_in_order() -> None:
@@ -120,17 +120,36 @@ def test_without_bounds_the_room_is_the_batch_size() -> None:
     assert budget.room(100) == 100
 
 
-def test_the_byte_bound_closes_the_room_once_reached() -> None:
+def test_the_byte_bound_sizes_reads_by_the_mean_entry_seen() -> None:
     budget = InFlight(max_bytes=1_000)
-    budget.take(2, 999)
-    assert budget.room(50) == 50
-    budget.take(1, 1)
+    assert budget.room(50) == 1  # no entry seen yet: learn the size from one
+    budget.take(1, 100)
+    assert budget.room(50) == 9  # 900 bytes left, 100 per entry
+    budget.take(9, 900)
     assert budget.room(50) == 0
+    budget.give_back(10, 1_000)
+    assert budget.room(50) == 10
 
 
 def test_one_entry_larger_than_the_byte_bound_is_admitted_alone() -> None:
     budget = InFlight(max_bytes=1_000)
-    assert budget.room(10) == 10  # nothing held: room even for an entry above the bound
+    budget.take(1, 5_000)
+    budget.give_back(1, 5_000)
+    assert budget.room(10) == 1  # nothing held: room for one, however large
+    budget.take(1, 5_000)
+    assert budget.room(10) == 0
+
+
+def test_a_gate_reads_under_the_smallest_room_of_its_budgets() -> None:
+    worker, handler = InFlight(max_messages=6), InFlight(max_messages=4)
+    gate = InFlightGate(handler, worker, InFlight())
+    assert gate.room(10) == 4
+    gate.take(3, 0)
+    other = InFlightGate(InFlight(), worker)  # another handler of the same worker
+    assert other.room(10) == 3
+    other.take(3, 0)
+    assert gate.room(10) == 0
+    assert (worker.messages, handler.messages) == (6, 3)
 
 
 async def test_a_read_waits_for_room_and_resumes_when_messages_leave() -> None:
@@ -139,7 +158,7 @@ async def test_a_read_waits_for_room_and_resumes_when_messages_leave() -> None:
     waiter = asyncio.ensure_future(budget.wait_for_room(100))
     await asyncio.sleep(0)
     assert not waiter.done()
-    await budget.give_back(2, 0)
+    budget.give_back(2, 0)
     assert await asyncio.wait_for(waiter, timeout=5) == 2
 
 
@@ -150,7 +169,7 @@ async def test_the_bound_holds_under_a_reader_and_slow_handlers() -> None:
     async def handle(n: int) -> None:
         for _ in range(n % 3 + 1):
             await asyncio.sleep(0)
-        await budget.give_back(1, 0)
+        budget.give_back(1, 0)
 
     handlers: list[asyncio.Task[None]] = []
     while total < 200:
