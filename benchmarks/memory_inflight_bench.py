@@ -48,6 +48,7 @@ class Result:
     max_mb: float
     slope_mb_per_min: float
     handled: int
+    every_10s: list[float]
 
 
 def _rss_mb(pid: int) -> float:
@@ -131,6 +132,7 @@ def run_variant(variant: Variant, args: argparse.Namespace, binary: str) -> Resu
         max_mb=max(m for _, m in after),
         slope_mb_per_min=_slope_per_min(after),
         handled=handled,
+        every_10s=[m for t, m in samples if int(t) % 10 == 0 and t - int(t) < args.sample_s],
     )
 
 
@@ -143,6 +145,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--bound-bytes", type=int, default=5_000_000, help="max_in_flight_bytes of the bounded run"
     )
+    p.add_argument("--only", choices=["unbounded", "bounded"], help="run one variant")
     p.add_argument("--quick", action="store_true", help="a smoke run (figures meaningless)")
     args = p.parse_args(list(argv) if argv is not None else None)
     if args.quick:
@@ -171,12 +174,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{'variant':<32} {'RSS@10s MB':>10} {'median MB':>10} {'max MB':>8} "
         f"{'MB/min':>8} {'handled':>8}"
     )
+    if args.only:
+        variants = [variants[0] if args.only == "unbounded" else variants[1]]
     for variant in variants:
         r = run_variant(variant, args, binary)
         print(
             f"{r.name:<32} {r.at_warmup_mb:>10.1f} {r.median_mb:>10.1f} {r.max_mb:>8.1f} "
             f"{r.slope_mb_per_min:>8.2f} {r.handled:>8}"
         )
+        print(f"{'':<32} RSS every 10 s (MB): " + " ".join(f"{m:.0f}" for m in r.every_10s))
     return 0
 
 

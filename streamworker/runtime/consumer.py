@@ -308,7 +308,7 @@ class Consumer:
             if self.stopping():
                 return 0
             room = gate.room(want)
-        gate.take(room, 0)
+        gate.reserve(room)
         return room
 
     def _release(self, entries: list[Entry]) -> None:
@@ -334,7 +334,7 @@ class Consumer:
             if self._gate.bounded:
                 # The reservation becomes what the read brought: unused room goes back.
                 self._gate.give_back(count - len(entries), 0)
-                self._gate.take(0, sum(entry_bytes(e.fields) for e in entries))
+                self._gate.arrived(len(entries), sum(entry_bytes(e.fields) for e in entries))
         return entries
 
     async def _read_count(self, start: bytes, block_ms: int | None, count: int) -> list[Entry]:

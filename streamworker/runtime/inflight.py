@@ -74,14 +74,24 @@ class InFlight:
             await self._freed.wait()
         return room
 
-    def take(self, messages: int, nbytes: int) -> None:
-        """Count entries a read returned as held."""
+    def reserve(self, messages: int) -> None:
+        """Count ``messages`` as held before the read that may bring them is sent."""
         self.messages += messages
+        self.peak_messages = max(self.peak_messages, self.messages)
+
+    def arrived(self, messages: int, nbytes: int) -> None:
+        """A read brought ``messages`` entries (already reserved) of ``nbytes`` bytes: count the
+        bytes as held, and learn the entries' size."""
         self.bytes += nbytes
         self._seen_messages += messages
         self._seen_bytes += nbytes
-        self.peak_messages = max(self.peak_messages, self.messages)
         self.peak_bytes = max(self.peak_bytes, self.bytes)
+
+    def take(self, messages: int, nbytes: int) -> None:
+        """Count entries as held that arrived without a reservation (:meth:`reserve` then
+        :meth:`arrived`)."""
+        self.reserve(messages)
+        self.arrived(messages, nbytes)
 
     def give_back(self, messages: int, nbytes: int) -> None:
         """Count entries as no longer held (acked, dead-lettered, handed back) and wake a waiting
@@ -114,6 +124,16 @@ class InFlightGate:
                 if budget.room(want) == 0:
                     await budget.wait_for_room(want)
         return room
+
+    def reserve(self, messages: int) -> None:
+        """Reserve room for a read in every budget."""
+        for budget in self._budgets:
+            budget.reserve(messages)
+
+    def arrived(self, messages: int, nbytes: int) -> None:
+        """What a reserved read brought, in every budget."""
+        for budget in self._budgets:
+            budget.arrived(messages, nbytes)
 
     def take(self, messages: int, nbytes: int) -> None:
         """Count entries as held in every budget."""

@@ -181,3 +181,15 @@ async def test_the_bound_holds_under_a_reader_and_slow_handlers() -> None:
     await asyncio.gather(*handlers)
     assert budget.peak_messages == 8
     assert budget.messages == 0
+
+
+def test_a_reservation_that_brought_nothing_teaches_no_entry_size() -> None:
+    # An empty read must not make entries look 0 bytes long (the next read would ask for all).
+    budget = InFlight(max_bytes=1_000)
+    budget.reserve(1)
+    budget.give_back(1, 0)
+    assert budget.room(50) == 1
+    budget.reserve(1)
+    budget.arrived(1, 200)
+    budget.give_back(0, 0)
+    assert budget.room(50) == 4  # 800 bytes left, 200 per entry; 1 entry held
