@@ -199,3 +199,37 @@ async def test_the_workers_in_flight_bound_is_shared_by_its_handlers(
     async with running_worker(app, backend_url, max_in_flight=4):
         await eventually(lambda: seen == 60)
     assert 1 < peak <= 4
+
+
+async def test_a_byte_bound_sizes_reads_by_the_entries_seen(
+    backend_url: str, sync_client: redis.Redis
+) -> None:
+    # Entries of ~1 KB under a 3.5 KB bound: after a first read of one entry (to learn the size)
+    # each read asks for 3, so no more than 3 run at once however large the batch.
+    for n in range(30):
+        sync_client.xadd("{orders}", {"customer_id": f"c{n}", "n": str(n), "pad": "x" * 1000})
+    active = 0
+    peak = 0
+    seen = 0
+    app = App("t")
+
+    @app.handler(
+        "{orders}",
+        group="g",
+        batch_size=30,
+        concurrency=30,
+        block_ms=100,
+        max_in_flight_bytes=3_500,
+    )
+    async def handle(msg: Message) -> None:
+        nonlocal active, peak, seen
+        active += 1
+        peak = max(peak, active)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        active -= 1
+        seen += 1
+
+    async with running_worker(app, backend_url):
+        await eventually(lambda: seen == 30)
+    assert peak == 3
