@@ -51,7 +51,7 @@ from benchmarks.sql_bench import (
 from streamworker import App, Message
 from streamworker.core.deps import Resolver
 from streamworker.core.outcomes import Outcome
-from streamworker.idempotency.base import Invoke, Strategy
+from streamworker.idempotency.base import Batch, Strategy
 from streamworker.idempotency.sql import SqlDatabase, SqlStrategy
 from streamworker.observability.logging import configure_logging
 from streamworker.observability.metrics import Metrics
@@ -90,10 +90,9 @@ class PlainSetBased:
         self._client = client
         self._threads = threads
 
-    async def process(
-        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
-    ) -> list[Outcome]:
-        call = invoke.batch_inline
+    async def process(self, work: Batch) -> list[Outcome]:
+        batch = work.messages
+        call = work.handle_batch_inline
         assert call is not None
 
         def _through() -> list[Outcome]:
@@ -137,7 +136,6 @@ async def run_variant(redis_url: str, db: SqlDatabase, variant: str, n: int, bat
             max_deliveries=5,
             claim_idle_ms=60_000,  # the App default, as the worker passes it
             is_async=False,
-            run_sync=run_sync,
         )
         if variant.startswith("b"):
             invoke = await _invoker(batch_handler, threads, batch=True)
@@ -145,7 +143,7 @@ async def run_variant(redis_url: str, db: SqlDatabase, variant: str, n: int, bat
             invoke = await _invoker(session_handler, threads, batch=False)
     started = time.perf_counter()
     try:
-        done = await _drive(redis_url, strategy, invoke, batch)
+        done = await _drive(redis_url, strategy, invoke, batch, run_sync)
     finally:
         elapsed = time.perf_counter() - started
         await client.aclose()

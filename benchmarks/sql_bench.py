@@ -39,7 +39,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from streamworker import App, Message
 from streamworker.core.deps import Resolver
 from streamworker.core.outcomes import Outcome
-from streamworker.idempotency.base import Invoke, Strategy
+from streamworker.idempotency.base import Batch, RunBlocking, Strategy
 from streamworker.idempotency.none import AtLeastOnce
 from streamworker.idempotency.sql import SqlDatabase, SqlStrategy, processed_messages, sortable_id
 from streamworker.idempotency.sql.migrate import upgrade
@@ -118,7 +118,9 @@ class PlainBatch:
         self._client = client
         self._threads = threads
 
-    async def process(self, batch: Sequence[Message[Any]], invoke: Invoke) -> list[Outcome]:
+    async def process(self, work: Batch) -> list[Outcome]:
+        batch = work.messages
+
         def _open() -> tuple[sa.Connection, Session]:
             conn = self._engine.connect()
             conn.begin()
@@ -130,7 +132,7 @@ class PlainBatch:
             conn.commit()
             conn.close()
 
-        inline = invoke.inline
+        inline = work.handle_inline
         if inline is not None:
             # As the batched strategy does for def handlers: the batch's calls in one hop.
             def _all() -> list[Outcome]:
@@ -142,7 +144,7 @@ class PlainBatch:
             outcomes: list[Outcome] = await self._threads.run(_all)
         else:
             conn, session = await self._threads.run(_open)
-            outcomes = [await invoke(m, {Session: session}) for m in batch]
+            outcomes = [await work.handle(m, {Session: session}) for m in batch]
             await self._threads.run(_commit, conn=conn, session=session)
         await self._client.xack(STREAM, GROUP, *[m.id for m in batch])
         return outcomes
@@ -160,7 +162,13 @@ class Result:
         return self.messages / self.seconds
 
 
-async def _drive(redis_url: str, strategy: Strategy, invoke: Invoke, batch: int) -> int:
+async def _drive(
+    redis_url: str,
+    strategy: Strategy,
+    invoke: HandlerInvoker,
+    batch: int,
+    run_blocking: RunBlocking,
+) -> int:
     """Read the whole stream through ``strategy``; returns the messages processed."""
     client = aioredis.Redis.from_url(redis_url)
     done = 0
@@ -182,7 +190,14 @@ async def _drive(redis_url: str, strategy: Strategy, invoke: Invoke, batch: int)
                 for eid, fields in entries
             ]
             # Read with '>' just now: fresh, as the consume loop says of such a batch.
-            outcomes = await strategy.process(messages, invoke, fresh=True)
+            work = Batch(
+                messages,
+                invoke.run_handler,
+                run_batch_handler=invoke.run_batch_handler,
+                run_blocking=run_blocking,
+                fresh=True,
+            )
+            outcomes = await strategy.process(work)
             done += sum(1 for o in outcomes if o.acked)
     finally:
         await client.aclose()
@@ -224,7 +239,6 @@ async def run_variant(redis_url: str, db: SqlDatabase, variant: str, n: int, bat
             max_deliveries=5,
             claim_idle_ms=60_000,  # the App default, as the worker passes it
             is_async=False,
-            run_sync=run_sync,
         )
         invoke = await runtime_invoker(session_handler, "sql", threads)
     else:
@@ -232,7 +246,7 @@ async def run_variant(redis_url: str, db: SqlDatabase, variant: str, n: int, bat
         invoke = await runtime_invoker(session_handler, "sql", threads)
     started = time.perf_counter()
     try:
-        done = await _drive(redis_url, strategy, invoke, batch)
+        done = await _drive(redis_url, strategy, invoke, batch, run_sync)
     finally:
         elapsed = time.perf_counter() - started
         await client.aclose()

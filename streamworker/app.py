@@ -9,6 +9,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from streamworker.core import timing
 from streamworker.core.codec import BodyModel, body_model_for
 from streamworker.core.deps import CallPlan
 from streamworker.core.effects import Effects
@@ -70,8 +71,8 @@ class HandlerSpec:
     partition_of: str | None = None
     """The logical stream when ``stream`` is one partition of a partitioned stream."""
     ordered: bool = False
-    """Per-partition ordering: one consumer at a time holds the stream's lease and handles its
-    messages in id order, a failing message blocking the rest (see runtime.ordering)."""
+    """Per-partition ordering: one consumer at a time holds the stream's partition lock and
+    handles its messages in id order, a failing message blocking the rest (see runtime.ordering)."""
     recreate_lost_group: bool = False
     """A group deleted while the worker runs is re-created at ``start_id`` (every entry from there
     is delivered again) instead of stopping this handler."""
@@ -89,20 +90,22 @@ class HandlerSpec:
     """At most this many bytes of fields of this handler's messages held at once (None: no bound)."""
 
     @property
-    def lease_ttl_ms(self) -> int:
-        """``ordered=True``: how long the stream's lease lives unless renewed (``claim_idle_ms``)."""
-        return self.claim_idle_ms
+    def partition_lock_ttl_ms(self) -> int:
+        """``ordered=True``: how long the stream's partition lock lives unless renewed
+        (:func:`streamworker.core.timing.partition_lock_ttl_ms`)."""
+        return timing.partition_lock_ttl_ms(self.claim_idle_ms)
 
     @property
     def lease_interval_ms(self) -> int:
-        """How often held entries get their idle time reset: a third of ``claim_idle_ms``, so an
-        entry this worker holds never looks idle long enough to be reclaimed."""
-        return max(10, self.claim_idle_ms // 3)
+        """How often held entries get their idle time reset, so an entry this worker holds never
+        looks idle long enough to be reclaimed (:func:`streamworker.core.timing.renew_interval_ms`)."""
+        return timing.renew_interval_ms(self.claim_idle_ms)
 
     @property
     def claim_interval_ms(self) -> int:
-        """How often the reclaimer looks for entries idle past ``claim_idle_ms``."""
-        return max(50, min(self.claim_idle_ms // 2, 5_000))
+        """How often the reclaimer looks for entries idle past ``claim_idle_ms``
+        (:func:`streamworker.core.timing.claim_interval_ms`)."""
+        return timing.claim_interval_ms(self.claim_idle_ms)
 
     @property
     def message_key(self) -> KeyFunc | None:
@@ -274,8 +277,8 @@ class App:
                 each with its own dead-letter stream ``{stream:pN}:dlq``. Must match the
                 producers' count.
             ordered: per-key ordering. Each stream (each partition) is handled by at most one
-                consumer of the group at a time, which holds a lease in Redis (renewed while it
-                works; taken over ``claim_idle_ms`` after its holder stopped renewing), and its
+                consumer of the group at a time, which holds a partition lock in Redis (renewed
+                while it works; taken over ``claim_idle_ms`` after its holder stopped renewing), and its
                 messages are handled in id order, even across retries: a failing message blocks
                 its stream until it succeeds or is dead-lettered. Needs ``concurrency=1``. Off by
                 default (the group balances messages over its consumers).

@@ -11,10 +11,12 @@ Worker side (``WorkerOptions(tracing=True)``, ``streamworker run --tracing``): o
 ``messaging.redis.message.delivery_count``, ``messaging.operation.type=process``). The handler
 runs with that span as the current one (its own spans are children, in threads too), and an
 exception it raises is recorded on it (``Retry`` is an event, not an error). The span gets two
-children when the message is acked: ``streamworker.idempotency.commit`` (strategy ``sql``: the
-batch's database commit; ``lua``: the script that applies the effects and acks, atomically) and
-``streamworker.ack`` (the XACK; for ``lua``, the same script). A batch's messages share one
-commit and one ack, so their children carry the same times. Counters and the handler-duration
+children when the message is acked: ``streamworker.idempotency.commit`` (where the strategy has
+such a step: ``sql``'s database commit; ``lua``'s script that applies the effects and acks,
+atomically) and ``streamworker.ack`` (the XACK; for ``lua``, the same script). Each strategy
+describes its steps (``trace_phases``, :class:`~streamworker.idempotency.base.SpanPhases`);
+tracing knows none by name. A batch's messages share one commit and one ack, so their children
+carry the same times. Counters and the handler-duration
 histogram get exemplars with the trace id (shown by ``/metrics`` in the OpenMetrics format).
 
 Spans go to the tracer provider given (default: OpenTelemetry's global one, which the SDK or
@@ -42,7 +44,7 @@ from streamworker.core.deps import MessageParam
 from streamworker.core.message import Message
 from streamworker.core.outcomes import Action, Outcome
 from streamworker.errors import Retry
-from streamworker.idempotency.base import Invoke, Strategy
+from streamworker.idempotency.base import Batch, SpanPhases, Strategy
 from streamworker.io.redisio import as_text
 from streamworker.observability.metrics import Metrics
 
@@ -279,6 +281,8 @@ class _TracedStrategy:
         consumer: str,
     ) -> None:
         self.name = inner.name
+        # How the strategy's steps show in a trace: it says so itself (tracing knows no names).
+        self._phases_of: SpanPhases = getattr(inner, "trace_phases", SpanPhases())
         self._tracing = tracing
         self._spec = spec
         self._inner = inner
@@ -309,10 +313,9 @@ class _TracedStrategy:
             },
         )
 
-    async def process(
-        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
-    ) -> list[Outcome]:
+    async def process(self, work: Batch) -> list[Outcome]:
         """The inner strategy's outcomes; spans opened before it and closed after it."""
+        batch = work.messages
         started = time.time_ns()
         running = self._tracing.running
         states = [_Running(self._start(msg, started)) for msg in batch]
@@ -320,7 +323,7 @@ class _TracedStrategy:
             running[id(msg)] = state
         self._client.calls.clear()
         try:
-            outcomes = await self._inner.process(batch, invoke, fresh=fresh)
+            outcomes = await self._inner.process(work)
         except BaseException as exc:
             for state in states:
                 if not isinstance(exc, asyncio.CancelledError):
@@ -335,15 +338,22 @@ class _TracedStrategy:
         return outcomes
 
     def _phases(self, handlers_done: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
-        """(commit, ack) windows of the batch, from the timed calls."""
+        """(commit, ack) windows of the batch, from the timed calls, as the strategy describes
+        its steps (:class:`~streamworker.idempotency.base.SpanPhases`)."""
         calls = self._client.calls
-        acks = [(s, e) for name, s, e in calls if name == "xack"]
-        scripts = [(s, e) for name, s, e in calls if name == "evalsha" and s >= handlers_done]
-        if self.name == "lua":
-            window = scripts[-1] if scripts else None
-            return window, window  # one script applies the effects and acks
-        ack = acks[-1] if acks else None
-        if self.name == "sql" and ack is not None:
+        phases = self._phases_of
+        script: tuple[int, int] | None = None
+        if "script" in (phases.commit, phases.ack):
+            scripts = [(s, e) for name, s, e in calls if name == "evalsha" and s >= handlers_done]
+            script = scripts[-1] if scripts else None
+        if phases.ack == "script":
+            ack = script
+        else:
+            acks = [(s, e) for name, s, e in calls if name == "xack"]
+            ack = acks[-1] if acks else None
+        if phases.commit == "script":
+            return script, ack
+        if phases.commit == "until_ack" and ack is not None:
             return (handlers_done, ack[0]), ack
         return None, ack
 

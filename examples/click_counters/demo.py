@@ -35,11 +35,11 @@ _KILLER = """
 import os, signal, runpy
 from streamworker.idempotency import lua
 _apply, _n = lua.LuaStrategy._apply, [0]
-async def _apply_or_die(self, keys, args):
+async def _apply_or_die(self, keys, args, next_read):
     _n[0] += 1
     if _n[0] == 3:
         os.kill(os.getpid(), signal.SIGKILL)
-    return await _apply(self, keys, args)
+    return await _apply(self, keys, args, next_read)
 lua.LuaStrategy._apply = _apply_or_die
 runpy.run_module("streamworker", run_name="__main__")
 """

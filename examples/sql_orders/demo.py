@@ -32,11 +32,11 @@ _KILLER = """
 import os, signal, runpy
 from streamworker.idempotency import sql
 _xack, _n = sql.SqlStrategy._xack, [0]
-async def _xack_or_die(self, ids):
+async def _xack_or_die(self, ids, next_read):
     _n[0] += 1
     if _n[0] == 2:
         os.kill(os.getpid(), signal.SIGKILL)
-    await _xack(self, ids)
+    await _xack(self, ids, next_read)
 sql.SqlStrategy._xack = _xack_or_die
 runpy.run_module("streamworker", run_name="__main__")
 """

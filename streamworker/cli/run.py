@@ -106,6 +106,23 @@ def _redis_url(app: App, settings: Settings) -> str:
     return settings.redis_url_or(app.redis_url or DEFAULT_REDIS_URL)
 
 
+def _strategy_options(app: App, settings: Settings) -> dict[str, object]:
+    """The options of the strategies ``app``'s handlers use, from ``settings``: the database of
+    ``idempotency="sql"`` handlers (the flag or environment, else the App's)."""
+    if not any(s.idempotency == "sql" for s in app.handlers):
+        return {}
+    # Only here: the SQL package imports SQLAlchemy (an extra).
+    from streamworker.idempotency.sql import SqlOptions
+
+    return {
+        "sql": SqlOptions(
+            db_url=settings.db_url or app.db_url,
+            deadline_s=settings.db_deadline_s,
+            prune_interval_s=settings.prune_interval_s,
+        )
+    }
+
+
 async def _run(app: App, settings: Settings, link: ChildLink | None = None) -> int:
     redis_url = _redis_url(app, settings)
     # A handler's app.publish goes where this worker reads: the flag beats the environment.
@@ -116,11 +133,9 @@ async def _run(app: App, settings: Settings, link: ChildLink | None = None) -> i
         shutdown_timeout_s=settings.shutdown_timeout_s,
         reconnect_backoff_initial_s=settings.reconnect_backoff_initial_s,
         reconnect_backoff_max_s=settings.reconnect_backoff_max_s,
-        db_url=settings.db_url or app.db_url,
-        prune_interval_s=settings.prune_interval_s,
         liveness_timeout_s=settings.liveness_timeout_s,
         consumer_name_ttl_ms=settings.consumer_name_ttl_ms,
-        db_deadline_s=settings.db_deadline_s,
+        strategy_options=_strategy_options(app, settings),
         redis_timeout_s=settings.redis_timeout_s,
         tracing=settings.tracing,
         delayed_poll_ms=settings.delayed_poll_ms,

@@ -95,7 +95,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -109,16 +110,20 @@ from streamworker.core.message import Message
 from streamworker.core.outcomes import ACKED, CLAIMED_AWAY, DUPLICATE, Action, Outcome, decide
 from streamworker.errors import PermanentFailure
 from streamworker.idempotency.base import (
+    Batch,
     BuildContext,
     HandlerConfig,
-    Invoke,
     PlainPlugin,
+    SpanPhases,
     Strategy,
 )
 from streamworker.io.keys import dedup_record_key, hash_tag
-from streamworker.io.redisio import LuaScript, connection_errors
+from streamworker.io.redisio import LuaScript, NextRead, connection_errors
 
 _CHECK = LuaScript("check_ownership")
+
+# What this strategy provides to handlers: nothing (one shared empty mapping, not one per call).
+_NOTHING: Mapping[type, Any] = MappingProxyType({})
 _APPLY = LuaScript("apply_effects")
 
 # Statuses returned by the scripts (see their headers).
@@ -166,6 +171,8 @@ class LuaStrategy:
     """
 
     name = "lua"
+    trace_phases = SpanPhases(commit="script", ack="script")
+    """One script applies the effects and acks, atomically: it is both steps in a trace."""
 
     def __init__(
         self,
@@ -204,24 +211,27 @@ class LuaStrategy:
         return result
 
     async def _apply(
-        self, keys: Sequence[bytes], args: Sequence[str | bytes | int]
+        self,
+        keys: Sequence[bytes],
+        args: Sequence[str | bytes | int],
+        next_read: NextRead | None,
     ) -> list[Any] | int:
-        # The batch's last call: the consume loop's next read may go out behind it.
-        result: list[Any] | int = await _APPLY.then_read(self._client, keys, args)
+        # The batch's last call: the consume loop's next read goes out behind it.
+        result: list[Any] | int = await _APPLY.then_read(self._client, keys, args, next_read)
         return result
 
     def _cutoff(self, now_ms: int) -> str:
         return str(now_ms - self.dedup_window_ms) if self.dedup_field else ""
 
-    async def process(
-        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
-    ) -> list[Outcome]:
+    async def process(self, work: Batch) -> list[Outcome]:
         """See :class:`~streamworker.idempotency.base.Strategy`. Raises ConnectionLost when Redis
         is away (nothing of the unfinished part of the batch was applied or acked).
 
         A ``fresh`` batch without ``dedup_field`` goes to its handlers without the check round
         trip: nobody can have claimed or acked its entries yet, and the apply script checks
-        ownership again anyway."""
+        ownership again anyway. The apply script (the batch's last call) sends
+        ``work.next_read`` behind it."""
+        batch = work.messages
         if not batch:
             return []
         outcomes: list[Outcome | None] = [None] * len(batch)
@@ -231,7 +241,7 @@ class LuaStrategy:
         todo = [i for i, o in enumerate(outcomes) if o is None]
         run: list[int] = []
         skip_handler: list[int] = []
-        if todo and fresh and not self.dedup_field:
+        if todo and work.fresh and not self.dedup_field:
             run = todo
         elif todo:
             ids = [batch[i].id for i in todo]
@@ -259,16 +269,17 @@ class LuaStrategy:
                     else:
                         outcomes[i] = self._lost(batch[i], int(status), before=True)
         try:
-            await self._run_handlers(batch, run, outcomes, invoke)
+            await self._run_handlers(batch, run, outcomes, work)
         except asyncio.CancelledError:
             # The shutdown deadline: what finished is still applied and acked (or it runs again).
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
-                    asyncio.shield(self._finish(batch, outcomes, bkeys, skip_handler)),
+                    # Without the next read: the loop is stopping.
+                    asyncio.shield(self._finish(batch, outcomes, bkeys, skip_handler, None)),
                     _APPLY_ON_CANCEL_TIMEOUT_S,
                 )
             raise
-        await self._finish(batch, outcomes, bkeys, skip_handler)
+        await self._finish(batch, outcomes, bkeys, skip_handler, work.next_read)
         return cast("list[Outcome]", outcomes)  # every slot is filled by now
 
     def _business_keys(
@@ -294,26 +305,27 @@ class LuaStrategy:
         batch: Sequence[Message[Any]],
         run: list[int],
         outcomes: list[Outcome | None],
-        invoke: Invoke,
+        work: Batch,
     ) -> None:
-        many = invoke.batch
+        many = work.handle_batch
         if many is not None:
             # A batch handler: one call for the messages to run; the effects it returns for each
             # are applied, marked and acked per message by the apply script, as single handlers'.
             if run:
-                ran = await many([batch[i] for i in run], {})
+                ran = await many([batch[i] for i in run], _NOTHING)
                 for i, outcome in zip(run, ran.outcomes, strict=True):
                     outcomes[i] = outcome
             return
+        handle = work.handle
         if self._concurrency == 1 or len(run) <= 1:
             for i in run:
-                outcomes[i] = await invoke(batch[i], {})
+                outcomes[i] = await handle(batch[i], _NOTHING)
             return
         key = self._key
         if key is not None:
 
             async def one(_: int, i: int) -> None:
-                outcomes[i] = await invoke(batch[i], {})
+                outcomes[i] = await handle(batch[i], _NOTHING)
 
             await run_keyed(run, self._concurrency, lambda i: key(batch[i]), one)
             return
@@ -321,7 +333,7 @@ class LuaStrategy:
 
         async def limited(i: int) -> None:
             async with sem:
-                outcomes[i] = await invoke(batch[i], {})
+                outcomes[i] = await handle(batch[i], _NOTHING)
 
         tasks = [asyncio.ensure_future(limited(i)) for i in run]
         try:
@@ -337,6 +349,7 @@ class LuaStrategy:
         outcomes: list[Outcome | None],
         bkeys: list[str],
         skip_handler: list[int],
+        next_read: NextRead | None,
     ) -> None:
         """One apply script for the messages whose handler succeeded (with their effects) and the
         business duplicates found before the handlers (ack only); updates ``outcomes``."""
@@ -351,7 +364,7 @@ class LuaStrategy:
             await self._collect(batch, outcomes, skip_handler, items)
             if not items:
                 return
-        await self._apply_items(batch, outcomes, bkeys, items, plain)
+        await self._apply_items(batch, outcomes, bkeys, items, plain, next_read)
 
     async def _collect(
         self,
@@ -389,6 +402,7 @@ class LuaStrategy:
         bkeys: list[str],
         items: list[tuple[int, tuple[Effect, ...] | None]],
         plain: bool,
+        next_read: NextRead | None,
     ) -> None:
         """Build the apply script's call for ``items`` (``plain``: no effects and no business
         keys, so the layout is the ids alone), run it, and update ``outcomes`` from its reply."""
@@ -414,7 +428,7 @@ class LuaStrategy:
             " ".join(layout),
             *payload,
         ]
-        reply = await self._apply(keys, args)
+        reply = await self._apply(keys, args, next_read)
         if isinstance(reply, int):  # every message applied and acked
             self._log.debug("effects_applied", messages=len(items), effects=0)
             return

@@ -15,13 +15,13 @@ from streamworker.core.keyed import KeyFunc, run_keyed
 from streamworker.core.message import Message
 from streamworker.core.outcomes import ACKED, Action, Outcome
 from streamworker.idempotency.base import (
+    Batch,
     BuildContext,
     HandlerConfig,
-    Invoke,
     PlainPlugin,
     Strategy,
 )
-from streamworker.io.redisio import connection_errors, xack_then_read
+from streamworker.io.redisio import NextRead, connection_errors, xack_then_read
 
 # What this strategy provides to handlers: nothing (one shared empty mapping, not one per call).
 _NOTHING: Mapping[type, Any] = MappingProxyType({})
@@ -52,70 +52,77 @@ class AtLeastOnce:
         self._concurrency = concurrency
         self._key = key
 
-    async def process(
-        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
-    ) -> list[Outcome]:
+    async def process(self, batch: Batch) -> list[Outcome]:
         """See :class:`~streamworker.idempotency.base.Strategy` (no ownership check to skip)."""
-        if not batch:
+        messages = batch.messages
+        if not messages:
             return []
-        many = invoke.batch
+        next_read = batch.next_read
+        many = batch.handle_batch
         if many is not None:
-            outcomes = (await many(batch, {})).outcomes
-            await self._ack(batch, outcomes)
+            outcomes = (await many(messages, _NOTHING)).outcomes
+            await self._ack(messages, outcomes, next_read)
             return outcomes
+        handle = batch.handle
         if self._concurrency == 1:
             outcomes = []
             append = outcomes.append
             try:
-                for msg in batch:
-                    append(await invoke(msg, _NOTHING))
+                for msg in messages:
+                    append(await handle(msg, _NOTHING))
             except asyncio.CancelledError:
-                await self._ack_finished(batch[: len(outcomes)], outcomes)
+                await self._ack_finished(messages[: len(outcomes)], outcomes)
                 raise
-            await self._ack(batch, outcomes)
+            await self._ack(messages, outcomes, next_read)
             return outcomes
 
         if self._key is not None:
-            return await self._process_keyed(batch, invoke, self._key)
+            return await self._process_keyed(batch, self._key)
 
         sem = asyncio.Semaphore(self._concurrency)
 
         async def limited(msg: Message[Any]) -> Outcome:
             async with sem:
-                return await invoke(msg, _NOTHING)
+                return await handle(msg, _NOTHING)
 
-        tasks = [asyncio.ensure_future(limited(m)) for m in batch]
+        tasks = [asyncio.ensure_future(limited(m)) for m in messages]
         try:
             outcomes = list(await asyncio.gather(*tasks))
         except asyncio.CancelledError:
             for t in tasks:
                 t.cancel()
-            done = [(m, t.result()) for m, t in zip(batch, tasks, strict=True) if _succeeded(t)]
+            done = [(m, t.result()) for m, t in zip(messages, tasks, strict=True) if _succeeded(t)]
             await self._ack_finished([m for m, _ in done], [o for _, o in done])
             raise
-        await self._ack(batch, outcomes)
+        await self._ack(messages, outcomes, next_read)
         return outcomes
 
-    async def _process_keyed(
-        self, batch: Sequence[Message[Any]], invoke: Invoke, key: KeyFunc
-    ) -> list[Outcome]:
-        """The batch as per-key lanes (:func:`~streamworker.core.keyed.run_keyed`), one XACK."""
-        results: list[Outcome | None] = [None] * len(batch)
+    async def _process_keyed(self, batch: Batch, key: KeyFunc) -> list[Outcome]:
+        """The batch's messages as per-key lanes (:func:`~streamworker.core.keyed.run_keyed`),
+        each through ``batch.handle``; one XACK (with the batch's next read behind it)."""
+        messages = batch.messages
+        handle = batch.handle
+        results: list[Outcome | None] = [None] * len(messages)
 
         async def one(index: int, msg: Message[Any]) -> None:
-            results[index] = await invoke(msg, _NOTHING)
+            results[index] = await handle(msg, _NOTHING)
 
         try:
-            await run_keyed(batch, self._concurrency, key, one)
+            await run_keyed(messages, self._concurrency, key, one)
         except asyncio.CancelledError:
-            done = [(m, o) for m, o in zip(batch, results, strict=True) if o is not None]
+            done = [(m, o) for m, o in zip(messages, results, strict=True) if o is not None]
             await self._ack_finished([m for m, _ in done], [o for _, o in done])
             raise
         outcomes = [o for o in results if o is not None]
-        await self._ack(batch, outcomes)
+        await self._ack(messages, outcomes, batch.next_read)
         return outcomes
 
-    async def _ack(self, batch: Sequence[Message[Any]], outcomes: Sequence[Outcome]) -> None:
+    async def _ack(
+        self,
+        batch: Sequence[Message[Any]],
+        outcomes: Sequence[Outcome],
+        next_read: NextRead | None,
+    ) -> None:
         # As bytes: redis-py passes bytes through, a str it checks and encodes per argument.
         if len(outcomes) == len(batch) and outcomes.count(ACKED) == len(batch):
             # The common batch, every message acked (list.count compares by identity first; an
@@ -128,17 +135,18 @@ class AtLeastOnce:
                 if o.action is Action.ACK
             ]
         if ids:
-            # The batch's last call: the consume loop's next read may go out behind it.
+            # The batch's last call: the consume loop's next read goes out behind it.
             async with connection_errors():
-                await xack_then_read(self._client, self._stream, self._group, ids)
+                await xack_then_read(self._client, self._stream, self._group, ids, next_read)
 
     async def _ack_finished(
         self, batch: Sequence[Message[Any]], outcomes: Sequence[Outcome]
     ) -> None:
-        # Shielded: we are being cancelled, but what finished must still be acked (or it runs again).
+        # Shielded: we are being cancelled, but what finished must still be acked (or it runs
+        # again). Without the next read: the loop is stopping.
         with contextlib.suppress(Exception):
             await asyncio.wait_for(
-                asyncio.shield(self._ack(batch, outcomes)), _ACK_ON_CANCEL_TIMEOUT_S
+                asyncio.shield(self._ack(batch, outcomes, None)), _ACK_ON_CANCEL_TIMEOUT_S
             )
 
 

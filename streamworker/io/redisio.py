@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import hashlib
 import threading
 import time
@@ -946,22 +945,24 @@ def flat_fields(fields: Mapping[bytes, bytes] | Sequence[bytes]) -> list[bytes]:
 
 
 class NextRead:
-    """The consume loop's next ``>`` read, offered to the last Redis call of the batch in hand.
+    """The consume loop's next ``>`` read, handed down with the batch in hand
+    (:attr:`~streamworker.idempotency.base.Batch.next_read`) for its last Redis call to send.
 
     Each batch ends with one Redis call of its strategy (the XACK, or the apply script that acks),
     after which the loop reads the next batch: two round trips. A strategy that ends with
-    :func:`xack_then_read` (or :meth:`LuaScript.then_read`) sends the offered read behind its
-    call, in the same write on the same connection. Redis runs a connection's commands in order,
-    so the read still happens after the ack, never before: this consumer never holds more than
-    the batch in hand (at a crash, at most that batch is pending, as with two round trips), but
-    the batch costs one round trip fewer.
+    :func:`xack_then_read` (or :meth:`LuaScript.then_read`) and passes this read sends it behind
+    its call, in the same write on the same connection. Redis runs a connection's commands in
+    order, so the read still happens after the ack, never before: this consumer never holds more
+    than the batch in hand (at a crash, at most that batch is pending, as with two round trips),
+    but the batch costs one round trip fewer.
 
-    The loop offers it (:meth:`offer`) only for ``>`` reads of its own task, and only while it is
-    not stopping; the reply (or the error the read met) waits here for :meth:`take`. Calls from
-    other tasks (the reclaimer's batches) and other clients never take it. Use from one event loop.
+    The read goes out at most once per batch, only on the loop's own client (a plain
+    ``redis.asyncio.Redis``: a Redis Cluster read of another slot's node could not share the
+    connection), and only while the loop wants it (it is not stopping); the reply (or the error
+    the read met) waits here for :meth:`take`. Use from one event loop.
     """
 
-    __slots__ = ("_args", "_client", "_owner", "_reply", "_wanted", "sent_at")
+    __slots__ = ("_args", "_client", "_reply", "_wanted", "sent_at")
 
     def __init__(
         self,
@@ -986,26 +987,9 @@ class NextRead:
             b">",
         )
         self._wanted = wanted
-        self._owner: asyncio.Task[Any] | None = None
         self._reply: Any = _NO_REPLY
         self.sent_at = 0.0
         """When the read went out (monotonic): the lease clock of the entries it returns."""
-
-    @contextlib.contextmanager
-    def offer(self) -> Iterator[None]:
-        """Within the block, the current task's :func:`xack_then_read` (or
-        :meth:`LuaScript.then_read`) may send the read. Redis Cluster and other client types
-        never take it (a read of another slot's node could not share the connection)."""
-        if type(self._client) is not aioredis.Redis:
-            yield
-            return
-        self._owner = asyncio.current_task()
-        token = _NEXT_READ.set(self)
-        try:
-            yield
-        finally:
-            _NEXT_READ.reset(token)
-            self._owner = None
 
     def holding(self) -> bool:
         """True when a read was sent and its reply waits for :meth:`take`."""
@@ -1023,25 +1007,17 @@ class NextRead:
         that follows a restart of the loop returns them."""
         self._reply = _NO_REPLY
 
-    def _claim(self, client: aioredis.Redis) -> bool:
+    def ready_for(self, client: aioredis.Redis) -> bool:
+        """True when a call on ``client`` may send this read now."""
         return (
             client is self._client
+            and type(client) is aioredis.Redis
             and self._reply is _NO_REPLY
-            and asyncio.current_task() is self._owner
             and self._wanted()
         )
 
 
 _NO_REPLY: Any = object()
-_NEXT_READ: contextvars.ContextVar[NextRead | None] = contextvars.ContextVar(
-    "streamworker_next_read", default=None
-)
-
-
-def _offered(client: aioredis.Redis) -> NextRead | None:
-    """The next read the consume loop offered to the current task for ``client``, if any."""
-    slot = _NEXT_READ.get()
-    return slot if slot is not None and slot._claim(client) else None
 
 
 async def _then_read(slot: NextRead, client: aioredis.Redis, *args: Any) -> Any:
@@ -1059,15 +1035,19 @@ async def _then_read(slot: NextRead, client: aioredis.Redis, *args: Any) -> Any:
 
 
 async def xack_then_read(
-    client: aioredis.Redis, stream: str, group: str, ids: Sequence[str | bytes]
+    client: aioredis.Redis,
+    stream: str,
+    group: str,
+    ids: Sequence[str | bytes],
+    next_read: NextRead | None,
 ) -> int:
-    """``XACK stream group *ids``, for a batch's last call: when the consume loop offered its
-    next read (:class:`NextRead`) to this task for ``client``, the read goes out behind the XACK
-    in one write and its reply is kept for the loop. Connection errors as redis-py raises them."""
-    slot = _offered(client)
-    if slot is None:
+    """``XACK stream group *ids``, for a batch's last call: ``next_read`` (the batch's
+    :attr:`~streamworker.idempotency.base.Batch.next_read`), when given and ready for ``client``,
+    goes out behind the XACK in one write and its reply is kept for the loop. Connection errors
+    as redis-py raises them."""
+    if next_read is None or not next_read.ready_for(client):
         return int(await client.xack(stream, group, *ids))
-    return int(await _then_read(slot, client, "XACK", stream, group, *ids))
+    return int(await _then_read(next_read, client, "XACK", stream, group, *ids))
 
 
 async def read_group(
@@ -1163,18 +1143,22 @@ class LuaScript:
                 return await client.evalsha(self.sha, len(keys), *keys, *args)
 
     async def then_read(
-        self, client: aioredis.Redis, keys: Sequence[str | bytes], args: Sequence[str | bytes | int]
+        self,
+        client: aioredis.Redis,
+        keys: Sequence[str | bytes],
+        args: Sequence[str | bytes | int],
+        next_read: NextRead | None,
     ) -> Any:
-        """As a call, for a script that is a batch's last call: the consume loop's offered read
-        (:class:`NextRead`) goes out behind it, as with :func:`xack_then_read`.
-        Should the server have lost the script, the read (if it went out) has already run when the
-        script is loaded and run again."""
+        """As a call, for a script that is a batch's last call: ``next_read`` goes out behind it,
+        as with :func:`xack_then_read`. Should the server have lost the script, the read (if it
+        went out) has already run when the script is loaded and run again."""
         async with connection_errors():
             try:
-                slot = _offered(client)
-                if slot is None:
+                if next_read is None or not next_read.ready_for(client):
                     return await client.evalsha(self.sha, len(keys), *keys, *args)
-                return await _then_read(slot, client, "EVALSHA", self.sha, len(keys), *keys, *args)
+                return await _then_read(
+                    next_read, client, "EVALSHA", self.sha, len(keys), *keys, *args
+                )
             except rex.NoScriptError:
                 await client.script_load(self.source)
                 return await client.evalsha(self.sha, len(keys), *keys, *args)

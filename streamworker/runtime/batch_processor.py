@@ -3,8 +3,10 @@
 The sources are the consume loop (its backlog and ``>`` reads), the reclaimer (retries due and
 entries claimed from other consumers) and the ordered loop (one entry at a time). Each hands its
 entries here with their delivery counters; the processor decodes them, decides over-delivered
-ones (the strategy still sees them first, see below), runs the idempotency strategy (which runs
-the handlers and acks the successes), schedules retries, dead-letters, and counts.
+ones (the strategy still sees them first, see below), hands the idempotency strategy one
+:class:`~streamworker.idempotency.base.Batch` (which carries everything the strategy needs: the
+messages and their verdicts, the handler, the handler threads, the consume loop's next read), and
+with the outcomes schedules retries, dead-letters, and counts.
 
 Batches are processed one at a time, so a subscription's ``concurrency`` bounds its handlers
 whichever source a batch came from.
@@ -37,9 +39,10 @@ from streamworker.core.outcomes import (
     over_delivered_verdict,
     retry_delay_ms,
 )
+from streamworker.core.timing import fresh_batch_window_ms
 from streamworker.errors import DatabaseUnavailable, PermanentFailure, SchemaError
-from streamworker.idempotency.base import Strategy
-from streamworker.io.redisio import Entry, LuaScript, connection_errors
+from streamworker.idempotency.base import Batch, RunBlocking, Strategy
+from streamworker.io.redisio import Entry, LuaScript, NextRead, connection_errors
 from streamworker.observability.metrics import OUTCOMES, Metrics
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.holdings import Holdings
@@ -93,6 +96,9 @@ class BatchProcessor:
         self._log = structlog.get_logger("streamworker.consumer").bind(
             stream=spec.stream, group=spec.group, consumer=consumer, handler=spec.name
         )
+        # Blocking work of the strategy (a sync database driver's calls) runs in the handlers'
+        # threads: the pool that bounds the handlers bounds it too.
+        self._run_blocking: RunBlocking = threads.run
         self._invoke = HandlerInvoker(
             spec,
             resolver=resolver,
@@ -112,6 +118,8 @@ class BatchProcessor:
         # A read or claim reply later than this (seconds after it was sent) is checked before
         # its handlers run: see runtime.late.
         self._late_after_s = late_after_s(spec.claim_idle_ms)
+        # A '>' batch read less than this ago is fresh (streamworker.core.timing states why).
+        self._fresh_window_s = fresh_batch_window_ms(spec.claim_idle_ms) / 1000
         self._decode = MessageDecoder(
             stream=spec.stream,
             group=spec.group,
@@ -126,13 +134,17 @@ class BatchProcessor:
         counts: Mapping[bytes, int],
         fresh_at: float | None = None,
         sent_at: float | None = None,
+        next_read: NextRead | None = None,
     ) -> None:
         """Process entries this consumer owns, one batch at a time. ``counts`` maps each id to
         its delivery counter; ids missing from it are skipped (no longer this consumer's).
         ``fresh_at``: when the ``>`` read that returned them was sent (monotonic), None for other
         sources. ``sent_at``: when the read or claim that returned them was sent; a batch whose
-        handlers would start later than a quarter of ``claim_idle_ms`` after it (a late reply, or
-        a long wait for the batch in hand) is checked first (:meth:`_recheck_late`)."""
+        handlers would start later than :func:`~streamworker.core.timing.late_reply_ms` after it (a
+        late reply, or a long wait for the batch in hand) is checked first
+        (:meth:`_recheck_late`).
+        ``next_read``: the consume loop's next ``>`` read, for the batch's last call to send
+        (:attr:`~streamworker.idempotency.base.Batch.next_read`)."""
         started = time.monotonic()
         ids = [e.id for e in entries]
         self.holdings.start(ids)
@@ -143,7 +155,7 @@ class BatchProcessor:
                 delay_s = time.monotonic() - sent_at if sent_at is not None else 0.0
                 if delay_s > self._late_after_s:
                     entries, fresh_at = await self._recheck_late(entries, delay_s, fresh_at)
-                await self._process(entries, counts, started, fresh_at)
+                await self._process(entries, counts, started, fresh_at, next_read)
         finally:
             self.holdings.finish(ids)
 
@@ -193,6 +205,7 @@ class BatchProcessor:
         counts: Mapping[bytes, int],
         started: float,
         fresh_at: float | None,
+        next_read: NextRead | None,
     ) -> None:
         spec = self.spec
         messages: list[Message[Any]] = []
@@ -229,14 +242,20 @@ class BatchProcessor:
         if deleted:
             await self.ack_deleted(deleted)
         # Fresh: read by '>' so recently that no other consumer may claim the entries yet (their
-        # idle time is below half of claim_idle_ms, and the reclaimer keeps in-flight ones fresh).
-        fresh = fresh_at is not None and time.monotonic() - fresh_at < spec.claim_idle_ms / 2000
+        # idle time is below the fresh window, and the reclaimer keeps in-flight ones fresh).
+        fresh = fresh_at is not None and time.monotonic() - fresh_at < self._fresh_window_s
+        invoke = self._invoke
+        batch = Batch(
+            messages,
+            invoke.run_handler,
+            run_batch_handler=invoke.run_batch_handler,
+            verdicts=verdicts,
+            run_blocking=self._run_blocking,
+            next_read=next_read,
+            fresh=fresh,
+        )
         try:
-            if verdicts:
-                with self._invoke.decided(verdicts):
-                    outcomes = await self._run_strategy(messages, fresh)
-            else:
-                outcomes = await self._run_strategy(messages, fresh)
+            outcomes = await self._run_strategy(batch)
         finally:
             self._invoke.flush_timings()
         self._batch_size.observe(len(entries))
@@ -292,8 +311,8 @@ class BatchProcessor:
             holdings.settled(entry_id)
             await self._dead_letter(entry_id, count, reason, trace)
 
-    async def _run_strategy(self, messages: list[Message[Any]], fresh: bool) -> list[Outcome]:
-        """The strategy's outcomes for ``messages``; while the database is unavailable, or its
+    async def _run_strategy(self, batch: Batch) -> list[Outcome]:
+        """The strategy's outcomes for ``batch``; while the database is unavailable, or its
         schema does not fit (a missing table or column: the handler is *paused*), the same batch
         again after a capped backoff.
 
@@ -301,17 +320,18 @@ class BatchProcessor:
         attempt and dead-letter messages because of an outage or a deployment's mistake. Nothing
         of it was acked. On stop the batch is left pending as it is.
         """
+        messages = batch.messages
         while True:
             try:
-                outcomes = await self._strategy.process(messages, self._invoke, fresh=fresh)
+                outcomes = await self._strategy.process(batch)
             except SchemaError as exc:
-                fresh = False
+                batch = batch.stale()
                 if self._signal.stopping():
                     return [NOT_STARTED] * len(messages)
                 await self._pause(exc, len(messages))
                 continue
             except DatabaseUnavailable as exc:
-                fresh = False  # the retry comes later: check again
+                batch = batch.stale()  # the retry comes later: check again
                 if self._signal.stopping():
                     return [NOT_STARTED] * len(messages)
                 delay = self._backoff.next_delay()

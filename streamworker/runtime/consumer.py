@@ -253,7 +253,7 @@ class Consumer:
             else:
                 # What is there now first: while the stream has a backlog, a plain read spares
                 # the blocking read's race against stop() (two tasks and a wait per batch). The
-                # previous batch's last call may have sent it already (NextRead).
+                # previous batch's last call may have sent it already (Batch.next_read).
                 if ahead.holding():
                     sent = ahead.sent_at
                     async with connection_errors():
@@ -269,14 +269,18 @@ class Consumer:
                         continue
                 # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too).
                 self._backoff.reset()
+                # The next read rides down with the batch, for its last call to send. Under an
+                # in-flight bound it is not offered: its COUNT is fixed (batch_size) and it would
+                # go out before this batch's entries are released, past the reservation; the loop
+                # reads again, sized by the room left, once the batch has settled.
                 try:
-                    with ahead.offer():
-                        await process(
-                            entries,
-                            dict.fromkeys((e.id for e in entries), 1),
-                            fresh_at=sent,
-                            sent_at=sent,
-                        )
+                    await process(
+                        entries,
+                        dict.fromkeys((e.id for e in entries), 1),
+                        fresh_at=sent,
+                        sent_at=sent,
+                        next_read=None if self._gate.bounded else ahead,
+                    )
                 finally:
                     self._release(entries)
                 continue

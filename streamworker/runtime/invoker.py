@@ -1,16 +1,16 @@
 """Calling a handler for one message: its arguments, the call, the timing, and the runtime's
-decision (:func:`~streamworker.core.outcomes.decide`). The consume loop hands a :class:`HandlerInvoker`
-to its idempotency strategy as the strategy's ``invoke``."""
+decision (:func:`~streamworker.core.outcomes.decide`). The batch processor puts a
+:class:`HandlerInvoker` in every :class:`~streamworker.idempotency.base.Batch` it hands to its
+idempotency strategy; the invoker knows nothing of verdicts or strategies' internals."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -33,6 +33,7 @@ from streamworker.core.outcomes import (
 )
 from streamworker.errors import Retry, SchemaError
 from streamworker.idempotency import registry
+from streamworker.idempotency.base import BatchInlineRun, RunBatchHandler, RunHandler
 from streamworker.observability.metrics import Metrics, observe_many
 from streamworker.runtime.threads import HandlerThreads
 
@@ -50,7 +51,9 @@ class HandlerInvoker:
     strategy): it is set for ``def`` handlers whose arguments need nothing awaited per message
     (no message-scoped ``Depends``), None otherwise.
 
-    A batch handler (``batch=True``) is called through :attr:`batch` instead, once per batch;
+    It is the :class:`~streamworker.idempotency.base.RunHandler` the batch processor puts in
+    each :class:`~streamworker.idempotency.base.Batch` (:attr:`run_handler`). A batch handler
+    (``batch=True``) is called through :attr:`run_batch_handler` instead, once per batch;
     ``__call__`` and :attr:`inline` are not used for it.
 
     With a strategy whose plug-in sets ``pauses_on_schema_errors`` (``idempotency="sql"``), a
@@ -87,18 +90,19 @@ class HandlerInvoker:
         self.inline: Callable[[Message[Any], Mapping[type, Any]], Outcome] | None = None
         if not self._is_async and self._plain_arguments and not spec.batch:
             self.inline = self._call_inline
-        self.batch: (
-            Callable[[Sequence[Message[Any]], Mapping[type, Any]], Awaitable[BatchOutcomes]] | None
-        ) = self._call_batch if spec.batch else None
-        # The blocking form of :attr:`batch` (a ``def`` batch handler whose arguments need
-        # nothing awaited), for a strategy that runs the batch's database work in one pool thread.
-        self.batch_inline: (
-            Callable[[Sequence[Message[Any]], Mapping[type, Any]], BatchOutcomes] | None
-        ) = (
-            self._call_batch_inline
-            if spec.batch and not self._is_async and self._plain_arguments
-            else None
-        )
+        self.run_handler: RunHandler | None = None if spec.batch else self
+        """This invoker as a :class:`~streamworker.idempotency.base.Batch`'s ``run_handler``
+        (None for a batch handler)."""
+        self.run_batch_handler: RunBatchHandler | None = None
+        """A batch handler's call, as a :class:`~streamworker.idempotency.base.Batch`'s
+        ``run_batch_handler`` (None for a single-message handler)."""
+        if spec.batch:
+            # Its blocking form (a ``def`` batch handler whose arguments need nothing awaited),
+            # for a strategy that runs the batch's database work in one pool thread.
+            self.run_batch_handler = _BatchCall(
+                self._call_batch,
+                self._call_batch_inline if not self._is_async and self._plain_arguments else None,
+            )
         # The usual handler, ``async def handle(msg)``: called with the message, nothing to look up.
         params = spec.plan.params
         self._message_only = (
@@ -118,28 +122,9 @@ class HandlerInvoker:
         # of the database a handler of theirs writes to: a schema error there is the message's
         # failure (retried, then dead-lettered, and replayable from the dead-letter stream).
         self._pauses_on_schema = bool(getattr(plugin, "pauses_on_schema_errors", False))
-        # Outcomes decided before the handler (over-delivered messages): see :meth:`decided`.
-        self._verdicts: Mapping[str, Outcome] = {}
         # Whether debug logs are kept: the per-message "message_handled" is skipped otherwise.
         enabled = getattr(log, "is_enabled_for", None)
         self._debug = enabled(logging.DEBUG) if callable(enabled) else True
-
-    @contextlib.contextmanager
-    def decided(self, verdicts: Mapping[str, Outcome]) -> Iterator[None]:
-        """Within the block, a message whose id is in ``verdicts`` gets that outcome without its
-        handler running.
-
-        The consume loop hands messages it has already decided on (delivered more often than
-        ``max_deliveries``) to the strategy like any other, so that the strategy's duplicate check
-        comes first: a message whose effects are recorded as applied is acked as a duplicate,
-        and only the others get their verdict (dead-letter). Batches are processed one at a
-        time per subscription, so one set of verdicts is in force at a time.
-        """
-        self._verdicts = verdicts
-        try:
-            yield
-        finally:
-            self._verdicts = {}
 
     def flush_timings(self) -> None:
         """Record the handler durations measured since the last flush (the consume loop calls
@@ -153,8 +138,6 @@ class HandlerInvoker:
 
     async def __call__(self, msg: Message[Any], provided: Mapping[type, Any]) -> Outcome:
         spec = self._spec
-        if self._verdicts and msg.id in self._verdicts:
-            return self._verdicts[msg.id]
         if self._stopping():
             return NOT_STARTED
         started = time.perf_counter()
@@ -192,8 +175,6 @@ class HandlerInvoker:
 
     def _call_inline(self, msg: Message[Any], provided: Mapping[type, Any]) -> Outcome:
         # Runs in a pool thread (the caller's): the same steps as __call__, nothing awaited.
-        if self._verdicts and msg.id in self._verdicts:
-            return self._verdicts[msg.id]
         if self._stopping():
             return NOT_STARTED
         started = time.perf_counter()
@@ -208,11 +189,11 @@ class HandlerInvoker:
     async def _call_batch(
         self, msgs: Sequence[Message[Any]], provided: Mapping[type, Any]
     ) -> BatchOutcomes:
-        """Call the batch handler once with the messages not decided before (see
-        :class:`~streamworker.idempotency.base.BatchInvoke`)."""
-        outcomes, run, at = self._split_batch(msgs)
-        if not run:
-            return _joined(outcomes, at, [], raised=False)
+        """Call the batch handler once with ``msgs`` (see
+        :class:`~streamworker.idempotency.base.RunBatchHandler`)."""
+        if self._stopping():
+            return BatchOutcomes([NOT_STARTED] * len(msgs), raised=False)
+        run = list(msgs)
         spec = self._spec
         started = time.perf_counter()
         try:
@@ -226,44 +207,23 @@ class HandlerInvoker:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            return _joined(outcomes, at, self._batch_raised(run, exc, started), raised=True)
-        return _joined(outcomes, at, ran, raised=False)
+            return BatchOutcomes(self._batch_raised(run, exc, started), raised=True)
+        return BatchOutcomes(ran, raised=False)
 
     def _call_batch_inline(
         self, msgs: Sequence[Message[Any]], provided: Mapping[type, Any]
     ) -> BatchOutcomes:
         # Runs in a pool thread (the caller's): the same steps as _call_batch, nothing awaited.
-        outcomes, run, at = self._split_batch(msgs)
-        if not run:
-            return _joined(outcomes, at, [], raised=False)
+        if self._stopping():
+            return BatchOutcomes([NOT_STARTED] * len(msgs), raised=False)
+        run = list(msgs)
         started = time.perf_counter()
         try:
             kwargs = self._resolver.arguments_inline(self._spec.plan, run, provided)
             ran = self._batch_returned(run, self._spec.func(**kwargs), started)
         except Exception as exc:
-            return _joined(outcomes, at, self._batch_raised(run, exc, started), raised=True)
-        return _joined(outcomes, at, ran, raised=False)
-
-    def _split_batch(
-        self, msgs: Sequence[Message[Any]]
-    ) -> tuple[list[Outcome | None], list[Message[Any]], list[int]]:
-        """The outcomes known before the call (verdicts; NOT_STARTED for all when stopping),
-        the messages to pass and their positions in ``msgs``."""
-        outcomes: list[Outcome | None] = [None] * len(msgs)
-        run: list[Message[Any]] = []
-        at: list[int] = []
-        verdicts = self._verdicts
-        for i, msg in enumerate(msgs):
-            if verdicts and msg.id in verdicts:
-                outcomes[i] = verdicts[msg.id]
-            else:
-                run.append(msg)
-                at.append(i)
-        if run and self._stopping():
-            for i in at:
-                outcomes[i] = NOT_STARTED
-            run, at = [], []
-        return outcomes, run, at
+            return BatchOutcomes(self._batch_raised(run, exc, started), raised=True)
+        return BatchOutcomes(ran, raised=False)
 
     def _pause_on_schema_error(self, exc: BaseException) -> None:
         """Raise SchemaError when ``exc`` says the schema does not fit and this strategy pauses
@@ -361,6 +321,25 @@ class HandlerInvoker:
         return Outcome(Action.DEAD_LETTER, f"ConfigError: {reason}")
 
 
+class _BatchCall:
+    """A :class:`~streamworker.idempotency.base.RunBatchHandler` of a :class:`HandlerInvoker`."""
+
+    __slots__ = ("_call", "inline")
+
+    def __init__(
+        self,
+        call: Callable[[Sequence[Message[Any]], Mapping[type, Any]], Awaitable[BatchOutcomes]],
+        inline: BatchInlineRun | None,
+    ) -> None:
+        self._call = call
+        self.inline = inline
+
+    def __call__(
+        self, msgs: Sequence[Message[Any]], provided: Mapping[type, Any], /
+    ) -> Awaitable[BatchOutcomes]:
+        return self._call(msgs, provided)
+
+
 def _first_positional(func: Callable[..., Any], name: str) -> bool:
     """True when ``func``'s own first parameter is ``name`` and can be passed positionally."""
     try:
@@ -383,22 +362,11 @@ def make_invoker(
     consumer: str = "",
 ) -> HandlerInvoker:
     """A :class:`HandlerInvoker` logging as the consume loop does (benchmarks and tests use it
-    to drive a strategy with the runtime's own handler calls)."""
+    to drive a strategy with the runtime's own handler calls, in a
+    :class:`~streamworker.idempotency.base.Batch`)."""
     log = structlog.get_logger("streamworker.consumer").bind(
         stream=spec.stream, group=spec.group, consumer=consumer, handler=spec.name
     )
     return HandlerInvoker(
         spec, resolver=resolver, threads=threads, metrics=metrics, stopping=stopping, log=log
     )
-
-
-def _joined(
-    outcomes: list[Outcome | None], at: list[int], ran: list[Outcome], *, raised: bool
-) -> BatchOutcomes:
-    """The batch's outcomes: those known before the call, with ``ran`` (the call's, for the
-    messages passed) put at their positions ``at``."""
-    for i, outcome in zip(at, ran, strict=True):
-        outcomes[i] = outcome
-    done = [o for o in outcomes if o is not None]
-    assert len(done) == len(outcomes)
-    return BatchOutcomes(done, raised=raised)

@@ -13,12 +13,10 @@ A blocking read counts from its send too: the server does not say when the entri
 on a quiet stream whose ``block_ms`` exceeds a quarter of ``claim_idle_ms`` a batch that came out
 of a long wait is checked although its reply was prompt (one more round trip, on a quiet stream).
 
-Why a quarter of ``claim_idle_ms``: once the consume loop holds a batch, the reclaimer renews the
-batch's entries every ``lease_interval_ms`` (a third of ``claim_idle_ms``). An entry's idle time
-before its first renewal is then at most the reply's delay + a third + the renewal's own round
-trip; with the delay under a quarter, that is 7/12 of ``claim_idle_ms``, leaving 5/12 for the
-renewal's round trip and timer slack. Half (the limit the ``fresh`` rule uses) would leave 1/6,
-too little for a renewal that is itself delayed.
+Why a quarter of ``claim_idle_ms``: :mod:`streamworker.core.timing` owns the figure
+(:func:`~streamworker.core.timing.late_reply_ms`) and states the invariant it keeps with the renewal
+period. Half (the limit the ``fresh`` rule uses) would leave 1/6 of ``claim_idle_ms`` for the
+renewal's round trip, too little for a renewal that is itself delayed.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
+from streamworker.core.timing import late_reply_ms
 from streamworker.io.redisio import LuaScript
 
 _TOUCH = LuaScript("touch_owned")
@@ -40,13 +39,11 @@ CLAIMED = 2
 DELETED = 3
 """Deleted from the stream while pending (now out of the PEL)."""
 
-LATE_FRACTION = 4
-"""A reply later than ``claim_idle_ms / LATE_FRACTION`` after its request was sent is late."""
-
 
 def late_after_s(claim_idle_ms: int) -> float:
-    """Seconds after which a read or claim reply is late (a quarter of ``claim_idle_ms``)."""
-    return claim_idle_ms / 1000 / LATE_FRACTION
+    """Seconds after which a read or claim reply is late
+    (:func:`streamworker.core.timing.late_reply_ms`)."""
+    return late_reply_ms(claim_idle_ms) / 1000
 
 
 def _sort_key(entry_id: bytes) -> tuple[int, int]:

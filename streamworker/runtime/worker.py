@@ -15,7 +15,8 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -30,7 +31,6 @@ from streamworker.errors import ConfigError, ConnectionLost, ConsumerNameTaken, 
 from streamworker.extras import require_extra
 from streamworker.idempotency import registry
 from streamworker.idempotency.base import Backing, BuildContext, Strategy
-from streamworker.idempotency.deadline import DEFAULT_DB_DEADLINE_S
 from streamworker.io.redisio import (
     PrimaryWatch,
     discover_primary,
@@ -75,20 +75,13 @@ class WorkerOptions:
     shutdown_timeout_s: float = 30.0
     reconnect_backoff_initial_s: float = 0.1
     reconnect_backoff_max_s: float = 5.0
-    db_url: str | None = None
     liveness_timeout_s: float = 300.0
     """A consume loop that has not gone round for this long (a batch stuck in a handler) makes
     ``/healthz`` fail. Set it above the longest batch you expect."""
-    prune_interval_s: float = 60.0
-    """How often the processed rows of ``idempotency="sql"`` subscriptions are pruned."""
     reclaim: bool = True
     consumer_name_ttl_ms: int = 15_000
     """Time to live of the records that reserve the consumer name for this process
     (:mod:`streamworker.runtime.names`), renewed every third of it."""
-    db_deadline_s: float = DEFAULT_DB_DEADLINE_S
-    """A batch's database work (connect, claim, handlers, COMMIT) must finish within this; past
-    it the connection is aborted and the batch retried on a fresh one
-    (:mod:`streamworker.idempotency.deadline`)."""
     redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
     """Socket timeout of every Redis command but the blocking reads, which get ``block_ms``
     plus this on a client of their own."""
@@ -101,6 +94,11 @@ class WorkerOptions:
     (:mod:`streamworker.producing.delayed`); 0: this worker moves none (another must)."""
     delayed_batch: int = DEFAULT_DELAYED_BATCH
     """Most delayed entries one move script takes (a full batch is followed by the next)."""
+    strategy_options: Mapping[str, object] = field(default_factory=dict)
+    """The options of the idempotency strategies the App's handlers use, by strategy name, each
+    of the plug-in's own type, given to it as they are: e.g.
+    ``{"sql": SqlOptions(db_url=...)}`` (:class:`~streamworker.idempotency.sql.SqlOptions`:
+    the database, its deadline, the pruning interval). The worker reads none of them."""
     max_in_flight: int | None = None
     """At most this many messages held at once over all handlers (:mod:`~streamworker.runtime.inflight`);
     None: no worker-wide bound."""
@@ -130,7 +128,7 @@ def _open_backings(app: App, options: WorkerOptions) -> dict[str, Backing]:
         by_strategy.setdefault(spec.idempotency, []).append(spec)
     backings: dict[str, Backing] = {}
     for name, specs in by_strategy.items():
-        backing = registry.get(name).open(specs, options)
+        backing = registry.get(name).open(specs, options.strategy_options.get(name))
         if backing is not None:
             backings[name] = backing
     return backings
@@ -479,16 +477,12 @@ class Worker:
     ) -> Strategy:
         plugin = registry.get(spec.idempotency)
 
-        async def run_sync(func: Any) -> Any:
-            return await threads.run(func)
-
         def make(strategy_client: aioredis.Redis) -> Strategy:
             return plugin.build(
                 spec,
                 BuildContext(
                     client=strategy_client,
                     consumer=self.options.consumer,
-                    run_sync=run_sync,
                     backing=self.backings.get(spec.idempotency),
                     on_timeout=self.metrics.database_timeouts.labels(
                         stream=spec.stream, group=spec.group, handler=spec.name

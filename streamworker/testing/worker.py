@@ -107,8 +107,7 @@ class TestWorker:
                 shutdown_timeout_s=5.0,
                 reconnect_backoff_initial_s=0.01,
                 reconnect_backoff_max_s=0.2,
-                db_url=self.db_url,
-                prune_interval_s=3600.0,
+                strategy_options=self._strategy_options(),
                 tracing=self._tracer_provider is not None,
                 tracer_provider=self._tracer_provider,
             ),
@@ -116,6 +115,14 @@ class TestWorker:
         )
         self._task = asyncio.ensure_future(self._worker.run(install_signal_handlers=False))
         return self
+
+    def _strategy_options(self) -> dict[str, object]:
+        """The SQL handlers' database (pruned hourly: a test never waits for it)."""
+        if not any(s.idempotency == "sql" for s in self.specs):
+            return {}
+        from streamworker.idempotency.sql import SqlOptions  # SQLAlchemy: only when needed
+
+        return {"sql": SqlOptions(db_url=self.db_url, prune_interval_s=3600.0)}
 
     async def stop(self) -> None:
         """Stop the worker (finishing the batch in hand) and drop the engine it ran on. Raises

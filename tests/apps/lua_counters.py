@@ -27,6 +27,7 @@ from typing import Any
 
 from streamworker import App, Effects, Message
 from streamworker.idempotency import lua
+from streamworker.io.redisio import NextRead
 from tests.support.crashpoints import CrashPlan
 
 app = App("lua-counters")
@@ -40,11 +41,14 @@ _apply = lua.LuaStrategy._apply
 
 
 async def _apply_or_die(
-    self: lua.LuaStrategy, keys: Sequence[bytes], args: Sequence[str | bytes | int]
+    self: lua.LuaStrategy,
+    keys: Sequence[bytes],
+    args: Sequence[str | bytes | int],
+    next_read: NextRead | None,
 ) -> list[Any] | int:
     if _at("before_script"):
         _die("before_script")
-    result = await _apply(self, keys, args)
+    result = await _apply(self, keys, args, next_read)
     if _at("after_script"):
         _die("after_script")
     return result

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from streamworker import App, Message
 from streamworker.idempotency import sql
+from streamworker.io.redisio import NextRead
 from tests.support.crashpoints import CrashPlan
 from tests.support.sql import Charge
 
@@ -57,10 +58,10 @@ def _commit_in_thread_or_die(self: sql.SqlStrategy, tx: Any) -> BaseException | 
     return _commit_in_thread(self, tx)
 
 
-async def _xack_or_die(self: sql.SqlStrategy, ids: Any) -> None:
+async def _xack_or_die(self: sql.SqlStrategy, ids: Any, next_read: NextRead | None) -> None:
     if _at("after_commit"):
         _die("after_commit")
-    await _xack(self, ids)
+    await _xack(self, ids, next_read)
 
 
 sql.SqlStrategy._commit = _commit_or_die  # type: ignore[method-assign]

@@ -41,6 +41,7 @@ import redis
 from sqlalchemy.orm import Session
 
 from streamworker import App, Effects, Message
+from streamworker.idempotency.sql import SqlOptions
 from streamworker.runtime.worker import Worker, WorkerOptions, WorkerResult
 from tests.support.chaos import ChaosLog
 from tests.support.engine_server import EngineServerProcess
@@ -232,8 +233,7 @@ async def test_network_faults_lose_nothing_and_run_no_handler_on_a_foreign_entry
                 shutdown_timeout_s=5.0,
                 reconnect_backoff_initial_s=0.05,
                 reconnect_backoff_max_s=0.5,
-                db_url=proxied_db,
-                db_deadline_s=DB_DEADLINE_S,
+                strategy_options={"sql": SqlOptions(db_url=proxied_db, deadline_s=DB_DEADLINE_S)},
                 redis_timeout_s=REDIS_TIMEOUT_S,
             ),
         )

@@ -10,6 +10,7 @@ import redis
 
 from streamworker import Effects, Message
 from streamworker.core.outcomes import CLAIMED_AWAY, DUPLICATE, Action
+from streamworker.idempotency.base import Batch
 from streamworker.idempotency.lua import LuaStrategy
 from streamworker.io.redisio import open_redis
 from tests.support.lua import drain, make_invoke, read
@@ -51,7 +52,7 @@ async def test_entries_claimed_away_or_acked_meanwhile_get_no_effects(
         return _count(msg)
 
     strategy = LuaStrategy(client, stream="clicks", group="g", consumer="c1")
-    outcomes = await strategy.process(batch, make_invoke(handler))
+    outcomes = await strategy.process(Batch(batch, make_invoke(handler)))
     assert outcomes[:2] == [CLAIMED_AWAY, DUPLICATE]
     assert outcomes[2].action is Action.ACK
     assert sync_client.hgetall("{clicks}:views") == {b"c": b"1"}

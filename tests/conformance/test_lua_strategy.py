@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 
 from streamworker import App, Effects, Message
 from streamworker.core.outcomes import CLAIMED_AWAY, DUPLICATE, Action
+from streamworker.idempotency.base import Batch
 from streamworker.idempotency.lua import LuaStrategy
 from streamworker.io.redisio import open_redis
 from tests.support.lua import drain, make_invoke, read
@@ -291,7 +292,7 @@ async def test_an_entry_claimed_away_before_the_batch_runs_is_skipped_without_it
         calls.append(msg.id)
         return _views(msg)
 
-    outcomes = await _strategy(aclient).process(batch, make_invoke(count))
+    outcomes = await _strategy(aclient).process(Batch(batch, make_invoke(count)))
     assert outcomes[0] == CLAIMED_AWAY
     assert outcomes[1].action is Action.ACK
     assert calls == [ids[1]]
@@ -310,12 +311,12 @@ async def test_an_entry_claimed_away_while_its_handler_runs_applies_once_by_the_
         sync_client.xclaim(STREAM, GROUP, "c2", 0, [mid], justid=True)
         return _views(msg)
 
-    first = await _strategy(aclient, "c1").process(batch, make_invoke(claimed_meanwhile))
+    first = await _strategy(aclient, "c1").process(Batch(batch, make_invoke(claimed_meanwhile)))
     assert first == [CLAIMED_AWAY]
     assert sync_client.get("{clicks}:total") is None
     c2 = _strategy(aclient, "c2")
     second = await c2.process(
-        await read(aclient, STREAM, GROUP, "c2", start="0"), make_invoke(_views)
+        Batch(await read(aclient, STREAM, GROUP, "c2", start="0"), make_invoke(_views))
     )
     assert second[0].action is Action.ACK
     assert sync_client.get("{clicks}:total") == b"1"
@@ -337,7 +338,7 @@ async def test_a_fresh_batch_skips_the_check_but_the_apply_script_still_checks_o
 
     strategy = _strategy(aclient, "c1")
     checks = _count_checks(strategy)
-    outcomes = await strategy.process(batch, make_invoke(claim_the_second), fresh=True)
+    outcomes = await strategy.process(Batch(batch, make_invoke(claim_the_second), fresh=True))
     assert checks == []
     assert outcomes[0].action is Action.ACK
     assert outcomes[1] == CLAIMED_AWAY
@@ -345,7 +346,7 @@ async def test_a_fresh_batch_skips_the_check_but_the_apply_script_still_checks_o
     assert _pending(sync_client) == [mids[1].encode()]
     # Not fresh (a backlog or reclaimed batch): checked before the handlers.
     _produce(sync_client, {"page": "c"})
-    await strategy.process(await read(aclient, STREAM, GROUP, "c1"), make_invoke(_views))
+    await strategy.process(Batch(await read(aclient, STREAM, GROUP, "c1"), make_invoke(_views)))
     assert len(checks) == 1
 
 
@@ -355,7 +356,7 @@ async def test_a_fresh_batch_with_a_dedup_field_is_still_checked_before_its_hand
     """The check is also the business-key lookup: with dedup_field it is never skipped."""
     _produce(sync_client, {"page": "a", "order": "o1"})
     strategy = _strategy(aclient, "c1", dedup_field="order")
-    await strategy.process(await read(aclient, STREAM, GROUP, "c1"), make_invoke(_views))
+    await strategy.process(Batch(await read(aclient, STREAM, GROUP, "c1"), make_invoke(_views)))
     _produce(sync_client, {"page": "a", "order": "o1"})
     ran: list[str] = []
 
@@ -365,7 +366,7 @@ async def test_a_fresh_batch_with_a_dedup_field_is_still_checked_before_its_hand
 
     checks = _count_checks(strategy)
     outcomes = await strategy.process(
-        await read(aclient, STREAM, GROUP, "c1"), make_invoke(counted), fresh=True
+        Batch(await read(aclient, STREAM, GROUP, "c1"), make_invoke(counted), fresh=True)
     )
     assert len(checks) == 1
     assert outcomes == [DUPLICATE]
@@ -383,10 +384,12 @@ async def test_an_entry_acked_by_another_consumer_while_its_handler_runs_is_not_
 
     async def overtaken(msg: Message[Any]) -> Effects:
         sync_client.xclaim(STREAM, GROUP, "c2", 0, [mid], justid=True)
-        await c2.process(await read(aclient, STREAM, GROUP, "c2", start="0"), make_invoke(_views))
+        await c2.process(
+            Batch(await read(aclient, STREAM, GROUP, "c2", start="0"), make_invoke(_views))
+        )
         return _views(msg)
 
-    outcomes = await _strategy(aclient, "c1").process(batch, make_invoke(overtaken))
+    outcomes = await _strategy(aclient, "c1").process(Batch(batch, make_invoke(overtaken)))
     assert outcomes == [DUPLICATE]
     assert sync_client.get("{clicks}:total") == b"1"
 

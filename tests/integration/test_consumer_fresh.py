@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from typing import Any
 
 import redis
 import redis.asyncio as aioredis
@@ -14,7 +12,7 @@ import redis.asyncio as aioredis
 from streamworker import App, Message
 from streamworker.core.deps import Resolver
 from streamworker.core.outcomes import Outcome
-from streamworker.idempotency.base import Invoke
+from streamworker.idempotency.base import Batch
 from streamworker.idempotency.none import AtLeastOnce
 from streamworker.io.redisio import Entry
 from streamworker.observability.metrics import Metrics
@@ -33,11 +31,9 @@ class Recording(AtLeastOnce):
         super().__init__(client, STREAM, GROUP, 1)
         self.calls: list[tuple[list[str], bool]] = []
 
-    async def process(
-        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
-    ) -> list[Outcome]:
-        self.calls.append(([m.id for m in batch], fresh))
-        return await super().process(batch, invoke, fresh=fresh)
+    async def process(self, batch: Batch) -> list[Outcome]:
+        self.calls.append(([m.id for m in batch.messages], batch.fresh))
+        return await super().process(batch)
 
 
 def _consumer(client: aioredis.Redis, strategy: Recording, claim_idle_ms: int) -> Consumer:

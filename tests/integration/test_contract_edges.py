@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from streamworker import App, ConfigError, Effects, Message
 from streamworker.core.outcomes import Outcome
-from streamworker.idempotency.base import CoroutineInvoke
+from streamworker.idempotency.base import Batch, CoroutineHandler
 from streamworker.idempotency.sql import (
     TABLE_NAME,
     SqlDatabase,
@@ -264,7 +264,7 @@ async def test_ownership_check_finds_a_batch_spread_over_other_pending_entries(
         for i in (ids[0], ids[-1])
     ]
 
-    @CoroutineInvoke
+    @CoroutineHandler
     async def invoke(msg: Message, provided) -> Outcome:  # type: ignore[no-untyped-def]
         provided[Session].add(Charge(message_id=msg.id, order_id="x", amount_cents=1))
         from streamworker.core.outcomes import ACKED
@@ -272,7 +272,7 @@ async def test_ownership_check_finds_a_batch_spread_over_other_pending_entries(
         return ACKED
 
     try:
-        outcomes = await strategy.process(batch, invoke)
+        outcomes = await strategy.process(Batch(batch, invoke))
     finally:
         await client.aclose()
         await db.dispose()

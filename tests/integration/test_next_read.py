@@ -1,11 +1,12 @@
-"""The consume loop's next read, sent behind a batch's last call (``redisio.NextRead``): one write
+"""The consume loop's next read, handed down with the batch (``Batch.next_read``, a
+``redisio.NextRead``) and sent behind the batch's last call: one write
 for the ack and the read, the read still after the ack, so a consumer never holds more than the
 batch in hand. On a real redis-server."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ import redis.exceptions as rex
 from streamworker import App, Effects, Message
 from streamworker.core.deps import Resolver
 from streamworker.core.outcomes import Outcome
-from streamworker.idempotency.base import Invoke, Strategy
+from streamworker.idempotency.base import Batch, Strategy
 from streamworker.idempotency.lua import LuaStrategy
 from streamworker.idempotency.none import AtLeastOnce
 from streamworker.io.redisio import NextRead, parse_read_reply, xack_then_read
@@ -61,8 +62,7 @@ async def test_the_read_goes_out_behind_the_ack_and_waits_for_the_loop(
 ) -> None:
     ids = _two_of_four_pending(redis_client)
     slot = _slot(client)
-    with slot.offer():
-        assert await xack_then_read(client, STREAM, GROUP, ids[:2]) == 2
+    assert await xack_then_read(client, STREAM, GROUP, ids[:2], slot) == 2
     assert slot.holding()
     # Redis ran the XACK first: only the entries of the read are pending.
     assert _pending(redis_client) == ids[2:]
@@ -70,49 +70,46 @@ async def test_the_read_goes_out_behind_the_ack_and_waits_for_the_loop(
     assert not slot.holding()
 
 
-async def test_without_an_offer_the_ack_reads_nothing(
+async def test_without_a_next_read_the_ack_reads_nothing(
     client: aioredis.Redis, redis_client: redis.Redis
 ) -> None:
     ids = _two_of_four_pending(redis_client)
-    slot = _slot(client)
-    assert await xack_then_read(client, STREAM, GROUP, ids[:2]) == 2
-    assert not slot.holding()
+    assert await xack_then_read(client, STREAM, GROUP, ids[:2], None) == 2
     assert _pending(redis_client) == []
 
 
-async def test_a_stopping_loop_is_offered_nothing(
+async def test_the_next_read_of_a_stopping_loop_is_not_sent(
     client: aioredis.Redis, redis_client: redis.Redis
 ) -> None:
     ids = _two_of_four_pending(redis_client)
     slot = _slot(client, wanted=False)
-    with slot.offer():
-        await xack_then_read(client, STREAM, GROUP, ids[:2])
+    await xack_then_read(client, STREAM, GROUP, ids[:2], slot)
     assert not slot.holding()
     assert _pending(redis_client) == []
 
 
-async def test_another_task_never_takes_the_offer(
+async def test_the_next_read_goes_out_once_while_its_reply_waits(
     client: aioredis.Redis, redis_client: redis.Redis
 ) -> None:
-    """The reclaimer's batches run in their own task: their acks must not read for the loop."""
-    ids = _two_of_four_pending(redis_client)
+    """A second ack with the same next read (a batch's retry, say) reads nothing more: the
+    consumer never holds more than the batch in hand and the one read behind it."""
+    ids = _setup(redis_client, 6)
+    redis_client.xreadgroup(GROUP, NAME, {STREAM: ">"}, count=2)
     slot = _slot(client)
-    with slot.offer():
-        # A task created inside the offer inherits the context, not the ownership.
-        await asyncio.ensure_future(xack_then_read(client, STREAM, GROUP, ids[:2]))
-    assert not slot.holding()
-    assert _pending(redis_client) == []
+    await xack_then_read(client, STREAM, GROUP, ids[:1], slot)
+    await xack_then_read(client, STREAM, GROUP, ids[1:2], slot)
+    assert _pending(redis_client) == ids[2:4]
+    assert [e.id for e in parse_read_reply(slot.take(), STREAM.encode())] == ids[2:4]
 
 
-async def test_another_client_never_takes_the_offer(
+async def test_a_call_on_another_client_never_sends_the_next_read(
     client: aioredis.Redis, redis_client: redis.Redis, redis_url: str
 ) -> None:
     ids = _two_of_four_pending(redis_client)
     other = aioredis.Redis.from_url(redis_url)
     slot = _slot(client)
     try:
-        with slot.offer():
-            await xack_then_read(other, STREAM, GROUP, ids[:2])
+        await xack_then_read(other, STREAM, GROUP, ids[:2], slot)
     finally:
         await other.aclose()
     assert not slot.holding()
@@ -125,8 +122,8 @@ async def test_a_failed_ack_still_keeps_the_reply_of_the_read(
     for the loop rather than being lost."""
     redis_client.set(STREAM, "not a stream")
     slot = _slot(client)
-    with slot.offer(), pytest.raises(rex.ResponseError, match="WRONGTYPE"):
-        await xack_then_read(client, STREAM, GROUP, [b"0-1"])
+    with pytest.raises(rex.ResponseError, match="WRONGTYPE"):
+        await xack_then_read(client, STREAM, GROUP, [b"0-1"], slot)
     assert slot.holding()
     with pytest.raises(rex.ResponseError, match="WRONGTYPE"):
         slot.take()
@@ -137,8 +134,7 @@ async def test_a_discarded_reply_leaves_its_entries_pending_for_the_backlog(
 ) -> None:
     ids = _two_of_four_pending(redis_client)
     slot = _slot(client)
-    with slot.offer():
-        await xack_then_read(client, STREAM, GROUP, ids[:2])
+    await xack_then_read(client, STREAM, GROUP, ids[:2], slot)
     slot.discard()
     assert not slot.holding()
     assert _pending(redis_client) == ids[2:]
@@ -158,13 +154,13 @@ class _Watching:
         self._sync = sync
         self.batches: list[list[str]] = []
         self.read_after: list[int] = []
+        self.offered: list[bool] = []
         self.stop_after_first: Consumer | None = None
 
-    async def process(
-        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
-    ) -> list[Outcome]:
-        outcomes = await self._inner.process(batch, invoke, fresh=fresh)
-        self.batches.append([m.id for m in batch])
+    async def process(self, batch: Batch) -> list[Outcome]:
+        self.offered.append(batch.next_read is not None)
+        outcomes = await self._inner.process(batch)
+        self.batches.append([m.id for m in batch.messages])
         self.read_after.append(int(self._sync.xinfo_groups(STREAM)[0]["entries-read"]))
         if self.stop_after_first is not None:
             self.stop_after_first.stop()
@@ -173,10 +169,16 @@ class _Watching:
 
 
 def _consumer(
-    client: aioredis.Redis, strategy: Strategy, handle: Any, idempotency: str = "none"
+    client: aioredis.Redis,
+    strategy: Strategy,
+    handle: Any,
+    idempotency: str = "none",
+    **options: Any,
 ) -> Consumer:
     app = App("t")
-    app.handler(STREAM, group=GROUP, block_ms=50, batch_size=5, idempotency=idempotency)(handle)
+    app.handler(STREAM, group=GROUP, block_ms=50, batch_size=5, idempotency=idempotency, **options)(
+        handle
+    )
     return Consumer(
         app.handlers[0],
         client=client,
@@ -215,6 +217,29 @@ async def test_the_consumer_holds_one_batch_while_the_next_read_rides_on_the_ack
     assert [len(b) for b in strategy.batches] == [5, 5, 5, 5, 3]
     # ...and yet, when each batch's ack returned, the next batch had been read with it.
     assert strategy.read_after == [10, 15, 20, 23, 23]
+    assert [i for b in strategy.batches for i in b] == [i.decode() for i in ids]
+
+
+async def test_under_an_in_flight_bound_no_read_rides_on_the_ack(
+    client: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """max_in_flight=3 with batch_size=5: the next read's COUNT is batch_size, so riding on the
+    ack it would take entries past the reservation. It is not offered: each batch is read after
+    the previous one settled, sized by the room left, and never more than the bound is pending."""
+    ids = _setup(redis_client, 8)
+    seen_pending: list[int] = []
+
+    async def handle(msg: Message) -> None:
+        seen_pending.append(len(_pending(redis_client)))
+
+    strategy = _Watching(AtLeastOnce(client, STREAM, GROUP, 1), redis_client)
+    consumer = _consumer(client, strategy, handle, max_in_flight=3)
+    await _run_until(consumer, lambda: len(seen_pending) == 8 and not _pending(redis_client))
+    assert strategy.offered == [False, False, False]
+    assert [len(b) for b in strategy.batches] == [3, 3, 2]
+    # No entry was read behind an ack: when each batch's ack returned, only it had been read.
+    assert strategy.read_after == [3, 6, 8]
+    assert max(seen_pending) <= 3
     assert [i for b in strategy.batches for i in b] == [i.decode() for i in ids]
 
 

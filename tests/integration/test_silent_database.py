@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from streamworker import App, Message
+from streamworker.idempotency.sql import SqlOptions
 from streamworker.runtime.worker import Worker, WorkerOptions, WorkerResult
 from tests.support.faultproxy import Fault, FaultProxy, Rule, is_commit_reply_bytes
 from tests.support.postgres import PostgresServer
@@ -104,8 +105,7 @@ async def test_a_silent_database_connection_stalls_the_worker_for_the_deadline_o
                 shutdown_timeout_s=5.0,
                 reconnect_backoff_initial_s=0.05,
                 reconnect_backoff_max_s=0.3,
-                db_url=proxied,
-                db_deadline_s=DEADLINE_S,
+                strategy_options={"sql": SqlOptions(db_url=proxied, deadline_s=DEADLINE_S)},
             ),
         )
         task: asyncio.Task[WorkerResult] = asyncio.ensure_future(

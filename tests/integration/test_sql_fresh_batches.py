@@ -22,6 +22,7 @@ from streamworker import App, Message
 from streamworker.core.deps import Resolver
 from streamworker.core.outcomes import Action, Outcome
 from streamworker.errors import DatabaseUnavailable
+from streamworker.idempotency.base import Batch
 from streamworker.idempotency.sql import SqlDatabase, SqlStrategy
 from streamworker.io.redisio import open_redis
 from streamworker.observability.metrics import Metrics
@@ -80,7 +81,6 @@ class Harness:
             max_deliveries=5,
             claim_idle_ms=claim_idle_ms,
             is_async=False,
-            run_sync=self._run_sync,
         )
         self.invoker: HandlerInvoker | None = None
 
@@ -104,7 +104,8 @@ class Harness:
             metrics=Metrics(),
             stopping=lambda: False,
         )
-        assert self.invoker.batch_inline is not None
+        assert self.invoker.run_batch_handler is not None
+        assert self.invoker.run_batch_handler.inline is not None
 
     def checks(self) -> int:
         # EVALSHA calls that ran a script (a first call per server answers NOSCRIPT: failed).
@@ -126,7 +127,15 @@ class Harness:
             for eid, fields in entries
         ]
         assert self.invoker is not None
-        return await self.strategy.process(batch, self.invoker, fresh=fresh)
+        return await self.strategy.process(
+            Batch(
+                batch,
+                self.invoker.run_handler,
+                run_batch_handler=self.invoker.run_batch_handler,
+                run_blocking=self._run_sync,
+                fresh=fresh,
+            )
+        )
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -327,18 +336,19 @@ async def test_batch_inline_gives_the_same_outcomes_as_the_awaited_batch_call(
     h = await _harness(db_url, redis_url, redis_client, partly)
     try:
         assert h.invoker is not None
-        assert h.invoker.batch is not None
-        call = h.invoker.batch_inline
+        run = h.invoker.run_batch_handler
+        assert run is not None
+        call = run.inline
         assert call is not None
         msgs = [
             Message(id=i, stream="orders", group="g", consumer="c1", fields={}, body=None)
             for i in ids
         ]
         for given in (msgs, msgs[:2]):
-            awaited = await h.invoker.batch(given, {})
+            awaited = await run(given, {})
             blocking = await asyncio.to_thread(call, given, {})
             assert blocking == awaited
-        assert (await h.invoker.batch(msgs[:2], {})).raised
+        assert (await run(msgs[:2], {})).raised
     finally:
         await h.close()
 

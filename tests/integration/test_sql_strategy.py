@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from streamworker import App, ConfigError, DeadLetter, Depends, Message
 from streamworker.core.outcomes import Action, Outcome
-from streamworker.idempotency.base import CoroutineInvoke
+from streamworker.idempotency.base import Batch, CoroutineHandler
 from streamworker.idempotency.sql import (
     TABLE_NAME,
     SqlDatabase,
@@ -365,7 +365,7 @@ async def test_concurrent_holders_of_one_message_serialise_on_its_row(
             id=mid, stream="orders", group="g", consumer=consumer, fields={"n": "0"}, body=None
         )
 
-    @CoroutineInvoke
+    @CoroutineHandler
     async def invoke(msg: Message, provided) -> Outcome:  # type: ignore[no-untyped-def]
         runs.append(msg.consumer)
         session = provided[AsyncSession]
@@ -376,11 +376,11 @@ async def test_concurrent_holders_of_one_message_serialise_on_its_row(
         return Outcome(Action.ACK)
 
     try:
-        first = asyncio.ensure_future(strategy("c1").process([message("c1")], invoke))
+        first = asyncio.ensure_future(strategy("c1").process(Batch([message("c1")], invoke)))
         await asyncio.wait_for(in_handler.wait(), 10)
         # c1 is stuck in its handler (its row claimed, uncommitted); the group hands M to c2.
         redis_client.xclaim("orders", "g", "c2", 0, [mid])
-        second = asyncio.ensure_future(strategy("c2").process([message("c2")], invoke))
+        second = asyncio.ensure_future(strategy("c2").process(Batch([message("c2")], invoke)))
         await asyncio.sleep(0.5)
         assert not second.done()  # blocked on c1's row
         go_on.set()
@@ -444,7 +444,7 @@ async def test_stale_holder_of_an_acked_and_pruned_message_does_not_apply_it_aga
     client = open_redis(redis_url)
     runs: list[str] = []
 
-    @CoroutineInvoke
+    @CoroutineHandler
     async def invoke(msg: Message, provided) -> Outcome:  # type: ignore[no-untyped-def]
         runs.append(msg.consumer)
         provided[AsyncSession].add(Charge(message_id=msg.id, order_id="0", amount_cents=1))
@@ -466,10 +466,10 @@ async def test_stale_holder_of_an_acked_and_pruned_message_does_not_apply_it_aga
 
     try:
         c2, m2 = held_by("c2")
-        assert (await c2.process([m2], invoke))[0].acked
+        assert (await c2.process(Batch([m2], invoke)))[0].acked
         assert (await prune(db, client, "orders", "g")).deleted == 1
         c1, m1 = held_by("c1")
-        outcome = (await c1.process([m1], invoke))[0]
+        outcome = (await c1.process(Batch([m1], invoke)))[0]
     finally:
         await client.aclose()
         await db.dispose()

@@ -3,17 +3,15 @@ the App checks handlers with it and the worker builds and runs it (no core modul
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
 from streamworker import App, Message
-from streamworker.core.message import Message as Msg
 from streamworker.core.outcomes import Outcome
 from streamworker.errors import ConfigError
 from streamworker.idempotency import registry
-from streamworker.idempotency.base import BuildContext, HandlerConfig, Invoke, PlainPlugin, Strategy
+from streamworker.idempotency.base import Batch, BuildContext, HandlerConfig, PlainPlugin, Strategy
 from streamworker.idempotency.none import AtLeastOnce
 from streamworker.testing import TestWorker
 
@@ -29,11 +27,9 @@ class _Counting:
         self._inner = inner
         self._seen = seen
 
-    async def process(
-        self, batch: Sequence[Msg[Any]], invoke: Invoke, *, fresh: bool = False
-    ) -> list[Outcome]:
-        self._seen.append(len(batch))
-        return await self._inner.process(batch, invoke, fresh=fresh)
+    async def process(self, batch: Batch) -> list[Outcome]:
+        self._seen.append(len(batch.messages))
+        return await self._inner.process(batch)
 
 
 class CountingPlugin(PlainPlugin):

@@ -12,18 +12,18 @@ import redis.asyncio as aioredis
 from streamworker.core.codec import MessageDecoder
 from streamworker.core.message import Message
 from streamworker.core.outcomes import ACKED, Outcome, decide
-from streamworker.idempotency.base import CoroutineInvoke
+from streamworker.idempotency.base import Batch, CoroutineHandler
 from streamworker.idempotency.lua import LuaStrategy
 from streamworker.io.redisio import parse_read_reply
 
 Handler = Callable[[Message[Any]], Any]
 
 
-def make_invoke(handler: Handler, max_deliveries: int = 5) -> CoroutineInvoke:
-    """An ``invoke`` as the consume loop's: the handler's return value rides on the ACK outcome;
+def make_invoke(handler: Handler, max_deliveries: int = 5) -> CoroutineHandler:
+    """A :class:`~streamworker.idempotency.base.RunHandler` as the consume loop's: the handler's return value rides on the ACK outcome;
     an exception becomes the outcome ``decide`` gives."""
 
-    @CoroutineInvoke
+    @CoroutineHandler
     async def invoke(msg: Message[Any], provided: Any) -> Outcome:
         try:
             result = handler(msg)
@@ -71,4 +71,4 @@ async def drain(
         batch = await read(client, strategy.stream, strategy.group, strategy.consumer, count=count)
         if not batch:
             return outcomes
-        outcomes += await strategy.process(batch, invoke)
+        outcomes += await strategy.process(Batch(batch, invoke))

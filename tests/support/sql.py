@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from streamworker import App
-from streamworker.idempotency.sql import TABLE_NAME
+from streamworker.idempotency.sql import TABLE_NAME, SqlOptions
 from streamworker.runtime.worker import Worker, WorkerOptions, WorkerResult
 from tests.support.proc import stop_process, streamworker, wait_for
 
@@ -122,8 +122,7 @@ async def running_sql_worker(
             shutdown_timeout_s=shutdown_timeout_s,
             reconnect_backoff_initial_s=0.05,
             reconnect_backoff_max_s=0.3,
-            db_url=db_url,
-            prune_interval_s=prune_interval_s,
+            strategy_options={"sql": SqlOptions(db_url=db_url, prune_interval_s=prune_interval_s)},
         ),
     )
     task: asyncio.Task[WorkerResult] = asyncio.ensure_future(

@@ -65,11 +65,8 @@ def test_the_worker_builds_a_lua_strategy_with_the_handlers_options() -> None:
 
     client = aioredis.Redis()
 
-    async def run_sync(func):  # type: ignore[no-untyped-def]
-        return func()
-
     strategy = registry.get("lua").build(
-        app.handlers[0], BuildContext(client=client, consumer="pod-0", run_sync=run_sync)
+        app.handlers[0], BuildContext(client=client, consumer="pod-0")
     )
     assert isinstance(strategy, LuaStrategy)
     assert strategy.name == "lua"

@@ -74,7 +74,7 @@ def test_a_partitioned_handler_registers_one_subscription_per_partition() -> Non
         "{orders:p1}:dlq",
         "{orders:p2}:dlq",
     ]
-    assert all(s.ordered and s.lease_ttl_ms == s.claim_idle_ms for s in specs)
+    assert all(s.ordered and s.partition_lock_ttl_ms == s.claim_idle_ms for s in specs)
     assert len({s.name for s in specs}) == 1
 
 

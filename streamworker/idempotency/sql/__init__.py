@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from streamworker.idempotency.sql.database import SqlDatabase, parse_db_url
 from streamworker.idempotency.sql.errors import database_errors
+from streamworker.idempotency.sql.options import SqlOptions
 from streamworker.idempotency.sql.retention import (
     PruneResult,
     RetentionCut,
@@ -55,6 +56,7 @@ __all__ = [
     "PruneResult",
     "RetentionCut",
     "SqlDatabase",
+    "SqlOptions",
     "SqlStrategy",
     "TransactionOwned",
     "claim_call",

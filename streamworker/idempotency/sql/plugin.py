@@ -25,9 +25,9 @@ from streamworker.idempotency.base import (
     BuildContext,
     HandlerConfig,
     Strategy,
-    WorkerConfig,
 )
 from streamworker.idempotency.sql.database import SqlDatabase
+from streamworker.idempotency.sql.options import SqlOptions
 from streamworker.idempotency.sql.retention import prune
 from streamworker.idempotency.sql.strategy import SqlStrategy
 
@@ -135,16 +135,23 @@ class SqlPlugin:
             )
         return plan
 
-    def open(self, specs: Sequence[HandlerConfig], config: WorkerConfig) -> Backing | None:
-        """The database at ``config.db_url`` (not connected yet)."""
-        if not config.db_url:
+    def open(self, specs: Sequence[HandlerConfig], options: object | None) -> Backing | None:
+        """The database at the :class:`SqlOptions`' ``db_url`` (not connected yet)."""
+        if options is None:
+            options = SqlOptions()
+        if not isinstance(options, SqlOptions):
+            raise ConfigError(
+                f"strategy_options['sql'] must be a SqlOptions, not {type(options).__name__}"
+            )
+        if not options.db_url:
             names = ", ".join(dict.fromkeys(s.name for s in specs))  # partitions share a name
             raise ConfigError(
                 f"handler(s) {names} use idempotency='sql' but no database URL is set; pass "
                 f"--db-url, set STREAMWORKER_DB_URL or App(db_url=...)"
             )
-        db = SqlDatabase(config.db_url, deadline_s=config.db_deadline_s)
-        return SqlDatabaseBacking(db, {(s.stream, s.group) for s in specs}, config.prune_interval_s)
+        db = SqlDatabase(options.db_url, deadline_s=options.deadline_s)
+        subscriptions = {(s.stream, s.group) for s in specs}
+        return SqlDatabaseBacking(db, subscriptions, options.prune_interval_s)
 
     def build(self, spec: HandlerConfig, context: BuildContext) -> Strategy:
         """A :class:`~streamworker.idempotency.sql.SqlStrategy` on the shared database."""
@@ -159,7 +166,6 @@ class SqlPlugin:
             max_deliveries=spec.max_deliveries,
             claim_idle_ms=spec.claim_idle_ms,
             is_async=spec.is_async,
-            run_sync=context.run_sync,
             on_timeout=context.on_timeout,
         )
 

@@ -23,7 +23,7 @@ How one batch goes (:class:`SqlStrategy`)
    ``COMMIT`` and one ``XACK`` for the successes and the duplicates. ``def`` handlers whose
    arguments need nothing awaited per message (no message-scoped ``Depends``) run in one worker
    thread hop for the whole batch, not one hop each
-   (:attr:`~streamworker.idempotency.base.Invoke.inline`).
+   (:attr:`~streamworker.idempotency.base.RunHandler.inline`).
 
 That is three database round trips per batch (claim, flush, commit) plus one fsync, whatever the
 batch size, when handlers write through the ORM (``session.add``: the flush sends the batch's
@@ -86,7 +86,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
@@ -104,24 +104,25 @@ from streamworker.core.outcomes import (
     decide,
     describe,
 )
+from streamworker.core.timing import sql_fresh_claim_window_ms
 from streamworker.errors import ConfigError, DatabaseTimeout, DatabaseUnavailable
-from streamworker.idempotency.base import BatchInlineInvoke, BatchInvoke, Invoke
+from streamworker.idempotency.base import (
+    Batch,
+    BatchInlineRun,
+    RunBlocking,
+    SpanPhases,
+)
 from streamworker.idempotency.deadline import abort_driver_connection
 from streamworker.idempotency.sql.database import SqlDatabase
 from streamworker.idempotency.sql.schema import TABLE_NAME, sortable_id, stream_id
 from streamworker.idempotency.sql.transactions import _AsyncTx, _SyncTx, _Tx
 from streamworker.io.keys import dedup_record_key
-from streamworker.io.redisio import LuaScript, connection_errors, xack_then_read
+from streamworker.io.redisio import LuaScript, NextRead, connection_errors, xack_then_read
 
 T = TypeVar("T")
 
 
 _CHECK = LuaScript("check_ownership")
-
-_FRESH_CLAIM = 0.45
-"""The part of ``claim_idle_ms`` after the start of a fresh batch (read less than half of it
-before) within which its claim needs no ownership check: under the other half, the slack covering
-the moments between the consume loop's freshness test and :meth:`SqlStrategy.process`."""
 
 LOST_OWNERSHIP = CLAIMED_AWAY
 """A message another consumer took over (XCLAIM) while this one held it: left to that consumer."""
@@ -138,13 +139,15 @@ class SqlStrategy:
         claim_idle_ms: the handler's; with it, a fresh batch whose claim completes soon enough
             needs no ownership check (``_ours_by_time``). None: always checked.
         is_async: ``async def`` handler (AsyncSession on the event loop) or ``def`` (Session, its
-            calls in worker threads through ``run_sync``).
-        run_sync: runs a blocking callable off the event loop; the worker passes its handler pool.
+            calls in worker threads through the batch's
+            :attr:`~streamworker.idempotency.base.Batch.run_blocking`).
         on_timeout: called (on the event loop) when a batch passes ``db.deadline``; the worker
             counts it (``streamworker_database_timeouts_total``).
     """
 
     name = "sql"
+    trace_phases = SpanPhases(commit="until_ack", ack="xack")
+    """The commit runs between the handlers and the XACK."""
 
     def __init__(
         self,
@@ -157,7 +160,6 @@ class SqlStrategy:
         max_deliveries: int,
         is_async: bool,
         claim_idle_ms: int | None = None,
-        run_sync: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
         on_timeout: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
@@ -173,7 +175,6 @@ class SqlStrategy:
         # _ours_by_time. Set per batch by process() for fresh batches.
         self._fresh_until = 0.0
         self._is_async = is_async
-        self._run_sync = run_sync or _to_thread
         self._schema_ok = False
         self._stream_key = stream.encode()
         # Names the stream's slot for check_ownership.lua, which does not touch it here.
@@ -186,48 +187,49 @@ class SqlStrategy:
     async def _commit(self, tx: _Tx) -> BaseException | None:
         return await tx.commit()
 
-    async def _xack(self, ids: Sequence[str]) -> None:
-        # The batch's last call: the consume loop's next read may go out behind it.
+    async def _xack(self, ids: Sequence[str], next_read: NextRead | None) -> None:
+        # The batch's last call: the consume loop's next read goes out behind it.
         async with connection_errors():
-            await xack_then_read(self._client, self.stream, self.group, ids)
+            await xack_then_read(self._client, self.stream, self.group, ids, next_read)
 
     def _commit_in_thread(self, tx: _SyncTx) -> BaseException | None:
         # _commit's form inside a pool thread (the one-hop batch).
         return tx.commit_now()
 
-    async def _check_schema(self) -> None:
+    async def _check_schema(self, run: RunBlocking) -> None:
         if not self._schema_ok:
-            if not await self._run_sync(self.db.has_schema):
+            if not await run(self.db.has_schema):
                 raise ConfigError(
                     f"table {TABLE_NAME!r} is missing in {self.db.redacted_url}; "
                     f"run `streamworker migrate --db-url URL` first"
                 )
             self._schema_ok = True
 
-    async def _open(self, claim: Sequence[str] = ()) -> tuple[_Tx, set[str]]:
+    async def _open(self, run: RunBlocking, claim: Sequence[str] = ()) -> tuple[_Tx, set[str]]:
         """The batch's transaction, begun, and of ``claim`` the ids whose rows it inserted (one
-        thread hop for both with a sync engine)."""
-        tx = await self._new_tx()
+        thread hop for both with a sync engine, through ``run``)."""
+        tx = await self._new_tx(run)
         claimed = await tx.open(claim, self.consumer)
         return tx, claimed
 
-    async def _new_tx(self) -> _SyncTx | _AsyncTx:
+    async def _new_tx(self, run: RunBlocking) -> _SyncTx | _AsyncTx:
         """The batch's transaction, not begun yet, after the schema check; kept as ``_tx`` for
-        the batch deadline to abort its connection."""
-        await self._check_schema()
+        the batch deadline to abort its connection. A sync one makes its calls through ``run``."""
+        await self._check_schema(run)
         tx: _SyncTx | _AsyncTx
         if self._is_async:
             tx = _AsyncTx(self.db.async_engine, self.group, self.stream)
         else:
-            tx = _SyncTx(self.db.sync_engine, self._run_sync, self.group, self.stream)
+            tx = _SyncTx(self.db.sync_engine, run, self.group, self.stream)
         self._tx = tx
         return tx
 
     def _ours_by_time(self) -> bool:
         """True when the claim that just completed needs no ownership check: the batch is fresh
-        (read with ``>`` less than half of ``claim_idle_ms`` before :meth:`process` began) and
-        the claim completed less than :data:`_FRESH_CLAIM` of ``claim_idle_ms`` after that. So it
-        completed less than ``claim_idle_ms`` after the read was sent, before the earliest moment
+        (read with ``>`` less than :func:`~streamworker.core.timing.fresh_batch_window_ms` before
+        :meth:`process` began) and the claim completed less than
+        :func:`~streamworker.core.timing.sql_fresh_claim_window_ms` after that. So it completed less
+        than ``claim_idle_ms`` after the read was sent, before the earliest moment
         another consumer may claim those entries (idle past ``claim_idle_ms``): nobody else can
         have processed, acked and pruned them, and whoever claims them later waits on our rows."""
         return time.monotonic() < self._fresh_until
@@ -254,19 +256,20 @@ class SqlStrategy:
             return set(ids)
         return {sid for sid, status in zip(ordered, reply, strict=True) if int(status) == 0}
 
-    async def process(
-        self, batch: Sequence[Message[Any]], invoke: Invoke, *, fresh: bool = False
-    ) -> list[Outcome]:
-        """See :class:`~streamworker.idempotency.base.Strategy` (``fresh``: the ownership check is
-        skipped when the claim completes in time, see :meth:`_ours_by_time`, and a batch handler's
-        batch goes in one thread hop). Raises DatabaseUnavailable
+    async def process(self, work: Batch) -> list[Outcome]:
+        """See :class:`~streamworker.idempotency.base.Strategy` (``work.fresh``: the ownership
+        check is skipped when the claim completes in time, see :meth:`_ours_by_time`, and a batch
+        handler's batch goes in one thread hop). Raises DatabaseUnavailable
         (nothing acked) when the database cannot take the batch, DatabaseTimeout (one) when the
         batch passed ``db.deadline`` (its connection was aborted and is not reused); ConfigError
         when the table is missing."""
+        batch = work.messages
         if not batch:
             return []
-        if fresh and self._claim_idle_ms:
-            self._fresh_until = time.monotonic() + self._claim_idle_ms * _FRESH_CLAIM / 1000
+        if work.fresh and self._claim_idle_ms:
+            self._fresh_until = (
+                time.monotonic() + sql_fresh_claim_window_ms(self._claim_idle_ms) / 1000
+            )
         else:
             self._fresh_until = 0.0
         deadline = self.db.deadline
@@ -289,7 +292,7 @@ class SqlStrategy:
 
         timer = asyncio.get_running_loop().call_later(deadline.deadline_s, expire)
         try:
-            outcomes = await self._process_batch(batch, invoke, fresh)
+            outcomes = await self._process_batch(work)
         except DatabaseUnavailable as exc:
             if expired:
                 raise DatabaseTimeout(
@@ -303,40 +306,33 @@ class SqlStrategy:
             deadline.recovered()
         return outcomes
 
-    async def _process_batch(
-        self, batch: Sequence[Message[Any]], invoke: Invoke, fresh: bool
-    ) -> list[Outcome]:
-        many = invoke.batch
-        if many is not None:
-            call = invoke.batch_inline
-            if fresh and call is not None and not self._is_async:
-                outcomes = await self._attempt_fresh_many(batch, call)
+    async def _process_batch(self, work: Batch) -> list[Outcome]:
+        if work.handle_batch is not None:
+            call = work.handle_batch_inline
+            if work.fresh and call is not None and not self._is_async:
+                outcomes = await self._attempt_fresh_many(work, call)
                 if outcomes is not None:
                     return outcomes
-            return await self._attempt_many(batch, many)
+            return await self._attempt_many(work)
         known: dict[int, Outcome] = {}
-        outcomes = await self._attempt(batch, invoke, known, savepoints=False)
+        outcomes = await self._attempt(work, known, savepoints=False)
         if outcomes is None:
             self._log.info(
-                "batch_redone_with_savepoints", batch=len(batch), failed=len(known) or None
+                "batch_redone_with_savepoints", batch=len(work.messages), failed=len(known) or None
             )
-            outcomes = await self._attempt(batch, invoke, known, savepoints=True)
+            outcomes = await self._attempt(work, known, savepoints=True)
             assert outcomes is not None
         return outcomes
 
     async def _attempt(
-        self,
-        batch: Sequence[Message[Any]],
-        invoke: Invoke,
-        known: dict[int, Outcome],
-        *,
-        savepoints: bool,
+        self, work: Batch, known: dict[int, Outcome], *, savepoints: bool
     ) -> list[Outcome] | None:
         """One transaction over the batch. Returns None (rolled back) when the fast path met a
         failure it cannot undo without savepoints; ``known`` then holds the failed messages."""
+        batch = work.messages
         sids = [sortable_id(m.id) for m in batch]
         wanted = [sid for i, sid in enumerate(sids) if i not in known]
-        tx, claimed = await self._open(wanted)
+        tx, claimed = await self._open(work.run_blocking, wanted)
         try:
             # After the claim (our rows are locked now): see the docstring of .retention.
             owned = claimed if self._ours_by_time() else await self._owned(claimed)
@@ -344,7 +340,7 @@ class SqlStrategy:
             # def handlers without per-message dependencies: the fast path runs them all in one
             # thread hop (the loop below then reads their outcomes instead of invoking).
             ran: dict[int, Outcome] | None = None
-            inline = invoke.inline
+            inline = work.handle_inline
             if inline is not None and not savepoints and isinstance(tx, _SyncTx):
                 todo = [
                     (i, msg)
@@ -372,7 +368,7 @@ class SqlStrategy:
                     continue
                 if savepoints:
                     await tx.savepoint()
-                outcome = ran[i] if ran is not None else await invoke(msg, tx.provided)
+                outcome = ran[i] if ran is not None else await work.handle(msg, tx.provided)
                 if tx.broken():
                     # The handler's statements met a dead connection: an outage, not its fault.
                     raise DatabaseUnavailable(
@@ -423,12 +419,10 @@ class SqlStrategy:
             await tx.close()
         acked = [m.id for m, o in zip(batch, outcomes, strict=True) if o.acked]
         if acked:
-            await self._xack(acked)
+            await self._xack(acked, work.next_read)
         return outcomes
 
-    async def _attempt_fresh_many(
-        self, batch: Sequence[Message[Any]], call: BatchInlineInvoke
-    ) -> list[Outcome] | None:
+    async def _attempt_fresh_many(self, work: Batch, call: BatchInlineRun) -> list[Outcome] | None:
         """A fresh batch of a ``def`` batch handler, its blocking part in one pool-thread hop:
         BEGIN, the claim (a plain INSERT: no row can exist yet), the handler, flush, COMMIT; then
         the XACK. No ownership check: the claim completed while the batch was still fresh
@@ -437,8 +431,9 @@ class SqlStrategy:
         Returns None, with nothing written and nothing acked, when the batch must go the way of
         :meth:`_attempt_many` instead: the claim met a processed row (``XGROUP SETID`` delivered
         the message again), or completed too late for the batch to count as fresh."""
+        batch = work.messages
         sids = [sortable_id(m.id) for m in batch]
-        tx = await self._new_tx()
+        tx = await self._new_tx(work.run_blocking)
         assert isinstance(tx, _SyncTx)  # only def handlers come this way
 
         def through() -> list[Outcome] | str:
@@ -476,7 +471,7 @@ class SqlStrategy:
                 raise
 
         try:
-            done: list[Outcome] | str = await self._run_sync(through)
+            done: list[Outcome] | str = await work.run_blocking(through)
         finally:
             self._tx = None
         if isinstance(done, str):
@@ -487,12 +482,10 @@ class SqlStrategy:
         else:
             acked = [m.id for m, o in zip(batch, done, strict=True) if o.acked]
         if acked:
-            await self._xack(acked)
+            await self._xack(acked, work.next_read)
         return done
 
-    async def _attempt_many(
-        self, batch: Sequence[Message[Any]], many: BatchInvoke
-    ) -> list[Outcome]:
+    async def _attempt_many(self, work: Batch) -> list[Outcome]:
         """A batch handler's batch: one transaction, one claim, one handler call.
 
         The claim and the ownership check are the per-message path's, in the same order (claim,
@@ -502,9 +495,12 @@ class SqlStrategy:
         back as a whole and every message it was given fails; when it reports some messages
         failed, their rows are deleted before the commit (the handler wrote nothing for them:
         its contract), and the rest commit."""
+        batch = work.messages
+        many = work.handle_batch
+        assert many is not None
         sids = [sortable_id(m.id) for m in batch]
         outcomes: list[Outcome] = []
-        tx, claimed = await self._open(sids)
+        tx, claimed = await self._open(work.run_blocking, sids)
         try:
             owned = claimed if self._ours_by_time() else await self._owned(claimed)
             release = sorted(claimed - owned)
@@ -546,7 +542,7 @@ class SqlStrategy:
         # whoever processed them (the claim waits for an uncommitted conflicting row).
         acked = [m.id for m, o in zip(batch, outcomes, strict=True) if o.acked]
         if acked:
-            await self._xack(acked)
+            await self._xack(acked, work.next_read)
         return outcomes
 
     def _flush_failed(self, msg: Message[Any], error: BaseException) -> Outcome:
@@ -567,7 +563,3 @@ def _lost_in_batch(result: BatchOutcomes) -> DatabaseUnavailable:
     return DatabaseUnavailable(
         f"database connection lost while handling a batch of {len(result.outcomes)}: {error}"
     )
-
-
-async def _to_thread(func: Callable[[], T]) -> T:
-    return await asyncio.to_thread(func)

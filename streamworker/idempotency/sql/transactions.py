@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, SessionTransaction
 from streamworker.core.message import Message
 from streamworker.core.outcomes import Outcome
 from streamworker.errors import DatabaseUnavailable, StreamworkerError
-from streamworker.idempotency.base import InlineInvoke
+from streamworker.idempotency.base import InlineRun
 from streamworker.idempotency.sql.errors import database_errors
 from streamworker.idempotency.sql.schema import TABLE_NAME, processed_messages
 
@@ -351,7 +351,7 @@ class _SyncTx:
         return None if conn is None or conn.closed else conn.connection.driver_connection
 
     async def run_inline(
-        self, inline: InlineInvoke, todo: Sequence[tuple[int, Message[Any]]]
+        self, inline: InlineRun, todo: Sequence[tuple[int, Message[Any]]]
     ) -> dict[int, Outcome]:
         """Run the handlers of ``todo`` (index, message) one after another in one thread hop,
         stopping after the first failure (an outcome that is neither an ack nor preset) or when
