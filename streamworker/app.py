@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -13,6 +13,15 @@ from streamworker.core import timing
 from streamworker.core.codec import BodyModel, body_model_for
 from streamworker.core.deps import CallPlan
 from streamworker.core.effects import Effects
+from streamworker.core.keyed import (
+    KeyField,
+    KeyFunc,
+    check_in_flight,
+    check_key_field,
+    check_key_field_in_model,
+    key_func,
+)
+from streamworker.core.message import Message
 from streamworker.errors import ConfigError
 from streamworker.idempotency import registry
 from streamworker.io.keys import dead_letter_stream, partition_stream
@@ -70,6 +79,15 @@ class HandlerSpec:
     batch: bool = False
     """A batch handler: called once per batch with ``list[Message[Model]]`` (see
     :func:`streamworker.core.outcomes.batch_outcomes` and docs/handlers.md, "Batch handlers")."""
+    key_field: KeyField | None = None
+    """Per-key concurrency: the field (or function of the message) whose value is the message's
+    key. Messages with one key never run at the same time and run in stream order within the
+    worker; different keys run in parallel, up to ``concurrency`` (see streamworker.core.keyed)."""
+    max_in_flight: int | None = None
+    """At most this many of this handler's messages held by the worker at once (None: no bound
+    beyond ``batch_size``)."""
+    max_in_flight_bytes: int | None = None
+    """At most this many bytes of fields of this handler's messages held at once (None: no bound)."""
 
     @property
     def partition_lock_ttl_ms(self) -> int:
@@ -88,6 +106,23 @@ class HandlerSpec:
         """How often the reclaimer looks for entries idle past ``claim_idle_ms``
         (:func:`streamworker.core.timing.claim_interval_ms`)."""
         return timing.claim_interval_ms(self.claim_idle_ms)
+
+    @property
+    def message_key(self) -> KeyFunc | None:
+        """``key_field`` as a function of the message (None without one). A user function that
+        raises gives the key None: its messages share one lane, one after another, which keeps
+        the promise (never two of one key at once) whatever key they should have had."""
+        if self.key_field is None:
+            return None
+        of = key_func(self.key_field, body_field=self.body_field)
+
+        def safe(message: Message[Any]) -> Hashable:
+            try:
+                return of(message)
+            except Exception:
+                return None
+
+        return safe
 
     @property
     def is_async(self) -> bool:
@@ -185,6 +220,9 @@ class App:
         ordered: bool = False,
         recreate_lost_group: bool = False,
         batch: bool = False,
+        key_field: KeyField | None = None,
+        max_in_flight: int | None = None,
+        max_in_flight_bytes: int | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``stream`` in consumer ``group``.
 
@@ -253,6 +291,18 @@ class App:
                 exception (``Retry``, ``DeadLetter``, any error), which fails only that message;
                 raising fails the whole batch. docs/handlers.md ("Batch handlers") states the contract
                 per strategy. Needs ``concurrency=1`` and ``ordered=False``.
+            key_field: per-key concurrency: a field name (``"customer_id"``: the body's field, or
+                the entry field without a body) or a function of the
+                :class:`~streamworker.core.message.Message` returning its key. Each batch is split
+                into one lane per key; up to ``concurrency`` lanes run at once, a lane's messages
+                one after another in stream order, so one key's messages never run at the same
+                time and a slow key holds one lane, never the others. Order holds within a worker
+                only: for per-key order across workers, use partitions (docs/flow-control.md,
+                "Per-key concurrency"). Not with ``batch=True`` or ``ordered=True``.
+            max_in_flight: at most this many of this handler's messages held at once in this
+                worker (read but not yet acked or dead-lettered); reads shrink to the room left
+                and wait when there is none. None: no bound beyond ``batch_size``.
+            max_in_flight_bytes: the same bound on the bytes of the held entries' fields.
         """
         given: object = stream  # ``@app.handler`` without parentheses passes the function here
         if callable(given) and not isinstance(given, str):
@@ -337,6 +387,22 @@ class App:
                 raise ConfigError(
                     f"idempotency={idempotency!r} does not support batch handlers (batch=True)"
                 )
+        if key_field is not None:
+            where = f"stream {stream!r} group {group!r}"
+            check_key_field(key_field, where)
+            if batch:
+                raise ConfigError(
+                    f"{where}: key_field does not combine with batch=True (a batch handler is "
+                    f"called once for the whole batch, so there are no lanes to run per key)"
+                )
+            if ordered:
+                raise ConfigError(
+                    f"{where}: key_field does not combine with ordered=True (an ordered stream "
+                    f"already runs every message one after another; use partitions keyed by "
+                    f"the same field for per-key order across workers)"
+                )
+        max_in_flight = check_in_flight("max_in_flight", max_in_flight)
+        max_in_flight_bytes = check_in_flight("max_in_flight_bytes", max_in_flight_bytes)
         strategy.check_options(concurrency=concurrency)
 
         def register(func: F) -> F:
@@ -364,6 +430,8 @@ class App:
             body_model = model_given or _model_from_annotation(
                 plan.message_type, f"{func.__qualname__}: Message[...]"
             )
+            if key_field is not None:
+                check_key_field_in_model(key_field, body_model, f"{func.__qualname__}")
             hname = name or f"{func.__module__}.{func.__qualname__}"
             streams = (
                 [stream]
@@ -403,6 +471,9 @@ class App:
                     ordered=ordered,
                     recreate_lost_group=bool(recreate_lost_group),
                     batch=batch,
+                    key_field=key_field,
+                    max_in_flight=max_in_flight,
+                    max_in_flight_bytes=max_in_flight_bytes,
                 )
             return func
 

@@ -97,6 +97,19 @@ class Settings(BaseSettings):
         description="the longest a write waits for wait_replicas replicas before it fails with "
         "ReplicaWaitTimeout",
     )
+    max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="at most this many messages held by the worker at once (read, not yet acked "
+        "or dead-lettered), over all its handlers; reads shrink to the room left and wait when "
+        "there is none. Unset: no bound beyond each handler's batch_size",
+    )
+    max_in_flight_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="at most this many bytes of entry fields held by the worker at once, over "
+        "all its handlers (one entry larger than the bound still runs, alone). Unset: no bound",
+    )
     sentinel_password: SecretStr | None = Field(
         default=None,
         description="the Sentinels' own password (their requirepass) for redis+sentinel:// URLs; "

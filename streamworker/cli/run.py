@@ -139,6 +139,8 @@ async def _run(app: App, settings: Settings, link: ChildLink | None = None) -> i
         redis_timeout_s=settings.redis_timeout_s,
         tracing=settings.tracing,
         delayed_poll_ms=settings.delayed_poll_ms,
+        max_in_flight=settings.max_in_flight,
+        max_in_flight_bytes=settings.max_in_flight_bytes,
     )
     try:
         await _check_redis(redis_url)

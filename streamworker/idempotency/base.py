@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 import redis.asyncio as aioredis
 
 from streamworker.core.deps import CallPlan, build_plan
+from streamworker.core.keyed import KeyFunc
 from streamworker.core.message import Message
 from streamworker.core.outcomes import BatchOutcomes, Outcome
 from streamworker.io.redisio import NextRead
@@ -356,6 +357,11 @@ class HandlerConfig(Protocol):
     def group(self) -> str: ...
     @property
     def concurrency(self) -> int: ...
+    @property
+    def message_key(self) -> KeyFunc | None:
+        """Per-key concurrency (``key_field``): a message's key, or None without one."""
+        ...
+
     @property
     def max_deliveries(self) -> int: ...
     @property

@@ -105,6 +105,7 @@ import structlog
 from redis.crc import key_slot
 
 from streamworker.core.effects import Effect, EffectError, Effects
+from streamworker.core.keyed import KeyFunc, run_keyed
 from streamworker.core.message import Message
 from streamworker.core.outcomes import ACKED, CLAIMED_AWAY, DUPLICATE, Action, Outcome, decide
 from streamworker.errors import PermanentFailure
@@ -161,6 +162,9 @@ class LuaStrategy:
         client: the Redis client (the two scripts, INFO cluster once).
         stream, group, consumer: the subscription and this consumer's name.
         concurrency: how many handlers of a batch run at once.
+        key: per-key concurrency (``key_field``): messages of one key run one after another in
+            batch order, up to ``concurrency`` keys at once; their effects still apply in one
+            script for the batch.
         max_deliveries: to decide on a message whose effects could not apply.
         dedup_field: the entry field holding the business key (None: no business dedup).
         dedup_window_ms: how long an applied business key is remembered.
@@ -178,6 +182,7 @@ class LuaStrategy:
         group: str,
         consumer: str,
         concurrency: int = 1,
+        key: KeyFunc | None = None,
         max_deliveries: int = 5,
         dedup_field: str | None = None,
         dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS,
@@ -187,6 +192,7 @@ class LuaStrategy:
         self.group = group
         self.consumer = consumer
         self._concurrency = concurrency
+        self._key = key
         self._max_deliveries = max_deliveries
         self.dedup_field = dedup_field
         self.dedup_window_ms = dedup_window_ms
@@ -314,6 +320,14 @@ class LuaStrategy:
         if self._concurrency == 1 or len(run) <= 1:
             for i in run:
                 outcomes[i] = await handle(batch[i], _NOTHING)
+            return
+        key = self._key
+        if key is not None:
+
+            async def one(_: int, i: int) -> None:
+                outcomes[i] = await handle(batch[i], _NOTHING)
+
+            await run_keyed(run, self._concurrency, lambda i: key(batch[i]), one)
             return
         sem = asyncio.Semaphore(self._concurrency)
 
@@ -578,6 +592,7 @@ class LuaPlugin(PlainPlugin):
             group=spec.group,
             consumer=context.consumer,
             concurrency=spec.concurrency,
+            key=spec.message_key,
             max_deliveries=spec.max_deliveries,
             dedup_field=spec.dedup_field,
             dedup_window_ms=spec.dedup_window_ms,

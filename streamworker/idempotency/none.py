@@ -11,6 +11,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from streamworker.core.keyed import KeyFunc, run_keyed
 from streamworker.core.message import Message
 from streamworker.core.outcomes import ACKED, Action, Outcome
 from streamworker.idempotency.base import (
@@ -32,15 +33,24 @@ _ACK_ON_CANCEL_TIMEOUT_S = 2.0
 class AtLeastOnce:
     """Run the batch's handlers (``concurrency`` at a time), then one XACK for the successes.
     A batch handler (``batch=True``) is called once for the batch; its successes are acked
-    together the same way."""
+    together the same way. With ``key`` (``key_field``), messages of one key run one after
+    another in batch order, up to ``concurrency`` keys at once."""
 
     name = "none"
 
-    def __init__(self, client: aioredis.Redis, stream: str, group: str, concurrency: int) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        stream: str,
+        group: str,
+        concurrency: int,
+        key: KeyFunc | None = None,
+    ) -> None:
         self._client = client
         self._stream = stream
         self._group = group
         self._concurrency = concurrency
+        self._key = key
 
     async def process(self, batch: Batch) -> list[Outcome]:
         """See :class:`~streamworker.idempotency.base.Strategy` (no ownership check to skip)."""
@@ -66,6 +76,9 @@ class AtLeastOnce:
             await self._ack(messages, outcomes, next_read)
             return outcomes
 
+        if self._key is not None:
+            return await self._process_keyed(batch, self._key)
+
         sem = asyncio.Semaphore(self._concurrency)
 
         async def limited(msg: Message[Any]) -> Outcome:
@@ -82,6 +95,26 @@ class AtLeastOnce:
             await self._ack_finished([m for m, _ in done], [o for _, o in done])
             raise
         await self._ack(messages, outcomes, next_read)
+        return outcomes
+
+    async def _process_keyed(self, batch: Batch, key: KeyFunc) -> list[Outcome]:
+        """The batch's messages as per-key lanes (:func:`~streamworker.core.keyed.run_keyed`),
+        each through ``batch.handle``; one XACK (with the batch's next read behind it)."""
+        messages = batch.messages
+        handle = batch.handle
+        results: list[Outcome | None] = [None] * len(messages)
+
+        async def one(index: int, msg: Message[Any]) -> None:
+            results[index] = await handle(msg, _NOTHING)
+
+        try:
+            await run_keyed(messages, self._concurrency, key, one)
+        except asyncio.CancelledError:
+            done = [(m, o) for m, o in zip(messages, results, strict=True) if o is not None]
+            await self._ack_finished([m for m, _ in done], [o for _, o in done])
+            raise
+        outcomes = [o for o in results if o is not None]
+        await self._ack(messages, outcomes, batch.next_read)
         return outcomes
 
     async def _ack(
@@ -131,7 +164,9 @@ class AtLeastOncePlugin(PlainPlugin):
 
     def build(self, spec: HandlerConfig, context: BuildContext) -> Strategy:
         """An :class:`AtLeastOnce` for ``spec``."""
-        return AtLeastOnce(context.client, spec.stream, spec.group, spec.concurrency)
+        return AtLeastOnce(
+            context.client, spec.stream, spec.group, spec.concurrency, spec.message_key
+        )
 
 
 PLUGIN = AtLeastOncePlugin()

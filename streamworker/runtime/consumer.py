@@ -28,6 +28,7 @@ import structlog
 
 from streamworker.app import HandlerSpec
 from streamworker.core.deps import Resolver
+from streamworker.core.keyed import entry_bytes
 from streamworker.errors import ConnectionLost, StreamworkerError
 from streamworker.idempotency.base import Strategy
 from streamworker.io.redisio import (
@@ -41,6 +42,7 @@ from streamworker.observability.metrics import Metrics
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.batch_processor import BatchProcessor
 from streamworker.runtime.holdings import Holdings
+from streamworker.runtime.inflight import InFlight, InFlightGate
 from streamworker.runtime.loop import LoopState, StopSignal
 from streamworker.runtime.ordering import OrderedLoop
 from streamworker.runtime.reads import delivery_counts
@@ -69,8 +71,13 @@ class Consumer:
         threads: HandlerThreads,
         backoff: Backoff,
         read_client: aioredis.Redis | None = None,
+        worker_budget: InFlight | None = None,
     ) -> None:
         self.spec = spec
+        # max_in_flight (the worker's and the handler's): reads ask for the room left and wait
+        # when there is none (runtime.inflight).
+        self.budget = InFlight(spec.max_in_flight, spec.max_in_flight_bytes)
+        self._gate = InFlightGate(self.budget, *([worker_budget] if worker_budget else []))
         self.name = name
         self._client = client
         # Blocking reads use a client of their own whose socket timeout exceeds block_ms; every
@@ -106,7 +113,9 @@ class Consumer:
             name,
             spec.stream,
             count=spec.batch_size,
-            wanted=lambda: not self.signal.stopping(),
+            # Under an in-flight bound the next read is sized when the batch has settled, so it
+            # is not sent ahead of the batch's ack.
+            wanted=lambda: not self.signal.stopping() and not self._gate.bounded,
         )
         self._group_ready = False
         self.group_lost = False
@@ -273,9 +282,6 @@ class Consumer:
                     self._log.debug("backlog_drained")
                     continue
                 cursor = entries[-1].id
-                counts = await delivery_counts(
-                    self._client, self.spec.stream, self.spec.group, self.name, entries
-                )
             else:
                 # What is there now first: while the stream has a backlog, a plain read spares
                 # the blocking read's race against stop() (two tasks and a wait per batch). The
@@ -295,26 +301,86 @@ class Consumer:
                         continue
                 # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too).
                 self._backoff.reset()
-                # The next read rides down with the batch, for its last call to send.
-                await process(
-                    entries,
-                    dict.fromkeys((e.id for e in entries), 1),
-                    fresh_at=sent,
-                    sent_at=sent,
-                    next_read=ahead,
-                )
+                # The next read rides down with the batch, for its last call to send. Under an
+                # in-flight bound it is not offered: its COUNT is fixed (batch_size) and it would
+                # go out before this batch's entries are released, past the reservation; the loop
+                # reads again, sized by the room left, once the batch has settled.
+                try:
+                    await process(
+                        entries,
+                        dict.fromkeys((e.id for e in entries), 1),
+                        fresh_at=sent,
+                        sent_at=sent,
+                        next_read=None if self._gate.bounded else ahead,
+                    )
+                finally:
+                    self._release(entries)
                 continue
-            self._backoff.reset()
-            await process(entries, counts, sent_at=sent)
+            try:
+                counts = await delivery_counts(
+                    self._client, self.spec.stream, self.spec.group, self.name, entries
+                )
+                self._backoff.reset()
+                await process(entries, counts, sent_at=sent)
+            finally:
+                self._release(entries)
+
+    async def _reserve(self, want: int) -> int:
+        """The next read's COUNT, reserved in the in-flight budgets before the read is sent (so
+        that two handlers' reads cannot both take the same room): ``want`` cut to the room
+        left; with none, wait until a batch settles (or the loop stops: then 0)."""
+        gate = self._gate
+        if not gate.bounded:
+            return want
+        room = gate.room(want)
+        if not room:
+            waiting = asyncio.ensure_future(gate.wait_for_room(want))
+            stopped = asyncio.ensure_future(self.signal.wait())
+            try:
+                await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
+                waiting.cancel()
+            if self.stopping():
+                return 0
+            room = gate.room(want)
+        gate.reserve(room)
+        return room
+
+    def _release(self, entries: list[Entry]) -> None:
+        """A read's entries are settled (acked, dead-lettered, left for a retry whose entry the
+        reclaimer reads again): they leave the in-flight budgets."""
+        if self._gate.bounded and entries:
+            self._gate.give_back(len(entries), sum(entry_bytes(e.fields) for e in entries))
 
     async def _read(self, start: bytes, block_ms: int | None) -> list[Entry]:
+        """One read of at most the reserved room; its entries stay counted as in flight until
+        :meth:`_release` (the caller's, after the batch)."""
+        # A blocking read waits on an idle stream: under a bound it asks for one entry, so that it
+        # holds no room for other handlers while it waits (the non-blocking read after it takes
+        # the full room again).
+        want = 1 if block_ms is not None and self._gate.bounded else self.spec.batch_size
+        count = await self._reserve(want)
+        if count == 0:
+            return []
+        entries: list[Entry] = []
+        try:
+            entries = await self._read_count(start, block_ms, count)
+        finally:
+            if self._gate.bounded:
+                # The reservation becomes what the read brought: unused room goes back.
+                self._gate.give_back(count - len(entries), 0)
+                self._gate.arrived(len(entries), sum(entry_bytes(e.fields) for e in entries))
+        return entries
+
+    async def _read_count(self, start: bytes, block_ms: int | None, count: int) -> list[Entry]:
         call = read_group(
             self._client if block_ms is None else self.read_client,
             self.spec.group,
             self.name,
             self.spec.stream,
             start,
-            count=self.spec.batch_size,
+            count=count,
             block_ms=block_ms,
         )
         async with connection_errors():

@@ -26,6 +26,7 @@ import structlog
 
 from streamworker.app import App, HandlerSpec
 from streamworker.core.deps import Resolver
+from streamworker.core.keyed import check_in_flight
 from streamworker.errors import ConfigError, ConnectionLost, ConsumerNameTaken, StreamworkerError
 from streamworker.extras import require_extra
 from streamworker.idempotency import registry
@@ -47,6 +48,7 @@ from streamworker.producing.delayed import (
 )
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
+from streamworker.runtime.inflight import InFlight
 from streamworker.runtime.names import ConsumerNames
 from streamworker.runtime.reclaimer import Reclaimer
 from streamworker.runtime.release import release_path
@@ -98,6 +100,16 @@ class WorkerOptions:
     of the plug-in's own type, given to it as they are: e.g.
     ``{"sql": SqlOptions(db_url=...)}`` (:class:`~streamworker.idempotency.sql.SqlOptions`:
     the database, its deadline, the pruning interval). The worker reads none of them."""
+    max_in_flight: int | None = None
+    """At most this many messages held at once over all handlers (:mod:`~streamworker.runtime.inflight`);
+    None: no worker-wide bound."""
+    max_in_flight_bytes: int | None = None
+    """At most this many bytes of entry fields held at once over all handlers; None: no bound."""
+
+    def __post_init__(self) -> None:
+        # The same one-line refusal as the handler's options (a bound of 0 would never read).
+        check_in_flight("max_in_flight", self.max_in_flight)
+        check_in_flight("max_in_flight_bytes", self.max_in_flight_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,9 +318,12 @@ class Worker:
                     "consumer_name_unguarded", reason="the server has no Lua scripting"
                 )
             await resolver.start([s.plan for s in specs])
+            # One budget for the whole worker, shared by its handlers' reads.
+            budget = InFlight(self.options.max_in_flight, self.options.max_in_flight_bytes)
             self.consumers = [
                 Consumer(
                     spec,
+                    worker_budget=budget,
                     client=client,
                     name=self.options.consumer,
                     strategy=self._strategy(spec, client, threads),

@@ -154,9 +154,11 @@ class _Watching:
         self._sync = sync
         self.batches: list[list[str]] = []
         self.read_after: list[int] = []
+        self.offered: list[bool] = []
         self.stop_after_first: Consumer | None = None
 
     async def process(self, batch: Batch) -> list[Outcome]:
+        self.offered.append(batch.next_read is not None)
         outcomes = await self._inner.process(batch)
         self.batches.append([m.id for m in batch.messages])
         self.read_after.append(int(self._sync.xinfo_groups(STREAM)[0]["entries-read"]))
@@ -167,10 +169,16 @@ class _Watching:
 
 
 def _consumer(
-    client: aioredis.Redis, strategy: Strategy, handle: Any, idempotency: str = "none"
+    client: aioredis.Redis,
+    strategy: Strategy,
+    handle: Any,
+    idempotency: str = "none",
+    **options: Any,
 ) -> Consumer:
     app = App("t")
-    app.handler(STREAM, group=GROUP, block_ms=50, batch_size=5, idempotency=idempotency)(handle)
+    app.handler(STREAM, group=GROUP, block_ms=50, batch_size=5, idempotency=idempotency, **options)(
+        handle
+    )
     return Consumer(
         app.handlers[0],
         client=client,
@@ -209,6 +217,29 @@ async def test_the_consumer_holds_one_batch_while_the_next_read_rides_on_the_ack
     assert [len(b) for b in strategy.batches] == [5, 5, 5, 5, 3]
     # ...and yet, when each batch's ack returned, the next batch had been read with it.
     assert strategy.read_after == [10, 15, 20, 23, 23]
+    assert [i for b in strategy.batches for i in b] == [i.decode() for i in ids]
+
+
+async def test_under_an_in_flight_bound_no_read_rides_on_the_ack(
+    client: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """max_in_flight=3 with batch_size=5: the next read's COUNT is batch_size, so riding on the
+    ack it would take entries past the reservation. It is not offered: each batch is read after
+    the previous one settled, sized by the room left, and never more than the bound is pending."""
+    ids = _setup(redis_client, 8)
+    seen_pending: list[int] = []
+
+    async def handle(msg: Message) -> None:
+        seen_pending.append(len(_pending(redis_client)))
+
+    strategy = _Watching(AtLeastOnce(client, STREAM, GROUP, 1), redis_client)
+    consumer = _consumer(client, strategy, handle, max_in_flight=3)
+    await _run_until(consumer, lambda: len(seen_pending) == 8 and not _pending(redis_client))
+    assert strategy.offered == [False, False, False]
+    assert [len(b) for b in strategy.batches] == [3, 3, 2]
+    # No entry was read behind an ack: when each batch's ack returned, only it had been read.
+    assert strategy.read_after == [3, 6, 8]
+    assert max(seen_pending) <= 3
     assert [i for b in strategy.batches for i in b] == [i.decode() for i in ids]
 
 

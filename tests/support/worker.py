@@ -21,6 +21,8 @@ async def running_worker(
     consumer: str = "c1",
     shutdown_timeout_s: float = 5.0,
     consumer_name_ttl_ms: int = 15_000,
+    max_in_flight: int | None = None,
+    max_in_flight_bytes: int | None = None,
 ) -> AsyncIterator[Worker]:
     """Run ``app`` in this loop until the block exits; then stop it and re-raise its errors."""
     worker = Worker(
@@ -32,6 +34,8 @@ async def running_worker(
             reconnect_backoff_initial_s=0.05,
             reconnect_backoff_max_s=0.2,
             consumer_name_ttl_ms=consumer_name_ttl_ms,
+            max_in_flight=max_in_flight,
+            max_in_flight_bytes=max_in_flight_bytes,
         ),
     )
     task: asyncio.Task[WorkerResult] = asyncio.ensure_future(
