@@ -875,6 +875,23 @@ def open_sync_redis(url: str, *, socket_timeout_s: float | None = 10.0) -> redis
         raise ConfigError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
 
 
+async def drop_idle_connections(client: aioredis.Redis) -> None:
+    """Close the idle connections in ``client``'s pool (those in use are left to their tasks).
+
+    After a lost connection the others in the pool were very likely cut by the same outage (a
+    restart, a failover, a network fault) without knowing it yet; taken for the first command
+    after the recovery, each would fail once more and look like a new outage. Closed now, they
+    are opened afresh when needed. A client without a pool of its own (Redis Cluster, the
+    in-process engine) is left alone.
+    """
+    pool = getattr(client, "connection_pool", None)
+    disconnect = getattr(pool, "disconnect", None)
+    if disconnect is None or is_cluster_client(client):
+        return
+    with contextlib.suppress(Exception):
+        await disconnect(inuse_connections=False)
+
+
 @contextlib.asynccontextmanager
 async def connection_errors() -> AsyncIterator[None]:
     """Convert redis-py connection failures raised inside the block into ConnectionLost."""

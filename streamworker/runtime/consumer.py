@@ -35,6 +35,7 @@ from streamworker.io.redisio import (
     Entry,
     NextRead,
     connection_errors,
+    drop_idle_connections,
     parse_read_reply,
     read_group,
 )
@@ -211,6 +212,9 @@ class Consumer:
                     break
                 delay = self._backoff.next_delay()
                 self._outage.attempt()
+                await drop_idle_connections(self._client)
+                if self.read_client is not self._client:
+                    await drop_idle_connections(self.read_client)
                 self._log.warning("connection_lost", error=str(exc), retry_in_s=round(delay, 3))
                 await self.signal.sleep(delay)
             except rex.ResponseError as exc:
