@@ -29,6 +29,7 @@ import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
 import redis.exceptions as rex
 
+from streamworker.errors import ConnectionLost
 from streamworker.io.redisio import LuaScript, connection_errors, is_cluster_client
 
 _RELEASE = LuaScript("release_unstarted")
@@ -47,7 +48,9 @@ async def release_path(client: aioredis.Redis) -> str:
     """:data:`XNACK` when the server knows the XNACK command, else :data:`XCLAIM`.
 
     Asks ``COMMAND INFO XNACK`` (a server without the command answers nil). A server that refuses
-    COMMAND (renamed or ACL-denied) gets the emulation, which needs only 7.0 commands."""
+    COMMAND (renamed or ACL-denied), or that cannot be asked now (down, or the reply lost: the
+    worker starts anyway and its loops ride the outage), gets the emulation, which needs only 7.0
+    commands and works on every server."""
     try:
         async with connection_errors():
             # One word: redis-py's parser for COMMAND fails on the nil of an unknown name; the
@@ -62,7 +65,7 @@ async def release_path(client: aioredis.Redis) -> str:
                 ]
             else:
                 per_node = [await client.execute_command("COMMAND INFO", "XNACK")]  # type: ignore[no-untyped-call]
-    except rex.ResponseError:
+    except (rex.ResponseError, ConnectionLost):
         return XCLAIM
     return XNACK if per_node and all(_knows_xnack(reply) for reply in per_node) else XCLAIM
 

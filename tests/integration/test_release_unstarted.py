@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 
 from streamworker.io.redisio import open_redis
 from streamworker.runtime.release import XCLAIM, XNACK, release_path, release_unstarted
+from tests.support.servers import free_port
 
 CLAIM_IDLE_MS = 60_000
 
@@ -48,6 +49,16 @@ async def test_the_path_follows_command_info_not_the_version(
 ) -> None:
     client, path = subject
     assert await release_path(client) == path
+
+
+async def test_a_server_that_cannot_be_asked_gets_the_emulation_and_start_up_goes_on() -> None:
+    # Nothing listens there: the check must not stop a worker from starting (its loops ride
+    # the outage); the emulation works on every server.
+    client = open_redis(f"redis://127.0.0.1:{free_port()}/0", socket_timeout_s=1.0)
+    try:
+        assert await release_path(client) == XCLAIM
+    finally:
+        await client.aclose()
 
 
 async def test_a_released_entry_is_claimed_at_once_as_a_first_delivery(
