@@ -601,6 +601,26 @@ SCENARIOS: dict[str, list[Scenario]] = {
             ["d", "m"],
         ),
     ],
+    "release_unstarted": [
+        Scenario(
+            "the caller's entries handed back (emulation), another consumer's left alone",
+            _stream_setup(),
+            ["s"],
+            ["g", "c1", "xclaim", "86400000", "1-1", "2-1", "4-1", "9-1"],
+            ["s"],
+        ),
+        Scenario(
+            "a second delivery goes back to one",
+            [
+                *_stream_setup(),
+                ("XCLAIM", "s", "g", "c1", "0", "3-1"),
+            ],
+            ["s"],
+            ["g", "c1", "xclaim", "86400000", "3-1"],
+            ["s"],
+        ),
+        Scenario("nothing to release", _stream_setup(), ["s"], ["g", "c2", "xclaim", "0"], ["s"]),
+    ],
     "move_delayed": [
         Scenario(
             "the due ones move, trimmed, the later one stays",
