@@ -22,8 +22,13 @@ services:  ## install redis-server and PostgreSQL when missing (apt-get)
 demo: $(STAMP)  ## produce orders, run a worker on them (embedded engine), print what happened
 	$(BIN)/python examples/quickstart/demo.py
 
+# The whole suite runs on TEST_WORKERS pytest-xdist workers, each test's shared servers kept on
+# one worker (tests/support/xdist_scopes.py); tests/README.md has the figures. TEST_WORKERS=0 runs
+# it in one process.
+TEST_WORKERS ?= 3
+
 test: $(STAMP) services  ## the whole suite (unit, engine, conformance, integration, slow)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The inner loop (tests/README.md has its figures): leaves out the slow suites, the tests marked
 # redis (compared with redis-server, or run on it) and engine_server (`streamworker engine serve`);

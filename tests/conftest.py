@@ -20,32 +20,10 @@ from tests.support.servers import RedisServer
 from tests.support.sql import migrated_db_url
 
 # Per-phase test timings when STREAMWORKER_TEST_TIMINGS names a file (scripts/test_timings.py).
-pytest_plugins = ["tests.support.timings"]
+# How `pytest -n N --dist loadgroup` shares the tests out (tests/support/xdist_scopes.py).
+pytest_plugins = ["tests.support.timings", "tests.support.xdist_scopes"]
 
 _databases = itertools.count()
-
-
-def _xdist_group(item: pytest.Item) -> str | None:
-    """The costly shared server a test needs, if any: one JVM, one 3-master cluster."""
-    fixtures = set(getattr(item, "fixturenames", ()))
-    callspec = getattr(item, "callspec", None)
-    backend = callspec.params.get("backend_url") if callspec is not None else None
-    if "spark" in fixtures:
-        return "spark"
-    if "redis_cluster" in fixtures or backend == "cluster":
-        return "cluster"
-    return None
-
-
-def pytest_itemcollected(item: pytest.Item) -> None:
-    # Under `pytest -n N --dist loadgroup` (pytest-xdist) every session fixture starts once per
-    # worker; the tests of the two costliest (a Spark JVM with 1 GB, the 3-master cluster) go to
-    # one worker each, so each starts once. Marked as each item is collected: xdist reads the
-    # marker in its own pytest_collection_modifyitems, which may run before any of ours.
-    # Without xdist the marker does nothing.
-    group = _xdist_group(item)
-    if group is not None:
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(tryfirst=True)
