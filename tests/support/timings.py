@@ -22,7 +22,11 @@ def pytest_configure(config: pytest.Config) -> None:
     global _sink
     path = os.environ.get(_ENV)
     # Under pytest-xdist each worker appends its own lines; one line per write keeps them whole.
-    if path and _sink is None:
+    # The controller hears every worker's reports again: it writes none of them.
+    controller = getattr(config, "workerinput", None) is None and bool(
+        config.getoption("numprocesses", None)
+    )
+    if path and _sink is None and not controller:
         _sink = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (kept for the run)
 
 
