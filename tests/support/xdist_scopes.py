@@ -14,8 +14,8 @@ to one worker whole. A unit is
   that fixture is not built on two workers;
 - the test's own node id otherwise: the finest split, which balances best.
 
-The largest units are handed out first, then the rest in collection order, one unit at a time to
-whichever worker runs low. Without ``-n`` (or with another ``--dist``) nothing changes.
+The largest units are handed out first, then the rest, the tests marked ``slow`` before the others,
+one unit at a time to whichever worker runs low. Without ``-n`` (or with another ``--dist``) nothing changes.
 """
 
 from __future__ import annotations
@@ -94,6 +94,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None or _DIR_KEY not in workerinput:
         return
+    # The long ones first (stable: otherwise in collection order), so that the run does not end
+    # waiting on a Spark driver that the last free worker picked up.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     units = {item.nodeid: unit_of(item) for item in items}
     final = Path(workerinput[_DIR_KEY]) / f"{workerinput['workerid']}.json"
     partial = final.with_suffix(".tmp")
