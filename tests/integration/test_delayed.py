@@ -250,12 +250,16 @@ def test_the_worker_reports_delayed_and_moved_counts_in_its_metrics(redis_url: s
 
 
 def test_cli_publish_with_delay_schedules_the_entry(redis_url: str) -> None:
+    # Due 2 s after the moment the command published, which lies between these two (a loaded
+    # machine may take longer than 2 s to start the command, so "now" is no reference).
+    before = now_ms()
     result = run_cli("publish", "jobs", "a=1", "--delay", "2s", "--redis-url", redis_url)
+    after = now_ms()
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("jobs delayed until ")
     client = open_sync_redis(redis_url)
     ((_member, score),) = client.zrange(delayed_key("jobs"), 0, -1, withscores=True)
-    assert now_ms() < score <= now_ms() + 2_000
+    assert before + 2_000 <= score <= after + 2_000
     assert client.xlen("jobs") == 0
 
 
