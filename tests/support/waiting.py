@@ -17,9 +17,13 @@ from typing import TypeVar
 T = TypeVar("T")
 
 _POLL_S = 0.02
+# How long a wait may take before the test fails, unless the test says. Generous: a deadline costs
+# nothing while the condition comes true, and under `make test`'s three xdist workers beside other
+# work a step that takes a second on a quiet machine has taken over 10 s (a load average of 20).
+DEFAULT_TIMEOUT_S = 60.0
 
 
-def wait_until(check: Callable[[], T], timeout_s: float = 20.0, what: str = "") -> T:
+def wait_until(check: Callable[[], T], timeout_s: float = DEFAULT_TIMEOUT_S, what: str = "") -> T:
     """Call ``check`` until it returns something truthy and return that; after ``timeout_s``
     raise ``AssertionError`` naming ``what``. Exceptions from ``check`` propagate."""
     deadline = time.monotonic() + timeout_s
@@ -32,7 +36,9 @@ def wait_until(check: Callable[[], T], timeout_s: float = 20.0, what: str = "") 
         time.sleep(_POLL_S)
 
 
-async def eventually(check: Callable[[], object], timeout_s: float = 10.0, what: str = "") -> None:
+async def eventually(
+    check: Callable[[], object], timeout_s: float = DEFAULT_TIMEOUT_S, what: str = ""
+) -> None:
     """Poll ``check`` (sync or async) until it returns truthy, or fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
