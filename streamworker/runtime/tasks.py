@@ -1,11 +1,12 @@
 """Ending the worker's own background tasks, with a bound.
 
-A task is ended by cancelling it. On Python 3.11 a cancellation can be lost: ``asyncio.wait_for``
-returns an inner result that raced the cancel and drops the CancelledError (CPython gh-86296,
-fixed in 3.12 by the rewrite on ``asyncio.timeout``), and redis-py's commands run through such
-waits. A loop whose cancel was lost goes on to its next pause as if nothing happened, and an
-unbounded ``await task`` after ``task.cancel()`` then waits forever: a worker asked to stop by
-SIGTERM would hang (seen: a delayed-entry mover, once in ~50 stops under load). So the cancel is
+A task is ended by cancelling it, and a cancellation can be lost: Python 3.11's
+``asyncio.wait_for`` returns an inner result that raced the cancel and drops the CancelledError
+(CPython gh-86296, fixed in 3.12), and a library awaited inside the task may catch it. A loop
+whose cancel was lost goes on to its next pause as if nothing happened, and an unbounded
+``await task`` after ``task.cancel()`` then waits forever: a worker asked to stop by SIGTERM hung
+(seen under load, about once in 50 stops: a task dump showed the delayed-entry mover "cancelling"
+in its poll sleep after a move; where the cancel went was not pinned down). So the cancel is
 repeated until the task ends, within a deadline, and a task that still runs is reported and left.
 """
 
