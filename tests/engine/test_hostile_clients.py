@@ -388,6 +388,7 @@ def test_a_reading_client_gets_the_first_reply_of_a_pipeline_at_once(
     assert real_srv.proc is not None
     assert fake_srv.proc is not None
     first_byte = {}
+    last_byte = {}
     growth = {}
     for name, port, pid in (
         ("redis", real_srv.port, real_srv.proc.pid),
@@ -407,10 +408,21 @@ def test_a_reading_client_gets_the_first_reply_of_a_pipeline_at_once(
             assert got, f"{name} closed the connection of a reading client"
             left -= got
         assert left == 0
+        last_byte[name] = time.monotonic() - started
         conn.close()
         growth[name] = peak_rss_mb(pid) - before
-    print(f"20 pipelined XRANGE: first byte after (s) {first_byte}, peak RSS growth {growth}")
-    assert first_byte["engine"] < 5
+    print(
+        f"20 pipelined XRANGE: first byte after (s) {first_byte}, last byte after (s) "
+        f"{last_byte}, peak RSS growth {growth}"
+    )
+    # The first reply goes out once it is made, not once all twenty are: within 5 s, or, where a
+    # loaded machine slows everything (5.6 s at a load of 12), within the first quarter of the
+    # transfer (about a twentieth when replies stream; nearly all of it when they are all made
+    # first).
+    assert first_byte["engine"] < 5 or first_byte["engine"] < last_byte["engine"] / 4, (
+        first_byte,
+        last_byte,
+    )
     assert growth["engine"] < 4 * growth["redis"] + 100
 
 
