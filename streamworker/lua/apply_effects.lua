@@ -176,47 +176,60 @@ rules['expire'] = function()
 end
 rules['pexpire'] = rules['expire']
 
-rules['incrby'] = function(s, key, a)
-  local err = type_error(s, 'string')
-  if err then
-    return err
-  end
-  local current = string_value(s, key)
-  local value = 0
-  if current then
-    value = as_int(current)
-    if value == nil then
-      return 'ERR value is not an integer or out of range'
-    end
-  end
-  local result = value + tonumber(ARGV[a])
-  if result >= INT_LIMIT or result <= -INT_LIMIT then
+-- INCRBY, INCRBYFLOAT and their hash-field forms: the same steps, differing in where the value
+-- lives (the string, or field ARGV[a] of the hash), how it must parse, what Redis answers when it
+-- does not, and which results it refuses.
+local function overflows(n)
+  if n >= INT_LIMIT or n <= -INT_LIMIT then
     return 'ERR increment or decrement would overflow'
   end
-  s.t, s.v = 'string', result
   return nil
 end
 
-rules['incrbyfloat'] = function(s, key, a)
-  local err = type_error(s, 'string')
-  if err then
-    return err
-  end
-  local current = string_value(s, key)
-  local value = 0
-  if current then
-    value = as_float(current)
-    if value == nil then
-      return 'ERR value is not a valid float'
-    end
-  end
-  local result = value + tonumber(ARGV[a])
-  if not finite(result) then
+local function not_finite(n)
+  if not finite(n) then
     return 'ERR increment would produce NaN or Infinity'
   end
-  s.t, s.v = 'string', result
   return nil
 end
+
+local function increment(want, parse, unparsable, refused)
+  return function(s, key, a)
+    local err = type_error(s, want)
+    if err then
+      return err
+    end
+    local field, by, current = nil, ARGV[a], nil
+    if want == 'hash' then
+      field, by = ARGV[a], ARGV[a + 1]
+      current = field_value(s, key, field)
+    else
+      current = string_value(s, key)
+    end
+    local value = 0
+    if current then
+      value = parse(current)
+      if value == nil then
+        return unparsable
+      end
+    end
+    local result = value + tonumber(by)
+    err = refused(result)
+    if err then
+      return err
+    end
+    if field then
+      s.t, s.f[field] = 'hash', result
+    else
+      s.t, s.v = 'string', result
+    end
+    return nil
+  end
+end
+
+rules['incrby'] =
+  increment('string', as_int, 'ERR value is not an integer or out of range', overflows)
+rules['incrbyfloat'] = increment('string', as_float, 'ERR value is not a valid float', not_finite)
 
 rules['hset'] = function(s, key, a, n)
   local err = type_error(s, 'hash')
@@ -241,49 +254,8 @@ rules['hdel'] = function(s, key, a, n)
   return nil
 end
 
-rules['hincrby'] = function(s, key, a)
-  local err = type_error(s, 'hash')
-  if err then
-    return err
-  end
-  local field = ARGV[a]
-  local current = field_value(s, key, field)
-  local value = 0
-  if current then
-    value = as_int(current)
-    if value == nil then
-      return 'ERR hash value is not an integer'
-    end
-  end
-  local result = value + tonumber(ARGV[a + 1])
-  if result >= INT_LIMIT or result <= -INT_LIMIT then
-    return 'ERR increment or decrement would overflow'
-  end
-  s.t, s.f[field] = 'hash', result
-  return nil
-end
-
-rules['hincrbyfloat'] = function(s, key, a)
-  local err = type_error(s, 'hash')
-  if err then
-    return err
-  end
-  local field = ARGV[a]
-  local current = field_value(s, key, field)
-  local value = 0
-  if current then
-    value = as_float(current)
-    if value == nil then
-      return 'ERR hash value is not a float'
-    end
-  end
-  local result = value + tonumber(ARGV[a + 1])
-  if not finite(result) then
-    return 'ERR increment would produce NaN or Infinity'
-  end
-  s.t, s.f[field] = 'hash', result
-  return nil
-end
+rules['hincrby'] = increment('hash', as_int, 'ERR hash value is not an integer', overflows)
+rules['hincrbyfloat'] = increment('hash', as_float, 'ERR hash value is not a float', not_finite)
 
 -- Commands that can only fail on the key's type. Removing members may empty (delete) the key;
 -- the simulation keeps its type, which can only make a later effect of the same message be
