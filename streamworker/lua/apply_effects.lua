@@ -142,6 +142,18 @@ local function type_error(s, want)
   return nil
 end
 
+-- The rule ``rule``, run only when the key holds a ``want`` (or nothing yet): what every command
+-- but SET and DEL checks first.
+local function of_type(want, rule)
+  return function(s, key, a, n)
+    local err = type_error(s, want)
+    if err then
+      return err
+    end
+    return rule(s, key, a, n)
+  end
+end
+
 local function overwrite(s, t, v)
   s.t, s.known, s.v, s.f = t, true, v, {}
 end
@@ -194,11 +206,7 @@ local function not_finite(n)
 end
 
 local function increment(want, parse, unparsable, refused)
-  return function(s, key, a)
-    local err = type_error(s, want)
-    if err then
-      return err
-    end
+  return of_type(want, function(s, key, a)
     local field, by, current = nil, ARGV[a], nil
     if want == 'hash' then
       field, by = ARGV[a], ARGV[a + 1]
@@ -214,7 +222,7 @@ local function increment(want, parse, unparsable, refused)
       end
     end
     local result = value + tonumber(by)
-    err = refused(result)
+    local err = refused(result)
     if err then
       return err
     end
@@ -224,35 +232,27 @@ local function increment(want, parse, unparsable, refused)
       s.t, s.v = 'string', result
     end
     return nil
-  end
+  end)
 end
 
 rules['incrby'] =
   increment('string', as_int, 'ERR value is not an integer or out of range', overflows)
 rules['incrbyfloat'] = increment('string', as_float, 'ERR value is not a valid float', not_finite)
 
-rules['hset'] = function(s, key, a, n)
-  local err = type_error(s, 'hash')
-  if err then
-    return err
-  end
+rules['hset'] = of_type('hash', function(s, key, a, n)
   for j = a, a + n - 1, 2 do
     s.f[ARGV[j]] = ARGV[j + 1]
   end
   s.t = 'hash'
   return nil
-end
+end)
 
-rules['hdel'] = function(s, key, a, n)
-  local err = type_error(s, 'hash')
-  if err then
-    return err
-  end
+rules['hdel'] = of_type('hash', function(s, key, a, n)
   for j = a, a + n - 1 do
     s.f[ARGV[j]] = false
   end
   return nil
-end
+end)
 
 rules['hincrby'] = increment('hash', as_int, 'ERR hash value is not an integer', overflows)
 rules['hincrbyfloat'] = increment('hash', as_float, 'ERR hash value is not a float', not_finite)
@@ -261,16 +261,12 @@ rules['hincrbyfloat'] = increment('hash', as_float, 'ERR hash value is not a flo
 -- the simulation keeps its type, which can only make a later effect of the same message be
 -- refused where Redis would take it, never the reverse.
 local function typed(want, creates)
-  return function(s)
-    local err = type_error(s, want)
-    if err then
-      return err
-    end
+  return of_type(want, function(s)
     if creates then
       s.t = want
     end
     return nil
-  end
+  end)
 end
 
 rules['sadd'] = typed('set', true)
@@ -281,11 +277,7 @@ rules['xadd'] = typed('stream', true)
 rules['rpush'] = typed('list', true)
 rules['lpush'] = typed('list', true)
 
-rules['zadd'] = function(s, key, a, n)
-  local err = type_error(s, 'zset')
-  if err then
-    return err
-  end
+rules['zadd'] = of_type('zset', function(s, key, a, n)
   -- The flags come first, then score/member pairs (a score is never a flag).
   for j = a, a + n - 1 do
     local flag = string.upper(ARGV[j])
@@ -297,7 +289,7 @@ rules['zadd'] = function(s, key, a, n)
   end
   s.t = 'zset'
   return nil
-end
+end)
 
 -- The E effects of one message, from the layout tokens layout[first…]: {command, key, a, n}.
 local function effects_at(first, count)
