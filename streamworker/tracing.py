@@ -139,19 +139,18 @@ class _TimedClient:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
-    async def xack(self, *args: Any, **kwargs: Any) -> Any:
+    async def _timed(self, command: str, *args: Any, **kwargs: Any) -> Any:
         started = time.time_ns()
         try:
-            return await self._client.xack(*args, **kwargs)
+            return await getattr(self._client, command)(*args, **kwargs)
         finally:
-            self.calls.append(("xack", started, time.time_ns()))
+            self.calls.append((command, started, time.time_ns()))
+
+    async def xack(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._timed("xack", *args, **kwargs)
 
     async def evalsha(self, *args: Any, **kwargs: Any) -> Any:
-        started = time.time_ns()
-        try:
-            return await self._client.evalsha(*args, **kwargs)
-        finally:
-            self.calls.append(("evalsha", started, time.time_ns()))
+        return await self._timed("evalsha", *args, **kwargs)
 
 
 @dataclasses.dataclass
