@@ -174,48 +174,39 @@ async def filtered_page(
     return Page(items, None, size), scanned
 
 
+@dataclass
 class _Scan:
     """Reads the entries of ``key`` from ``low`` to ``high`` (XRANGE bounds) in pages of
     ``_SCAN_PAGE``, oldest first (newest first with ``newest_first``), until all are read or at
     least ``limit`` have been. After the pages: ``read``, how many; ``complete``, whether that
     was all of them."""
 
-    def __init__(
-        self,
-        client: aioredis.Redis,
-        key: str,
-        low: str,
-        high: str,
-        limit: int,
-        *,
-        newest_first: bool = False,
-    ) -> None:
-        self._client = client
-        self._key = key
-        self._low = low
-        self._high = high
-        self._limit = limit
-        self._newest_first = newest_first
-        self.read = 0
-        self.complete = False
+    client: aioredis.Redis
+    key: str
+    low: str
+    high: str
+    limit: int
+    newest_first: bool = False
+    read: int = field(default=0, init=False)
+    complete: bool = field(default=False, init=False)
 
     async def pages(self) -> AsyncIterator[Any]:
         """Each page: a list of (entry id, fields) as redis-py returns them."""
-        low, high = self._low, self._high
+        low, high = self.low, self.high
         while True:
-            if self._newest_first:
-                rows: Any = await self._client.xrevrange(self._key, high, low, count=_SCAN_PAGE)
+            if self.newest_first:
+                rows: Any = await self.client.xrevrange(self.key, high, low, count=_SCAN_PAGE)
             else:
-                rows = await self._client.xrange(self._key, low, high, count=_SCAN_PAGE)
+                rows = await self.client.xrange(self.key, low, high, count=_SCAN_PAGE)
             self.read += len(rows)
             yield rows
             if len(rows) < _SCAN_PAGE:
                 self.complete = True
                 return
-            if self.read >= self._limit:
+            if self.read >= self.limit:
                 return
             # The next page starts after (before, newest first) the last entry read.
-            if self._newest_first:
+            if self.newest_first:
                 high = "(" + text(rows[-1][0])
             else:
                 low = "(" + text(rows[-1][0])
