@@ -161,6 +161,19 @@ _SWALLOWED = (
 )
 
 
+def _caused(doing: str, step: Callable[[], object]) -> Exception | None:
+    """Run ``step``; the error the batch's statements caused (a constraint, a serialization
+    failure), or None. An outage is raised as DatabaseUnavailable."""
+    try:
+        with database_errors(doing):
+            step()
+    except DatabaseUnavailable:
+        raise
+    except Exception as exc:
+        return exc
+    return None
+
+
 class _Tx(abc.ABC):
     """One batch's transaction, written once: its steps (the ``*_now`` methods) work on a sync
     ``Connection`` and ``Session``; the async interface the strategy uses runs each step through
@@ -275,23 +288,15 @@ class _Tx(abc.ABC):
         pool. Returns the error of a flush or commit the batch's statements caused; raises
         DatabaseUnavailable for an outage."""
         assert self._trans is not None
-        try:
-            with database_errors("flushing the batch"):
-                self.session.flush()
-        except DatabaseUnavailable:
-            raise
-        except Exception as exc:
-            return exc
+        error = _caused("flushing the batch", self.session.flush)
+        if error is not None:
+            return error
         if _aborted(self._dialect, self._driver_connection_now()):
             return _SwallowedError(_SWALLOWED)
         self.session.close()
-        try:
-            with database_errors("committing"):
-                self._trans.commit()
-        except DatabaseUnavailable:
-            raise
-        except Exception as exc:
-            return exc
+        error = _caused("committing", self._trans.commit)
+        if error is not None:
+            return error
         # Committed: hand the connection back to the pool in this same step, so that close()
         # has nothing left to do (one step per batch less).
         self.close_now()
