@@ -33,6 +33,7 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import CommandFunc, CommandSpec
 from streamworker.engine.commands import streams as s7
 from streamworker.engine.commands._args import to_int
+from streamworker.engine.context import Blocked
 from streamworker.engine.errors import CommandError
 from streamworker.engine.ids import MAX_ID, format_id, parse_ll
 from streamworker.engine.keyspecs_data import KEY_SPECS
@@ -49,8 +50,6 @@ from streamworker.engine.versions import (
     XNACK_SINCE,
     RedisVersion,
 )
-
-from streamworker.engine.context import Blocked
 
 if TYPE_CHECKING:
     from streamworker.engine.commands.streams import AddTrimArgs
