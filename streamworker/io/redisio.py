@@ -990,8 +990,10 @@ class NextRead:
         *,
         count: int,
         wanted: Callable[[], bool],
+        claim_ms: int | None = None,
     ) -> None:
         self._client = client
+        claim: tuple[Any, ...] = (b"CLAIM", claim_ms) if claim_ms is not None else ()
         self._args: tuple[Any, ...] = (
             _XREADGROUP,
             b"GROUP",
@@ -999,6 +1001,7 @@ class NextRead:
             consumer,
             b"COUNT",
             count,
+            *claim,
             b"STREAMS",
             stream,
             b">",
@@ -1076,9 +1079,11 @@ async def read_group(
     *,
     count: int,
     block_ms: int | None,
+    claim_ms: int | None = None,
 ) -> Any:
-    """``XREADGROUP GROUP group consumer COUNT count [BLOCK block_ms] STREAMS stream start``: the
-    reply for :func:`parse_read_reply`.
+    """``XREADGROUP GROUP group consumer COUNT count [BLOCK block_ms] [CLAIM claim_ms] STREAMS
+    stream start``: the reply for :func:`parse_read_reply` (:func:`parse_claim_reply` with
+    ``claim_ms``).
 
     On a plain ``redis.asyncio.Redis`` the reply is taken as the parser gave it (nested lists,
     or a map on RESP3): redis-py applies its reply callbacks by the command's name given as
@@ -1087,12 +1092,23 @@ async def read_group(
     consume loop's time. Other clients (Redis Cluster, wrappers) go through ``xreadgroup``.
     """
     if type(client) is not aioredis.Redis:
+        if claim_ms is not None:
+            return await client.xreadgroup(
+                group,
+                consumer,
+                {stream: start},
+                count=count,
+                block=block_ms,
+                claim_min_idle_time=claim_ms,
+            )
         return await client.xreadgroup(
             group, consumer, {stream: start}, count=count, block=block_ms
         )
     args: list[Any] = [_XREADGROUP, b"GROUP", group, consumer, b"COUNT", count]
     if block_ms is not None:
         args += [b"BLOCK", block_ms]
+    if claim_ms is not None:
+        args += [b"CLAIM", claim_ms]
     args += [b"STREAMS", stream, start]
     return await client.execute_command(*args)  # type: ignore[no-untyped-call]
 
@@ -1103,13 +1119,8 @@ _XREADGROUP = b"XREADGROUP"
 _new_entry = tuple.__new__
 
 
-def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
-    """Entries of ``stream`` from an XREAD/XREADGROUP reply, RESP2 or RESP3 shape, as redis-py parsed it.
-
-    A null reply (nothing new) gives an empty list.
-    """
-    if not reply:
-        return []
+def _stream_items(reply: Any, stream: bytes) -> Any:
+    # The entries of ``stream`` in an XREAD/XREADGROUP reply, RESP2 or RESP3 shape.
     if isinstance(reply, dict):  # RESP3: {stream: [entries]}
         items: Any = reply.get(stream)
         if items is None:
@@ -1121,8 +1132,19 @@ def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
             and (not items[0] or not isinstance(items[0][0], bytes))
         ):
             items = items[0]
-    else:  # RESP2: [[stream, [entries]], ...]
-        items = next((e for name, e in reply if name == stream), [])
+        return items
+    # RESP2: [[stream, [entries]], ...]
+    return next((e for name, e in reply if name == stream), [])
+
+
+def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
+    """Entries of ``stream`` from an XREAD/XREADGROUP reply, RESP2 or RESP3 shape, as redis-py parsed it.
+
+    A null reply (nothing new) gives an empty list.
+    """
+    if not reply:
+        return []
+    items = _stream_items(reply, stream)
     # This runs for every entry read: each Entry made by tuple.__new__ (the named tuple's own
     # __new__ is a Python function), the fields kept as the parser's list. A deleted entry comes
     # back with a nil body, which the parser or redis-py turns into None or {}; a live entry
@@ -1134,6 +1156,42 @@ def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
             fields = flat_fields(fields)
         append(_new_entry(Entry, (entry_id, fields or None)))
     return out
+
+
+class GroupRead(NamedTuple):
+    """What one XREADGROUP returned for a stream: a history read has no ``counts`` (XPENDING
+    gives them), a plain ``>`` read 1 for each entry, a ``CLAIM`` read what its reply says."""
+
+    entries: list[Entry]
+    counts: dict[bytes, int]
+    """Each entry's delivery counter including this read (what XPENDING says after it)."""
+    claimed: int
+    """How many of ``entries`` were claimed from the group's idle pending entries (they come
+    first); the rest were new."""
+
+
+def parse_claim_reply(reply: Any, stream: bytes) -> GroupRead:
+    """A ``CLAIM`` read's reply: entries as ``[id, fields, idle-ms, deliveries]``, where a new
+    entry has ``0, 0`` and a claimed one the deliveries before this read
+    (https://redis.io/docs/latest/commands/xreadgroup/). An entry without the two numbers (a
+    server that ignored CLAIM) counts as new."""
+    if not reply:
+        return GroupRead([], {}, 0)
+    entries: list[Entry] = []
+    counts: dict[bytes, int] = {}
+    claimed = 0
+    for item in _stream_items(reply, stream):
+        entry_id = as_bytes(item[0])
+        fields = item[1]
+        if fields and type(fields) is not list:
+            fields = flat_fields(fields)
+        before = int(item[3]) if len(item) > 3 else 0
+        idle = int(item[2]) if len(item) > 3 else 0
+        if before or idle:
+            claimed += 1
+        entries.append(_new_entry(Entry, (entry_id, fields or None)))
+        counts[entry_id] = before + 1
+    return GroupRead(entries, counts, claimed)
 
 
 def _lua_source(name: str) -> str:
