@@ -40,7 +40,7 @@ from streamworker.io.redisio import as_text, connection_errors, is_cluster_clien
 
 __all__ = ["ServerPaths", "paths_from_replies", "probe_server"]
 
-_COMMANDS = ("XNACK", "XACKDEL", "XCFGSET")
+_COMMANDS = ("XNACK", "XACKDEL", "XDELEX", "XCFGSET")
 _DOCUMENTED = ("XREADGROUP", "XADD")
 
 
@@ -55,7 +55,7 @@ class ServerPaths:
     idmp: bool = False
     """``XADD … IDMP pid iid`` with ``XCFGSET``."""
     ackdel: bool = False
-    """``XACKDEL … ACKED``."""
+    """``XACKDEL`` and ``XDELEX`` with ``KEEPREF|DELREF|ACKED``."""
     read_caps: bool = False
     """``MAXCOUNT`` and ``MAXSIZE`` on XREAD / XREADGROUP."""
 
@@ -102,12 +102,10 @@ def _docs(reply: Any) -> dict[str, set[str]]:
 
 
 def paths_from_replies(info: Any, docs: Any) -> ServerPaths:
-    """The paths, from the raw replies of ``COMMAND INFO XNACK XACKDEL XCFGSET`` (one entry per
+    """The paths, from the raw replies of ``COMMAND INFO XNACK XACKDEL XDELEX XCFGSET`` (one entry per
     name, nil for a command the server lacks) and ``COMMAND DOCS XREADGROUP XADD``. Pure."""
     rows = list(info) if isinstance(info, list | tuple) else []
-    has = {
-        name: i < len(rows) and bool(rows[i]) for i, name in enumerate(_COMMANDS)
-    }
+    has = {name: i < len(rows) and bool(rows[i]) for i, name in enumerate(_COMMANDS)}
     tokens = _docs(docs)
     read = tokens.get("XREADGROUP", set())
     add = tokens.get("XADD", set())
@@ -115,7 +113,7 @@ def paths_from_replies(info: Any, docs: Any) -> ServerPaths:
         claim="CLAIM" in read,
         xnack=has["XNACK"],
         idmp="IDMP" in add and has["XCFGSET"],
-        ackdel=has["XACKDEL"],
+        ackdel=has["XACKDEL"] and has["XDELEX"],
         read_caps="MAXCOUNT" in read,
     )
 

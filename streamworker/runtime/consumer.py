@@ -52,7 +52,6 @@ from streamworker.runtime.reads import delivery_counts
 from streamworker.runtime.release import release_unstarted
 from streamworker.runtime.threads import HandlerThreads
 
-
 _NOTHING = GroupRead([], {}, 0)
 
 

@@ -31,6 +31,7 @@ from streamworker.errors import ConfigError, ConnectionLost, ConsumerNameTaken, 
 from streamworker.extras import require_extra
 from streamworker.idempotency import registry
 from streamworker.idempotency.base import Backing, BuildContext, Strategy
+from streamworker.io.capabilities import ServerPaths, probe_server
 from streamworker.io.redisio import (
     PrimaryWatch,
     discover_primary,
@@ -51,7 +52,6 @@ from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.inflight import InFlight
 from streamworker.runtime.names import ConsumerNames
 from streamworker.runtime.reclaimer import Reclaimer
-from streamworker.io.capabilities import ServerPaths, probe_server
 from streamworker.runtime.release import path_for
 from streamworker.runtime.threads import HandlerThreads
 
@@ -329,6 +329,13 @@ class Worker:
                 reclaim="claim+xautoclaim" if paths.claim else "xautoclaim",
             )
             self._log.info("release_path_chosen", path=released_by or "none")
+            keeping = [s.name for s in specs if s.retention == "acked"]
+            if keeping and not paths.ackdel:
+                raise ConfigError(
+                    f"retention='acked' (handlers {', '.join(keeping)}) needs XDELEX (Redis 8.2+, "
+                    f"Valkey 9.2+), and this server has none (COMMAND INFO XACKDEL is empty): "
+                    f"use retention='keep' with trimming, or upgrade the server"
+                )
             # One budget for the whole worker, shared by its handlers' reads.
             budget = InFlight(self.options.max_in_flight, self.options.max_in_flight_bytes)
             self.consumers = [

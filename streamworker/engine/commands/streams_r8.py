@@ -868,8 +868,8 @@ def xread_limited(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
     if isinstance(reply, Blocked):
         served = reply.on_ready
 
-        def cut_when_served(ctx: Ctx, key: bytes | None = None) -> Reply | None:
-            got = served(ctx) if key is None else served(ctx, key)
+        def cut_when_served(ctx: Ctx) -> Reply | None:
+            got = served(ctx)
             return None if got is None else _cut_reply(got, limits)
 
         reply.on_ready = cut_when_served
@@ -900,6 +900,7 @@ def _cut_reply(reply: Reply, limits: tuple[int, int]) -> Reply:
         return reply
     kept: list[tuple[Any, Any]] = []
     for key, entries in pairs:
+        assert isinstance(entries, list)
         n = left.take(entries)
         if n:
             kept.append((key, entries[:n]))
