@@ -27,7 +27,7 @@ path          when the server has it                      otherwise
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
@@ -70,17 +70,20 @@ class ServerPaths:
         return asdict(self)
 
 
+def _pairs(reply: Any) -> list[tuple[Any, Any]] | None:
+    """A map reply's pairs: RESP3's dict, or RESP2's flat ``k1 v1 k2 v2`` list (None if
+    neither)."""
+    if isinstance(reply, Mapping):
+        return list(reply.items())
+    if isinstance(reply, list | tuple) and len(reply) % 2 == 0:
+        return list(zip(reply[::2], reply[1::2], strict=True))
+    return None
+
+
 def _tokens(doc: Any) -> Iterator[str]:
     """Every ``token`` in a COMMAND DOCS entry's argument tree (RESP2 flat pairs or RESP3
     maps, nested blocks included)."""
-    items: Iterable[tuple[Any, Any]]
-    if isinstance(doc, Mapping):
-        items = doc.items()
-    elif isinstance(doc, list | tuple) and len(doc) % 2 == 0:
-        items = zip(doc[::2], doc[1::2], strict=True)
-    else:
-        return
-    for key, value in items:
+    for key, value in _pairs(doc) or ():
         name = as_text(key, errors="replace") if isinstance(key, bytes | str) else ""
         if name == "token" and isinstance(value, bytes | str):
             yield as_text(value, errors="replace").upper()
@@ -91,14 +94,10 @@ def _tokens(doc: Any) -> Iterator[str]:
 
 def _docs(reply: Any) -> dict[str, set[str]]:
     """COMMAND DOCS's reply as command name -> the option tokens its arguments list."""
-    items: Iterable[tuple[Any, Any]]
-    if isinstance(reply, Mapping):
-        items = reply.items()
-    elif isinstance(reply, list | tuple) and len(reply) % 2 == 0:
-        items = zip(reply[::2], reply[1::2], strict=True)
-    else:
-        return {}
-    return {as_text(name, errors="replace").upper(): set(_tokens(doc)) for name, doc in items}
+    return {
+        as_text(name, errors="replace").upper(): set(_tokens(doc))
+        for name, doc in _pairs(reply) or ()
+    }
 
 
 def paths_from_replies(info: Any, docs: Any) -> ServerPaths:

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from tests.support.engine_server import EngineServerProcess
-from tests.support.proc import assert_killed, read_lines, stop_process, streamworker, wait_for
+from tests.support.proc import assert_killed, read_lines, run_app, stop_process, wait_for
 from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.slow
@@ -39,19 +39,8 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
 
 
 def _start(url: str, log: Path, consumer: str, **env: str) -> subprocess.Popen[bytes]:
-    return streamworker(
-        "run",
-        APP,
-        "--redis-url",
-        url,
-        "--consumer",
-        consumer,
-        env={
-            "SW_TEST_LOG": str(log),
-            "SW_TEST_CLAIM_IDLE_MS": "500",
-            "STREAMWORKER_RECONNECT_BACKOFF_MAX_S": "0.5",
-            **env,
-        },
+    return run_app(
+        APP, url, consumer, {"SW_TEST_LOG": str(log), "SW_TEST_CLAIM_IDLE_MS": "500", **env}
     )
 
 

@@ -370,11 +370,14 @@ def xackdel(ctx: Ctx, args: list[bytes]) -> Reply:
 # --- XREADGROUP ... CLAIM (8.4) -----------------------------------------------------------
 
 
-def _claim_option(args: list[bytes]) -> tuple[bytes | None, list[bytes]]:
-    # The CLAIM value (the last one given) and the arguments without CLAIM, found the way the
-    # option parser walks them (a group or consumer named "claim" is not the option). Unknown
-    # words stop the walk: the 7.0 parser then reports them.
-    value: bytes | None = None
+def _take_options(
+    args: list[bytes], wanted: tuple[bytes, ...]
+) -> tuple[dict[bytes, bytes], list[bytes]]:
+    # The values of the ``wanted`` options (the last one given of each, by lowercased name)
+    # and the arguments without them, found the way the read parsers walk their options (a
+    # group or consumer named "claim" is not the option). Unknown words stop the walk: the
+    # 7.0 parser then reports them.
+    found: dict[bytes, bytes] = {}
     rest: list[bytes] = []
     n = len(args)
     i = 0
@@ -383,23 +386,32 @@ def _claim_option(args: list[bytes]) -> tuple[bytes | None, list[bytes]]:
         word = args[i].lower()
         if word == b"streams":
             break
-        if word == b"group" and more >= 2:
-            step = 3
-        elif word in (b"count", b"block") and more:
-            step = 2
-        elif word == b"claim" and more:
-            value = args[i + 1]
+        if word in wanted and more:
+            found[word] = args[i + 1]
             i += 2
             continue
+        if word == b"group" and more >= 2:
+            step = 3
+        elif word in _VALUED_OPTIONS and more:
+            step = 2
         elif word == b"noack":
             step = 1
         else:
             break
         rest += args[i : i + step]
         i += step
-    if value is None:
-        return None, args
-    return value, rest + args[i:]
+    if not found:
+        return found, args
+    return found, rest + args[i:]
+
+
+_VALUED_OPTIONS: Final = (b"count", b"block", b"claim", b"maxcount", b"maxsize")
+
+
+def _claim_option(args: list[bytes]) -> tuple[bytes | None, list[bytes]]:
+    # The CLAIM value (the last one given) and the arguments without CLAIM.
+    found, rest = _take_options(args, (b"claim",))
+    return found.get(b"claim"), rest
 
 
 @_r8(CLAIM_SINCE, "xreadgroup", -7, ("write", "blocking", "movablekeys"), first_key=0)
@@ -793,44 +805,18 @@ class ReadLimits:
 
 
 def _read_limits(args: list[bytes]) -> tuple[tuple[int, int] | None, list[bytes]]:
-    # MAXCOUNT and MAXSIZE (the last of each given) and the arguments without them, found the
-    # way the option parsers walk (as _claim_option). Values: positive integers.
-    maxcount = maxsize = 0
-    found = False
-    rest: list[bytes] = []
-    n = len(args)
-    i = 0
-    while i < n:
-        more = n - i - 1
-        word = args[i].lower()
-        if word == b"streams":
-            break
-        if word == b"group" and more >= 2:
-            step = 3
-        elif word in (b"count", b"block", b"claim") and more:
-            step = 2
-        elif word in (b"maxcount", b"maxsize") and more:
-            value = parse_ll(args[i + 1])
-            if word == b"maxcount":
-                if value is None or value < 1:
-                    raise CommandError(msgs.READ_MAXCOUNT)
-                maxcount = value
-            else:
-                if value is None or value < 1:
-                    raise CommandError(msgs.READ_MAXSIZE)
-                maxsize = value
-            found = True
-            i += 2
-            continue
-        elif word == b"noack":
-            step = 1
-        else:
-            break
-        rest += args[i : i + step]
-        i += step
+    # MAXCOUNT and MAXSIZE (0 = not given) and the arguments without them. Values: positive
+    # integers.
+    found, rest = _take_options(args, (b"maxcount", b"maxsize"))
     if not found:
         return None, args
-    return (maxcount, maxsize), rest + args[i:]
+    limits = []
+    for word, text in ((b"maxcount", msgs.READ_MAXCOUNT), (b"maxsize", msgs.READ_MAXSIZE)):
+        value = parse_ll(found[word]) if word in found else 0
+        if value is None or (word in found and value < 1):
+            raise CommandError(text)
+        limits.append(value)
+    return (limits[0], limits[1]), rest
 
 
 @_r8(READ_LIMITS_SINCE, "xreadgroup", -7, ("write", "blocking", "movablekeys"), first_key=0)
