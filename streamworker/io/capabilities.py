@@ -38,7 +38,7 @@ import redis.exceptions as rex
 from streamworker.errors import ConnectionLost
 from streamworker.io.redisio import as_text, connection_errors, is_cluster_client
 
-__all__ = ["ServerPaths", "paths_from_replies", "probe_server"]
+__all__ = ["ServerPaths", "option_tokens", "paths_from_replies", "probe_server"]
 
 _COMMANDS = ("XNACK", "XACKDEL", "XDELEX", "XCFGSET")
 _DOCUMENTED = ("XREADGROUP", "XADD")
@@ -92,7 +92,7 @@ def _tokens(doc: Any) -> Iterator[str]:
                 yield from _tokens(argument)
 
 
-def _docs(reply: Any) -> dict[str, set[str]]:
+def option_tokens(reply: Any) -> dict[str, set[str]]:
     """COMMAND DOCS's reply as command name -> the option tokens its arguments list."""
     return {
         as_text(name, errors="replace").upper(): set(_tokens(doc))
@@ -105,7 +105,7 @@ def paths_from_replies(info: Any, docs: Any) -> ServerPaths:
     name, nil for a command the server lacks) and ``COMMAND DOCS XREADGROUP XADD``. Pure."""
     rows = list(info) if isinstance(info, list | tuple) else []
     has = {name: i < len(rows) and bool(rows[i]) for i, name in enumerate(_COMMANDS)}
-    tokens = _docs(docs)
+    tokens = option_tokens(docs)
     read = tokens.get("XREADGROUP", set())
     add = tokens.get("XADD", set())
     return ServerPaths(

@@ -13,8 +13,14 @@ from structlog.testing import capture_logs
 
 from streamworker import App, Message
 from streamworker.engine.inproc import sync_client as engine_sync_client
-from streamworker.io.capabilities import ServerPaths, paths_from_replies, probe_server
+from streamworker.io.capabilities import (
+    ServerPaths,
+    option_tokens,
+    paths_from_replies,
+    probe_server,
+)
 from streamworker.io.redisio import open_redis
+from tests.support.cluster import LocalCluster
 from tests.support.servers import free_port
 from tests.support.worker import eventually, running_worker
 
@@ -48,6 +54,11 @@ async def test_redis_server_7_0_gets_the_fallbacks(redis_url: str) -> None:
     client = open_redis(redis_url)
     try:
         assert await probe_server(client) == ServerPaths()
+        # The answer comes from Redis 7.0's real (nested) docs, not from a failed probe.
+        docs = await client.execute_command("COMMAND DOCS", "XREADGROUP")
+        tokens = option_tokens(docs)["XREADGROUP"]
+        assert {"GROUP", "COUNT", "BLOCK", "NOACK", "STREAMS"} <= tokens
+        assert "CLAIM" not in tokens
     finally:
         await client.aclose()
 
@@ -122,3 +133,12 @@ async def test_on_a_server_with_claim_the_consume_loop_takes_a_dead_consumers_en
     reclaimed = [e for e in logs if e["event"] == "entries_reclaimed"]
     assert [e.get("by") for e in reclaimed] == ["claim"]
     assert taken_by_reclaimer == 0
+
+
+async def test_every_node_of_a_redis_cluster_is_asked(redis_cluster: LocalCluster) -> None:
+    """A 3-master Redis 7.0 cluster: every node answers, none has the 8.x paths."""
+    client = open_redis(redis_cluster.url)
+    try:
+        assert await probe_server(client) == ServerPaths()
+    finally:
+        await client.aclose()
