@@ -250,7 +250,7 @@ class MessageDecoder:
         body = decode_body(fields, model, self._body_field) if model is not None else None
         # _message, inlined: one call less per message.
         msg: Message[Any] = _NEW(Message)
-        _SET_ID(msg, entry_id.decode("ascii"))
+        _SET_ID(msg, _DECODE(entry_id))  # ASCII digits and a dash: UTF-8 decodes them alike
         _SET_STREAM(msg, self._stream)
         _SET_GROUP(msg, self._group)
         _SET_CONSUMER(msg, self._consumer)

@@ -65,11 +65,10 @@ class AtLeastOnce:
             return outcomes
         handle = batch.handle
         if self._concurrency == 1:
-            outcomes = []
-            append = outcomes.append
+            outcomes: list[Outcome] = []
             try:
-                for msg in messages:
-                    append(await handle(msg, _NOTHING))
+                # One after another; each outcome lands in the list as it is known.
+                await batch.handle_each(messages, _NOTHING, outcomes)
             except asyncio.CancelledError:
                 await self._ack_finished(messages[: len(outcomes)], outcomes)
                 raise
@@ -126,8 +125,9 @@ class AtLeastOnce:
         # As bytes: redis-py passes bytes through, a str it checks and encodes per argument.
         if len(outcomes) == len(batch) and outcomes.count(ACKED) == len(batch):
             # The common batch, every message acked (list.count compares by identity first; an
-            # Outcome equal to ACKED is an ACK).
-            ids = [m.id.encode() for m in batch]
+            # Outcome equal to ACKED is an ACK). Its ids encoded in one go, not one call each
+            # (an entry id has no space in it).
+            ids = " ".join([m.id for m in batch]).encode().split()
         else:
             ids = [
                 m.id.encode()

@@ -312,7 +312,7 @@ class Consumer:
                 try:
                     await process(
                         entries,
-                        dict.fromkeys((e.id for e in entries), 1),
+                        None,  # first deliveries: every counter is 1
                         fresh_at=sent,
                         sent_at=sent,
                         next_read=None if self._gate.bounded else ahead,
