@@ -370,7 +370,7 @@ class LuaStrategy:
         plain = not self.dedup_field and all(o is ACKED for o in outcomes)
         if plain:
             # (i, ()) for every index, the tuples made by zip rather than one by one
-            items = list(zip(range(len(batch)), itertools.repeat((), len(batch))))
+            items = list(zip(range(len(batch)), itertools.repeat((), len(batch)), strict=True))
         else:
             await self._collect(batch, outcomes, skip_handler, items)
             if not items:

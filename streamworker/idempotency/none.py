@@ -125,9 +125,8 @@ class AtLeastOnce:
         # As bytes: redis-py passes bytes through, a str it checks and encodes per argument.
         if len(outcomes) == len(batch) and outcomes.count(ACKED) == len(batch):
             # The common batch, every message acked (list.count compares by identity first; an
-            # Outcome equal to ACKED is an ACK). Its ids encoded in one go, not one call each
-            # (an entry id has no space in it).
-            ids = " ".join([m.id for m in batch]).encode().split()
+            # Outcome equal to ACKED is an ACK).
+            ids = [m.id.encode() for m in batch]
         else:
             ids = [
                 m.id.encode()

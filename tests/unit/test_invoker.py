@@ -153,9 +153,7 @@ def _async_app(ran: list[str], stop: threading.Event) -> App:
     return app
 
 
-async def _outcomes_one_by_one(
-    names: list[str], debug: bool
-) -> tuple[list[Outcome], list[str]]:
+async def _outcomes_one_by_one(names: list[str], debug: bool) -> tuple[list[Outcome], list[str]]:
     ran: list[str] = []
     stop = threading.Event()
     invoker = await _invoker(_async_app(ran, stop), stop, debug=debug)
@@ -190,8 +188,8 @@ async def test_run_each_gives_the_outcomes_of_one_call_per_message(
         assert outcomes[names.index("stop") + 1] is NOT_STARTED
     # One handler duration per message run, recorded in the histogram at the flush.
     invoker.flush_timings()
-    assert invoker._duration._sum.get() >= 0  # noqa: SLF001
-    assert sum(b.get() for b in invoker._duration._buckets) == len(ran)  # noqa: SLF001
+    assert invoker._duration._sum.get() >= 0
+    assert sum(b.get() for b in invoker._duration._buckets) == len(ran)
 
 
 @pytest.mark.parametrize("debug", [False, True])
