@@ -321,13 +321,13 @@ class LuaStrategy:
         if self._concurrency == 1 or len(run) <= 1:
             # One after another; each outcome lands in ``outcomes`` as it is known (also when
             # cancelled: the caller applies what finished).
-            ran: list[Outcome] = []
+            done: list[Outcome] = []
             try:
                 await work.handle_each(
-                    batch if len(run) == len(batch) else [batch[i] for i in run], _NOTHING, ran
+                    batch if len(run) == len(batch) else [batch[i] for i in run], _NOTHING, done
                 )
             finally:
-                for i, outcome in zip(run, ran, strict=False):
+                for i, outcome in zip(run, done, strict=False):
                     outcomes[i] = outcome
             return
         key = self._key
