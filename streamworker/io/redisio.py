@@ -381,7 +381,7 @@ def open_sync_cluster(url: str, *, socket_timeout_s: float | None = 10.0) -> red
     answers, ConfigError when the server is not a cluster node.
     """
     nodes = [
-        synccluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
+        synccluster.ClusterNode(host, port)  # type: ignore[no-untyped-call,unused-ignore]
         for host, port in cluster_nodes(url)
     ]
     try:
@@ -414,7 +414,7 @@ class _HiredisPacking:
     asyncio connections pack in Python, about 0.4 µs per argument, and the consume loop's XACK
     has one argument per message of the batch."""
 
-    _packer = HiredisRespSerializer() if HIREDIS_AVAILABLE else None
+    _packer = HiredisRespSerializer() if HIREDIS_AVAILABLE else None  # type: ignore[no-untyped-call,unused-ignore]
 
     def pack_command(self, *args: Any) -> list[bytes]:
         if self._packer is None:
@@ -654,11 +654,11 @@ class _SentinelPool(aiosentinel.SentinelConnectionPool):
         shared_watch: PrimaryWatch | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(service_name, sentinel_manager, **kwargs)  # type: ignore[no-untyped-call]
+        super().__init__(service_name, sentinel_manager, **kwargs)  # type: ignore[no-untyped-call,unused-ignore]
         self.primary = shared_watch or PrimaryWatch(None)
 
     async def get_master_address(self) -> tuple[str, int]:
-        host, port = await super().get_master_address()  # type: ignore[no-untyped-call]
+        host, port = await super().get_master_address()  # type: ignore[no-untyped-call,unused-ignore]
         self.primary.seen(f"{host}:{port}")
         return host, port
 
@@ -704,7 +704,7 @@ def open_sentinel(
     change of primary.
     """
     target = parse_sentinel_url(url)
-    sentinel = _AsyncSentinel(  # type: ignore[no-untyped-call]
+    sentinel = _AsyncSentinel(  # type: ignore[no-untyped-call,unused-ignore]
         target.sentinels,
         sentinel_kwargs={**_sentinel_kwargs(target), "retry": aioredis.retry.Retry(NoBackoff(), 0)},
     )
@@ -731,7 +731,7 @@ def open_sync_sentinel(url: str, *, socket_timeout_s: float | None = 10.0) -> re
     answers or none knows a healthy primary, ConfigError when they monitor no such service.
     """
     target = parse_sentinel_url(url)
-    sentinel = _SyncSentinel(  # type: ignore[no-untyped-call]
+    sentinel = _SyncSentinel(  # type: ignore[no-untyped-call,unused-ignore]
         target.sentinels,
         sentinel_kwargs={**_sentinel_kwargs(target), "retry": SyncRetry(NoBackoff(), 0)},
     )
@@ -744,7 +744,7 @@ def open_sync_sentinel(url: str, *, socket_timeout_s: float | None = 10.0) -> re
     except rex.ConnectionError as exc:
         sentinel.close()
         raise ConnectionLost(str(exc)) from None
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call,unused-ignore]
         target.service,
         ssl=target.tls,
         decode_responses=False,
@@ -786,7 +786,7 @@ def sync_primary_address(client: redis.Redis) -> str | None:
     the engine. Raises redis-py's errors as they come."""
     pool = getattr(client, "connection_pool", None)
     if isinstance(pool, syncsentinel.SentinelConnectionPool):
-        host, port = pool.master_address or pool.get_master_address()  # type: ignore[no-untyped-call]
+        host, port = pool.master_address or pool.get_master_address()  # type: ignore[no-untyped-call,unused-ignore]
         return f"{host}:{port}"
     if is_cluster_client(client) or not isinstance(pool, redis.ConnectionPool):
         return None
@@ -1094,7 +1094,7 @@ async def read_group(
     if block_ms is not None:
         args += [b"BLOCK", block_ms]
     args += [b"STREAMS", stream, start]
-    return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+    return await client.execute_command(*args)  # type: ignore[no-untyped-call,unused-ignore]
 
 
 _XREADGROUP = b"XREADGROUP"

@@ -23,7 +23,6 @@ Four jobs, leases on a timer of their own, the others on a shared one:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from streamworker.io.redisio import Entry, LuaScript, as_bytes, connection_error
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.reads import entry_from_reply
+from streamworker.runtime.tasks import end_task
 
 _RENEW = LuaScript("renew_leases")
 _CLAIM_OWN = LuaScript("claim_own")
@@ -199,9 +199,7 @@ class Reclaimer:
             # must hold until it has finished (lease_loop returns then).
             await leases
         finally:
-            leases.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await leases
+            await end_task(leases)
 
     async def lease_loop(self) -> None:
         """Renew the leases of held entries every ``lease_interval_ms``, until the consumer has

@@ -52,6 +52,7 @@ from streamworker.runtime.inflight import InFlight
 from streamworker.runtime.names import ConsumerNames
 from streamworker.runtime.reclaimer import Reclaimer
 from streamworker.runtime.release import release_path
+from streamworker.runtime.tasks import end_task
 from streamworker.runtime.threads import HandlerThreads
 
 if TYPE_CHECKING:
@@ -390,9 +391,8 @@ class Worker:
                     await self._release_unstarted(released_by)
             finally:
                 for task in background:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+                    if not await end_task(task):
+                        self._log.warning("background_task_did_not_stop", task=task.get_name())
             abandoned = threads.busy
         finally:
             threads.shutdown()
@@ -554,9 +554,8 @@ class Worker:
         finally:
             stopping.cancel()
             beat.cancel()
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await renewer
+            if not await end_task(renewer):
+                self._log.warning("background_task_did_not_stop", task="consumer-name renewal")
             self._running = False
 
 
