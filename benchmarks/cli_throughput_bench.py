@@ -302,6 +302,18 @@ def _spread(values: list[float], fmt: str) -> str:
 RATIOS = (("none/raw", 0.9), ("none/rawsync", 0.9), ("lua/none", 0.95))
 
 
+def checked_variants(given: str, redis_server: str | None, known: tuple[str, ...]) -> list[str]:
+    """The comma-separated ``given`` variants, each one of ``known``; exits with a one-line error
+    for an unknown one or a missing redis-server."""
+    if not redis_server:
+        raise SystemExit("redis-server not found (--redis-server PATH)")
+    variants = [v for v in given.split(",") if v]
+    for v in variants:
+        if v not in known:
+            raise SystemExit(f"unknown variant {v!r} (one of {', '.join(known)})")
+    return variants
+
+
 def _load1() -> float:
     return os.getloadavg()[0]
 
@@ -340,12 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--redis-server", default=shutil.which("redis-server"))
     args = parser.parse_args(argv)
-    if not args.redis_server:
-        raise SystemExit("redis-server not found (--redis-server PATH)")
-    variants = [v for v in args.variants.split(",") if v]
-    for v in variants:
-        if v not in VARIANTS:
-            raise SystemExit(f"unknown variant {v!r} (one of {', '.join(VARIANTS)})")
+    variants = checked_variants(args.variants, args.redis_server, VARIANTS)
     workdir = Path(tempfile.mkdtemp(prefix="cli-throughput-bench-"))
     (workdir / "benchapp.py").write_text(
         textwrap.dedent(APP_MODULE.format(batch=args.batch, stream=STREAM, group=GROUP))

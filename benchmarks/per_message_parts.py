@@ -28,8 +28,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from streamworker import App, Message
 from streamworker.core.codec import MessageDecoder
 from streamworker.core.deps import Resolver
@@ -38,7 +36,7 @@ from streamworker.io.redisio import parse_read_reply
 from streamworker.observability.logging import configure_logging
 from streamworker.observability.metrics import Metrics, observe_many
 from streamworker.runtime.holdings import Holdings
-from streamworker.runtime.invoker import HandlerInvoker
+from streamworker.runtime.invoker import HandlerInvoker, make_invoker
 from streamworker.runtime.threads import HandlerThreads
 
 BATCH = 100
@@ -77,14 +75,13 @@ async def _invoker() -> HandlerInvoker:
     spec = app.handlers[0]
     resolver = Resolver()
     await resolver.start([spec.plan])
-    stop = threading.Event()
-    return HandlerInvoker(
+    # As the consume loop makes it (its logger at info: the invoker's short paths).
+    return make_invoker(
         spec,
         resolver=resolver,
         threads=HandlerThreads(1),
         metrics=Metrics(),
-        stopping=stop.is_set,
-        log=structlog.get_logger("streamworker.consumer").bind(stream="bench"),
+        stopping=threading.Event().is_set,
     )
 
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import redis
 
-from benchmarks.cli_throughput_bench import GROUP, STREAM, prefill
+from benchmarks.cli_throughput_bench import GROUP, STREAM, checked_variants, prefill
 from benchmarks.engine_bench import RedisServerProcess
 
 VARIANTS = ("raw", "rawsync", "none", "lua")
@@ -309,12 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         "--redis-url", help="drain the stream already filled there (what --callgrind runs)"
     )
     args = parser.parse_args(argv)
-    if not args.redis_server:
-        raise SystemExit("redis-server not found (--redis-server PATH)")
-    variants = [v for v in args.variants.split(",") if v]
-    for v in variants:
-        if v not in VARIANTS:
-            raise SystemExit(f"unknown variant {v!r} (one of {', '.join(VARIANTS)})")
+    variants = checked_variants(args.variants, args.redis_server, VARIANTS)
     if args.redis_url:
         for v in variants:
             drain(v, args.redis_url, args.messages)
