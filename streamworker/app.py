@@ -7,7 +7,7 @@ import re
 import typing
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from streamworker.core import timing
 from streamworker.core.codec import BodyModel, body_model_for
@@ -30,6 +30,9 @@ from streamworker.producing.partitions import check_partitioned_name
 from streamworker.producing.producer import AppProducers, Receipt, StreamOptions
 
 Idempotency = str
+Retention = Literal["keep", "acked"]
+"""What happens to an entry once acked: ``"keep"`` it (until trimmed), or delete it when no
+consumer group needs it any more (``"acked"``)."""
 """The name of an idempotency strategy: ``"none"``, ``"sql"``, ``"lua"`` or a registered plug-in's
 (:mod:`streamworker.idempotency.registry`)."""
 
@@ -88,6 +91,10 @@ class HandlerSpec:
     beyond ``batch_size``)."""
     max_in_flight_bytes: int | None = None
     """At most this many bytes of fields of this handler's messages held at once (None: no bound)."""
+    retention: Retention = "keep"
+    """``"acked"``: an entry is deleted from the stream once every consumer group has acked it
+    and every Spark cursor has passed it (``XDELEX … ACKED``, Redis 8.2+; see
+    docs/redis-versions.md). ``"keep"``: entries stay until trimmed."""
 
     @property
     def partition_lock_ttl_ms(self) -> int:
@@ -223,6 +230,7 @@ class App:
         key_field: KeyField | None = None,
         max_in_flight: int | None = None,
         max_in_flight_bytes: int | None = None,
+        retention: Retention = "keep",
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``stream`` in consumer ``group``.
 
@@ -303,6 +311,12 @@ class App:
                 worker (read but not yet acked or dead-lettered); reads shrink to the room left
                 and wait when there is none. None: no bound beyond ``batch_size``.
             max_in_flight_bytes: the same bound on the bytes of the held entries' fields.
+            retention: ``"keep"`` (default: entries stay until trimmed) or ``"acked"``: each
+                entry this handler acks or dead-letters is deleted from the stream as soon as
+                no consumer group needs it any more and every Spark cursor of the stream has
+                passed it (``XDELEX … ACKED``). Needs a server with XDELEX (Redis 8.2+, Valkey
+                9.2+): the worker refuses to start otherwise. Set it on every group of the
+                stream (an entry the last group to ack leaves is kept until trimmed).
         """
         given: object = stream  # ``@app.handler`` without parentheses passes the function here
         if callable(given) and not isinstance(given, str):
@@ -403,6 +417,8 @@ class App:
                 )
         max_in_flight = check_in_flight("max_in_flight", max_in_flight)
         max_in_flight_bytes = check_in_flight("max_in_flight_bytes", max_in_flight_bytes)
+        if retention not in ("keep", "acked"):
+            raise ConfigError(f"retention must be 'keep' or 'acked', got {retention!r}")
         strategy.check_options(concurrency=concurrency)
 
         def register(func: F) -> F:
@@ -474,6 +490,7 @@ class App:
                     key_field=key_field,
                     max_in_flight=max_in_flight,
                     max_in_flight_bytes=max_in_flight_bytes,
+                    retention=retention,
                 )
             return func
 

@@ -76,3 +76,10 @@ def delayed_key(stream: str) -> str:
     :mod:`streamworker.producing.delayed`): ``{S}:delayed``, or ``S:delayed`` when S has a tag (a
     partition ``{S:pN}`` has its own); in the stream's slot. Score: the due time in epoch ms."""
     return in_stream_slot(stream, "delayed")
+
+
+def spark_cursors_key(stream: str) -> str:
+    """The hash of the Spark cursors of ``stream`` (field: cursor name, value: the last id that
+    reader has committed): ``{S}:spark:cursors``. Trims and ``retention="acked"`` keep what a
+    cursor has not passed."""
+    return in_stream_slot(stream, "spark:cursors")

@@ -907,28 +907,43 @@ async def drop_idle_connections(client: aioredis.Redis) -> None:
         await disconnect(inuse_connections=False)
 
 
-@contextlib.asynccontextmanager
-async def connection_errors() -> AsyncIterator[None]:
-    """Convert redis-py connection failures raised inside the block into ConnectionLost."""
-    try:
-        yield
-    except CLUSTER_TRANSIENT_ERRORS as exc:
+def _raise_as_lost(exc: Exception) -> None:
+    """Raise what the redis-py failure ``exc`` means to streamworker when it is an outage
+    (ConnectionLost) or a misconfiguration (ConfigError); return when it is neither (a refusal,
+    a bug), for the caller to re-raise ``exc`` as it is."""
+    if isinstance(exc, CLUSTER_TRANSIENT_ERRORS):
         if _NOT_A_CLUSTER in str(exc).lower():
             raise ConfigError(
                 f"a redis+cluster:// URL names a server that is not a cluster node ({exc}); use "
                 f"redis:// for it"
             ) from None
         raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
-    except rex.ResponseError:
-        raise
-    except CONNECTION_ERRORS as exc:
+    if isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, rex.ResponseError):
         raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
-    except AttributeError as exc:
+
+
+@contextlib.asynccontextmanager
+async def connection_errors() -> AsyncIterator[None]:
+    """Convert redis-py connection failures raised inside the block into ConnectionLost."""
+    try:
+        yield
+    except Exception as exc:
+        _raise_as_lost(exc)
         # redis-py's asyncio connection, closed by another task in the middle of a command (seen
         # on a Redis Cluster during a failover), fails on its writer or reader, now None.
-        if "'NoneType' object has no attribute" not in str(exc):
-            raise
-        raise ConnectionLost(f"connection closed under a command: {exc}") from exc
+        if isinstance(exc, AttributeError) and "'NoneType' object has no attribute" in str(exc):
+            raise ConnectionLost(f"connection closed under a command: {exc}") from exc
+        raise
+
+
+@contextlib.contextmanager
+def sync_connection_errors() -> Iterator[None]:
+    """:func:`connection_errors` for sync clients: the same failures become the same errors."""
+    try:
+        yield
+    except Exception as exc:
+        _raise_as_lost(exc)
+        raise
 
 
 # --------------------------------------------------------------------------------------------
@@ -1005,8 +1020,10 @@ class NextRead:
         *,
         count: int,
         wanted: Callable[[], bool],
+        claim_ms: int | None = None,
     ) -> None:
         self._client = client
+        claim: tuple[Any, ...] = (b"CLAIM", claim_ms) if claim_ms is not None else ()
         self._args: tuple[Any, ...] = (
             _XREADGROUP,
             b"GROUP",
@@ -1014,6 +1031,7 @@ class NextRead:
             consumer,
             b"COUNT",
             count,
+            *claim,
             b"STREAMS",
             stream,
             b">",
@@ -1091,9 +1109,11 @@ async def read_group(
     *,
     count: int,
     block_ms: int | None,
+    claim_ms: int | None = None,
 ) -> Any:
-    """``XREADGROUP GROUP group consumer COUNT count [BLOCK block_ms] STREAMS stream start``: the
-    reply for :func:`parse_read_reply`.
+    """``XREADGROUP GROUP group consumer COUNT count [BLOCK block_ms] [CLAIM claim_ms] STREAMS
+    stream start``: the reply for :func:`parse_read_reply` (:func:`parse_claim_reply` with
+    ``claim_ms``).
 
     On a plain ``redis.asyncio.Redis`` the reply is taken as the parser gave it (nested lists,
     or a map on RESP3): redis-py applies its reply callbacks by the command's name given as
@@ -1102,12 +1122,23 @@ async def read_group(
     consume loop's time. Other clients (Redis Cluster, wrappers) go through ``xreadgroup``.
     """
     if type(client) is not aioredis.Redis:
+        if claim_ms is not None:
+            return await client.xreadgroup(
+                group,
+                consumer,
+                {stream: start},
+                count=count,
+                block=block_ms,
+                claim_min_idle_time=claim_ms,
+            )
         return await client.xreadgroup(
             group, consumer, {stream: start}, count=count, block=block_ms
         )
     args: list[Any] = [_XREADGROUP, b"GROUP", group, consumer, b"COUNT", count]
     if block_ms is not None:
         args += [b"BLOCK", block_ms]
+    if claim_ms is not None:
+        args += [b"CLAIM", claim_ms]
     args += [b"STREAMS", stream, start]
     return await client.execute_command(*args)  # type: ignore[no-untyped-call,unused-ignore]
 
@@ -1118,13 +1149,8 @@ _XREADGROUP = b"XREADGROUP"
 _new_entry = tuple.__new__
 
 
-def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
-    """Entries of ``stream`` from an XREAD/XREADGROUP reply, RESP2 or RESP3 shape, as redis-py parsed it.
-
-    A null reply (nothing new) gives an empty list.
-    """
-    if not reply:
-        return []
+def _stream_items(reply: Any, stream: bytes) -> Any:
+    # The entries of ``stream`` in an XREAD/XREADGROUP reply, RESP2 or RESP3 shape.
     if isinstance(reply, dict):  # RESP3: {stream: [entries]}
         items: Any = reply.get(stream)
         if items is None:
@@ -1136,8 +1162,19 @@ def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
             and (not items[0] or not isinstance(items[0][0], bytes))
         ):
             items = items[0]
-    else:  # RESP2: [[stream, [entries]], ...]
-        items = next((e for name, e in reply if name == stream), [])
+        return items
+    # RESP2: [[stream, [entries]], ...]
+    return next((e for name, e in reply if name == stream), [])
+
+
+def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
+    """Entries of ``stream`` from an XREAD/XREADGROUP reply, RESP2 or RESP3 shape, as redis-py parsed it.
+
+    A null reply (nothing new) gives an empty list.
+    """
+    if not reply:
+        return []
+    items = _stream_items(reply, stream)
     # This runs for every entry read: each Entry made by tuple.__new__ (the named tuple's own
     # __new__ is a Python function), the fields kept as the parser's list. A deleted entry comes
     # back with a nil body, which the parser or redis-py turns into None or {}; a live entry
@@ -1149,6 +1186,44 @@ def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
             fields = flat_fields(fields)
         append(_new_entry(Entry, (entry_id, fields or None)))
     return out
+
+
+class GroupRead(NamedTuple):
+    """What one XREADGROUP returned for a stream: a history read has no ``counts`` (XPENDING
+    gives them), a plain ``>`` read None (1 for each entry), a ``CLAIM`` read what its reply
+    says."""
+
+    entries: list[Entry]
+    counts: dict[bytes, int] | None
+    """Each entry's delivery counter including this read (what XPENDING says after it); None
+    when every entry is a first delivery (counter 1), as the batch processor takes it."""
+    claimed: int
+    """How many of ``entries`` were claimed from the group's idle pending entries (they come
+    first); the rest were new."""
+
+
+def parse_claim_reply(reply: Any, stream: bytes) -> GroupRead:
+    """A ``CLAIM`` read's reply: entries as ``[id, fields, idle-ms, deliveries]``, where a new
+    entry has ``0, 0`` and a claimed one the deliveries before this read
+    (https://redis.io/docs/latest/commands/xreadgroup/). An entry without the two numbers (a
+    server that ignored CLAIM) counts as new."""
+    if not reply:
+        return GroupRead([], {}, 0)
+    entries: list[Entry] = []
+    counts: dict[bytes, int] = {}
+    claimed = 0
+    for item in _stream_items(reply, stream):
+        entry_id = as_bytes(item[0])
+        fields = item[1]
+        if fields and type(fields) is not list:
+            fields = flat_fields(fields)
+        before = int(item[3]) if len(item) > 3 else 0
+        idle = int(item[2]) if len(item) > 3 else 0
+        if before or idle:
+            claimed += 1
+        entries.append(_new_entry(Entry, (entry_id, fields or None)))
+        counts[entry_id] = before + 1
+    return GroupRead(entries, counts, claimed)
 
 
 def _lua_source(name: str) -> str:

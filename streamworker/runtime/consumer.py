@@ -33,9 +33,11 @@ from streamworker.errors import ConnectionLost, StreamworkerError
 from streamworker.idempotency.base import Strategy
 from streamworker.io.redisio import (
     Entry,
+    GroupRead,
     NextRead,
     connection_errors,
     drop_idle_connections,
+    parse_claim_reply,
     parse_read_reply,
     read_group,
 )
@@ -49,6 +51,8 @@ from streamworker.runtime.ordering import OrderedLoop
 from streamworker.runtime.reads import delivery_counts
 from streamworker.runtime.release import release_unstarted
 from streamworker.runtime.threads import HandlerThreads
+
+_NOTHING = GroupRead([], {}, 0)
 
 
 class Consumer:
@@ -73,8 +77,14 @@ class Consumer:
         backoff: Backoff,
         read_client: aioredis.Redis | None = None,
         worker_budget: InFlight | None = None,
+        claim_in_reads: bool = False,
     ) -> None:
         self.spec = spec
+        # The server has XREADGROUP … CLAIM (io.capabilities): every '>' read also claims the
+        # group's entries idle past claim_idle_ms (dead or stuck consumers'), in the same call.
+        # Not for ordered=True, whose loop takes others' entries only with the partition lock.
+        self.claim_in_reads = claim_in_reads and not spec.ordered
+        self._claim_ms = spec.claim_idle_ms if self.claim_in_reads else None
         # max_in_flight (the worker's and the handler's): reads ask for the room left and wait
         # when there is none (runtime.inflight).
         self.budget = InFlight(spec.max_in_flight, spec.max_in_flight_bytes)
@@ -117,6 +127,7 @@ class Consumer:
             # Under an in-flight bound the next read is sized when the batch has settled, so it
             # is not sent ahead of the batch's ack.
             wanted=lambda: not self.signal.stopping() and not self._gate.bounded,
+            claim_ms=self._claim_ms,
         )
         self._group_ready = False
         self.group_lost = False
@@ -169,7 +180,7 @@ class Consumer:
         if self._next_read.holding():
             # Sent behind the last batch's ack before the stop came: none of it started.
             with contextlib.suppress(Exception):
-                ids += [e.id for e in parse_read_reply(self._next_read.take(), self._stream)]
+                ids += [e.id for e in self._parse_new(self._next_read.take()).entries]
         # Never one in flight: a batch abandoned at the deadline may still be running.
         ids = [i for i in ids if i not in self.holdings.in_flight]
         if not ids:
@@ -279,7 +290,7 @@ class Consumer:
             state.turned()
             if cursor is not None:
                 sent = time.monotonic()  # the lease clock starts when the read is sent
-                entries = await self._read(cursor, block_ms=None)
+                entries = (await self._read(cursor, block_ms=None)).entries
                 if not entries:
                     cursor = None
                     state.backlog_done()
@@ -293,18 +304,23 @@ class Consumer:
                 if ahead.holding():
                     sent = ahead.sent_at
                     async with connection_errors():
-                        entries = parse_read_reply(ahead.take(), self._stream)
+                        got = self._parse_new(ahead.take())
                 else:
                     sent = time.monotonic()
-                    entries = await self._read(b">", block_ms=None)
-                if not entries:
+                    got = await self._read(b">", block_ms=None)
+                if not got.entries:
                     sent = time.monotonic()
-                    entries = await self._read(b">", block_ms=self.spec.block_ms)
+                    got = await self._read(b">", block_ms=self.spec.block_ms)
                     state.turned()
-                    if not entries:
+                    if not got.entries:
                         continue
-                # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too).
+                entries = got.entries
+                # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too);
+                # with CLAIM the entries it claimed come first, with their counters.
                 self._backoff.reset()
+                if got.claimed:
+                    self.batches.count_claimed(got.claimed, "others")
+                    self._log.info("entries_reclaimed", count=got.claimed, by="claim")
                 # The next read rides down with the batch, for its last call to send. Under an
                 # in-flight bound it is not offered: its COUNT is fixed (batch_size) and it would
                 # go out before this batch's entries are released, past the reservation; the loop
@@ -312,8 +328,9 @@ class Consumer:
                 try:
                     await process(
                         entries,
-                        None,  # first deliveries: every counter is 1
-                        fresh_at=sent,
+                        got.counts,  # None for a plain '>' read: every counter is 1
+                        # Claimed entries are handled as the reclaimer's are (not fresh).
+                        fresh_at=None if got.claimed else sent,
                         sent_at=sent,
                         next_read=None if self._gate.bounded else ahead,
                     )
@@ -328,6 +345,13 @@ class Consumer:
                 await process(entries, counts, sent_at=sent)
             finally:
                 self._release(entries)
+
+    def _parse_new(self, reply: object) -> GroupRead:
+        """A '>' read's reply: its entries and their delivery counters."""
+        if self._claim_ms is not None:
+            return parse_claim_reply(reply, self._stream)
+        # First deliveries only: no counter map for the batch processor to look up.
+        return GroupRead(parse_read_reply(reply, self._stream), None, 0)
 
     async def _reserve(self, want: int) -> int:
         """The next read's COUNT, reserved in the in-flight budgets before the read is sent (so
@@ -357,7 +381,7 @@ class Consumer:
         if self._gate.bounded and entries:
             self._gate.give_back(len(entries), sum(entry_bytes(e.fields) for e in entries))
 
-    async def _read(self, start: bytes, block_ms: int | None) -> list[Entry]:
+    async def _read(self, start: bytes, block_ms: int | None) -> GroupRead:
         """One read of at most the reserved room; its entries stay counted as in flight until
         :meth:`_release` (the caller's, after the batch)."""
         # A blocking read waits on an idle stream: under a bound it asks for one entry, so that it
@@ -366,18 +390,21 @@ class Consumer:
         want = 1 if block_ms is not None and self._gate.bounded else self.spec.batch_size
         count = await self._reserve(want)
         if count == 0:
-            return []
-        entries: list[Entry] = []
+            return _NOTHING
+        got = _NOTHING
         try:
-            entries = await self._read_count(start, block_ms, count)
+            got = await self._read_count(start, block_ms, count)
         finally:
+            entries = got.entries
             if self._gate.bounded:
                 # The reservation becomes what the read brought: unused room goes back.
                 self._gate.give_back(count - len(entries), 0)
                 self._gate.arrived(len(entries), sum(entry_bytes(e.fields) for e in entries))
-        return entries
+        return got
 
-    async def _read_count(self, start: bytes, block_ms: int | None, count: int) -> list[Entry]:
+    async def _read_count(self, start: bytes, block_ms: int | None, count: int) -> GroupRead:
+        new = start == b">"
+        parse = self._parse_new if new else self._parse_history
         call = read_group(
             self._client if block_ms is None else self.read_client,
             self.spec.group,
@@ -386,10 +413,11 @@ class Consumer:
             start,
             count=count,
             block_ms=block_ms,
+            claim_ms=self._claim_ms if new else None,
         )
         async with connection_errors():
             if block_ms is None:
-                return parse_read_reply(await call, self._stream)
+                return parse(await call)
             # A blocking read must give way to stop(): race it against the stop event. Entries a
             # cancelled read had already taken stay in this consumer's PEL: the backlog read of
             # the next start returns them, so nothing is lost.
@@ -400,8 +428,11 @@ class Consumer:
             finally:
                 stopped.cancel()
             if read in done:
-                return parse_read_reply(read.result(), self._stream)
+                return parse(read.result())
             read.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await read
-            return []
+            return _NOTHING
+
+    def _parse_history(self, reply: object) -> GroupRead:
+        return GroupRead(parse_read_reply(reply, self._stream), {}, 0)

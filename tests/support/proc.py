@@ -68,6 +68,22 @@ def read_lines(path: Path) -> list[list[str]]:
     return read_records(path)
 
 
+def run_app(
+    app: str, url: str, consumer: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``streamworker run APP --redis-url URL --consumer CONSUMER`` (a test app of tests/apps),
+    with a short reconnect backoff and ``env`` on top."""
+    return streamworker(
+        "run",
+        app,
+        "--redis-url",
+        url,
+        "--consumer",
+        consumer,
+        env={"STREAMWORKER_RECONNECT_BACKOFF_MAX_S": "0.5", **(env or {})},
+    )
+
+
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> str:
     """SIGTERM ``proc`` if it still runs, SIGKILL it after ``timeout_s``; return its stderr."""
     if proc.poll() is None:
