@@ -3,7 +3,11 @@
 -- as a new add answers its own, so the script reads the stream's last generated id first: an id
 -- above it is a new entry, any other is the one an earlier publish of the key added.
 --
--- KEYS[1]   the stream (the only key: no marker is written)
+-- KEYS[1]   the stream
+-- KEYS[2]   the key's marker as publish_once.lua names it ({S}:published:<key>, in KEYS[1]'s
+--           slot): read only, never written here. A marker left by the marker script (before
+--           the server had IDMP, a producer with use_idmp=False, a delayed publish) still
+--           makes this publish a duplicate, so a retry across the switch adds nothing.
 -- ARGV[1]   the producer id (pid)
 -- ARGV[2]   the idempotent id (iid): the publish's idempotency key
 -- ARGV[3]   IDMP-DURATION wanted, seconds (1..86400)
@@ -15,7 +19,8 @@
 --
 -- Returns {1, id}: added as entry id; {0, id}: the key was published already, as entry id, and
 -- nothing was added (publish_once.lua's reply). XADD errors are raised as they are.
--- Touches, on KEYS[1] only: XINFO STREAM; when the stream is missing, XGROUP CREATE … MKSTREAM
+-- Touches: GET on KEYS[2] (and SET KEEPTTL when found, as publish_once.lua); on KEYS[1]:
+-- XINFO STREAM; when the stream is missing, XGROUP CREATE … MKSTREAM
 -- and XGROUP DESTROY (an empty stream, for XCFGSET); XCFGSET when the stream's settings are
 -- below the wanted ones; XADD … IDMP; on a duplicate, XSETID to the unchanged last id.
 
@@ -30,6 +35,13 @@ local function above(a, b)
   end
   if #aseq ~= #bseq then return #aseq > #bseq end
   return aseq > bseq
+end
+
+local seen = redis.call('GET', KEYS[2])
+if seen then
+  -- Re-set as it is: a write, so that a WAIT after this call covers the earlier add.
+  redis.call('SET', KEYS[2], seen, 'KEEPTTL')
+  return {0, seen}
 end
 
 local want_duration = tonumber(ARGV[3])

@@ -16,6 +16,12 @@ How the producer's settings map onto the stream's IDMP settings:
   remembers the last 10,000 keys published to it within the window, not every key of the
   window: a retry after more than 10,000 later keyed publishes to the same stream adds a second
   entry. Producers of more keys per window than that should pass ``use_idmp=False``.
+* a marker the marker script left for the key (written before the server had IDMP, by a
+  producer with ``use_idmp=False``, or by a delayed publish) still makes the publish a duplicate:
+  the script reads it (never writes it), so switching to IDMP loses no retry. The other way
+  round does not hold: the marker script does not see keys IDMP remembers, so producers of one
+  stream should not mix ``use_idmp=False`` and the default on a server with IDMP; nor do the
+  outbox relay's markers (``relay_outbox.lua``) see them.
 * the settings are set with ``XCFGSET`` only when the stream's are lower (never lowered), since
   XCFGSET makes the stream forget every key it holds: a retry of a publish made before the
   change adds a second entry. That happens once per stream (at its first keyed publish, when
@@ -89,7 +95,8 @@ def _iid(x: Xadd) -> str:
 
 
 def script_call(x: Xadd) -> tuple[LuaScript, list[str], list[str | bytes | int]]:
-    """The ``publish_idmp.lua`` call of a routed add (KEYS: the stream only)."""
+    """The ``publish_idmp.lua`` call of a routed add (KEYS: the stream, and the marker the
+    marker script would write, read only)."""
     duration = duration_s(x.window_ms)
     assert duration is not None  # route() sends no other
     args: list[str | bytes | int] = [
@@ -103,4 +110,4 @@ def script_call(x: Xadd) -> tuple[LuaScript, list[str], list[str | bytes | int]]
     ]
     for name, value in x.fields.items():
         args += [name, value]
-    return PUBLISH_IDMP, [x.stream], args
+    return PUBLISH_IDMP, [x.stream, x.marker], args

@@ -443,3 +443,15 @@ def test_a_key_is_forgotten_once_its_window_has_passed(idmp_client: redis.Redis)
     )
     assert later.id != first.id
     assert idmp_client.xlen("s") == 2
+
+
+def test_a_key_the_marker_script_recorded_is_a_duplicate_on_the_idmp_path(
+    idmp_client: redis.Redis,
+) -> None:
+    """A retry across the switch (a key published by the marker script, retried once the
+    producer goes by IDMP) adds nothing: publish_idmp.lua reads the marker, never writes it."""
+    first = SyncProducer(idmp_client, use_idmp=False).publish("s", {"n": 1}, idempotency_key="k")
+    producer = SyncProducer(idmp_client)
+    again = producer.publish("s", {"n": 1}, idempotency_key="k")
+    assert (producer.keyed_path, again.duplicate, again.id) == ("idmp", True, first.id)
+    assert idmp_client.xlen("s") == 1

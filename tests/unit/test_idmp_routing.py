@@ -48,10 +48,10 @@ def test_other_adds_keep_their_path(kwargs: dict[str, Any]) -> None:
     assert idmp.route(_plan(**kwargs), True).idmp is False
 
 
-def test_the_script_gets_the_key_as_iid_and_the_stream_as_its_only_key() -> None:
+def test_the_script_gets_the_key_as_iid_and_the_stream_and_marker_as_keys() -> None:
     x = idmp.route(_plan(idempotency_key="order:7", idempotency_window_ms=1_500), True)
     script, keys, args = idmp.script_call(x)
-    assert (script.name, keys) == ("publish_idmp", ["orders"])
+    assert (script.name, keys) == ("publish_idmp", ["orders", "{orders}:published:order:7"])
     assert args == [
         idmp.PRODUCER_ID,
         "order:7",
