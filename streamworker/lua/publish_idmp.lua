@@ -12,10 +12,9 @@
 -- ARGV[2]   the idempotent id (iid): the publish's idempotency key
 -- ARGV[3]   IDMP-DURATION wanted, seconds (1..86400)
 -- ARGV[4]   IDMP-MAXSIZE wanted (1..10000)
--- ARGV[5]   trimming: "" (none), "MAXLEN" or "MINID"
--- ARGV[6]   "~" (approximate) or "="; ignored without trimming
--- ARGV[7]   the trimming threshold; ignored without trimming
--- ARGV[8…]  field, value, field, value, …
+-- ARGV[5]   n, the number of trimming words that follow: 0, or 3 ("MAXLEN"|"MINID", "~"|"=",
+--           the threshold)
+-- ARGV[6…]  the n trimming words, then field, value, field, value, …
 --
 -- Returns {1, id}: added as entry id; {0, id}: the key was published already, as entry id, and
 -- nothing was added (publish_once.lua's reply). XADD errors are raised as they are.
@@ -80,13 +79,11 @@ if duration < want_duration or maxsize < want_maxsize then
 end
 
 local args = {'XADD', KEYS[1], 'IDMP', ARGV[1], ARGV[2]}
-if ARGV[5] ~= '' then
-  table.insert(args, ARGV[5])
-  table.insert(args, ARGV[6])
-  table.insert(args, ARGV[7])
-end
-table.insert(args, '*')
-for i = 8, #ARGV do
+local fields_from = 6 + tonumber(ARGV[5])
+for i = 6, #ARGV do
+  if i == fields_from then
+    table.insert(args, '*')  -- the id goes between the trimming words and the fields
+  end
   table.insert(args, ARGV[i])
 end
 local id = redis.call(unpack(args))

@@ -52,14 +52,8 @@ def test_the_script_gets_the_key_as_iid_and_the_stream_and_marker_as_keys() -> N
     x = idmp.route(_plan(idempotency_key="order:7", idempotency_window_ms=1_500), True)
     script, keys, args = idmp.script_call(x)
     assert (script.name, keys) == ("publish_idmp", ["orders", "{orders}:published:order:7"])
-    assert args == [
-        idmp.PRODUCER_ID,
-        "order:7",
-        2,
-        idmp.MAXSIZE,
-        "MAXLEN",
-        "~",
-        "5",
-        "n",
-        "1",
-    ]
+    assert args == [idmp.PRODUCER_ID, "order:7", 2, idmp.MAXSIZE, 3, "MAXLEN", "~", "5", "n", "1"]
+    untrimmed = idmp.script_call(
+        idmp.route(plan_publish("s", {"n": 1}, StreamOptions(), idempotency_key="k"), True)
+    )
+    assert untrimmed[2][4:] == [0, "n", "1"]
