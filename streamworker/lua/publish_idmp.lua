@@ -48,10 +48,11 @@ local want_maxsize = tonumber(ARGV[4])
 local last = '0-0'
 local duration, maxsize = 0, 0
 
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  -- XINFO STREAM has both the last generated id (exact, deleted entries included, unlike
-  -- XREVRANGE's last entry) and, on a stream with IDMP settings, the settings.
-  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+-- XINFO STREAM has both the last generated id (exact, deleted entries included, unlike
+-- XREVRANGE's last entry) and, on a stream with IDMP settings, the settings. An error reply
+-- (no such key; or another type, which the XGROUP below refuses with WRONGTYPE) is no stream.
+local info = redis.pcall('XINFO', 'STREAM', KEYS[1])
+if not info.err then
   for i = 1, #info, 2 do
     local name = info[i]
     if name == 'last-generated-id' then

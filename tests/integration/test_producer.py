@@ -455,3 +455,12 @@ def test_a_key_the_marker_script_recorded_is_a_duplicate_on_the_idmp_path(
     again = producer.publish("s", {"n": 1}, idempotency_key="k")
     assert (producer.keyed_path, again.duplicate, again.id) == ("idmp", True, first.id)
     assert idmp_client.xlen("s") == 1
+
+
+def test_a_keyed_publish_to_a_key_of_another_type_is_refused(sync_client: redis.Redis) -> None:
+    """The server's WRONGTYPE as a PublishError, on both paths, and the key left as it was."""
+    sync_client.set("s", "not a stream")
+    with pytest.raises(PublishError, match="WRONGTYPE"):
+        SyncProducer(sync_client).publish("s", {"n": 1}, idempotency_key="k")
+    assert sync_client.get("s") == b"not a stream"
+    assert sync_client.exists("{s}:published:k") == 0
