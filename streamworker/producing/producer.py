@@ -577,8 +577,13 @@ class _Publisher:
     def _routed(self, xadds: Sequence[Xadd], flow: Callable[[list[Xadd]], _Flow[_T]]) -> _Flow[_T]:
         """``flow`` of ``xadds`` as they are sent: keyed ones by IDMP where the server has it
         (asked at the first keyed publish, see :mod:`streamworker.producing.idmp`)."""
-        if self.keyed_path is None and any(x.marker is not None for x in xadds):
-            self.keyed_path = yield from self._keyed_path()
+        keyed = [x for x in xadds if x.marker is not None]
+        if self.keyed_path is None and keyed:
+            try:
+                self.keyed_path = yield from self._keyed_path()
+            except ConnectionLost as exc:
+                # Nothing was sent yet; said as every publish's lost connection is.
+                raise ConnectionLost(outcome_unknown(keyed[0], exc)) from exc
         idmp = self.keyed_path == "idmp"
         return (yield from flow([_idmp.route(x, idmp) for x in xadds]))
 
