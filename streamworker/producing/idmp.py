@@ -98,7 +98,9 @@ def script_call(x: Xadd) -> tuple[LuaScript, list[str], list[str | bytes | int]]
     """The ``publish_idmp.lua`` call of a routed add (KEYS: the stream, and the marker the
     marker script would write, read only)."""
     duration = duration_s(x.window_ms)
-    assert duration is not None and x.marker is not None  # route() sends no other
+    # route() sends no other
+    assert duration is not None
+    assert x.marker is not None
     trim = [x.trim, "~" if x.approximate else "=", x.threshold] if x.trim else []
     args: list[str | bytes | int] = [PRODUCER_ID, _iid(x), duration, MAXSIZE, len(trim), *trim]
     for name, value in x.fields.items():
