@@ -46,6 +46,7 @@ from streamworker.runtime.holdings import Holdings
 from streamworker.runtime.inflight import InFlight, InFlightGate
 from streamworker.runtime.loop import LoopState, StopSignal
 from streamworker.runtime.ordering import OrderedLoop
+from streamworker.runtime.ratelimit import RateGate
 from streamworker.runtime.reads import delivery_counts
 from streamworker.runtime.release import release_unstarted
 from streamworker.runtime.threads import HandlerThreads
@@ -88,6 +89,9 @@ class Consumer:
         self.signal = StopSignal()
         self.state = LoopState()
         self.holdings = Holdings()
+        # rate_limit= and RateLimited's pause: reads are sized by the permits granted
+        # (runtime.ratelimit).
+        self.rate = RateGate(spec, client, metrics)
         self._stream = spec.stream.encode()
         labels = {"stream": spec.stream, "group": spec.group, "handler": spec.name}
         metrics.prime(**labels)
@@ -107,7 +111,11 @@ class Consumer:
             holdings=self.holdings,
             signal=self.signal,
             turned=self.state.turned,
+            rate=self.rate,
         )
+        # Reads go out sized when the loop is ready for them (under an in-flight bound or a
+        # rate limit), not ahead with the batch's ack.
+        self._paced = self._gate.bounded or self.rate.limited
         self._next_read = NextRead(
             client,
             spec.group,
@@ -115,8 +123,8 @@ class Consumer:
             spec.stream,
             count=spec.batch_size,
             # Under an in-flight bound the next read is sized when the batch has settled, so it
-            # is not sent ahead of the batch's ack.
-            wanted=lambda: not self.signal.stopping() and not self._gate.bounded,
+            # is not sent ahead of the batch's ack; under a rate limit, by the permits granted.
+            wanted=lambda: not self.signal.stopping() and not self._paced,
         )
         self._group_ready = False
         self.group_lost = False
@@ -294,6 +302,10 @@ class Consumer:
                     sent = ahead.sent_at
                     async with connection_errors():
                         entries = parse_read_reply(ahead.take(), self._stream)
+                    # Read without asking the gate (it went out with the last ack): look for
+                    # the group's pause now (at most once a second); if paused, the invoker
+                    # starts none of them and they wait for the pause, uncounted.
+                    await self.rate.take(len(entries) or 1)
                 else:
                     sent = time.monotonic()
                     entries = await self._read(b">", block_ms=None)
@@ -315,7 +327,7 @@ class Consumer:
                         dict.fromkeys((e.id for e in entries), 1),
                         fresh_at=sent,
                         sent_at=sent,
-                        next_read=None if self._gate.bounded else ahead,
+                        next_read=None if self._paced else ahead,
                     )
                 finally:
                     self._release(entries)
@@ -360,11 +372,18 @@ class Consumer:
     async def _read(self, start: bytes, block_ms: int | None) -> list[Entry]:
         """One read of at most the reserved room; its entries stay counted as in flight until
         :meth:`_release` (the caller's, after the batch)."""
-        # A blocking read waits on an idle stream: under a bound it asks for one entry, so that it
-        # holds no room for other handlers while it waits (the non-blocking read after it takes
-        # the full room again).
-        want = 1 if block_ms is not None and self._gate.bounded else self.spec.batch_size
+        # A blocking read waits on an idle stream: under a bound or a rate limit it asks for one
+        # entry, so that it holds no room or permits others need while it waits (the
+        # non-blocking read after it takes the full room again).
+        want = 1 if block_ms is not None and self._paced else self.spec.batch_size
         count = await self._reserve(want)
+        if count == 0:
+            return []
+        # The permits come after the room: a read waiting for room holds no permits that age.
+        permits = await self.rate.acquire(count, self.signal, self.state.turned)
+        if permits < count and self._gate.bounded:
+            self._gate.give_back(count - permits, 0)
+        count = permits
         if count == 0:
             return []
         entries: list[Entry] = []
@@ -375,6 +394,10 @@ class Consumer:
                 # The reservation becomes what the read brought: unused room goes back.
                 self._gate.give_back(count - len(entries), 0)
                 self._gate.arrived(len(entries), sum(entry_bytes(e.fields) for e in entries))
+        if len(entries) < count:
+            # Permits the read did not use go back to the group (none are kept for later: a
+            # permit is for a start now).
+            await self.rate.give_back(count - len(entries))
         return entries
 
     async def _read_count(self, start: bytes, block_ms: int | None, count: int) -> list[Entry]:
