@@ -171,7 +171,9 @@ async def test_after_a_rate_limited_the_invoker_starts_no_handler_until_the_paus
     first = await invoke(_message("1"), {})
     second = await invoke(_message("2"), {})
     assert ran == ["1"]
-    assert first.rate_limited and not first.preset
+    assert first.rate_limited
+    assert not first.preset
     # Not started: preset (nothing written), retried when the pause is over.
-    assert second.rate_limited and second.preset
+    assert second.rate_limited
+    assert second.preset
     assert 59_000 < (second.retry_delay_ms or 0) <= 60_001
