@@ -649,6 +649,58 @@ SCENARIOS: dict[str, list[Scenario]] = {
             fails=True,
         ),
     ],
+    "take_permits": [
+        Scenario(
+            "a fresh limit grants its burst, then waits one interval",
+            [],
+            ["r", "p"],
+            ["take", "10000", "5", "100", "1800000000000000"],
+            ["r", "p"],
+        ),
+        Scenario(
+            "a limit in use grants what conforms",
+            [("SET", "r", "1800000000030000")],
+            ["r", "p"],
+            ["take", "10000", "5", "100", "1800000000000000"],
+            ["r", "p"],
+        ),
+        Scenario(
+            "an exhausted limit grants nothing and names the wait",
+            [("SET", "r", "1800000000050000")],
+            ["r", "p"],
+            ["take", "10000", "5", "3", "1800000000000000"],
+            ["r", "p"],
+        ),
+        Scenario(
+            "unused permits handed back",
+            [("SET", "r", "1800000000050000")],
+            ["r", "p"],
+            ["give", "10000", "5", "3", "1800000000000000"],
+            ["r", "p"],
+        ),
+        Scenario(
+            "a pause set (its time to live is not compared)",
+            [],
+            ["r", "p"],
+            ["pause", "10000", "5", "60000", "1800000000000000"],
+            ["r", "p"],
+        ),
+        Scenario(
+            "the server's clock: a fresh limit's burst",
+            [],
+            ["r", "p"],
+            ["take", "10000", "5", "2", ""],
+            ["p"],
+        ),
+        Scenario(
+            "an unknown operation",
+            [],
+            ["r", "p"],
+            ["drop", "10000", "5", "2", "1800000000000000"],
+            ["r", "p"],
+            fails=True,
+        ),
+    ],
     "relay_outbox": [
         Scenario(
             "two rows, the first recorded already",
