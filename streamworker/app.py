@@ -316,8 +316,8 @@ class App:
                 delivery. With partitions, one limit over all of them. Not with ``ordered=True``
                 (docs/flow-control.md, "Shared rate limit").
             rate_limit_burst: how many starts may go at once after an idle time (an integer
-                >= 1); default a tenth of a second's worth of the limit, at least 1, so that no
-                1-second window exceeds the limit by more than a tenth.
+                >= 1); default a twentieth of a second's worth of the limit plus one, so that
+                no 1-second window has more than a tenth above the limit.
         """
         given: object = stream  # ``@app.handler`` without parentheses passes the function here
         if callable(given) and not isinstance(given, str):

@@ -4,8 +4,10 @@ A limit is a number of handler starts per period (``"100/s"``, ``"6000/min"``, `
 *burst*: how many may start at once after an idle time. Workers share it through
 ``lua/take_permits.lua``, a GCRA (generic cell rate algorithm): one permit every
 :attr:`RateLimit.interval_us`, up to ``burst`` at once. In any window of the period at most
-``count + burst - 1`` permits are granted; the default burst (:func:`default_burst`) keeps that
-within a tenth of the limit over any 1-second window (the promise is a fifth).
+``count + burst - 1`` permits are granted, and at most ``count + 2 * (burst - 1)`` start (a worker
+asks for its next read's permits while its batch runs); the default burst
+(:func:`default_burst`) keeps that within a tenth of the limit over any 1-second window (the
+promise is a fifth).
 
 What is here: parsing and checking the option at registration (one clear line when wrong), and
 the limit's arithmetic.
@@ -56,11 +58,13 @@ class RateLimit:
 
 
 def default_burst(per_second: float) -> int:
-    """The burst when none is given: a tenth of a second's worth of the limit, at least 1.
+    """The burst when none is given: a twentieth of a second's worth of the limit, plus one.
 
-    GCRA grants at most ``burst - 1`` permits above the rate in any window, so every 1-second
-    window stays within ``per_second * 1.1`` (plus one for the window's closed end)."""
-    return int(per_second // 10) + 1
+    GCRA grants at most ``burst - 1`` permits above the rate in any window, and a worker takes
+    its next read's permits at most one batch before they start (so one grant of at most
+    ``burst`` may start in a later window): every 1-second window stays within
+    ``per_second + 2 * (burst - 1)``, a tenth above the limit."""
+    return int(per_second // 20) + 1
 
 
 def parse_rate_limit(value: object, burst: object = None, *, where: str = "") -> RateLimit | None:

@@ -113,9 +113,16 @@ class Consumer:
             turned=self.state.turned,
             rate=self.rate,
         )
-        # Reads go out sized when the loop is ready for them (under an in-flight bound or a
-        # rate limit), not ahead with the batch's ack.
+        # A blocking read under a bound or a limit asks for one entry (see _read).
         self._paced = self._gate.bounded or self.rate.limited
+        # Under a rate limit, each read asks for the next read's permits in the same write (no
+        # round trip of its own): with some granted, the next read goes out with the batch's
+        # ack, its COUNT the permits granted (see _ahead_ready). So a permit is taken at most
+        # one batch before its start.
+        self._next_permits = 0
+        """Permits granted for the next read, not yet used."""
+        self._ahead_permits = 0
+        """Permits of the read sent with the last ack (its COUNT)."""
         self._next_read = NextRead(
             client,
             spec.group,
@@ -123,8 +130,10 @@ class Consumer:
             spec.stream,
             count=spec.batch_size,
             # Under an in-flight bound the next read is sized when the batch has settled, so it
-            # is not sent ahead of the batch's ack; under a rate limit, by the permits granted.
-            wanted=lambda: not self.signal.stopping() and not self._paced,
+            # is not sent ahead of the batch's ack; under a rate limit, only with its permits.
+            wanted=lambda: (
+                not self.signal.stopping() and not self._gate.bounded and self._ahead_ready()
+            ),
         )
         self._group_ready = False
         self.group_lost = False
@@ -144,6 +153,8 @@ class Consumer:
             if spec.ordered
             else None
         )
+        if self.rate.limited:
+            self._next_read.also(*self.rate.take_command(spec.batch_size))
 
     @property
     def backlog_drained(self) -> asyncio.Event:
@@ -283,63 +294,73 @@ class Consumer:
         # Entries read behind the last ack of a previous run (a stop or a lost connection came
         # meanwhile) are in this consumer's PEL: the backlog read below returns them.
         ahead.discard()
-        while not self.stopping():
-            state.turned()
-            if cursor is not None:
-                sent = time.monotonic()  # the lease clock starts when the read is sent
-                entries = await self._read(cursor, block_ms=None)
-                if not entries:
-                    cursor = None
-                    state.backlog_done()
-                    self._log.debug("backlog_drained")
-                    continue
-                cursor = entries[-1].id
-            else:
-                # What is there now first: while the stream has a backlog, a plain read spares
-                # the blocking read's race against stop() (two tasks and a wait per batch). The
-                # previous batch's last call may have sent it already (Batch.next_read).
-                if ahead.holding():
-                    sent = ahead.sent_at
-                    async with connection_errors():
-                        entries = parse_read_reply(ahead.take(), self._stream)
-                    # Read without asking the gate (it went out with the last ack): look for
-                    # the group's pause now (at most once a second); if paused, the invoker
-                    # starts none of them and they wait for the pause, uncounted.
-                    await self.rate.take(len(entries) or 1)
-                else:
-                    sent = time.monotonic()
-                    entries = await self._read(b">", block_ms=None)
-                if not entries:
-                    sent = time.monotonic()
-                    entries = await self._read(b">", block_ms=self.spec.block_ms)
-                    state.turned()
+        try:
+            while not self.stopping():
+                state.turned()
+                if cursor is not None:
+                    sent = time.monotonic()  # the lease clock starts when the read is sent
+                    entries = await self._read(cursor, block_ms=None)
                     if not entries:
+                        cursor = None
+                        state.backlog_done()
+                        self._log.debug("backlog_drained")
                         continue
-                # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too).
-                self._backoff.reset()
-                # The next read rides down with the batch, for its last call to send. Under an
-                # in-flight bound it is not offered: its COUNT is fixed (batch_size) and it would
-                # go out before this batch's entries are released, past the reservation; the loop
-                # reads again, sized by the room left, once the batch has settled.
+                    cursor = entries[-1].id
+                else:
+                    # What is there now first: while the stream has a backlog, a plain read spares
+                    # the blocking read's race against stop() (two tasks and a wait per batch). The
+                    # previous batch's last call may have sent it already (Batch.next_read).
+                    if ahead.holding():
+                        sent = ahead.sent_at
+                        async with connection_errors():
+                            entries = parse_read_reply(ahead.take(), self._stream)
+                        permits, self._ahead_permits = self._ahead_permits, 0
+                        if self.rate.limited:
+                            self._next_permits += self.rate.granted(ahead.take_also())
+                            # Its COUNT was the permits granted: what it did not bring goes back.
+                            await self.rate.give_back(permits - len(entries))
+                        else:
+                            # Read without asking the gate (it went out with the last ack): look
+                            # for the group's pause now (at most once a second); if paused, the
+                            # invoker starts none of them and they wait for the pause, uncounted.
+                            await self.rate.take(len(entries) or 1)
+                    else:
+                        sent = time.monotonic()
+                        entries = await self._read(b">", block_ms=None)
+                    if not entries:
+                        sent = time.monotonic()
+                        entries = await self._read(b">", block_ms=self.spec.block_ms)
+                        state.turned()
+                        if not entries:
+                            continue
+                    # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too).
+                    self._backoff.reset()
+                    # The next read rides down with the batch, for its last call to send. Under an
+                    # in-flight bound it is not offered: its COUNT is fixed (batch_size) and it would
+                    # go out before this batch's entries are released, past the reservation; the loop
+                    # reads again, sized by the room left, once the batch has settled.
+                    try:
+                        await process(
+                            entries,
+                            dict.fromkeys((e.id for e in entries), 1),
+                            fresh_at=sent,
+                            sent_at=sent,
+                            next_read=None if self._gate.bounded else ahead,
+                        )
+                    finally:
+                        self._release(entries)
+                    continue
                 try:
-                    await process(
-                        entries,
-                        dict.fromkeys((e.id for e in entries), 1),
-                        fresh_at=sent,
-                        sent_at=sent,
-                        next_read=None if self._paced else ahead,
+                    counts = await delivery_counts(
+                        self._client, self.spec.stream, self.spec.group, self.name, entries
                     )
+                    self._backoff.reset()
+                    await process(entries, counts, sent_at=sent)
                 finally:
                     self._release(entries)
-                continue
-            try:
-                counts = await delivery_counts(
-                    self._client, self.spec.stream, self.spec.group, self.name, entries
-                )
-                self._backoff.reset()
-                await process(entries, counts, sent_at=sent)
-            finally:
-                self._release(entries)
+        finally:
+            # Permits held for a read that will not be sent go back.
+            await self._drop_permits()
 
     async def _reserve(self, want: int) -> int:
         """The next read's COUNT, reserved in the in-flight budgets before the read is sent (so
@@ -380,7 +401,7 @@ class Consumer:
         if count == 0:
             return []
         # The permits come after the room: a read waiting for room holds no permits that age.
-        permits = await self.rate.acquire(count, self.signal, self.state.turned)
+        permits = await self._permits(count)
         if permits < count and self._gate.bounded:
             self._gate.give_back(count - permits, 0)
         count = permits
@@ -388,7 +409,10 @@ class Consumer:
             return []
         entries: list[Entry] = []
         try:
-            entries = await self._read_count(start, block_ms, count)
+            if self.rate.limited and start == b">" and block_ms is None:
+                entries = await self._read_asking(count)
+            else:
+                entries = await self._read_count(start, block_ms, count)
         finally:
             if self._gate.bounded:
                 # The reservation becomes what the read brought: unused room goes back.
@@ -399,6 +423,62 @@ class Consumer:
             # permit is for a start now).
             await self.rate.give_back(count - len(entries))
         return entries
+
+    def _ahead_ready(self) -> bool:
+        """Whether the next read may go out with the batch's ack: always without a rate limit;
+        with one, when the last read was granted permits for it (the read's COUNT becomes their
+        number, and it asks for the permits of the one after). Otherwise the loop reads when
+        the batch has settled, asking first (:meth:`_permits`)."""
+        if not self.rate.limited:
+            return True
+        if self._next_permits <= 0:
+            return False
+        self._ahead_permits, self._next_permits = self._next_permits, 0
+        self._next_read.set_count(self._ahead_permits)
+        return True
+
+    async def _permits(self, want: int) -> int:
+        """Permits for a read of at most ``want`` entries: those granted with the last read (the
+        surplus goes back), else granted now, waiting for them if need be (0 once stopping)."""
+        got, self._next_permits = self._next_permits, 0
+        if got > want:
+            await self.rate.give_back(got - want)
+            got = want
+        if got:
+            return got
+        return await self.rate.acquire(want, self.signal, self.state.turned)
+
+    async def _drop_permits(self) -> None:
+        """The loop ends (stop, lost connection): permits it holds for reads it will not send
+        go back (best effort)."""
+        got = self._next_permits + self._ahead_permits
+        self._next_permits = self._ahead_permits = 0
+        if got:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.rate.give_back(got), 2.0)
+
+    async def _read_asking(self, count: int) -> list[Entry]:
+        """A non-blocking ``>`` read of ``count`` under a rate limit that asks, in the same
+        write, for the permits of the next read (kept in ``_next_permits``). One client of a
+        Redis Cluster (the limit's key may be in another slot) sends them one after the other."""
+        client = self._client
+        if type(client) is not aioredis.Redis:
+            entries = await self._read_count(b">", None, count)
+            got, _ = await self.rate.take(self.spec.batch_size) if entries else (0, 0.0)
+            self._next_permits += got
+            return entries
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(
+            b"XREADGROUP", b"GROUP", self.spec.group, self.name, b"COUNT", count,
+            b"STREAMS", self.spec.stream, b">",
+        )  # fmt: skip
+        pipe.execute_command(*self.rate.take_command(self.spec.batch_size))
+        async with connection_errors():
+            read, permits = await pipe.execute(raise_on_error=False)
+        self._next_permits += self.rate.granted(permits)
+        if isinstance(read, BaseException):
+            raise read
+        return parse_read_reply(read, self._stream)
 
     async def _read_count(self, start: bytes, block_ms: int | None, count: int) -> list[Entry]:
         call = read_group(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
@@ -121,6 +122,20 @@ class RateGate:
         assert self._allowance is not None
         self._allowance.set(max(0, allowance))
         return granted, wait_us / 1_000_000
+
+    def take_command(self, want: int) -> tuple[Any, ...]:
+        """:meth:`take` as a raw command (for a pipeline: the read that asks for the next
+        read's permits in the same write); its reply goes to :meth:`granted`."""
+        return (b"EVALSHA", _TAKE.sha, 2, *self._keys, "take", *self._args, max(1, want), "")
+
+    def granted(self, reply: Any) -> int:
+        """The permits a :meth:`take_command` reply granted: 0 for none, an error (a server
+        that lost the script: the next :meth:`take` loads it) or no reply."""
+        if not isinstance(reply, list | tuple) or len(reply) != 3:
+            return 0
+        if self._allowance is not None:
+            self._allowance.set(max(0, int(reply[2])))
+        return max(0, int(reply[0]))
 
     async def acquire(
         self, want: int, signal: StopSignal, turned: Callable[[], None] | None = None

@@ -92,6 +92,17 @@ def test_the_spec_carries_the_limit_with_its_burst() -> None:
     assert app.handlers[0].rate_limit == RateLimit(count=100, period_s=1, burst=3, text="100/s")
 
 
+def test_without_a_burst_the_spec_gets_the_default() -> None:
+    app = App("rate")
+
+    @app.handler("orders", group="g", rate_limit="6000/min")
+    async def handle(msg: Message) -> None: ...
+
+    limit = app.handlers[0].rate_limit
+    assert limit is not None
+    assert (limit.burst, limit.interval_us) == (6, 10_000)
+
+
 def test_every_partition_gets_the_one_limit() -> None:
     app = App("rate")
 
@@ -103,21 +114,24 @@ def test_every_partition_gets_the_one_limit() -> None:
 
 
 @pytest.mark.parametrize(
-    ("per_second", "burst"), [(0.001, 1), (1, 1), (9.9, 1), (10, 2), (100, 11), (1000, 101)]
+    ("per_second", "burst"), [(0.001, 1), (1, 1), (19.9, 1), (20, 2), (100, 6), (1000, 51)]
 )
-def test_the_default_burst_is_a_tenth_of_a_second_of_the_limit(
+def test_the_default_burst_is_a_twentieth_of_a_second_of_the_limit(
     per_second: float, burst: int
 ) -> None:
     assert default_burst(per_second) == burst
 
 
-@pytest.mark.parametrize("text", ["1/s", "5/s", "100/s", "6000/min", "250/s", "10/h"])
+@pytest.mark.parametrize(
+    "text", ["1/s", "5/s", "19/s", "20/s", "100/s", "6000/min", "250/s", "10/h"]
+)
 def test_without_a_burst_no_one_second_window_exceeds_the_limit_by_a_fifth(text: str) -> None:
-    # GCRA grants at most burst - 1 above the rate in any window: within a fifth of the limit
-    # per second (or of one start, for limits below 5/s).
+    # GCRA grants at most burst - 1 above the rate in any window, and one grant (at most a
+    # burst) taken a batch ahead may start in the next: within a fifth of the limit per second
+    # (or of one start, for limits below 5/s).
     limit = parse_rate_limit(text)
     assert limit is not None
-    per_window = limit.burst - 1 + limit.per_second
+    per_window = 2 * (limit.burst - 1) + limit.per_second
     assert per_window <= max(1.0, limit.per_second * 1.2)
 
 

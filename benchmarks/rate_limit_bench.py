@@ -1,0 +1,128 @@
+"""What a shared rate limit costs a handler that runs under it, per message: the same no-op
+handler without ``rate_limit`` and with a limit far above what it reaches.
+
+Run: ``python -m benchmarks.rate_limit_bench`` (part of ``make bench``). Each round pre-fills
+``--messages`` entries, runs a streamworker Worker (``idempotency="none"``, an ``async def``
+no-op handler, batches of ``--batch``) on the in-process engine (or ``--redis-url``) until the
+group has nothing left, and divides the drain time by the message count. The two variants run
+interleaved over ``--rounds`` rounds; the median, min and max per variant and the ratio of the
+medians are reported, with the load average before and after.
+
+* ``unlimited``: no ``rate_limit`` (reads are not sized by permits; the next read goes out with
+  the batch's ack);
+* ``limited``: ``rate_limit="--limit"`` (default 10,000,000/s: never reached, so the figure is
+  the limit's bookkeeping, not its waiting): each read asks ``lua/take_permits.lua`` first and
+  hands back what it did not use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from streamworker import App, Message
+from streamworker.io.redisio import open_redis
+from streamworker.observability.logging import configure_logging
+from streamworker.runtime.worker import Worker, WorkerOptions
+
+STREAM, GROUP = "bench", "g"
+VARIANTS = ("unlimited", "limited")
+
+
+def _app(batch: int, limit: str | None) -> App:
+    app = App("rate-limit-bench")
+
+    @app.handler(STREAM, group=GROUP, batch_size=batch, block_ms=50, rate_limit=limit)
+    async def noop(msg: Message[Any]) -> None:
+        return None
+
+    return app
+
+
+async def _round(url: str, limit: str | None, messages: int, batch: int) -> float:
+    """Seconds per message to drain ``messages`` entries."""
+    client = open_redis(url)
+    await client.delete(STREAM)
+    pipe = client.pipeline(transaction=False)
+    for i in range(messages):
+        pipe.xadd(STREAM, {"n": str(i), "payload": "x" * 32})
+    await pipe.execute()
+    worker = Worker(_app(batch, limit), WorkerOptions(redis_url=url, consumer="c1"))
+    started = time.perf_counter()
+    task = asyncio.ensure_future(worker.run(install_signal_handlers=False))
+    while True:
+        await asyncio.sleep(0.002)
+        try:
+            groups = await client.xinfo_groups(STREAM)
+        except Exception:
+            continue
+        if groups and groups[0]["pending"] == 0 and groups[0]["lag"] == 0:
+            break
+    elapsed = time.perf_counter() - started
+    worker.stop()
+    await task
+    await client.delete(STREAM)
+    await client.aclose()
+    return elapsed / messages
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(open("/proc/loadavg").read().split()[:3])  # noqa: SIM115
+    except OSError:
+        return "n/a"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--redis-url", default=f"engine://memory/bench-{uuid.uuid4().hex[:8]}")
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--limit", default="10000000/s", help="the limited variant's rate_limit")
+    args = parser.parse_args(argv)
+    configure_logging("console", "warning", stream=sys.stderr)
+    load_before = _loadavg()
+    results: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for _ in range(args.rounds):
+        for variant in VARIANTS:
+            limit = args.limit if variant == "limited" else None
+            results[variant].append(
+                asyncio.run(_round(args.redis_url, limit, args.messages, args.batch))
+            )
+    where = args.redis_url.split("/bench-")[0]
+    print(
+        f"{args.messages} messages per round, batches of {args.batch}, {args.rounds} rounds "
+        f"({where}), {os.cpu_count()} CPUs, load average before {load_before}, "
+        f"after {_loadavg()}"
+    )
+    print(f"{'variant':<10} {'us/msg (median)':>16} {'min':>8} {'max':>8} {'spread':>8}")
+    for variant in VARIANTS:
+        values = results[variant]
+        median = statistics.median(values)
+        spread = (max(values) - min(values)) / median
+        print(
+            f"{variant:<10} {median * 1e6:>16.2f} {min(values) * 1e6:>8.2f} "
+            f"{max(values) * 1e6:>8.2f} {spread:>7.0%}"
+        )
+    base = statistics.median(results["unlimited"])
+    ratio = statistics.median(results["limited"]) / base
+    per_round = [
+        lim / unl for lim, unl in zip(results["limited"], results["unlimited"], strict=True)
+    ]
+    print(
+        f"limited / unlimited: {ratio:.3f} (per round {min(per_round):.3f}..{max(per_round):.3f}; "
+        f"target <= 1.10)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
