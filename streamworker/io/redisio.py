@@ -1013,9 +1013,10 @@ class NextRead:
     def set_count(self, count: int) -> None:
         """The COUNT of the read from now on (a rate-limited loop sizes it by the permits it
         was granted)."""
-        args = list(self._args)
-        args[5] = count
-        self._args = tuple(args)
+        if self._args[5] != count:
+            args = list(self._args)
+            args[5] = count
+            self._args = tuple(args)
 
     def also(self, *args: Any) -> None:
         """A command to send right behind the read, in the same write, each time it goes out

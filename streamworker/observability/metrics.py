@@ -306,7 +306,7 @@ class Metrics:
             "worker's last request (0 while paused).",
             SUBSCRIPTION_LABELS,
             registry=r,
-            multiprocess_mode="livemostrecent",
+            multiprocess_mode="livemax",
         )
         self.failovers = Counter(
             "streamworker_failovers",

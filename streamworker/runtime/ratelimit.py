@@ -91,6 +91,7 @@ class RateGate:
             metrics.rate_allowance.labels(**labels) if self.limit is not None else None
         )
         self._next_poll = 0.0
+        self._last_allowance: object = None
         self._log = structlog.get_logger("streamworker.ratelimit").bind(
             stream=spec.stream, group=spec.group, handler=spec.name
         )
@@ -131,10 +132,12 @@ class RateGate:
     def granted(self, reply: Any) -> int:
         """The permits a :meth:`take_command` reply granted: 0 for none, an error (a server
         that lost the script: the next :meth:`take` loads it) or no reply."""
-        if not isinstance(reply, list | tuple) or len(reply) != 3:
+        if type(reply) is not list or len(reply) != 3:
             return 0
-        if self._allowance is not None:
-            self._allowance.set(max(0, int(reply[2])))
+        allowance = reply[2]
+        if allowance != self._last_allowance and self._allowance is not None:
+            self._last_allowance = allowance
+            self._allowance.set(max(0, int(allowance)))
         return max(0, int(reply[0]))
 
     async def acquire(
