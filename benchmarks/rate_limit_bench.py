@@ -25,11 +25,11 @@ import asyncio
 import os
 import statistics
 import sys
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks.draining import drain, prefill
 from streamworker import App, Message
 from streamworker.io.redisio import open_redis
 from streamworker.observability.logging import configure_logging
@@ -52,27 +52,9 @@ def _app(batch: int, limit: str | None) -> App:
 async def _round(url: str, limit: str | None, messages: int, batch: int) -> tuple[float, float]:
     """Seconds per message to drain ``messages`` entries: (wall clock, this process's CPU)."""
     client = open_redis(url)
-    await client.delete(STREAM)
-    pipe = client.pipeline(transaction=False)
-    for i in range(messages):
-        pipe.xadd(STREAM, {"n": str(i), "payload": "x" * 32})
-    await pipe.execute()
+    await prefill(client, STREAM, messages)
     worker = Worker(_app(batch, limit), WorkerOptions(redis_url=url, consumer="c1"))
-    started = time.perf_counter()
-    cpu_started = time.process_time()
-    task = asyncio.ensure_future(worker.run(install_signal_handlers=False))
-    while True:
-        await asyncio.sleep(0.002)
-        try:
-            groups = await client.xinfo_groups(STREAM)
-        except Exception:
-            continue
-        if groups and groups[0]["pending"] == 0 and groups[0]["lag"] == 0:
-            break
-    elapsed = time.perf_counter() - started
-    cpu = time.process_time() - cpu_started
-    worker.stop()
-    await task
+    elapsed, cpu = await drain(client, worker, STREAM)
     await client.delete(STREAM)
     await client.aclose()
     return elapsed / messages, cpu / messages

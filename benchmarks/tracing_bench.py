@@ -22,11 +22,11 @@ import argparse
 import asyncio
 import statistics
 import sys
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks.draining import drain, prefill
 from streamworker import App, Message
 from streamworker.io.redisio import open_redis
 from streamworker.observability.logging import configure_logging
@@ -67,28 +67,12 @@ def _provider(mode: str) -> Any:
 async def _round(url: str, mode: str, messages: int, batch: int) -> float:
     """Seconds per message to drain ``messages`` entries in ``mode``."""
     client = open_redis(url)
-    await client.delete(STREAM)
-    pipe = client.pipeline(transaction=False)
-    for i in range(messages):
-        pipe.xadd(STREAM, {"n": str(i), "payload": "x" * 32})
-    await pipe.execute()
+    await prefill(client, STREAM, messages)
     options: dict[str, Any] = {"redis_url": url, "consumer": "c1"}
     if mode != "off":
         options.update(tracing=True, tracer_provider=_provider(mode))
     worker = Worker(_app(batch), WorkerOptions(**options))
-    started = time.perf_counter()
-    task = asyncio.ensure_future(worker.run(install_signal_handlers=False))
-    while True:
-        await asyncio.sleep(0.002)
-        try:
-            groups = await client.xinfo_groups(STREAM)
-        except Exception:
-            continue
-        if groups and groups[0]["pending"] == 0 and groups[0]["lag"] == 0:
-            break
-    elapsed = time.perf_counter() - started
-    worker.stop()
-    await task
+    elapsed, _ = await drain(client, worker, STREAM)
     await client.delete(STREAM)
     await client.aclose()
     return elapsed / messages
