@@ -3,8 +3,10 @@ rate limit): fill the stream, run the worker until the group has nothing left, t
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
+import uuid
 
 import redis.asyncio as aioredis
 
@@ -39,3 +41,14 @@ async def drain(client: aioredis.Redis, worker: Worker, stream: str) -> tuple[fl
     worker.stop()
     await task
     return elapsed, cpu
+
+
+def drain_arguments(description: str | None) -> argparse.ArgumentParser:
+    """A parser with the options every draining benchmark has: ``--redis-url`` (default a fresh
+    in-process engine), ``--messages``, ``--batch``, ``--rounds``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--redis-url", default=f"engine://memory/bench-{uuid.uuid4().hex[:8]}")
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    return parser

@@ -20,16 +20,14 @@ average before and after.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
 import sys
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.draining import drain, prefill
+from benchmarks.draining import drain, drain_arguments, prefill
 from streamworker import App, Message
 from streamworker.io.redisio import open_redis
 from streamworker.observability.logging import configure_logging
@@ -68,11 +66,7 @@ def _loadavg() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--redis-url", default=f"engine://memory/bench-{uuid.uuid4().hex[:8]}")
-    parser.add_argument("--messages", type=int, default=20_000)
-    parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = drain_arguments(__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--limit", default="10000000/s", help="the limited variant's rate_limit")
     args = parser.parse_args(argv)
     configure_logging("console", "warning", stream=sys.stderr)

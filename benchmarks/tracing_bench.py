@@ -18,15 +18,13 @@ compare the no-tracing path before and after a change.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.draining import drain, prefill
+from benchmarks.draining import drain, drain_arguments, prefill
 from streamworker import App, Message
 from streamworker.io.redisio import open_redis
 from streamworker.observability.logging import configure_logging
@@ -79,11 +77,7 @@ async def _round(url: str, mode: str, messages: int, batch: int) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--redis-url", default=f"engine://memory/bench-{uuid.uuid4().hex[:8]}")
-    parser.add_argument("--messages", type=int, default=20_000)
-    parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = drain_arguments(__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
