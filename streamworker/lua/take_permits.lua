@@ -55,10 +55,12 @@ local function left(at)
 end
 
 local function keep(at)
-  -- store TAT until it is back at now (a full burst): no key is left behind by an idle limit
+  -- store TAT until it is back at now (a full burst) and a second more (harmless: a TAT in the
+  -- past is a full burst; it covers a caller's `now` that runs behind the server's clock), so
+  -- no key is left behind by an idle limit
   local ttl_ms = math.ceil((at - now) / 1000)
   if ttl_ms > 0 then
-    redis.call('SET', KEYS[1], string.format('%d', at), 'PX', ttl_ms)
+    redis.call('SET', KEYS[1], string.format('%d', at), 'PX', ttl_ms + 1000)
   else
     redis.call('DEL', KEYS[1])
   end

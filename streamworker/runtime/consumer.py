@@ -121,6 +121,8 @@ class Consumer:
         # one batch before its start.
         self._next_permits = 0
         """Permits granted for the next read, not yet used."""
+        self._read_sent = time.monotonic()
+        """When the last read by :meth:`_read` was sent (monotonic)."""
         self._ahead_permits = 0
         """Permits of the read sent with the last ack (its COUNT)."""
         self._next_read = NextRead(
@@ -298,8 +300,8 @@ class Consumer:
             while not self.stopping():
                 state.turned()
                 if cursor is not None:
-                    sent = time.monotonic()  # the lease clock starts when the read is sent
                     entries = await self._read(cursor, block_ms=None)
+                    sent = self._read_sent  # the lease clock starts when the read is sent
                     if not entries:
                         cursor = None
                         state.backlog_done()
@@ -325,11 +327,11 @@ class Consumer:
                             # invoker starts none of them and they wait for the pause, uncounted.
                             await self.rate.take(len(entries) or 1)
                     else:
-                        sent = time.monotonic()
                         entries = await self._read(b">", block_ms=None)
+                        sent = self._read_sent
                     if not entries:
-                        sent = time.monotonic()
                         entries = await self._read(b">", block_ms=self.spec.block_ms)
+                        sent = self._read_sent
                         state.turned()
                         if not entries:
                             continue
@@ -408,6 +410,8 @@ class Consumer:
         if count == 0:
             return []
         entries: list[Entry] = []
+        # After any wait for room or permits: the lease clock starts when the read is sent.
+        self._read_sent = time.monotonic()
         try:
             if self.rate.limited and start == b">" and block_ms is None:
                 entries = await self._read_asking(count)
