@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from streamworker import App, Message, RateLimited
+from streamworker import App, Message, RateLimited, Retry
 from streamworker.io.keys import consumer_name_key, rate_limit_key
 from streamworker.io.redisio import open_sync_redis
 from tests.support.proc import read_lines, stop_process, streamworker, wait_for
@@ -210,3 +211,33 @@ def test_a_rate_limited_message_is_retried_after_the_pause_and_never_dead_letter
     # The worker's reads waited out the pause, and that shows in the metric.
     assert waited_s >= 0.3
     assert client.exists(rate_limit_key(STREAM, GROUP)) in (0, 1)
+
+
+def test_retries_take_permits_too(redis_url: str) -> None:
+    # Every message fails once (Retry at once): the reclaimer's retries are starts the limit
+    # counts, so 20 messages make 40 starts at 10/s (burst 1): about 4 s, never above 10 a second.
+    client = open_sync_redis(redis_url)
+    app = App("rate-retries")
+    starts: list[float] = []
+    failed: set[str] = set()
+
+    @app.handler(STREAM, group=GROUP, block_ms=100, rate_limit="10/s", retry_backoff_ms=0)
+    async def handle(msg: Message) -> None:
+        starts.append(time.monotonic())
+        if msg.id not in failed:
+            failed.add(msg.id)
+            raise Retry(delay_ms=0)
+
+    _publish(client, [{"n": str(n)} for n in range(20)])
+
+    async def main() -> None:
+        async with running_worker(app, redis_url):
+            await eventually(lambda: len(starts) >= 40, 30.0, "40 starts")
+            await eventually(
+                lambda: client.xpending(STREAM, GROUP)["pending"] == 0, 5.0, "all acked"
+            )
+
+    asyncio.run(main())
+    assert len(starts) == 40
+    assert max(starts) - min(starts) >= 3.5
+    assert _busiest_second(starts) <= 11
