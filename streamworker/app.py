@@ -7,7 +7,7 @@ import re
 import typing
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from streamworker.core import timing
 from streamworker.core.codec import BodyModel, body_model_for
@@ -31,6 +31,9 @@ from streamworker.producing.partitions import check_partitioned_name
 from streamworker.producing.producer import AppProducers, Receipt, StreamOptions
 
 Idempotency = str
+Retention = Literal["keep", "acked"]
+"""What happens to an entry once acked: ``"keep"`` it (until trimmed), or delete it when no
+consumer group needs it any more (``"acked"``)."""
 """The name of an idempotency strategy: ``"none"``, ``"sql"``, ``"lua"`` or a registered plug-in's
 (:mod:`streamworker.idempotency.registry`)."""
 
@@ -92,6 +95,10 @@ class HandlerSpec:
     rate_limit: RateLimit | None = None
     """The handler's shared rate limit: at most so many starts per period over every worker of
     the group (None: no limit; see streamworker.runtime.ratelimit)."""
+    retention: Retention = "keep"
+    """``"acked"``: an entry is deleted from the stream once every consumer group has acked it
+    and every Spark cursor has passed it (``XDELEX … ACKED``, Redis 8.2+; see
+    docs/redis-versions.md). ``"keep"``: entries stay until trimmed."""
 
     @property
     def partition_lock_ttl_ms(self) -> int:
@@ -229,6 +236,7 @@ class App:
         max_in_flight_bytes: int | None = None,
         rate_limit: str | None = None,
         rate_limit_burst: int | None = None,
+        retention: Retention = "keep",
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``stream`` in consumer ``group``.
 
@@ -318,6 +326,12 @@ class App:
             rate_limit_burst: how many starts may go at once after an idle time (an integer
                 >= 1); default a twentieth of a second's worth of the limit plus one, so that
                 no 1-second window has more than a tenth above the limit.
+            retention: ``"keep"`` (default: entries stay until trimmed) or ``"acked"``: each
+                entry this handler acks or dead-letters is deleted from the stream as soon as
+                no consumer group needs it any more and every Spark cursor of the stream has
+                passed it (``XDELEX … ACKED``). Needs a server with XDELEX (Redis 8.2+, Valkey
+                9.2+): the worker refuses to start otherwise. Set it on every group of the
+                stream (an entry the last group to ack leaves is kept until trimmed).
         """
         given: object = stream  # ``@app.handler`` without parentheses passes the function here
         if callable(given) and not isinstance(given, str):
@@ -427,6 +441,8 @@ class App:
             )
         max_in_flight = check_in_flight("max_in_flight", max_in_flight)
         max_in_flight_bytes = check_in_flight("max_in_flight_bytes", max_in_flight_bytes)
+        if retention not in ("keep", "acked"):
+            raise ConfigError(f"retention must be 'keep' or 'acked', got {retention!r}")
         strategy.check_options(concurrency=concurrency)
 
         def register(func: F) -> F:
@@ -499,6 +515,7 @@ class App:
                     max_in_flight=max_in_flight,
                     max_in_flight_bytes=max_in_flight_bytes,
                     rate_limit=limit,
+                    retention=retention,
                 )
             return func
 

@@ -106,6 +106,15 @@ def claim_interval_ms(claim_idle_ms: int) -> int:
     return max(50, min(claim_idle_ms // 2, 2_000))
 
 
+def pel_hygiene_interval_ms(claim_idle_ms: int) -> int:
+    """How often the reclaimer runs its XAUTOCLAIM pass when the consume loop's reads claim
+    idle entries themselves (``XREADGROUP … CLAIM``, Redis 8.4+): CLAIM skips entries deleted
+    from the stream and leaves them pending, and only XAUTOCLAIM clears them (and claims what
+    a quiet stream's blocked read has not). The claim interval, or ``claim_idle_ms`` up to 30 s,
+    whichever is longer."""
+    return max(claim_interval_ms(claim_idle_ms), min(claim_idle_ms, 30_000))
+
+
 def partition_lock_ttl_ms(claim_idle_ms: int) -> int:
     """``ordered=True``: how long a partition lock lives unless renewed (``claim_idle_ms``)."""
     return claim_idle_ms

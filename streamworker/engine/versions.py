@@ -20,6 +20,7 @@ __all__ = [
     "CLAIM_SINCE",
     "DEFAULT_REDIS_VERSION",
     "IDMP_SINCE",
+    "READ_LIMITS_SINCE",
     "XNACK_SINCE",
     "RedisVersion",
     "parse_redis_version",
@@ -35,6 +36,8 @@ IDMP_SINCE: Final = (8, 6)
 """XADD ... IDMP pid iid | IDMPAUTO pid, XCFGSET, and XINFO STREAM's IDMP fields."""
 XNACK_SINCE: Final = (8, 8)
 """XNACK key group SILENT|FAIL|FATAL IDS n id ... [RETRYCOUNT c] [FORCE]."""
+READ_LIMITS_SINCE: Final = (8, 10)
+"""MAXCOUNT and MAXSIZE on XREAD and XREADGROUP."""
 
 # The newest 8.x minor the engine knows of: a later one would promise features it lacks.
 _LATEST_MINOR: Final = 10

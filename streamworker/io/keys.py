@@ -90,3 +90,10 @@ def rate_pause_key(stream: str, group: str) -> str:
     ``{S}:rate:G:pause``, beside :func:`rate_limit_key` (same slot); it lives as long as the
     pause."""
     return in_stream_slot(stream, f"rate:{group}:pause")
+
+
+def spark_cursors_key(stream: str) -> str:
+    """The hash of the Spark cursors of ``stream`` (field: cursor name, value: the last id that
+    reader has committed): ``{S}:spark:cursors``. Trims and ``retention="acked"`` keep what a
+    cursor has not passed."""
+    return in_stream_slot(stream, "spark:cursors")

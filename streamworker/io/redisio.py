@@ -381,7 +381,7 @@ def open_sync_cluster(url: str, *, socket_timeout_s: float | None = 10.0) -> red
     answers, ConfigError when the server is not a cluster node.
     """
     nodes = [
-        synccluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
+        synccluster.ClusterNode(host, port)  # type: ignore[no-untyped-call,unused-ignore]
         for host, port in cluster_nodes(url)
     ]
     try:
@@ -414,7 +414,7 @@ class _HiredisPacking:
     asyncio connections pack in Python, about 0.4 µs per argument, and the consume loop's XACK
     has one argument per message of the batch."""
 
-    _packer = HiredisRespSerializer() if HIREDIS_AVAILABLE else None
+    _packer = HiredisRespSerializer() if HIREDIS_AVAILABLE else None  # type: ignore[no-untyped-call,unused-ignore]
 
     def pack_command(self, *args: Any) -> list[bytes]:
         if self._packer is None:
@@ -654,11 +654,11 @@ class _SentinelPool(aiosentinel.SentinelConnectionPool):
         shared_watch: PrimaryWatch | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(service_name, sentinel_manager, **kwargs)  # type: ignore[no-untyped-call]
+        super().__init__(service_name, sentinel_manager, **kwargs)  # type: ignore[no-untyped-call,unused-ignore]
         self.primary = shared_watch or PrimaryWatch(None)
 
     async def get_master_address(self) -> tuple[str, int]:
-        host, port = await super().get_master_address()  # type: ignore[no-untyped-call]
+        host, port = await super().get_master_address()  # type: ignore[no-untyped-call,unused-ignore]
         self.primary.seen(f"{host}:{port}")
         return host, port
 
@@ -704,7 +704,7 @@ def open_sentinel(
     change of primary.
     """
     target = parse_sentinel_url(url)
-    sentinel = _AsyncSentinel(  # type: ignore[no-untyped-call]
+    sentinel = _AsyncSentinel(  # type: ignore[no-untyped-call,unused-ignore]
         target.sentinels,
         sentinel_kwargs={**_sentinel_kwargs(target), "retry": aioredis.retry.Retry(NoBackoff(), 0)},
     )
@@ -731,7 +731,7 @@ def open_sync_sentinel(url: str, *, socket_timeout_s: float | None = 10.0) -> re
     answers or none knows a healthy primary, ConfigError when they monitor no such service.
     """
     target = parse_sentinel_url(url)
-    sentinel = _SyncSentinel(  # type: ignore[no-untyped-call]
+    sentinel = _SyncSentinel(  # type: ignore[no-untyped-call,unused-ignore]
         target.sentinels,
         sentinel_kwargs={**_sentinel_kwargs(target), "retry": SyncRetry(NoBackoff(), 0)},
     )
@@ -744,7 +744,7 @@ def open_sync_sentinel(url: str, *, socket_timeout_s: float | None = 10.0) -> re
     except rex.ConnectionError as exc:
         sentinel.close()
         raise ConnectionLost(str(exc)) from None
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call,unused-ignore]
         target.service,
         ssl=target.tls,
         decode_responses=False,
@@ -786,7 +786,7 @@ def sync_primary_address(client: redis.Redis) -> str | None:
     the engine. Raises redis-py's errors as they come."""
     pool = getattr(client, "connection_pool", None)
     if isinstance(pool, syncsentinel.SentinelConnectionPool):
-        host, port = pool.master_address or pool.get_master_address()  # type: ignore[no-untyped-call]
+        host, port = pool.master_address or pool.get_master_address()  # type: ignore[no-untyped-call,unused-ignore]
         return f"{host}:{port}"
     if is_cluster_client(client) or not isinstance(pool, redis.ConnectionPool):
         return None
@@ -990,8 +990,10 @@ class NextRead:
         *,
         count: int,
         wanted: Callable[[], bool],
+        claim_ms: int | None = None,
     ) -> None:
         self._client = client
+        claim: tuple[Any, ...] = (b"CLAIM", claim_ms) if claim_ms is not None else ()
         self._args: tuple[Any, ...] = (
             _XREADGROUP,
             b"GROUP",
@@ -999,6 +1001,7 @@ class NextRead:
             consumer,
             b"COUNT",
             count,
+            *claim,
             b"STREAMS",
             stream,
             b">",
@@ -1102,9 +1105,11 @@ async def read_group(
     *,
     count: int,
     block_ms: int | None,
+    claim_ms: int | None = None,
 ) -> Any:
-    """``XREADGROUP GROUP group consumer COUNT count [BLOCK block_ms] STREAMS stream start``: the
-    reply for :func:`parse_read_reply`.
+    """``XREADGROUP GROUP group consumer COUNT count [BLOCK block_ms] [CLAIM claim_ms] STREAMS
+    stream start``: the reply for :func:`parse_read_reply` (:func:`parse_claim_reply` with
+    ``claim_ms``).
 
     On a plain ``redis.asyncio.Redis`` the reply is taken as the parser gave it (nested lists,
     or a map on RESP3): redis-py applies its reply callbacks by the command's name given as
@@ -1113,14 +1118,25 @@ async def read_group(
     consume loop's time. Other clients (Redis Cluster, wrappers) go through ``xreadgroup``.
     """
     if type(client) is not aioredis.Redis:
+        if claim_ms is not None:
+            return await client.xreadgroup(
+                group,
+                consumer,
+                {stream: start},
+                count=count,
+                block=block_ms,
+                claim_min_idle_time=claim_ms,
+            )
         return await client.xreadgroup(
             group, consumer, {stream: start}, count=count, block=block_ms
         )
     args: list[Any] = [_XREADGROUP, b"GROUP", group, consumer, b"COUNT", count]
     if block_ms is not None:
         args += [b"BLOCK", block_ms]
+    if claim_ms is not None:
+        args += [b"CLAIM", claim_ms]
     args += [b"STREAMS", stream, start]
-    return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+    return await client.execute_command(*args)  # type: ignore[no-untyped-call,unused-ignore]
 
 
 _XREADGROUP = b"XREADGROUP"
@@ -1129,13 +1145,8 @@ _XREADGROUP = b"XREADGROUP"
 _new_entry = tuple.__new__
 
 
-def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
-    """Entries of ``stream`` from an XREAD/XREADGROUP reply, RESP2 or RESP3 shape, as redis-py parsed it.
-
-    A null reply (nothing new) gives an empty list.
-    """
-    if not reply:
-        return []
+def _stream_items(reply: Any, stream: bytes) -> Any:
+    # The entries of ``stream`` in an XREAD/XREADGROUP reply, RESP2 or RESP3 shape.
     if isinstance(reply, dict):  # RESP3: {stream: [entries]}
         items: Any = reply.get(stream)
         if items is None:
@@ -1147,8 +1158,19 @@ def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
             and (not items[0] or not isinstance(items[0][0], bytes))
         ):
             items = items[0]
-    else:  # RESP2: [[stream, [entries]], ...]
-        items = next((e for name, e in reply if name == stream), [])
+        return items
+    # RESP2: [[stream, [entries]], ...]
+    return next((e for name, e in reply if name == stream), [])
+
+
+def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
+    """Entries of ``stream`` from an XREAD/XREADGROUP reply, RESP2 or RESP3 shape, as redis-py parsed it.
+
+    A null reply (nothing new) gives an empty list.
+    """
+    if not reply:
+        return []
+    items = _stream_items(reply, stream)
     # This runs for every entry read: each Entry made by tuple.__new__ (the named tuple's own
     # __new__ is a Python function), the fields kept as the parser's list. A deleted entry comes
     # back with a nil body, which the parser or redis-py turns into None or {}; a live entry
@@ -1160,6 +1182,42 @@ def parse_read_reply(reply: Any, stream: bytes) -> list[Entry]:
             fields = flat_fields(fields)
         append(_new_entry(Entry, (entry_id, fields or None)))
     return out
+
+
+class GroupRead(NamedTuple):
+    """What one XREADGROUP returned for a stream: a history read has no ``counts`` (XPENDING
+    gives them), a plain ``>`` read 1 for each entry, a ``CLAIM`` read what its reply says."""
+
+    entries: list[Entry]
+    counts: dict[bytes, int]
+    """Each entry's delivery counter including this read (what XPENDING says after it)."""
+    claimed: int
+    """How many of ``entries`` were claimed from the group's idle pending entries (they come
+    first); the rest were new."""
+
+
+def parse_claim_reply(reply: Any, stream: bytes) -> GroupRead:
+    """A ``CLAIM`` read's reply: entries as ``[id, fields, idle-ms, deliveries]``, where a new
+    entry has ``0, 0`` and a claimed one the deliveries before this read
+    (https://redis.io/docs/latest/commands/xreadgroup/). An entry without the two numbers (a
+    server that ignored CLAIM) counts as new."""
+    if not reply:
+        return GroupRead([], {}, 0)
+    entries: list[Entry] = []
+    counts: dict[bytes, int] = {}
+    claimed = 0
+    for item in _stream_items(reply, stream):
+        entry_id = as_bytes(item[0])
+        fields = item[1]
+        if fields and type(fields) is not list:
+            fields = flat_fields(fields)
+        before = int(item[3]) if len(item) > 3 else 0
+        idle = int(item[2]) if len(item) > 3 else 0
+        if before or idle:
+            claimed += 1
+        entries.append(_new_entry(Entry, (entry_id, fields or None)))
+        counts[entry_id] = before + 1
+    return GroupRead(entries, counts, claimed)
 
 
 def _lua_source(name: str) -> str:

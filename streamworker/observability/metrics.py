@@ -229,6 +229,12 @@ class Metrics:
             [*SUBSCRIPTION_LABELS, "source"],
             registry=r,
         )
+        self.retained_deleted = Counter(
+            "streamworker_retention_deleted",
+            "Entries deleted from the stream by retention='acked' once no group needed them.",
+            SUBSCRIPTION_LABELS,
+            registry=r,
+        )
         self.dedup_hits = Counter(
             "streamworker_dedup_hits",
             "Duplicates caught by the idempotency strategy.",

@@ -40,13 +40,9 @@ from streamworker.core.outcomes import (
     retry_delay_ms,
 )
 from streamworker.core.timing import fresh_batch_window_ms
-from streamworker.errors import (
-    ConnectionLost,
-    DatabaseUnavailable,
-    PermanentFailure,
-    SchemaError,
-)
+from streamworker.errors import ConnectionLost, DatabaseUnavailable, PermanentFailure, SchemaError
 from streamworker.idempotency.base import Batch, RunBlocking, Strategy
+from streamworker.io.keys import spark_cursors_key
 from streamworker.io.redisio import Entry, LuaScript, NextRead, connection_errors
 from streamworker.observability.metrics import OUTCOMES, Metrics
 from streamworker.runtime.backoff import Backoff
@@ -59,6 +55,7 @@ from streamworker.runtime.release import uncount_deliveries
 from streamworker.runtime.threads import HandlerThreads
 
 _DEAD_LETTER = LuaScript("dead_letter")
+_RETAIN_ACKED = LuaScript("retain_acked")
 
 
 class BatchProcessor:
@@ -328,6 +325,10 @@ class BatchProcessor:
         for entry_id, count, reason, trace in dead:
             holdings.settled(entry_id)
             await self._dead_letter(entry_id, count, reason, trace)
+        if self.spec.retention == "acked":
+            # Every id of the batch: the script deletes only what no group needs (those left
+            # pending for a retry stay), after the acks and dead letters above.
+            await self._retain_acked([e[0] for e in entries])
 
     async def _rate_limited(self, limited: list[tuple[bytes, Outcome]]) -> None:
         """Messages left pending for a rate limit (their retries are scheduled): tell every
@@ -408,6 +409,23 @@ class BatchProcessor:
         await self._signal.sleep(delay)
         if self._turned is not None:
             self._turned()
+
+    async def _retain_acked(self, ids: list[bytes]) -> None:
+        """``retention="acked"``: delete the batch's entries that no consumer group and no Spark
+        cursor needs any more (``lua/retain_acked.lua``). A failure is logged and left: the
+        entries are acked, and stay in the stream until trimmed."""
+        if not ids:
+            return
+        try:
+            deleted = await _RETAIN_ACKED(
+                self._client,
+                [self.spec.stream, spark_cursors_key(self.spec.stream)],
+                ids,
+            )
+        except (ConnectionLost, rex.ResponseError) as exc:
+            self._log.warning("retention_failed", entries=len(ids), error=str(exc))
+            return
+        self._metrics.retained_deleted.labels(**self._labels).inc(int(deleted))
 
     async def ack_deleted(self, ids: list[bytes]) -> None:
         """Ack entries deleted or trimmed from the stream while pending: nothing is left to

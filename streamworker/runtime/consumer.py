@@ -33,9 +33,11 @@ from streamworker.errors import ConnectionLost, StreamworkerError
 from streamworker.idempotency.base import Strategy
 from streamworker.io.redisio import (
     Entry,
+    GroupRead,
     NextRead,
     connection_errors,
     drop_idle_connections,
+    parse_claim_reply,
     parse_read_reply,
     read_group,
 )
@@ -50,6 +52,8 @@ from streamworker.runtime.ratelimit import RateGate
 from streamworker.runtime.reads import delivery_counts
 from streamworker.runtime.release import release_unstarted
 from streamworker.runtime.threads import HandlerThreads
+
+_NOTHING = GroupRead([], {}, 0)
 
 
 class Consumer:
@@ -74,8 +78,14 @@ class Consumer:
         backoff: Backoff,
         read_client: aioredis.Redis | None = None,
         worker_budget: InFlight | None = None,
+        claim_in_reads: bool = False,
     ) -> None:
         self.spec = spec
+        # The server has XREADGROUP … CLAIM (io.capabilities): every '>' read also claims the
+        # group's entries idle past claim_idle_ms (dead or stuck consumers'), in the same call.
+        # Not for ordered=True, whose loop takes others' entries only with the partition lock.
+        self.claim_in_reads = claim_in_reads and not spec.ordered
+        self._claim_ms = spec.claim_idle_ms if self.claim_in_reads else None
         # max_in_flight (the worker's and the handler's): reads ask for the room left and wait
         # when there is none (runtime.inflight).
         self.budget = InFlight(spec.max_in_flight, spec.max_in_flight_bytes)
@@ -121,10 +131,10 @@ class Consumer:
         # one batch before its start.
         self._next_permits = 0
         """Permits granted for the next read, not yet used."""
-        self._read_sent = time.monotonic()
-        """When the last read by :meth:`_read` was sent (monotonic)."""
         self._ahead_permits = 0
         """Permits of the read sent with the last ack (its COUNT)."""
+        self._read_sent = time.monotonic()
+        """When the last read by :meth:`_read` was sent (monotonic)."""
         self._next_read = NextRead(
             client,
             spec.group,
@@ -136,6 +146,7 @@ class Consumer:
             wanted=lambda: (
                 not self.signal.stopping() and not self._gate.bounded and self._ahead_ready()
             ),
+            claim_ms=self._claim_ms,
         )
         self._group_ready = False
         self.group_lost = False
@@ -190,7 +201,7 @@ class Consumer:
         if self._next_read.holding():
             # Sent behind the last batch's ack before the stop came: none of it started.
             with contextlib.suppress(Exception):
-                ids += [e.id for e in parse_read_reply(self._next_read.take(), self._stream)]
+                ids += [e.id for e in self._parse_new(self._next_read.take()).entries]
         # Never one in flight: a batch abandoned at the deadline may still be running.
         ids = [i for i in ids if i not in self.holdings.in_flight]
         if not ids:
@@ -300,7 +311,7 @@ class Consumer:
             while not self.stopping():
                 state.turned()
                 if cursor is not None:
-                    entries = await self._read(cursor, block_ms=None)
+                    entries = (await self._read(cursor, block_ms=None)).entries
                     sent = self._read_sent  # the lease clock starts when the read is sent
                     if not entries:
                         cursor = None
@@ -309,43 +320,51 @@ class Consumer:
                         continue
                     cursor = entries[-1].id
                 else:
-                    # What is there now first: while the stream has a backlog, a plain read spares
-                    # the blocking read's race against stop() (two tasks and a wait per batch). The
-                    # previous batch's last call may have sent it already (Batch.next_read).
+                    # What is there now first: while the stream has a backlog, a plain read
+                    # spares the blocking read's race against stop() (two tasks and a wait per
+                    # batch). The previous batch's last call may have sent it already
+                    # (Batch.next_read).
                     if ahead.holding():
                         sent = ahead.sent_at
                         async with connection_errors():
-                            entries = parse_read_reply(ahead.take(), self._stream)
+                            got = self._parse_new(ahead.take())
                         permits, self._ahead_permits = self._ahead_permits, 0
                         if self.rate.limited:
                             self._next_permits += self.rate.granted(ahead.take_also())
                             # Its COUNT was the permits granted: what it did not bring goes back.
-                            await self.rate.give_back(permits - len(entries))
+                            await self.rate.give_back(permits - len(got.entries))
                         else:
                             # Read without asking the gate (it went out with the last ack): look
                             # for the group's pause now (at most once a second); if paused, the
                             # invoker starts none of them and they wait for the pause, uncounted.
-                            await self.rate.take(len(entries) or 1)
+                            await self.rate.take(len(got.entries) or 1)
                     else:
-                        entries = await self._read(b">", block_ms=None)
+                        got = await self._read(b">", block_ms=None)
                         sent = self._read_sent
-                    if not entries:
-                        entries = await self._read(b">", block_ms=self.spec.block_ms)
+                    if not got.entries:
+                        got = await self._read(b">", block_ms=self.spec.block_ms)
                         sent = self._read_sent
                         state.turned()
-                        if not entries:
+                        if not got.entries:
                             continue
-                    # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too).
+                    entries = got.entries
+                    # A '>' read is a first delivery (a rewound entry's counter restarts at 1
+                    # too); with CLAIM the entries it claimed come first, with their counters.
                     self._backoff.reset()
-                    # The next read rides down with the batch, for its last call to send. Under an
-                    # in-flight bound it is not offered: its COUNT is fixed (batch_size) and it would
-                    # go out before this batch's entries are released, past the reservation; the loop
-                    # reads again, sized by the room left, once the batch has settled.
+                    if got.claimed:
+                        self.batches.count_claimed(got.claimed, "others")
+                        self._log.info("entries_reclaimed", count=got.claimed, by="claim")
+                    # The next read rides down with the batch, for its last call to send. Under
+                    # an in-flight bound it is not offered: its COUNT is fixed (batch_size) and
+                    # it would go out before this batch's entries are released, past the
+                    # reservation; the loop reads again, sized by the room left, once the batch
+                    # has settled.
                     try:
                         await process(
                             entries,
-                            dict.fromkeys((e.id for e in entries), 1),
-                            fresh_at=sent,
+                            got.counts,
+                            # Claimed entries are handled as the reclaimer's are (not fresh).
+                            fresh_at=None if got.claimed else sent,
                             sent_at=sent,
                             next_read=None if self._gate.bounded else ahead,
                         )
@@ -363,6 +382,13 @@ class Consumer:
         finally:
             # Permits held for a read that will not be sent go back.
             await self._drop_permits()
+
+    def _parse_new(self, reply: object) -> GroupRead:
+        """A '>' read's reply: its entries and their delivery counters."""
+        if self._claim_ms is not None:
+            return parse_claim_reply(reply, self._stream)
+        entries = parse_read_reply(reply, self._stream)
+        return GroupRead(entries, dict.fromkeys((e.id for e in entries), 1), 0)
 
     async def _reserve(self, want: int) -> int:
         """The next read's COUNT, reserved in the in-flight budgets before the read is sent (so
@@ -392,7 +418,7 @@ class Consumer:
         if self._gate.bounded and entries:
             self._gate.give_back(len(entries), sum(entry_bytes(e.fields) for e in entries))
 
-    async def _read(self, start: bytes, block_ms: int | None) -> list[Entry]:
+    async def _read(self, start: bytes, block_ms: int | None) -> GroupRead:
         """One read of at most the reserved room; its entries stay counted as in flight until
         :meth:`_release` (the caller's, after the batch)."""
         # A blocking read waits on an idle stream: under a bound or a rate limit it asks for one
@@ -401,32 +427,33 @@ class Consumer:
         want = 1 if block_ms is not None and self._paced else self.spec.batch_size
         count = await self._reserve(want)
         if count == 0:
-            return []
+            return _NOTHING
         # The permits come after the room: a read waiting for room holds no permits that age.
         permits = await self._permits(count)
         if permits < count and self._gate.bounded:
             self._gate.give_back(count - permits, 0)
         count = permits
         if count == 0:
-            return []
-        entries: list[Entry] = []
+            return _NOTHING
+        got = _NOTHING
         # After any wait for room or permits: the lease clock starts when the read is sent.
         self._read_sent = time.monotonic()
         try:
             if self.rate.limited and start == b">" and block_ms is None:
-                entries = await self._read_asking(count)
+                got = await self._read_asking(count)
             else:
-                entries = await self._read_count(start, block_ms, count)
+                got = await self._read_count(start, block_ms, count)
         finally:
+            entries = got.entries
             if self._gate.bounded:
                 # The reservation becomes what the read brought: unused room goes back.
                 self._gate.give_back(count - len(entries), 0)
                 self._gate.arrived(len(entries), sum(entry_bytes(e.fields) for e in entries))
-        if len(entries) < count:
+        if len(got.entries) < count:
             # Permits the read did not use go back to the group (none are kept for later: a
             # permit is for a start now).
-            await self.rate.give_back(count - len(entries))
-        return entries
+            await self.rate.give_back(count - len(got.entries))
+        return got
 
     def _ahead_ready(self) -> bool:
         """Whether the next read may go out with the batch's ack: always without a rate limit;
@@ -461,16 +488,17 @@ class Consumer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.rate.give_back(got), 2.0)
 
-    async def _read_asking(self, count: int) -> list[Entry]:
+    async def _read_asking(self, count: int) -> GroupRead:
         """A non-blocking ``>`` read of ``count`` under a rate limit that asks, in the same
-        write, for the permits of the next read (kept in ``_next_permits``). One client of a
-        Redis Cluster (the limit's key may be in another slot) sends them one after the other."""
+        write, for the permits of the next read (kept in ``_next_permits``). A Redis Cluster
+        client (the limit's key may be in another slot) and a read with CLAIM send them one
+        after the other."""
         client = self._client
-        if type(client) is not aioredis.Redis:
-            entries = await self._read_count(b">", None, count)
-            got, _ = await self.rate.take(self.spec.batch_size) if entries else (0, 0.0)
-            self._next_permits += got
-            return entries
+        if type(client) is not aioredis.Redis or self._claim_ms is not None:
+            got = await self._read_count(b">", None, count)
+            if got.entries:
+                self._next_permits += (await self.rate.take(self.spec.batch_size))[0]
+            return got
         pipe = client.pipeline(transaction=False)
         pipe.execute_command(
             b"XREADGROUP", b"GROUP", self.spec.group, self.name, b"COUNT", count,
@@ -482,9 +510,11 @@ class Consumer:
         self._next_permits += self.rate.granted(permits)
         if isinstance(read, BaseException):
             raise read
-        return parse_read_reply(read, self._stream)
+        return self._parse_new(read)
 
-    async def _read_count(self, start: bytes, block_ms: int | None, count: int) -> list[Entry]:
+    async def _read_count(self, start: bytes, block_ms: int | None, count: int) -> GroupRead:
+        new = start == b">"
+        parse = self._parse_new if new else self._parse_history
         call = read_group(
             self._client if block_ms is None else self.read_client,
             self.spec.group,
@@ -493,10 +523,11 @@ class Consumer:
             start,
             count=count,
             block_ms=block_ms,
+            claim_ms=self._claim_ms if new else None,
         )
         async with connection_errors():
             if block_ms is None:
-                return parse_read_reply(await call, self._stream)
+                return parse(await call)
             # A blocking read must give way to stop(): race it against the stop event. Entries a
             # cancelled read had already taken stay in this consumer's PEL: the backlog read of
             # the next start returns them, so nothing is lost.
@@ -507,8 +538,11 @@ class Consumer:
             finally:
                 stopped.cancel()
             if read in done:
-                return parse_read_reply(read.result(), self._stream)
+                return parse(read.result())
             read.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await read
-            return []
+            return _NOTHING
+
+    def _parse_history(self, reply: object) -> GroupRead:
+        return GroupRead(parse_read_reply(reply, self._stream), {}, 0)

@@ -56,6 +56,7 @@ from streamworker.runtime.batch_processor import BatchProcessor
 from streamworker.runtime.holdings import Holdings
 from streamworker.runtime.loop import LoopState, StopSignal
 from streamworker.runtime.reads import delivery_counts, entry_from_reply
+from streamworker.runtime.tasks import end_task
 
 _ACQUIRE = LuaScript("acquire_lease")
 _RELEASE = LuaScript("release_lease")
@@ -179,9 +180,7 @@ class OrderedLoop:
         try:
             await self._consume()
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await renewer
+            await end_task(renewer)
             if self._signal.stopping():
                 with contextlib.suppress(Exception):
                     await self.lock.release()

@@ -15,7 +15,11 @@ Four jobs, leases on a timer of their own, the others on a shared one:
 * **Reclaim.** XAUTOCLAIM, with a cursor loop until ``0-0``, takes entries idle longer than
   ``claim_idle_ms`` from any consumer of the group (dead or stuck workers); entries deleted while
   pending come back in XAUTOCLAIM's third list and are counted. Servers without XAUTOCLAIM
-  (before Redis 6.2) get the XPENDING + XCLAIM equivalent.
+  (before Redis 6.2) get the XPENDING + XCLAIM equivalent. On a server with ``XREADGROUP …
+  CLAIM`` (Redis 8.4+, :mod:`streamworker.io.capabilities`) the consume loop's reads claim idle
+  entries themselves, in the same call, and this pass becomes PEL hygiene, run every
+  :func:`~streamworker.core.timing.pel_hygiene_interval_ms`: CLAIM leaves entries deleted from
+  the stream pending, XAUTOCLAIM clears them.
 * **Dead consumers.** Consumers idle longer than ``consumer_gc_idle_ms`` with nothing pending are
   deleted, atomically with that check (XGROUP DELCONSUMER would drop a PEL unacknowledged).
 """
@@ -23,7 +27,6 @@ Four jobs, leases on a timer of their own, the others on a shared one:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -33,11 +36,13 @@ import redis.asyncio as aioredis
 import redis.exceptions as rex
 import structlog
 
+from streamworker.core.timing import pel_hygiene_interval_ms
 from streamworker.errors import ConnectionLost
 from streamworker.io.redisio import Entry, LuaScript, as_bytes, connection_errors
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.reads import entry_from_reply
+from streamworker.runtime.tasks import end_task
 
 _RENEW = LuaScript("renew_leases")
 _CLAIM_OWN = LuaScript("claim_own")
@@ -169,8 +174,17 @@ class Reclaimer:
         backoff: Backoff,
         *,
         use_xautoclaim: bool | None = None,
+        claim_in_reads: bool = False,
     ) -> None:
         self.spec = consumer.spec
+        # With XREADGROUP … CLAIM in the consume loop's reads, the XAUTOCLAIM pass is PEL
+        # hygiene (deleted entries, which CLAIM leaves pending) and runs less often.
+        self.claim_in_reads = claim_in_reads
+        self._claim_every_s = (
+            pel_hygiene_interval_ms(consumer.spec.claim_idle_ms)
+            if claim_in_reads
+            else consumer.spec.claim_interval_ms
+        ) / 1000
         self.name = consumer.name
         self._holdings = consumer.holdings
         self._batches = consumer.batches
@@ -200,9 +214,7 @@ class Reclaimer:
             # must hold until it has finished (lease_loop returns then).
             await leases
         finally:
-            leases.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await leases
+            await end_task(leases)
 
     async def lease_loop(self) -> None:
         """Renew the leases of held entries every ``lease_interval_ms``, until the consumer has
@@ -241,6 +253,10 @@ class Reclaimer:
         await asyncio.wait({backlog, stop}, return_when=asyncio.FIRST_COMPLETED)
         backlog.cancel()
         stop.cancel()
+        if self.claim_in_reads:
+            # The consume loop's CLAIM reads take idle entries; the first hygiene pass leaves
+            # them two intervals to do so (entries idle at start-up are theirs).
+            self._next_claim = time.monotonic() + 2 * self._claim_every_s
         while not signal.stopping():
             try:
                 # Cleared before the round: a retry scheduled from now on wakes the wait below.
@@ -296,7 +312,7 @@ class Reclaimer:
             return
         await self.retry_due()
         if now >= self._next_claim:
-            self._next_claim = now + self.spec.claim_interval_ms / 1000
+            self._next_claim = now + self._claim_every_s
             await self.reclaim()
         if now >= self._next_gc:
             self._next_gc = now + min(_GC_INTERVAL_S, self.spec.consumer_gc_idle_ms / 1000)

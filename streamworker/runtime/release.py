@@ -23,14 +23,11 @@ an entry whose handler ran, or may still run (an abandoned batch), is never rele
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import cast
 
 import redis.asyncio as aioredis
-import redis.asyncio.cluster as aiocluster
-import redis.exceptions as rex
 
-from streamworker.errors import ConnectionLost
-from streamworker.io.redisio import LuaScript, connection_errors, is_cluster_client
+from streamworker.io.capabilities import ServerPaths, probe_server
+from streamworker.io.redisio import LuaScript
 
 _RELEASE = LuaScript("release_unstarted")
 
@@ -45,34 +42,17 @@ of the group's other consumers (a consumer with a longer one takes released entr
 
 
 async def release_path(client: aioredis.Redis) -> str:
-    """:data:`XNACK` when the server knows the XNACK command, else :data:`XCLAIM`.
-
-    Asks ``COMMAND INFO XNACK`` (a server without the command answers nil). A server that refuses
-    COMMAND (renamed or ACL-denied), or that cannot be asked now (down, or the reply lost: the
-    worker starts anyway and its loops ride the outage), gets the emulation, which needs only 7.0
-    commands and works on every server."""
-    try:
-        async with connection_errors():
-            # One word: redis-py's parser for COMMAND fails on the nil of an unknown name; the
-            # raw reply is [nil] or [info].
-            if is_cluster_client(client):
-                # A keyless command: ask every node, since any of them may own a stopping
-                # consumer's stream; XNACK only when all of them have it.
-                cluster = cast(aiocluster.RedisCluster, client)
-                per_node = [
-                    await cluster.execute_command("COMMAND INFO", "XNACK", target_nodes=node)
-                    for node in cluster.get_nodes()
-                ]
-            else:
-                per_node = [await client.execute_command("COMMAND INFO", "XNACK")]  # type: ignore[no-untyped-call]
-    except (rex.ResponseError, ConnectionLost):
-        return XCLAIM
-    return XNACK if per_node and all(_knows_xnack(reply) for reply in per_node) else XCLAIM
+    """:data:`XNACK` when the server knows the XNACK command, else :data:`XCLAIM`, by
+    :func:`~streamworker.io.capabilities.probe_server` (``COMMAND INFO``, never the version
+    string). A server that refuses COMMAND (renamed or ACL-denied), or that cannot be asked now
+    (down, or the reply lost: the worker starts anyway and its loops ride the outage), gets the
+    emulation, which needs only 7.0 commands and works on every server."""
+    return path_for(await probe_server(client))
 
 
-def _knows_xnack(reply: object) -> bool:
-    """``COMMAND INFO XNACK``'s raw reply names the command ([info], not [nil])."""
-    return isinstance(reply, list | tuple) and any(item for item in reply)
+def path_for(paths: ServerPaths) -> str:
+    """The release path of a server offering ``paths``."""
+    return XNACK if paths.xnack else XCLAIM
 
 
 async def release_unstarted(

@@ -31,6 +31,7 @@ from streamworker.errors import ConfigError, ConnectionLost, ConsumerNameTaken, 
 from streamworker.extras import require_extra
 from streamworker.idempotency import registry
 from streamworker.idempotency.base import Backing, BuildContext, Strategy
+from streamworker.io.capabilities import ServerPaths, probe_server
 from streamworker.io.redisio import (
     PrimaryWatch,
     discover_primary,
@@ -51,7 +52,8 @@ from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.inflight import InFlight
 from streamworker.runtime.names import ConsumerNames
 from streamworker.runtime.reclaimer import Reclaimer
-from streamworker.runtime.release import release_path
+from streamworker.runtime.release import path_for
+from streamworker.runtime.tasks import end_task
 from streamworker.runtime.threads import HandlerThreads
 
 if TYPE_CHECKING:
@@ -318,12 +320,30 @@ class Worker:
                     "consumer_name_unguarded", reason="the server has no Lua scripting"
                 )
             await resolver.start([s.plan for s in specs])
+            # Checked once per server, by its command table: the paths the loops take.
+            paths = await probe_server(client) if scripting else ServerPaths()
+            released_by = path_for(paths) if scripting else None
+            self._log.info(
+                "server_paths",
+                **paths.fields(),
+                release=released_by or "none",
+                reclaim="claim+xautoclaim" if paths.claim else "xautoclaim",
+            )
+            self._log.info("release_path_chosen", path=released_by or "none")
+            keeping = [s.name for s in specs if s.retention == "acked"]
+            if keeping and not paths.ackdel:
+                raise ConfigError(
+                    f"retention='acked' (handlers {', '.join(keeping)}) needs XDELEX (Redis 8.2+, "
+                    f"Valkey 9.2+), and this server has none (COMMAND INFO XACKDEL is empty): "
+                    f"use retention='keep' with trimming, or upgrade the server"
+                )
             # One budget for the whole worker, shared by its handlers' reads.
             budget = InFlight(self.options.max_in_flight, self.options.max_in_flight_bytes)
             self.consumers = [
                 Consumer(
                     spec,
                     worker_budget=budget,
+                    claim_in_reads=paths.claim and scripting,
                     client=client,
                     name=self.options.consumer,
                     strategy=self._strategy(spec, client, threads),
@@ -349,6 +369,7 @@ class Worker:
                                 self.options.reconnect_backoff_initial_s,
                                 self.options.reconnect_backoff_max_s,
                             ),
+                            claim_in_reads=c.claim_in_reads,
                         )
                         for c in self.consumers
                     ]
@@ -357,9 +378,6 @@ class Worker:
                     self._log.warning(
                         "reclaimer_disabled", reason="the server has no Lua scripting"
                     )
-            # Checked once per server: how a graceful stop hands back what it did not start.
-            released_by = await release_path(client) if scripting else None
-            self._log.info("release_path_chosen", path=released_by or "none")
             if self._stopping.is_set():
                 self.stop()
             self._log.info(
@@ -390,9 +408,8 @@ class Worker:
                     await self._release_unstarted(released_by)
             finally:
                 for task in background:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+                    if not await end_task(task):
+                        self._log.warning("background_task_did_not_stop", task=task.get_name())
             abandoned = threads.busy
         finally:
             threads.shutdown()
@@ -554,9 +571,8 @@ class Worker:
         finally:
             stopping.cancel()
             beat.cancel()
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await renewer
+            if not await end_task(renewer):
+                self._log.warning("background_task_did_not_stop", task="consumer-name renewal")
             self._running = False
 
 

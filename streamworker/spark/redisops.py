@@ -18,7 +18,7 @@ import redis
 import redis.exceptions as rex
 
 from streamworker.errors import StreamworkerError
-from streamworker.io.keys import hash_tag, partition_stream
+from streamworker.io.keys import hash_tag, partition_stream, spark_cursors_key
 from streamworker.io.redisio import LuaScript, as_text, is_cluster_client, open_sync_redis
 from streamworker.io.replicawait import NO_WAIT, ReplicaWait, Stopwatch, WaitObserver
 from streamworker.producing.partitions import MAX_PARTITIONS
@@ -143,7 +143,7 @@ def _tagged(stream: str) -> str:
 
 def cursor_key(stream: str) -> str:
     """The hash of published Spark cursors of ``stream`` (field: cursor name, value: last id)."""
-    return f"{_tagged(stream)}:spark:cursors"
+    return spark_cursors_key(stream)
 
 
 def sink_marker_key(target: str) -> str:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from streamworker import Message
+from tests.support.journal import append_record
 
 STREAM = "{chaos}:orders"
 GROUP = "workers"
@@ -54,12 +55,9 @@ class Order(BaseModel):
 
 
 def record(msg: Message[Order]) -> None:
-    """Log this call. O_APPEND without fsync: the line survives a SIGKILL of this process."""
+    """Log this call. Without fsync: the page cache keeps it across a SIGKILL of this process,
+    and a record cut by one mid-write is told apart (tests.support.journal)."""
     body = msg.body
     assert body is not None
-    line = f"{msg.id} {body.n} {body.kind} {msg.delivery_count} {msg.consumer}\n"
-    fd = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    line = f"{msg.id} {body.n} {body.kind} {msg.delivery_count} {msg.consumer}"
+    append_record(_LOG, line, fsync=False)

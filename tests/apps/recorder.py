@@ -15,6 +15,7 @@ import asyncio
 import os
 
 from streamworker import App, Message
+from tests.support.journal import append_record
 
 app = App("recorder")
 
@@ -23,13 +24,8 @@ _SLEEP = float(os.environ.get("SW_TEST_SLEEP_S", "0"))
 
 
 def _record(line: str) -> None:
-    # O_APPEND + fsync: the line survives a SIGKILL right after this returns.
-    fd = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    # Whole even when this process is SIGKILLed mid-write (tests.support.journal).
+    append_record(_LOG, line)
 
 
 @app.handler(

@@ -4,6 +4,10 @@ Configured by environment variables (this is user code, so reading the environme
 
 SW_TEST_LOG          file: one line "start <id> <n> <delivery_count> <consumer>" per handler call
 SW_TEST_SLEEP_S      seconds each handler takes (default 0)
+SW_TEST_HOLD         file: the first handler call waits (its batch's transaction open) until this
+                     file exists, at most 120 s
+SW_TEST_LOG_BATCHES  "1": also log "batch <consumer> <id>…" when the strategy is handed a batch
+                     (before it claims the batch's rows)
 SW_TEST_BATCH        batch size (default 5)
 SW_TEST_MAX_DELIVERIES  max_deliveries (default 5)
 SW_TEST_BATCH_HANDLER   "1": the handler is a batch handler (batch=True) inserting the batch's
@@ -36,6 +40,8 @@ from tests.support.sql import Charge
 app = App("sql-charges")
 
 _SLEEP = float(os.environ.get("SW_TEST_SLEEP_S", "0"))
+_HOLD = os.environ.get("SW_TEST_HOLD")
+_held = [False]
 _plan = CrashPlan("sql_charges.log", ("before_commit", "after_commit"))
 _record, _die, _at = _plan.record, _plan.die, _plan.at
 
@@ -43,6 +49,7 @@ _record, _die, _at = _plan.record, _plan.die, _plan.at
 _commit = sql.SqlStrategy._commit
 _commit_in_thread = sql.SqlStrategy._commit_in_thread
 _xack = sql.SqlStrategy._xack
+_process = sql.SqlStrategy.process
 
 
 async def _commit_or_die(self: sql.SqlStrategy, tx: Any) -> BaseException | None:
@@ -64,6 +71,23 @@ async def _xack_or_die(self: sql.SqlStrategy, ids: Any, next_read: NextRead | No
     await _xack(self, ids, next_read)
 
 
+async def _process_logged(self: sql.SqlStrategy, work: Any) -> Any:
+    if os.environ.get("SW_TEST_LOG_BATCHES") == "1":
+        _record(" ".join(["batch", self.consumer, *(m.id for m in work.messages)]))
+    return await _process(self, work)
+
+
+def _hold() -> None:
+    """The first call waits for the test's go (a file), so its batch stays open meanwhile."""
+    if _HOLD is None or _held[0]:
+        return
+    _held[0] = True
+    deadline = time.monotonic() + 120
+    while not os.path.exists(_HOLD) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+sql.SqlStrategy.process = _process_logged  # type: ignore[method-assign]
 sql.SqlStrategy._commit = _commit_or_die  # type: ignore[method-assign]
 sql.SqlStrategy._commit_in_thread = _commit_in_thread_or_die  # type: ignore[method-assign]
 sql.SqlStrategy._xack = _xack_or_die  # type: ignore[method-assign]
@@ -84,6 +108,7 @@ def charge(msg: Message, session: Session) -> None:
     if _plan.point == "handler" and n == str(_plan.nth):
         _die("handler")
     session.add(Charge(message_id=msg.id, order_id=n, amount_cents=100))
+    _hold()
     if _SLEEP:
         time.sleep(_SLEEP)
 

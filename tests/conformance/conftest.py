@@ -1,6 +1,11 @@
 """The backends every conformance test runs on: a real redis-server, a real 3-master Redis Cluster
 (``redis+cluster://``), the embedded engine in process, and the engine's RESP server
-(``streamworker engine serve``) over TCP."""
+(``streamworker engine serve``) over TCP.
+
+A module that sets ``REDIS8_PATHS = True`` also runs on ``engine-8.10``: the engine in process
+answering as Redis 8.10, where the worker takes the post-7.0 paths (``XREADGROUP … CLAIM``,
+``XNACK``; see streamworker/io/capabilities.py) with the same expectations as on redis-server
+7.0, which takes the fallbacks."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ def _backends() -> list[Any]:
     ]
     if importlib.util.find_spec("streamworker.engine.inproc") is not None:
         backends.append("engine")
+        backends.append(pytest.param("engine-8.10", marks=pytest.mark.redis8_paths))
     if importlib.util.find_spec("streamworker.engine.server") is not None:
         backends.append(pytest.param("engine-server", marks=pytest.mark.engine_server))
     return backends
@@ -57,7 +63,26 @@ def backend_url(request: pytest.FixtureRequest, redis_server: RedisServer) -> st
         with server.client() as client:
             client.flushall()
         return server.url
+    if request.param == "engine-8.10":
+        return f"engine://memory/conformance-{next(_engine_ids)}?redis_version=8.10"
     return f"engine://memory/conformance-{next(_engine_ids)}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # engine-8.10 only for the modules that opt in (REDIS8_PATHS = True).
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        backend = callspec.params.get("backend_url") if callspec is not None else None
+        module = getattr(item, "module", None)
+        if backend == "engine-8.10" and not getattr(module, "REDIS8_PATHS", False):
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 @pytest.fixture

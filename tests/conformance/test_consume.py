@@ -13,6 +13,9 @@ from pydantic import BaseModel
 from streamworker import App, DeadLetter, Message
 from tests.support.worker import eventually, running_worker
 
+# Also on the engine in 8.10 mode (tests/conformance/conftest.py): the post-7.0 paths.
+REDIS8_PATHS = True
+
 
 def pending_ids(client: redis.Redis, stream: str, group: str) -> list[bytes]:
     return [row["message_id"] for row in client.xpending_range(stream, group, "-", "+", 1000)]

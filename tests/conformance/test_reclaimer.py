@@ -12,6 +12,9 @@ from pydantic import BaseModel
 from streamworker import App, Message, Retry
 from tests.support.worker import eventually, running_worker
 
+# Also on the engine in 8.10 mode (tests/conformance/conftest.py): the post-7.0 paths.
+REDIS8_PATHS = True
+
 
 def _pending(client: redis.Redis, stream: str = "orders", group: str = "billing") -> list[bytes]:
     return [r["message_id"] for r in client.xpending_range(stream, group, "-", "+", 1000)]
@@ -208,3 +211,34 @@ async def test_a_retry_scheduled_while_the_reclaimer_sleeps_wakes_it(
         await eventually(lambda: len(deliveries) == 2 and not _pending(sync_client), timeout_s=10)
     # Delivered again at once, not at the reclaimer's next 5 s round.
     assert deliveries[1] - deliveries[0] < 2.0
+
+
+async def test_a_dead_consumers_entries_are_taken_over_with_the_delivery_counts_they_had(
+    backend_url: str, sync_client: redis.Redis
+) -> None:
+    """Taken over by XAUTOCLAIM (Redis 7.0) or by the consume loop's XREADGROUP … CLAIM (the
+    engine in 8.10 mode): the same delivery counts reach the handler and the same entry is
+    dead-lettered once over max_deliveries (rule 4 of DESIGN.md), on both paths."""
+    fresh = sync_client.xadd("orders", {"n": "fresh"})
+    sync_client.xgroup_create("orders", "billing", id="0")
+    sync_client.xreadgroup("billing", "dead-pod", {"orders": ">"}, count=1)
+    worn = sync_client.xadd("orders", {"n": "worn"})
+    sync_client.xreadgroup("billing", "dead-pod", {"orders": ">"}, count=1)
+    for _ in range(2):  # two more deliveries of 'worn' to the pod that died: 3 in all
+        sync_client.xclaim("orders", "billing", "dead-pod", 0, [worn])
+    seen: dict[str, int] = {}
+    app = App("t")
+
+    @app.handler("orders", group="billing", claim_idle_ms=200, block_ms=100, max_deliveries=3)
+    async def handle(msg: Message) -> None:
+        seen[msg.id] = msg.delivery_count
+
+    async with running_worker(app, backend_url, consumer="rescuer"):
+        await eventually(
+            lambda: not _pending(sync_client) and sync_client.xlen("{orders}:dlq") == 1,
+            timeout_s=15,
+        )
+    assert seen == {fresh.decode(): 2}
+    ((_, fields),) = sync_client.xrange("{orders}:dlq")
+    assert fields[b"dlq_id"] == worn
+    assert fields[b"dlq_deliveries"] == b"4"

@@ -10,6 +10,9 @@ import redis
 from streamworker import App, Message
 from tests.support.worker import eventually, running_worker
 
+# Also on the engine in 8.10 mode (tests/conformance/conftest.py): the post-7.0 paths.
+REDIS8_PATHS = True
+
 
 async def test_a_stream_deleted_under_a_blocked_read_stops_the_handler(
     backend_url: str, sync_client: redis.Redis

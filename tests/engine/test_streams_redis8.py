@@ -1016,3 +1016,145 @@ def test_a_fatal_count_stays_at_llong_max_through_later_deliveries(aof8: AppendO
         assert dump_state(after.engine) == before
     finally:
         after.close()
+
+
+# --- MAXCOUNT and MAXSIZE on XREAD / XREADGROUP (8.10) ---------------------------------------
+
+XREAD_PAGE = "https://redis.io/docs/latest/commands/xread/"
+
+
+def _two_streams(run: Run) -> None:
+    for i in range(1, 6):
+        run("XADD", "s", f"{i}-0", "f", "v" * i)
+    run("XADD", "t", "1-0", "f", "x")
+    run("XGROUP", "CREATE", "s", "g", "0")
+    run("XGROUP", "CREATE", "t", "g", "0")
+
+
+def test_xread_maxcount_caps_the_entries_of_all_streams_together(run: Run) -> None:
+    """https://redis.io/docs/latest/commands/xread/ (MAXCOUNT, added in 8.10): "the maximum
+    number of entries to return in total across all streams", where COUNT is per stream."""
+    _two_streams(run)
+    assert run("XREAD", "COUNT", 2, "MAXCOUNT", 3, "STREAMS", "s", "t", "0", "0") == [
+        [b"s", [[b"1-0", [b"f", b"v"]], [b"2-0", [b"f", b"vv"]]]],
+        [b"t", [[b"1-0", [b"f", b"x"]]]],
+    ]
+    # Exhausted by the first stream: the second is left out of the reply.
+    assert run("XREAD", "MAXCOUNT", 2, "STREAMS", "s", "t", "0", "0") == [
+        [b"s", [[b"1-0", [b"f", b"v"]], [b"2-0", [b"f", b"vv"]]]]
+    ]
+
+
+def test_maxsize_stops_before_the_entry_that_would_pass_it_but_returns_one_entry_at_least(
+    run: Run,
+) -> None:
+    """XREAD page (MAXSIZE, 8.10): a cap on the reply's cumulative size; redis-py's xread
+    documents it as a soft cap that still returns a single entry larger than it. The engine
+    counts each entry's RESP2 bytes and never leaves a gap."""
+    _two_streams(run)
+    one = len(encode([b"1-0", [b"f", b"v"]], 2))
+    two = len(encode([b"2-0", [b"f", b"vv"]], 2))
+    assert run("XREAD", "MAXSIZE", one + two, "STREAMS", "s", "0") == [
+        [b"s", [[b"1-0", [b"f", b"v"]], [b"2-0", [b"f", b"vv"]]]]
+    ]
+    assert run("XREAD", "MAXSIZE", one + two - 1, "STREAMS", "s", "0") == [
+        [b"s", [[b"1-0", [b"f", b"v"]]]]
+    ]
+    assert run("XREAD", "MAXSIZE", 1, "STREAMS", "s", "0") == [[b"s", [[b"1-0", [b"f", b"v"]]]]]
+
+
+def test_xreadgroup_maxcount_delivers_only_what_it_returns(run: Run) -> None:
+    """XREADGROUP page (MAXCOUNT, 8.10): the cap applies before delivery, so entries left out
+    stay new for the group (last-delivered-id stops at the last one returned)."""
+    _two_streams(run)
+    reply = run("XREADGROUP", "GROUP", "g", "a", "MAXCOUNT", 2, "STREAMS", "s", "t", ">", ">")
+    assert reply == [[b"s", [[b"1-0", [b"f", b"v"]], [b"2-0", [b"f", b"vv"]]]]]
+    assert [row[0] for row in pending(run)] == [b"1-0", b"2-0"]
+    assert pending(run, "t") == []
+    reply = run("XREADGROUP", "GROUP", "g", "b", "STREAMS", "s", "t", ">", ">")
+    assert [e[0] for e in reply[0][1]] == [b"3-0", b"4-0", b"5-0"]
+    assert [e[0] for e in reply[1][1]] == [b"1-0"]
+
+
+def test_xreadgroup_maxsize_cuts_a_history_read_too(run: Run) -> None:
+    """XREADGROUP page: the limits cap the whole reply, the consumer's pending history
+    included; entries left out keep their delivery count."""
+    _two_streams(run)
+    read_all(run, "a", 5)
+    first = len(encode([b"1-0", [b"f", b"v"]], 2))
+    reply = run("XREADGROUP", "GROUP", "g", "a", "MAXSIZE", first, "STREAMS", "s", "0")
+    assert reply == [[b"s", [[b"1-0", [b"f", b"v"]]]]]
+    assert [row[3] for row in pending(run)] == [2, 1, 1, 1, 1]
+
+
+def test_maxcount_with_claim_counts_claimed_and_new_entries(run: Run, clock: FakeClock) -> None:
+    """XREADGROUP page: CLAIM's idle entries come first, and MAXCOUNT caps them and the new
+    ones together; an idle entry left out stays with its owner."""
+    _two_streams(run)
+    read_all(run, "dead", 3)
+    clock.now += 5000
+    reply = run(
+        "XREADGROUP", "GROUP", "g", "live", "MAXCOUNT", 2, "CLAIM", 1000, "STREAMS", "s", ">"
+    )
+    assert [e[0] for e in reply[0][1]] == [b"1-0", b"2-0"]
+    assert [row[1] for row in pending(run)] == [b"live", b"live", b"dead"]
+
+
+def test_blocked_xreadgroup_with_maxcount_is_served_within_it(run: Run, r8: Engine) -> None:
+    """XREADGROUP page: a blocked read is served by the next XADD, under the same limits."""
+    _two_streams(run)
+    read_all(run, "a", 5)
+    blocked = run("XREADGROUP", "GROUP", "g", "b", "MAXCOUNT", 1, "BLOCK", 0, "STREAMS", "s", ">")
+    assert isinstance(blocked, Blocked)
+    other = Run(r8)
+    other("XADD", "s", "6-0", "f", "a")
+    assert r8.wait(blocked) == [[b"s", [[b"6-0", [b"f", b"a"]]]]]
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (("MAXCOUNT", "0"), "ERR MAXCOUNT must be a positive integer"),
+        (("MAXCOUNT", "x"), "ERR MAXCOUNT must be a positive integer"),
+        (("MAXSIZE", "-1"), "ERR MAXSIZE must be a positive integer"),
+        (("COUNT", "5", "MAXCOUNT", "2"), "ERR MAXCOUNT must be greater than or equal to COUNT"),
+    ],
+)
+def test_bad_read_limits_are_refused_before_anything_is_read(
+    run: Run, args: tuple[str, ...], text: str
+) -> None:
+    """XREAD / XREADGROUP pages: MAXCOUNT and MAXSIZE are positive integers; redis-py's
+    client (which follows the server) also refuses a MAXCOUNT below COUNT. Nothing is
+    delivered by a refused read."""
+    _two_streams(run)
+    for cmd in (("XREAD", *args), ("XREADGROUP", "GROUP", "g", "a", *args)):
+        with pytest.raises(CommandError) as err:
+            run(*cmd, "STREAMS", "s", "0" if cmd[0] == "XREAD" else ">")
+        assert str(err.value) == text
+    assert pending(run) == []
+
+
+def test_an_8_8_engine_refuses_the_read_limits_as_a_syntax_error() -> None:
+    """MAXCOUNT / MAXSIZE came in 8.10 (the XREAD page's history): an 8.8 engine, like 7.0,
+    answers ``syntax error``."""
+    run = Run(Engine(redis_version="8.8"))
+    run("XADD", "s", "1-0", "f", "v")
+    with pytest.raises(CommandError, match="syntax error"):
+        run("XREAD", "MAXCOUNT", 1, "STREAMS", "s", "0")
+
+
+def test_command_docs_of_an_8x_engine_lists_the_options_of_its_version() -> None:
+    """COMMAND DOCS's ``arguments`` (https://redis.io/docs/latest/commands/command-docs/):
+    what a client asks to find CLAIM, IDMP or MAXCOUNT; each only from its version on."""
+
+    def tokens(version: str, name: str) -> set[bytes]:
+        reply = Run(Engine(redis_version=version))("COMMAND", "DOCS", name)
+        doc = dict(dict(reply.items)[name.lower().encode()].items)
+        return {dict(arg.items)[b"token"] for arg in doc.get(b"arguments", [])}
+
+    assert {b"CLAIM", b"MAXCOUNT", b"MAXSIZE"} <= tokens("8.10", "XREADGROUP")
+    assert b"CLAIM" in tokens("8.4", "XREADGROUP")
+    assert b"MAXCOUNT" not in tokens("8.8", "XREADGROUP")
+    assert b"IDMP" in tokens("8.6", "XADD")
+    assert b"IDMP" not in tokens("8.4", "XADD")
+    assert tokens("7.0", "XREADGROUP") == set()

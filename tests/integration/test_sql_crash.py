@@ -168,20 +168,26 @@ def test_prune_between_a_crash_after_commit_and_the_redelivery_keeps_the_rows_it
 def test_xclaim_race_between_two_live_consumers_applies_each_message_once(
     db_url: str, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    """pod-0 is slow with batch 1 when its entries are claimed to pod-1, which starts and
+    """pod-0 is in the middle of batch 1 when its entries are claimed to pod-1, which starts and
     processes them concurrently; the processed row serialises the two."""
     create_business_tables(db_url)
     ids = add_orders(redis_client, 10)
-    log0, log1 = tmp_path / "pod0.log", tmp_path / "pod1.log"
-    # pod-0 holds batch 1 for about 4 s: long enough for pod-1 to start (over a second on a busy
-    # machine) while pod-0's transaction is still open, short of SQLite's 5 s busy timeout.
-    pod0 = start_charges_worker(redis_url, db_url, log0, "pod-0", SW_TEST_SLEEP_S="0.8")
+    log0, log1, go = tmp_path / "pod0.log", tmp_path / "pod1.log", tmp_path / "go"
+    # pod-0 keeps batch 1's transaction open until pod-1 has been handed the same entries (its
+    # strategy got the batch; it then waits for pod-0's rows), however long pod-1 takes to start.
+    pod0 = start_charges_worker(redis_url, db_url, log0, "pod-0", SW_TEST_HOLD=str(go))
     pod1 = None
     try:
         wait_for(lambda: read_lines(log0), 20, "pod-0 handling batch 1")
         claimed = redis_client.xclaim("orders", "billing", "pod-1", 0, ids[:5], justid=True)
         assert len(claimed) == 5
-        pod1 = start_charges_worker(redis_url, db_url, log1, "pod-1", SW_TEST_SLEEP_S="0.4")
+        pod1 = start_charges_worker(redis_url, db_url, log1, "pod-1", SW_TEST_LOG_BATCHES="1")
+        wait_for(
+            lambda: any(r[0] == "batch" and r[2:] == ids[:5] for r in read_lines(log1)),
+            60,
+            "pod-1 handed batch 1",
+        )
+        go.touch()
         wait_for(lambda: len(charges_per_message(db_url)) == 10, 60, "every order charged")
         wait_for(lambda: not pending_ids(redis_client, "orders", "billing"), 30, "empty PEL")
     finally:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import redis
 
+from tests.support.journal import read_records
 from tests.support.proc import ROOT
 
 if TYPE_CHECKING:
@@ -252,7 +253,7 @@ class Workers:
         for i in range(self.count):
             path = self.handled_path(i)
             if path.exists():
-                rows += [line.split() for line in path.read_text().splitlines() if line.strip()]
+                rows += read_records(path)
         return rows
 
     def events(self) -> Counter[str]:

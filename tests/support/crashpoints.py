@@ -11,6 +11,8 @@ import os
 import signal
 from collections.abc import Iterable
 
+from tests.support.journal import append_record
+
 
 class CrashPlan:
     """One app's log and kill point."""
@@ -22,13 +24,8 @@ class CrashPlan:
         self.calls = dict.fromkeys(points, 0)
 
     def record(self, line: str) -> None:
-        """Append a line; O_APPEND + fsync, so it survives a SIGKILL right after."""
-        fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, (line + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        """Append a record that survives a SIGKILL right after, or during (support.journal)."""
+        append_record(self.log, line)
 
     def die(self, where: str) -> None:
         """Record where, then SIGKILL this process."""

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.journal import read_records
 from tests.support.waiting import wait_until as wait_for
 
 __all__ = [
@@ -63,9 +64,24 @@ def run_cli(
 
 
 def read_lines(path: Path) -> list[list[str]]:
-    if not path.exists():
-        return []
-    return [line.split() for line in path.read_text().splitlines() if line.strip()]
+    """The whole records a test app appended to ``path`` (:mod:`tests.support.journal`)."""
+    return read_records(path)
+
+
+def run_app(
+    app: str, url: str, consumer: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``streamworker run APP --redis-url URL --consumer CONSUMER`` (a test app of tests/apps),
+    with a short reconnect backoff and ``env`` on top."""
+    return streamworker(
+        "run",
+        app,
+        "--redis-url",
+        url,
+        "--consumer",
+        consumer,
+        env={"STREAMWORKER_RECONNECT_BACKOFF_MAX_S": "0.5", **(env or {})},
+    )
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> str:

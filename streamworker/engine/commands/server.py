@@ -16,6 +16,7 @@ from streamworker.engine.commands import CommandSpec, command
 from streamworker.engine.commands._args import to_str
 from streamworker.engine.commands.acl import categories_of
 from streamworker.engine.commands.rdb import save_now
+from streamworker.engine.commands.streams_r8 import docs_arguments
 from streamworker.engine.config import parse_percentiles
 from streamworker.engine.core import uses_wall_clock
 from streamworker.engine.errors import CommandError
@@ -687,12 +688,16 @@ def command_docs(ctx: Ctx, args: list[bytes]) -> Reply:
         if spec is None:
             continue
         doc = (spec.func.__doc__ or "").strip().splitlines() if spec.func else []
-        items.append(
-            (
-                spec.name.encode(),
-                Map([(b"summary", (doc[0] if doc else spec.name).encode()), (b"since", b"1.0.0")]),
-            )
-        )
+        fields: list[tuple[Reply, Reply]] = [
+            (b"summary", (doc[0] if doc else spec.name).encode()),
+            (b"since", b"1.0.0"),
+        ]
+        if ctx.engine.version.is_redis8:
+            # An 8.x engine lists the options of the stream commands it extends.
+            arguments = docs_arguments(spec.name, ctx.engine.version)
+            if arguments is not None:
+                fields.append((b"arguments", list(arguments)))
+        items.append((spec.name.encode(), Map(fields)))
     return Map(items)
 
 

@@ -14,6 +14,8 @@ path carries no version test. What each 8.x version adds (see :mod:`..versions`)
 * 8.8: ``XNACK key group SILENT|FAIL|FATAL IDS n id ... [RETRYCOUNT c] [FORCE]``
   (https://redis.io/docs/latest/commands/xnack/), and XPENDING's idle of -1 for the entries
   it released.
+* 8.10: ``MAXCOUNT`` and ``MAXSIZE`` on ``XREAD`` and ``XREADGROUP``
+  (https://redis.io/docs/latest/commands/xread/, .../xreadgroup/).
 
 Built from those pages (no Redis 8 server can run here); where a page leaves a choice open the
 choice is stated where it is made and in docs/engine-redis8.md. What gets logged follows the
@@ -31,24 +33,27 @@ from streamworker.engine import msgs
 from streamworker.engine.commands import CommandFunc, CommandSpec
 from streamworker.engine.commands import streams as s7
 from streamworker.engine.commands._args import to_int
+from streamworker.engine.context import Blocked
 from streamworker.engine.errors import CommandError
 from streamworker.engine.ids import MAX_ID, format_id, parse_ll
 from streamworker.engine.keyspecs_data import KEY_SPECS
 from streamworker.engine.model.idmp import IdmpState, content_iid
 from streamworker.engine.model.stream import ConsumerGroup, PendingEntry, Stream
 from streamworker.engine.notify import NOTIFY_STREAM
+from streamworker.engine.protocol import encode
 from streamworker.engine.replies import NULL_ARRAY, OK, Map
 from streamworker.engine.versions import (
     ACKDEL_SINCE,
     CLAIM_SINCE,
     IDMP_SINCE,
+    READ_LIMITS_SINCE,
     XNACK_SINCE,
     RedisVersion,
 )
 
 if TYPE_CHECKING:
     from streamworker.engine.commands.streams import AddTrimArgs
-    from streamworker.engine.context import Blocked, Ctx
+    from streamworker.engine.context import Ctx
     from streamworker.engine.replies import Reply
 
 __all__ = ["exact_trim_args_with_refs", "install", "referenced", "trim_with_refs"]
@@ -365,11 +370,14 @@ def xackdel(ctx: Ctx, args: list[bytes]) -> Reply:
 # --- XREADGROUP ... CLAIM (8.4) -----------------------------------------------------------
 
 
-def _claim_option(args: list[bytes]) -> tuple[bytes | None, list[bytes]]:
-    # The CLAIM value (the last one given) and the arguments without CLAIM, found the way the
-    # option parser walks them (a group or consumer named "claim" is not the option). Unknown
-    # words stop the walk: the 7.0 parser then reports them.
-    value: bytes | None = None
+def _take_options(
+    args: list[bytes], wanted: tuple[bytes, ...]
+) -> tuple[dict[bytes, bytes], list[bytes]]:
+    # The values of the ``wanted`` options (the last one given of each, by lowercased name)
+    # and the arguments without them, found the way the read parsers walk their options (a
+    # group or consumer named "claim" is not the option). Unknown words stop the walk: the
+    # 7.0 parser then reports them.
+    found: dict[bytes, bytes] = {}
     rest: list[bytes] = []
     n = len(args)
     i = 0
@@ -378,23 +386,32 @@ def _claim_option(args: list[bytes]) -> tuple[bytes | None, list[bytes]]:
         word = args[i].lower()
         if word == b"streams":
             break
-        if word == b"group" and more >= 2:
-            step = 3
-        elif word in (b"count", b"block") and more:
-            step = 2
-        elif word == b"claim" and more:
-            value = args[i + 1]
+        if word in wanted and more:
+            found[word] = args[i + 1]
             i += 2
             continue
+        if word == b"group" and more >= 2:
+            step = 3
+        elif word in _VALUED_OPTIONS and more:
+            step = 2
         elif word == b"noack":
             step = 1
         else:
             break
         rest += args[i : i + step]
         i += step
-    if value is None:
-        return None, args
-    return value, rest + args[i:]
+    if not found:
+        return found, args
+    return found, rest + args[i:]
+
+
+_VALUED_OPTIONS: Final = (b"count", b"block", b"claim", b"maxcount", b"maxsize")
+
+
+def _claim_option(args: list[bytes]) -> tuple[bytes | None, list[bytes]]:
+    # The CLAIM value (the last one given) and the arguments without CLAIM.
+    found, rest = _take_options(args, (b"claim",))
+    return found.get(b"claim"), rest
 
 
 @_r8(CLAIM_SINCE, "xreadgroup", -7, ("write", "blocking", "movablekeys"), first_key=0)
@@ -426,6 +443,14 @@ class _ReadArgs:
         self.consumer = b""
         self.keys: list[bytes] = []
         self.idargs: list[bytes] = []
+
+    def copy_with_count(self, count: int) -> _ReadArgs:
+        """The same read with another COUNT (a blocked read's default)."""
+        out = _ReadArgs()
+        for name in self.__slots__:
+            setattr(out, name, getattr(self, name))
+        out.count = count
+        return out
 
 
 def _parse_read(ctx: Ctx, args: list[bytes]) -> _ReadArgs:
@@ -484,19 +509,28 @@ def _serve_claim_stream(
     r: _ReadArgs,
     minidle: int,
     budget: int,
+    limits: ReadLimits | None = None,
 ) -> list[Any]:
     # One '>' stream of a CLAIM read: idle pending entries, then new ones, within ``budget``
-    # (0 = no limit). Logs what it did when the engine logs writes.
+    # (0 = no limit) and ``limits`` (MAXCOUNT / MAXSIZE). Logs what it did when the engine
+    # logs writes.
     now = ctx.engine.clock()
     logged = ctx.propagating
     created = r.consumer not in g.consumers
     last_before = g.last_id
-    claimed, claimed_sids = _claim_idle_for(ctx, key, s, g, r, minidle, budget, now)
+    claimed, claimed_sids = _claim_idle_for(ctx, key, s, g, r, minidle, budget, now, limits)
     out = claimed
     delivered: list[int] = []
     left = budget - len(claimed) if budget else 0
     if not budget or left > 0:
         last = s.last_live_id() if s.length else None
+        if last is not None and last > g.last_id and limits is not None:
+            # Only as many new entries as the limits let in (a read-only look first: a '>'
+            # read delivers what it returns).
+            look = s.range_reply(g.last_id + 1, MAX_ID, left)
+            left = limits.take([[e[0], e[1], 0, 0] for e in look])
+            if not left:
+                last = None
         if last is not None and last > g.last_id:
             consumer = s7.group_consumer(ctx, key, g, r.consumer, now)
             fresh = s7.read_group_new(ctx, s, g, consumer, left, r.noack, delivered)
@@ -522,6 +556,7 @@ def _claim_idle_for(
     minidle: int,
     budget: int,
     now: int,
+    limits: ReadLimits | None = None,
 ) -> tuple[list[Any], list[int]]:
     # The group's pending entries idle >= minidle, longest idle first (an entry XNACK
     # released has delivery time 0, so it comes first), claimed for the consumer: each
@@ -542,10 +577,12 @@ def _claim_idle_for(
         fv = s.get(sid)
         if fv is None:
             continue
-        if consumer is None:
-            consumer = s7.group_consumer(ctx, key, g, r.consumer, now)
         pe: PendingEntry = g.pel[sid]
         before = pe.delivery_count
+        if limits is not None and not limits.fits([format_id(sid), fv, max(now - when, 0), before]):
+            break
+        if consumer is None:
+            consumer = s7.group_consumer(ctx, key, g, r.consumer, now)
         g.transfer(sid, pe, consumer)
         pe.delivery_time = now
         # FATAL set the count to LLONG_MAX: it stays there.
@@ -555,8 +592,17 @@ def _claim_idle_for(
     return out, sids
 
 
-def _xreadgroup_claim(ctx: Ctx, args: list[bytes], minidle: int) -> Reply | Blocked:
+def _xreadgroup_claim(
+    ctx: Ctx,
+    args: list[bytes],
+    minidle: int | None,
+    limits: tuple[int, int] | None = None,
+) -> Reply | Blocked:
+    # XREADGROUP with CLAIM (``minidle``), MAXCOUNT / MAXSIZE (``limits``), or both.
     r = _parse_read(ctx, args)
+    if limits is not None and limits[0] and r.count > limits[0]:
+        raise CommandError(msgs.READ_MAXCOUNT_BELOW_COUNT)
+    left = ReadLimits(*limits) if limits is not None else None
     db = ctx.db
     streams: list[tuple[bytes, Stream | None, ConsumerGroup, int]] = []
     for key, idarg in zip(r.keys, r.idargs, strict=True):
@@ -575,19 +621,18 @@ def _xreadgroup_claim(ctx: Ctx, args: list[bytes], minidle: int) -> Reply | Bloc
         if gt != MAX_ID:
             # CLAIM is ignored for a history read: the consumer's own pending entries, read
             # and logged as 7.0 reads and logs them.
-            logged = ctx.propagating
-            created = logged and r.consumer not in g.consumers
-            last_before = g.last_id
-            delivered: list[int] | None = [] if logged else None
-            consumer = s7.group_consumer(ctx, key, g, r.consumer, ctx.engine.clock())
-            entries = s7.read_group_history(ctx, s, consumer, gt + 1, r.count, delivered)
-            if delivered is not None:
-                s7.log_group_read(ctx, key, g, r.consumer, created, delivered, last_before)
-            served.append((key, entries))
+            entries = _read_history(ctx, key, s, g, r, gt, left)
+            if entries is not None:
+                served.append((key, entries))
+            continue
+        if minidle is None:
+            entries = _read_new(ctx, key, s, g, r, left)
+            if entries:
+                served.append((key, entries))
             continue
         if r.count and budget <= 0:
             continue
-        entries = _serve_claim_stream(ctx, key, s, g, r, minidle, budget if r.count else 0)
+        entries = _serve_claim_stream(ctx, key, s, g, r, minidle, budget if r.count else 0, left)
         if entries:
             served.append((key, entries))
             budget -= len(entries)
@@ -600,22 +645,94 @@ def _xreadgroup_claim(ctx: Ctx, args: list[bytes], minidle: int) -> Reply | Bloc
     waits: dict[bytes, int] = {}
     for key, _, _, gt in streams:
         waits.setdefault(key, gt)
-    waiter = _ClaimWaiter(waits, r, minidle)
+    waiter = _ClaimWaiter(waits, r, minidle, limits)
     return ctx.block(list(waits), r.timeout, on_ready=waiter, on_timeout_reply=NULL_ARRAY)
 
 
+def _read_history(
+    ctx: Ctx,
+    key: bytes,
+    s: Stream,
+    g: ConsumerGroup,
+    r: _ReadArgs,
+    gt: int,
+    limits: ReadLimits | None,
+) -> list[Any] | None:
+    # A history read as 7.0 reads and logs it, cut to the limits; None when the limits left
+    # no room for any of the entries it has (the stream is then left out of the reply).
+    count = r.count
+    if limits is not None:
+        known = g.consumers.get(r.consumer)
+        look: list[Any] = []
+        if known is not None:
+            for sid in known.pel.irange(gt + 1):
+                if count and len(look) >= count:
+                    break
+                fv = s.get(sid)
+                look.append([format_id(sid), NULL_ARRAY if fv is None else fv])
+        fit = limits.take(look)
+        if look and not fit:
+            return None
+        count = fit or count
+    logged = ctx.propagating
+    created = logged and r.consumer not in g.consumers
+    last_before = g.last_id
+    delivered: list[int] | None = [] if logged else None
+    consumer = s7.group_consumer(ctx, key, g, r.consumer, ctx.engine.clock())
+    entries = s7.read_group_history(ctx, s, consumer, gt + 1, count, delivered)
+    if delivered is not None:
+        s7.log_group_read(ctx, key, g, r.consumer, created, delivered, last_before)
+    return entries
+
+
+def _read_new(
+    ctx: Ctx,
+    key: bytes,
+    s: Stream,
+    g: ConsumerGroup,
+    r: _ReadArgs,
+    limits: ReadLimits | None,
+) -> list[Any]:
+    # A '>' read as 7.0 reads and logs it (COUNT per stream), cut to the limits.
+    last = s.last_live_id() if s.length else None
+    if last is None or last <= g.last_id:
+        return []
+    count = r.count
+    if limits is not None:
+        count = limits.take(s.range_reply(g.last_id + 1, MAX_ID, count))
+        if not count:
+            return []
+    logged = ctx.propagating
+    created = logged and r.consumer not in g.consumers
+    last_before = g.last_id
+    delivered: list[int] | None = [] if logged else None
+    consumer = s7.group_consumer(ctx, key, g, r.consumer, ctx.engine.clock())
+    entries = s7.read_group_new(ctx, s, g, consumer, count, r.noack, delivered)
+    if delivered is not None:
+        s7.log_group_read(ctx, key, g, r.consumer, created, delivered, last_before)
+    return entries
+
+
 class _ClaimWaiter(s7.Waiter):
-    """A blocked CLAIM read, served when new entries arrive (with the entries that became
-    idle enough meanwhile, claimed first). Known difference: Redis also wakes it when a
-    pending entry ages past min-idle-time; the engine waits for an XADD."""
+    """A blocked XREADGROUP with CLAIM or read limits, served when new entries arrive (with
+    the entries that became idle enough meanwhile, claimed first). Known difference: Redis
+    also wakes a CLAIM read when a pending entry ages past min-idle-time; the engine waits
+    for an XADD."""
 
-    __slots__ = ("minidle", "read")
+    __slots__ = ("limits", "minidle", "read")
 
-    def __init__(self, waits: dict[bytes, int], r: _ReadArgs, minidle: int) -> None:
+    def __init__(
+        self,
+        waits: dict[bytes, int],
+        r: _ReadArgs,
+        minidle: int | None,
+        limits: tuple[int, int] | None,
+    ) -> None:
         count = r.count or s7.XREAD_BLOCKED_DEFAULT_COUNT
         super().__init__(waits, r.group, r.consumer, r.noack, count)
         self.read = r
         self.minidle = minidle
+        self.limits = limits
 
     def _serve(self, ctx: Ctx, key: bytes) -> Reply | None:
         value = ctx.db.get(key)
@@ -626,11 +743,156 @@ class _ClaimWaiter(s7.Waiter):
             return CommandError(msgs.NOGROUP_BLOCKED_GROUP_DESTROYED)
         if value.last_id <= g.last_id:
             return None
-        entries = _serve_claim_stream(ctx, key, value, g, self.read, self.minidle, self.count)
+        left = ReadLimits(*self.limits) if self.limits is not None else None
+        if self.minidle is None:
+            r = self.read
+            if not r.count:
+                r = r.copy_with_count(self.count)
+            entries = _read_new(ctx, key, value, g, r, left)
+        else:
+            entries = _serve_claim_stream(
+                ctx, key, value, g, self.read, self.minidle, self.count, left
+            )
         ctx.changed(0)
         if not entries:
             return None
         return s7.streams_reply(ctx, [(key, entries)], False)
+
+
+# --- MAXCOUNT and MAXSIZE (8.10) ----------------------------------------------------------
+
+
+class ReadLimits:
+    """What is left of one read's ``MAXCOUNT`` (entries in the whole reply, over all its
+    streams) and ``MAXSIZE`` (bytes of the reply's entries as RESP2 writes them: ID, fields,
+    and for CLAIM the two integers, with their framing); 0 = no such limit.
+
+    Entries are offered in reply order. One that would pass a limit is refused, and so is
+    everything after it: the reply has no gaps. The first entry of a reply is always taken,
+    however large (the XREADGROUP page's "soft cap": a single entry larger than MAXSIZE is
+    still returned, else such an entry would stall its readers for good)."""
+
+    __slots__ = ("count", "full", "size", "taken")
+
+    def __init__(self, maxcount: int, maxsize: int) -> None:
+        self.count = maxcount
+        self.size = maxsize
+        self.taken = 0
+        self.full = False
+
+    def fits(self, entry: list[Any]) -> bool:
+        """Take ``entry`` (the next of the reply) if the limits let it in."""
+        if self.full or (self.count and self.taken >= self.count):
+            self.full = True
+            return False
+        if self.size:
+            need = len(encode(entry, 2))
+            if self.taken and need > self.size:
+                self.full = True
+                return False
+            self.size = max(self.size - need, 0) or -1  # -1: spent (0 means no limit)
+        self.taken += 1
+        return True
+
+    def take(self, entries: list[Any]) -> int:
+        """How many of ``entries`` (the next ones of the reply, in order) the limits let in."""
+        n = 0
+        for entry in entries:
+            if not self.fits(entry):
+                break
+            n += 1
+        return n
+
+
+def _read_limits(args: list[bytes]) -> tuple[tuple[int, int] | None, list[bytes]]:
+    # MAXCOUNT and MAXSIZE (0 = not given) and the arguments without them. Values: positive
+    # integers.
+    found, rest = _take_options(args, (b"maxcount", b"maxsize"))
+    if not found:
+        return None, args
+    limits = []
+    for word, text in ((b"maxcount", msgs.READ_MAXCOUNT), (b"maxsize", msgs.READ_MAXSIZE)):
+        value = parse_ll(found[word]) if word in found else 0
+        if value is None or (word in found and value < 1):
+            raise CommandError(text)
+        limits.append(value)
+    return (limits[0], limits[1]), rest
+
+
+@_r8(READ_LIMITS_SINCE, "xreadgroup", -7, ("write", "blocking", "movablekeys"), first_key=0)
+def xreadgroup_limited(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
+    """XREADGROUP ... [COUNT n] [MAXCOUNT m] [MAXSIZE bytes] [BLOCK ms] [CLAIM min-idle-time]
+    [NOACK] STREAMS ...: 8.4's XREADGROUP, its reply cut to at most ``m`` entries over all its
+    streams and to about ``bytes`` (:class:`ReadLimits`), before anything is delivered: an
+    entry left out stays where it was (new, or pending with its owner). MAXCOUNT below COUNT
+    is refused (https://redis.io/docs/latest/commands/xreadgroup/)."""
+    limits, rest = _read_limits(args)
+    if limits is None:
+        return xreadgroup(ctx, args)
+    value, rest = _claim_option(rest)
+    minidle = None
+    if value is not None:
+        minidle = to_int(value, msgs.XREADGROUP_CLAIM_MIN_IDLE)
+        if minidle < 0:
+            raise CommandError(msgs.XREADGROUP_CLAIM_MIN_IDLE)
+    return _xreadgroup_claim(ctx, rest, minidle, limits)
+
+
+@_r8(READ_LIMITS_SINCE, "xread", -4, ("readonly", "blocking", "movablekeys"), first_key=0)
+def xread_limited(ctx: Ctx, args: list[bytes]) -> Reply | Blocked:
+    """XREAD [COUNT n] [MAXCOUNT m] [MAXSIZE bytes] [BLOCK ms] STREAMS ...: 7.0's XREAD, its
+    reply (at once, or when a blocked read is served) cut to the limits
+    (https://redis.io/docs/latest/commands/xread/). XREAD changes nothing, so the cut can
+    come after the read."""
+    limits, rest = _read_limits(args)
+    if limits is None:
+        return s7.xread(ctx, args)
+    count = _last_count(rest)
+    if limits[0] and count is not None and count > limits[0]:
+        raise CommandError(msgs.READ_MAXCOUNT_BELOW_COUNT)
+    reply = s7.xread(ctx, rest)
+    if isinstance(reply, Blocked):
+        served = reply.on_ready
+
+        def cut_when_served(ctx: Ctx) -> Reply | None:
+            got = served(ctx)
+            return None if got is None else _cut_reply(got, limits)
+
+        reply.on_ready = cut_when_served
+        return reply
+    return _cut_reply(reply, limits)
+
+
+def _last_count(args: list[bytes]) -> int | None:
+    # XREAD's COUNT, as its parser will read it (the last one before STREAMS).
+    count = None
+    for i in range(len(args) - 1):
+        word = args[i].lower()
+        if word == b"streams":
+            break
+        if word == b"count":
+            count = parse_ll(args[i + 1])
+    return count
+
+
+def _cut_reply(reply: Reply, limits: tuple[int, int]) -> Reply:
+    # An XREAD reply (RESP2 list of [key, entries], or a RESP3 Map) cut to the limits.
+    left = ReadLimits(*limits)
+    if isinstance(reply, Map):
+        pairs = [(k, v) for k, v in reply.items]
+    elif isinstance(reply, list):
+        pairs = [(k, v) for k, v in reply]
+    else:
+        return reply
+    kept: list[tuple[Any, Any]] = []
+    for key, entries in pairs:
+        assert isinstance(entries, list)
+        n = left.take(entries)
+        if n:
+            kept.append((key, entries[:n]))
+    if isinstance(reply, Map):
+        return Map(kept, reply.plain)
+    return [[k, v] for k, v in kept]
 
 
 # --- XNACK and XPENDING (8.8) -------------------------------------------------------------
@@ -837,3 +1099,73 @@ def xinfo_stream(ctx: Ctx, args: list[bytes]) -> Reply:
         (b"iids-duplicates", st.iids_duplicates),
     ]
     return reply
+
+
+# --- COMMAND DOCS arguments ---------------------------------------------------------------
+
+# The option tokens of the stream commands that 8.x extends, with the version each came in, as
+# their redis.io pages list them: an 8.x engine's COMMAND DOCS gives them as ``arguments``, so
+# that a client can ask the server for an option (CLAIM, IDMP, MAXCOUNT) by its docs rather
+# than by the version string. (The 7.0 engine's COMMAND DOCS is unchanged: summary and since.)
+_ARGUMENTS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
+    "xadd": (
+        ("NOMKSTREAM", "6.2.0"),
+        ("KEEPREF", "8.2.0"),
+        ("DELREF", "8.2.0"),
+        ("ACKED", "8.2.0"),
+        ("IDMPAUTO", "8.6.0"),
+        ("IDMP", "8.6.0"),
+        ("MAXLEN", "5.0.0"),
+        ("MINID", "6.2.0"),
+        ("LIMIT", "6.2.0"),
+    ),
+    "xtrim": (
+        ("MAXLEN", "5.0.0"),
+        ("MINID", "6.2.0"),
+        ("LIMIT", "6.2.0"),
+        ("KEEPREF", "8.2.0"),
+        ("DELREF", "8.2.0"),
+        ("ACKED", "8.2.0"),
+    ),
+    "xread": (
+        ("COUNT", "5.0.0"),
+        ("MAXCOUNT", "8.10.0"),
+        ("MAXSIZE", "8.10.0"),
+        ("BLOCK", "5.0.0"),
+        ("STREAMS", "5.0.0"),
+    ),
+    "xreadgroup": (
+        ("GROUP", "5.0.0"),
+        ("COUNT", "5.0.0"),
+        ("MAXCOUNT", "8.10.0"),
+        ("MAXSIZE", "8.10.0"),
+        ("BLOCK", "5.0.0"),
+        ("CLAIM", "8.4.0"),
+        ("NOACK", "5.0.0"),
+        ("STREAMS", "5.0.0"),
+    ),
+}
+
+
+def docs_arguments(name: str, version: RedisVersion) -> list[Map] | None:
+    """COMMAND DOCS ``arguments`` of ``name`` for an 8.x engine answering as ``version``: the
+    option tokens it accepts (none newer than ``version``), or None for a command not listed."""
+    tokens = _ARGUMENTS.get(name)
+    if tokens is None:
+        return None
+    out: list[Map] = []
+    for token, since in tokens:
+        major, minor = (int(p) for p in since.split(".")[:2])
+        if not version.at_least((major, minor)):
+            continue
+        out.append(
+            Map(
+                [
+                    (b"name", token.lower().encode()),
+                    (b"type", b"pure-token"),
+                    (b"token", token.encode()),
+                    (b"since", since.encode()),
+                ]
+            )
+        )
+    return out
