@@ -27,10 +27,11 @@ consume loop has nothing to skip per message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import time
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -138,19 +139,18 @@ class _TimedClient:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
-    async def xack(self, *args: Any, **kwargs: Any) -> Any:
+    async def _timed(self, command: str, *args: Any, **kwargs: Any) -> Any:
         started = time.time_ns()
         try:
-            return await self._client.xack(*args, **kwargs)
+            return await getattr(self._client, command)(*args, **kwargs)
         finally:
-            self.calls.append(("xack", started, time.time_ns()))
+            self.calls.append((command, started, time.time_ns()))
+
+    async def xack(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._timed("xack", *args, **kwargs)
 
     async def evalsha(self, *args: Any, **kwargs: Any) -> Any:
-        started = time.time_ns()
-        try:
-            return await self._client.evalsha(*args, **kwargs)
-        finally:
-            self.calls.append(("evalsha", started, time.time_ns()))
+        return await self._timed("evalsha", *args, **kwargs)
 
 
 @dataclasses.dataclass
@@ -192,16 +192,29 @@ class Tracing:
         name = next((n for n, p in spec.plan.params if isinstance(p, MessageParam)), None)
         running = self.running
 
-        def enter(kwargs: Mapping[str, Any]) -> _Running | None:
+        def lookup(kwargs: Mapping[str, Any]) -> _Running | None:
             msg = kwargs.get(name) if name else None
-            state = running.get(id(msg)) if isinstance(msg, Message) else None
-            if state is not None:
-                state.started_ns = time.time_ns()
-            return state
+            return running.get(id(msg)) if isinstance(msg, Message) else None
 
-        def leave(state: _Running | None, exc: BaseException | None) -> None:
-            if state is None:
-                return
+        @contextlib.contextmanager
+        def current(state: _Running) -> Iterator[None]:
+            """The message's span current around its handler, and what the handler raised
+            recorded on it (the ``def`` and the ``async def`` wrappers' one body)."""
+            state.started_ns = time.time_ns()
+            with trace.use_span(
+                state.span,
+                end_on_exit=False,
+                record_exception=False,
+                set_status_on_exception=False,
+            ):
+                try:
+                    yield
+                except Exception as exc:
+                    leave(state, exc)
+                    raise
+            leave(state, None)
+
+        def leave(state: _Running, exc: BaseException | None) -> None:
             state.ended_ns = time.time_ns()
             if exc is None:
                 return
@@ -214,43 +227,21 @@ class Tracing:
         if inspect.iscoroutinefunction(func):
 
             async def traced_async(**kwargs: Any) -> Any:
-                state = enter(kwargs)
+                state = lookup(kwargs)
                 if state is None:
                     return await func(**kwargs)
-                with trace.use_span(
-                    state.span,
-                    end_on_exit=False,
-                    record_exception=False,
-                    set_status_on_exception=False,
-                ):
-                    try:
-                        result = await func(**kwargs)
-                    except Exception as exc:
-                        leave(state, exc)
-                        raise
-                leave(state, None)
-                return result
+                with current(state):
+                    return await func(**kwargs)
 
             wrapped: Callable[..., Any] = traced_async
         else:
 
             def traced(**kwargs: Any) -> Any:
-                state = enter(kwargs)
+                state = lookup(kwargs)
                 if state is None:
                     return func(**kwargs)
-                with trace.use_span(
-                    state.span,
-                    end_on_exit=False,
-                    record_exception=False,
-                    set_status_on_exception=False,
-                ):
-                    try:
-                        result = func(**kwargs)
-                    except Exception as exc:
-                        leave(state, exc)
-                        raise
-                leave(state, None)
-                return result
+                with current(state):
+                    return func(**kwargs)
 
             wrapped = traced
         return dataclasses.replace(spec, func=wrapped)

@@ -10,12 +10,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import redis
-
 from streamworker.cli.common import refuse_in_memory_engine
 from streamworker.cli.produce import add_wait_flags
-from streamworker.errors import ConfigError, StreamworkerError
-from streamworker.io.redisio import redact_url
+from streamworker.cli.spark_jobs import check_redis, start_spark
+from streamworker.errors import ConfigError
 from streamworker.io.replicawait import ReplicaWait
 from streamworker.ops.progress import Progress
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
@@ -35,30 +33,13 @@ def _cmd_archive(args: argparse.Namespace) -> int:
     wait = ReplicaWait(settings.wait_replicas, settings.wait_timeout_ms)
     url = settings.redis_url_or(DEFAULT_REDIS_URL)
     refuse_in_memory_engine(url, "streamworker archive")
+    check_redis(url)
+
     from streamworker.spark import redisops
-
-    # A bad URL or an unreachable server fails here, before a JVM starts.
-    client = redisops.connect(url)
-    try:
-        client.ping()
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise StreamworkerError(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
-    finally:
-        client.close()
-
-    from pyspark.sql import SparkSession
-
     from streamworker.spark.archiving import archive
 
     progress = Progress(f"archive {args.stream}", sys.stderr)
-    builder = SparkSession.builder.appName(f"streamworker-archive-{args.stream}")
-    if args.master:
-        builder = builder.master(args.master)
-    # The JVM takes seconds to tens of seconds to start: say so instead of counting zeros.
-    with progress.phase("starting Spark"):
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-
+    spark = start_spark(f"streamworker-archive-{args.stream}", args.master, progress)
     try:
         result = archive(
             spark,

@@ -13,8 +13,8 @@ from typing import Any
 import redis
 
 from streamworker.cli.common import refuse_in_memory_engine
-from streamworker.errors import ConfigError, StreamworkerError
-from streamworker.io.redisio import redact_url
+from streamworker.cli.spark_jobs import check_redis, start_spark
+from streamworker.errors import ConfigError
 from streamworker.ops.progress import Progress
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
@@ -61,29 +61,17 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
         raise ConfigError("--partitions must be >= 1")
     url = settings.redis_url_or(DEFAULT_REDIS_URL)
     refuse_in_memory_engine(url, "streamworker backfill")
-    from streamworker.spark import redisops
 
-    client = redisops.connect(url)
-    try:
-        client.ping()
+    def stream_exists(client: redis.Redis) -> None:
         if not client.exists(args.stream):
             raise ConfigError(f"stream {args.stream!r} does not exist")
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise StreamworkerError(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
-    finally:
-        client.close()
 
-    from pyspark.sql import SparkSession
+    check_redis(url, stream_exists)
 
     from streamworker.spark import FORMAT, register, run_handler
 
     progress = Progress(f"backfill {args.stream}", sys.stderr, unit="tasks")
-    builder = SparkSession.builder.appName(f"streamworker-backfill-{args.stream}")
-    if args.master:
-        builder = builder.master(args.master)
-    with progress.phase("starting Spark"):
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
+    spark = start_spark(f"streamworker-backfill-{args.stream}", args.master, progress)
     stop = threading.Event()
     watcher = threading.Thread(
         target=_watch_tasks, args=(spark, progress, stop), name="backfill-progress", daemon=True

@@ -15,7 +15,7 @@ import asyncio
 import itertools
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,7 @@ from streamworker.io.redisio import CONNECTION_ERRORS, LuaScript
 from streamworker.ops import dead_letters
 
 _REPLAY = LuaScript("replay_dead_letter")
+_SCAN_PAGE = 1000  # entries per XRANGE of the counting scans
 JOB_PAGE = 200
 MAX_JOBS = 50
 # A filtered page reads at most this many dead letters looking for matches.
@@ -173,24 +174,56 @@ async def filtered_page(
     return Page(items, None, size), scanned
 
 
+@dataclass
+class _Scan:
+    """Reads the entries of ``key`` from ``low`` to ``high`` (XRANGE bounds) in pages of
+    ``_SCAN_PAGE``, oldest first (newest first with ``newest_first``), until all are read or at
+    least ``limit`` have been. After the pages: ``read``, how many; ``complete``, whether that
+    was all of them."""
+
+    client: aioredis.Redis
+    key: str
+    low: str
+    high: str
+    limit: int
+    newest_first: bool = False
+    read: int = field(default=0, init=False)
+    complete: bool = field(default=False, init=False)
+
+    async def pages(self) -> AsyncIterator[Any]:
+        """Each page: a list of (entry id, fields) as redis-py returns them."""
+        low, high = self.low, self.high
+        while True:
+            if self.newest_first:
+                rows: Any = await self.client.xrevrange(self.key, high, low, count=_SCAN_PAGE)
+            else:
+                rows = await self.client.xrange(self.key, low, high, count=_SCAN_PAGE)
+            self.read += len(rows)
+            yield rows
+            if len(rows) < _SCAN_PAGE:
+                self.complete = True
+                return
+            if self.read >= self.limit:
+                return
+            # The next page starts after (before, newest first) the last entry read.
+            if self.newest_first:
+                high = "(" + text(rows[-1][0])
+            else:
+                low = "(" + text(rows[-1][0])
+
+
 async def count_matching(
     client: aioredis.Redis, dlq: str, flt: DeadLetterFilter, limit: int = MAX_COUNT_SCAN
 ) -> tuple[int, bool]:
     """How many dead letters match; and whether the count stopped at ``limit`` entries read."""
     low, high = flt.id_range()
-    cursor = low
-    matched = scanned = 0
-    while True:
-        rows: Any = await client.xrange(dlq, min=cursor, max=high, count=1000)
+    scan = _Scan(client, dlq, low, high, limit)
+    matched = 0
+    async for rows in scan.pages():
         for _, raw in rows:
             if flt.matches(_provenance(raw)[0]):
                 matched += 1
-        scanned += len(rows)
-        if len(rows) < 1000:
-            return matched, False
-        if scanned >= limit:
-            return matched, True
-        cursor = "(" + text(rows[-1][0])
+    return matched, not scan.complete
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,11 +250,9 @@ async def summarize(
     ``flt`` matches and tally the reasons of every dead letter read."""
     low, high = flt.id_range()
     reasons: dict[str, int] = {}
-    matched = looked = 0
-    cursor = "+"
-    complete = True
-    while True:
-        rows: Any = await client.xrevrange(dlq, max=cursor, min="-", count=1000)
+    matched = 0
+    scan = _Scan(client, dlq, "-", "+", limit, newest_first=True)
+    async for rows in scan.pages():
         for entry_id, raw in rows:
             prov, _ = _provenance(raw)
             if "dlq_stream" not in prov:
@@ -230,15 +261,8 @@ async def summarize(
             reasons[reason] = reasons.get(reason, 0) + 1
             if _in_range(text(entry_id), low, high) and flt.matches(prov):
                 matched += 1
-        looked += len(rows)
-        if len(rows) < 1000:
-            break
-        if looked >= limit:
-            complete = False
-            break
-        cursor = "(" + text(rows[-1][0])
     ranked = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
-    return DeadLetterSummary(matched, ranked, looked, complete)
+    return DeadLetterSummary(matched, ranked, scan.read, scan.complete)
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:
@@ -260,19 +284,13 @@ async def dead_lettered_again(client: aioredis.Redis, job: BulkJob) -> tuple[int
     exact (False once more than MAX_SUMMARY_SCAN dead letters were added since)."""
     if not job.replayed_ids:
         return 0, True
-    again = looked = 0
-    cursor = str(job.at_ms)
-    while True:
-        rows: Any = await client.xrange(job.dlq, min=cursor, max="+", count=1000)
+    again = 0
+    scan = _Scan(client, job.dlq, str(job.at_ms), "+", MAX_SUMMARY_SCAN)
+    async for rows in scan.pages():
         for _, raw in rows:
             if _provenance(raw)[0].get("dlq_id") in job.replayed_ids:
                 again += 1
-        looked += len(rows)
-        if len(rows) < 1000:
-            return again, True
-        if looked >= MAX_SUMMARY_SCAN:
-            return again, False
-        cursor = "(" + text(rows[-1][0])
+    return again, scan.complete
 
 
 RUNNING, STOPPING, STOPPED, FINISHED, FAILED = (

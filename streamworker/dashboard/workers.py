@@ -271,20 +271,13 @@ async def group_consumers(
 
 @dataclass(frozen=True, slots=True)
 class WorkerProcess:
-    """A live worker process (one heartbeat token) and what it holds in each group."""
+    """A live worker process (one heartbeat token) and what it holds in each group: ``beat`` is
+    its newest record (every record of one process carries the same counters), ``handlers``
+    those of all its records."""
 
     token: str
-    host: str
-    pid: int
-    version: str
+    beat: Heartbeat
     handlers: list[str]
-    started_at_ms: int
-    beat_at_ms: int
-    last_batch_at_ms: int
-    in_flight: int
-    processed: int
-    failed: int
-    late: bool
     consumers: list[ConsumerState]
 
     @property
@@ -294,35 +287,23 @@ class WorkerProcess:
 
 
 def processes(states: Sequence[ConsumerState]) -> list[WorkerProcess]:
-    """Group the live consumers by process (their record's token), newest heartbeat first.
-
-    The counters are the process's (every record of one process carries the same ones); the
-    newest record of each process is the one shown."""
+    """Group the live consumers by process (their record's token), newest heartbeat first."""
     by_token: dict[str, list[ConsumerState]] = {}
     for c in states:
         if c.state == LIVE and c.beat is not None:
             by_token.setdefault(c.beat.token or f"{c.beat.host}:{c.beat.pid}", []).append(c)
     out = []
     for token, cs in by_token.items():
-        beat = max((c.beat for c in cs if c.beat is not None), key=lambda b: b.beat_at_ms)
+        beats = [c.beat for c in cs if c.beat is not None]
         out.append(
             WorkerProcess(
                 token=token,
-                host=beat.host,
-                pid=beat.pid,
-                version=beat.version,
-                handlers=sorted({h for c in cs if c.beat is not None for h in c.beat.handlers}),
-                started_at_ms=beat.started_at_ms,
-                beat_at_ms=beat.beat_at_ms,
-                last_batch_at_ms=beat.last_batch_at_ms,
-                in_flight=beat.in_flight,
-                processed=beat.processed,
-                failed=beat.failed,
-                late=beat.late,
+                beat=max(beats, key=lambda b: b.beat_at_ms),
+                handlers=sorted({h for b in beats for h in b.handlers}),
                 consumers=sorted(cs, key=lambda c: (c.stream, c.group, c.consumer)),
             )
         )
-    return sorted(out, key=lambda p: (p.host, p.pid, p.token))
+    return sorted(out, key=lambda p: (p.beat.host, p.beat.pid, p.token))
 
 
 def dead_or_unknown(states: Sequence[ConsumerState]) -> list[ConsumerState]:

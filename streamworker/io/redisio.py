@@ -892,28 +892,43 @@ async def drop_idle_connections(client: aioredis.Redis) -> None:
         await disconnect(inuse_connections=False)
 
 
-@contextlib.asynccontextmanager
-async def connection_errors() -> AsyncIterator[None]:
-    """Convert redis-py connection failures raised inside the block into ConnectionLost."""
-    try:
-        yield
-    except CLUSTER_TRANSIENT_ERRORS as exc:
+def _raise_as_lost(exc: Exception) -> None:
+    """Raise what the redis-py failure ``exc`` means to streamworker when it is an outage
+    (ConnectionLost) or a misconfiguration (ConfigError); return when it is neither (a refusal,
+    a bug), for the caller to re-raise ``exc`` as it is."""
+    if isinstance(exc, CLUSTER_TRANSIENT_ERRORS):
         if _NOT_A_CLUSTER in str(exc).lower():
             raise ConfigError(
                 f"a redis+cluster:// URL names a server that is not a cluster node ({exc}); use "
                 f"redis:// for it"
             ) from None
         raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
-    except rex.ResponseError:
-        raise
-    except CONNECTION_ERRORS as exc:
+    if isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, rex.ResponseError):
         raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
-    except AttributeError as exc:
+
+
+@contextlib.asynccontextmanager
+async def connection_errors() -> AsyncIterator[None]:
+    """Convert redis-py connection failures raised inside the block into ConnectionLost."""
+    try:
+        yield
+    except Exception as exc:
+        _raise_as_lost(exc)
         # redis-py's asyncio connection, closed by another task in the middle of a command (seen
         # on a Redis Cluster during a failover), fails on its writer or reader, now None.
-        if "'NoneType' object has no attribute" not in str(exc):
-            raise
-        raise ConnectionLost(f"connection closed under a command: {exc}") from exc
+        if isinstance(exc, AttributeError) and "'NoneType' object has no attribute" in str(exc):
+            raise ConnectionLost(f"connection closed under a command: {exc}") from exc
+        raise
+
+
+@contextlib.contextmanager
+def sync_connection_errors() -> Iterator[None]:
+    """:func:`connection_errors` for sync clients: the same failures become the same errors."""
+    try:
+        yield
+    except Exception as exc:
+        _raise_as_lost(exc)
+        raise
 
 
 # --------------------------------------------------------------------------------------------

@@ -142,6 +142,18 @@ local function type_error(s, want)
   return nil
 end
 
+-- The rule ``rule``, run only when the key holds a ``want`` (or nothing yet): what every command
+-- but SET and DEL checks first.
+local function of_type(want, rule)
+  return function(s, key, a, n)
+    local err = type_error(s, want)
+    if err then
+      return err
+    end
+    return rule(s, key, a, n)
+  end
+end
+
 local function overwrite(s, t, v)
   s.t, s.known, s.v, s.f = t, true, v, {}
 end
@@ -176,129 +188,85 @@ rules['expire'] = function()
 end
 rules['pexpire'] = rules['expire']
 
-rules['incrby'] = function(s, key, a)
-  local err = type_error(s, 'string')
-  if err then
-    return err
-  end
-  local current = string_value(s, key)
-  local value = 0
-  if current then
-    value = as_int(current)
-    if value == nil then
-      return 'ERR value is not an integer or out of range'
-    end
-  end
-  local result = value + tonumber(ARGV[a])
-  if result >= INT_LIMIT or result <= -INT_LIMIT then
+-- INCRBY, INCRBYFLOAT and their hash-field forms: the same steps, differing in where the value
+-- lives (the string, or field ARGV[a] of the hash), how it must parse, what Redis answers when it
+-- does not, and which results it refuses.
+local function overflows(n)
+  if n >= INT_LIMIT or n <= -INT_LIMIT then
     return 'ERR increment or decrement would overflow'
   end
-  s.t, s.v = 'string', result
   return nil
 end
 
-rules['incrbyfloat'] = function(s, key, a)
-  local err = type_error(s, 'string')
-  if err then
-    return err
-  end
-  local current = string_value(s, key)
-  local value = 0
-  if current then
-    value = as_float(current)
-    if value == nil then
-      return 'ERR value is not a valid float'
-    end
-  end
-  local result = value + tonumber(ARGV[a])
-  if not finite(result) then
+local function not_finite(n)
+  if not finite(n) then
     return 'ERR increment would produce NaN or Infinity'
   end
-  s.t, s.v = 'string', result
   return nil
 end
 
-rules['hset'] = function(s, key, a, n)
-  local err = type_error(s, 'hash')
-  if err then
-    return err
-  end
+local function increment(want, parse, unparsable, refused)
+  return of_type(want, function(s, key, a)
+    local field, by, current = nil, ARGV[a], nil
+    if want == 'hash' then
+      field, by = ARGV[a], ARGV[a + 1]
+      current = field_value(s, key, field)
+    else
+      current = string_value(s, key)
+    end
+    local value = 0
+    if current then
+      value = parse(current)
+      if value == nil then
+        return unparsable
+      end
+    end
+    local result = value + tonumber(by)
+    local err = refused(result)
+    if err then
+      return err
+    end
+    if field then
+      s.t, s.f[field] = 'hash', result
+    else
+      s.t, s.v = 'string', result
+    end
+    return nil
+  end)
+end
+
+rules['incrby'] =
+  increment('string', as_int, 'ERR value is not an integer or out of range', overflows)
+rules['incrbyfloat'] = increment('string', as_float, 'ERR value is not a valid float', not_finite)
+
+rules['hset'] = of_type('hash', function(s, key, a, n)
   for j = a, a + n - 1, 2 do
     s.f[ARGV[j]] = ARGV[j + 1]
   end
   s.t = 'hash'
   return nil
-end
+end)
 
-rules['hdel'] = function(s, key, a, n)
-  local err = type_error(s, 'hash')
-  if err then
-    return err
-  end
+rules['hdel'] = of_type('hash', function(s, key, a, n)
   for j = a, a + n - 1 do
     s.f[ARGV[j]] = false
   end
   return nil
-end
+end)
 
-rules['hincrby'] = function(s, key, a)
-  local err = type_error(s, 'hash')
-  if err then
-    return err
-  end
-  local field = ARGV[a]
-  local current = field_value(s, key, field)
-  local value = 0
-  if current then
-    value = as_int(current)
-    if value == nil then
-      return 'ERR hash value is not an integer'
-    end
-  end
-  local result = value + tonumber(ARGV[a + 1])
-  if result >= INT_LIMIT or result <= -INT_LIMIT then
-    return 'ERR increment or decrement would overflow'
-  end
-  s.t, s.f[field] = 'hash', result
-  return nil
-end
-
-rules['hincrbyfloat'] = function(s, key, a)
-  local err = type_error(s, 'hash')
-  if err then
-    return err
-  end
-  local field = ARGV[a]
-  local current = field_value(s, key, field)
-  local value = 0
-  if current then
-    value = as_float(current)
-    if value == nil then
-      return 'ERR hash value is not a float'
-    end
-  end
-  local result = value + tonumber(ARGV[a + 1])
-  if not finite(result) then
-    return 'ERR increment would produce NaN or Infinity'
-  end
-  s.t, s.f[field] = 'hash', result
-  return nil
-end
+rules['hincrby'] = increment('hash', as_int, 'ERR hash value is not an integer', overflows)
+rules['hincrbyfloat'] = increment('hash', as_float, 'ERR hash value is not a float', not_finite)
 
 -- Commands that can only fail on the key's type. Removing members may empty (delete) the key;
 -- the simulation keeps its type, which can only make a later effect of the same message be
 -- refused where Redis would take it, never the reverse.
 local function typed(want, creates)
-  return function(s)
-    local err = type_error(s, want)
-    if err then
-      return err
-    end
+  return of_type(want, function(s)
     if creates then
       s.t = want
     end
     return nil
-  end
+  end)
 end
 
 rules['sadd'] = typed('set', true)
@@ -309,11 +277,7 @@ rules['xadd'] = typed('stream', true)
 rules['rpush'] = typed('list', true)
 rules['lpush'] = typed('list', true)
 
-rules['zadd'] = function(s, key, a, n)
-  local err = type_error(s, 'zset')
-  if err then
-    return err
-  end
+rules['zadd'] = of_type('zset', function(s, key, a, n)
   -- The flags come first, then score/member pairs (a score is never a flag).
   for j = a, a + n - 1 do
     local flag = string.upper(ARGV[j])
@@ -325,7 +289,7 @@ rules['zadd'] = function(s, key, a, n)
   end
   s.t = 'zset'
   return nil
-end
+end)
 
 -- The E effects of one message, from the layout tokens layout[first…]: {command, key, a, n}.
 local function effects_at(first, count)

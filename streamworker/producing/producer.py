@@ -48,13 +48,13 @@ from streamworker.core.codec import FieldMap, encode
 from streamworker.errors import ConfigError, ConnectionLost, PublishError
 from streamworker.io.keys import partition_stream, published_marker_key
 from streamworker.io.redisio import (
-    CONNECTION_ERRORS,
     LuaScript,
     as_text,
     connection_errors,
     is_cluster_client,
     open_redis,
     open_sync_redis,
+    sync_connection_errors,
 )
 from streamworker.io.replicawait import (
     DEFAULT_WAIT_TIMEOUT_MS,
@@ -653,7 +653,7 @@ async def _run(client: aioredis.Redis, flow: _Flow[_T]) -> _T:
 
 
 def _run_sync(client: redis.Redis, flow: _Flow[_T]) -> _T:
-    """Run ``flow`` on a sync client; lost connections reach it as ConnectionLost."""
+    """:func:`_run` on a sync client."""
     reply: Any = None
     error: BaseException | None = None
     while True:
@@ -663,18 +663,16 @@ def _run_sync(client: redis.Redis, flow: _Flow[_T]) -> _T:
             return cast(_T, done.value)
         error = None
         try:
-            if isinstance(request, _Call):
-                reply = getattr(client, request.method)(*request.args, **request.kwargs)
-            else:
-                pipe = client.pipeline(transaction=False)
-                for call in request.calls:
-                    getattr(pipe, call.method)(*call.args, **call.kwargs)
-                reply = pipe.execute(raise_on_error=False)
-        except rex.ResponseError as exc:
+            with sync_connection_errors():
+                if isinstance(request, _Call):
+                    reply = getattr(client, request.method)(*request.args, **request.kwargs)
+                else:
+                    pipe = client.pipeline(transaction=False)
+                    for call in request.calls:
+                        getattr(pipe, call.method)(*call.args, **call.kwargs)
+                    reply = pipe.execute(raise_on_error=False)
+        except (rex.ResponseError, ConnectionLost) as exc:
             error = exc
-        except CONNECTION_ERRORS as exc:
-            error = ConnectionLost(f"{type(exc).__name__}: {exc}")
-            error.__cause__ = exc
 
 
 class Producer(_Publisher):

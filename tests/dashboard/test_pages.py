@@ -149,6 +149,8 @@ def test_the_workers_page_lists_live_workers_and_what_they_hold(
     assert 'data-worker="host-a:4242"' in html
     assert cell(html, 'data-worker="host-a:4242"', "processed") == "41"
     assert cell(html, 'data-worker="host-a:4242"', "in-flight") == "2"
+    assert cell(html, 'data-worker="host-a:4242"', "failed") == "1"
+    assert 'data-testid="late"' not in html  # its heartbeat is fresh
     assert "9.9.9" in html
     assert "&lt;script&gt;window.__pwned" in html  # a hostile handler name is text
     assert "<script>window.__pwned" not in html

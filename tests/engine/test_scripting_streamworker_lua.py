@@ -621,6 +621,41 @@ SCENARIOS: dict[str, list[Scenario]] = {
         ),
         Scenario("nothing to release", _stream_setup(), ["s"], ["g", "c2", "xclaim", "0"], ["s"]),
     ],
+    # XDELEX is Redis 8.2+: on 7.0 (both sides here) only the paths that stop before it compare
+    # replies; a call that reaches it fails alike. The 8.x path: tests/integration/
+    # test_retention_acked.py on the engine in 8.10 mode.
+    "retain_acked": [
+        Scenario(
+            "every id above the archive's cursor is kept, whatever the groups did",
+            [*_stream_setup(), ("HSET", "cur", "archive", "2-1", "audit", "9-1")],
+            ["s", "cur"],
+            ["3-1", "4-1"],
+            ["s", "cur"],
+        ),
+        Scenario(
+            "an unparsed cursor id (ms part only) compares as its -0",
+            [*_stream_setup(), ("HSET", "cur", "archive", "2")],
+            ["s", "cur"],
+            ["2-1", "3-1"],
+            ["s", "cur"],
+        ),
+        Scenario(
+            "ids at or below the lowest cursor reach XDELEX, which 7.0 does not have",
+            [*_stream_setup(), ("HSET", "cur", "archive", "3-1")],
+            ["s", "cur"],
+            ["1-1", "3-1"],
+            ["s", "cur"],
+            fails=True,
+        ),
+        Scenario(
+            "no cursor at all: every id reaches XDELEX",
+            _stream_setup(),
+            ["s", "cur"],
+            ["1-1"],
+            ["s"],
+            fails=True,
+        ),
+    ],
     "move_delayed": [
         Scenario(
             "the due ones move, trimmed, the later one stays",

@@ -241,7 +241,16 @@ async def test_handler_swallowing_a_failed_statement_never_gets_its_batch_acked_
     ids = _add(redis_client, 4)
     app = App("t")
 
-    @app.handler("orders", group="g", idempotency="sql", block_ms=100)
+    # Short backoffs: the batch fails as a whole first and its messages are retried on their
+    # own; with the default 1 s, growing, a loaded machine ran past the wait below.
+    @app.handler(
+        "orders",
+        group="g",
+        idempotency="sql",
+        block_ms=100,
+        retry_backoff_ms=20,
+        retry_backoff_max_ms=200,
+    )
     def handle(msg: Message, session: Session) -> None:
         session.add(Charge(message_id=msg.id, order_id=msg.fields["n"], amount_cents=1))
         session.flush()
@@ -252,7 +261,7 @@ async def test_handler_swallowing_a_failed_statement_never_gets_its_batch_acked_
                 pass
 
     async with running_sql_worker(app, redis_url, db_url):
-        await eventually(lambda: len(charges_per_message(db_url)) >= 3, what="charges")
+        await eventually(lambda: len(charges_per_message(db_url)) >= 3, 30, what="charges")
         await asyncio.sleep(0.3)  # room for retries of message 1: none may charge twice
     charged = charges_per_message(db_url)
     assert all(n == 1 for n in charged.values())

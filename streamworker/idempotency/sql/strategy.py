@@ -192,6 +192,18 @@ class SqlStrategy:
         async with connection_errors():
             await xack_then_read(self._client, self.stream, self.group, ids, next_read)
 
+    async def _ack(self, work: Batch, outcomes: list[Outcome]) -> list[Outcome]:
+        """XACK the messages of ``work`` whose outcomes ack (the batch's last call); returns
+        ``outcomes``. (The common batch, all acked, is told by one list.count: ACKED is compared
+        by identity first.)"""
+        if outcomes.count(ACKED) == len(outcomes):
+            acked = [m.id for m in work.messages]
+        else:
+            acked = [m.id for m, o in zip(work.messages, outcomes, strict=True) if o.acked]
+        if acked:
+            await self._xack(acked, work.next_read)
+        return outcomes
+
     def _commit_in_thread(self, tx: _SyncTx) -> BaseException | None:
         # _commit's form inside a pool thread (the one-hop batch).
         return tx.commit_now()
@@ -417,10 +429,7 @@ class SqlStrategy:
                 return [o if o.action is not Action.ACK else failed for o in outcomes]
         finally:
             await tx.close()
-        acked = [m.id for m, o in zip(batch, outcomes, strict=True) if o.acked]
-        if acked:
-            await self._xack(acked, work.next_read)
-        return outcomes
+        return await self._ack(work, outcomes)
 
     async def _attempt_fresh_many(self, work: Batch, call: BatchInlineRun) -> list[Outcome] | None:
         """A fresh batch of a ``def`` batch handler, its blocking part in one pool-thread hop:
@@ -477,13 +486,7 @@ class SqlStrategy:
         if isinstance(done, str):
             self._log.info("fresh_batch_claimed_again", batch=len(batch), reason=done)
             return None
-        if done.count(ACKED) == len(done):
-            acked = [m.id for m in batch]
-        else:
-            acked = [m.id for m, o in zip(batch, done, strict=True) if o.acked]
-        if acked:
-            await self._xack(acked, work.next_read)
-        return done
+        return await self._ack(work, done)
 
     async def _attempt_many(self, work: Batch) -> list[Outcome]:
         """A batch handler's batch: one transaction, one claim, one handler call.
@@ -540,10 +543,7 @@ class SqlStrategy:
             await tx.close()
         # Duplicates are acked even when the batch rolled back: their rows were committed by
         # whoever processed them (the claim waits for an uncommitted conflicting row).
-        acked = [m.id for m, o in zip(batch, outcomes, strict=True) if o.acked]
-        if acked:
-            await self._xack(acked, work.next_read)
-        return outcomes
+        return await self._ack(work, outcomes)
 
     def _flush_failed(self, msg: Message[Any], error: BaseException) -> Outcome:
         outcome = decide(error, msg.delivery_count, self._max_deliveries)

@@ -6,19 +6,15 @@ aborts. Also the sessions handlers are given, which refuse ``commit()`` and ``ro
 
 from __future__ import annotations
 
+import abc
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.ext.asyncio import (
-    AsyncConnection,
-    AsyncEngine,
-    AsyncSession,
-    AsyncSessionTransaction,
-)
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
 
 from streamworker.core.message import Message
@@ -68,7 +64,7 @@ class AsyncBatchSession(AsyncSession):
 
 
 # --------------------------------------------------------------------------------------------
-# One batch's transaction, sync or async behind one async interface
+# One batch's transaction, written once, run in threads or on the event loop
 
 
 # The claim, one round trip for the whole batch. PostgreSQL gets the ids as one text parameter,
@@ -152,6 +148,9 @@ def _aborted(dialect: str, driver_connection: Any) -> bool:
     return in_tx is False
 
 
+_T = TypeVar("_T")
+
+
 class _SwallowedError(StreamworkerError):
     pass
 
@@ -162,70 +161,70 @@ _SWALLOWED = (
 )
 
 
-class _Tx(Protocol):
-    provided: Mapping[type, Any]
-
-    async def open(self, claim: Sequence[str] = (), consumer: str = "") -> set[str]: ...
-    async def claim(self, sids: Sequence[str], consumer: str) -> set[str]: ...
-    async def unclaim(self, ids: Sequence[str]) -> None: ...
-    async def savepoint(self) -> None: ...
-    async def release(self) -> BaseException | None: ...
-    async def rollback_to_savepoint(self) -> None: ...
-    async def commit(self) -> BaseException | None: ...
-    async def close(self) -> None: ...
-    async def aborted(self) -> bool: ...
-    def broken(self) -> bool: ...
-    def driver_connection(self) -> Any: ...
+def _caused(doing: str, step: Callable[[], object]) -> Exception | None:
+    """Run ``step``; the error the batch's statements caused (a constraint, a serialization
+    failure), or None. An outage is raised as DatabaseUnavailable."""
+    try:
+        with database_errors(doing):
+            step()
+    except DatabaseUnavailable:
+        raise
+    except Exception as exc:
+        return exc
+    return None
 
 
-class _SyncTx:
-    """A sync connection + Session; every database call runs in a worker thread (``run``)."""
+class _Tx(abc.ABC):
+    """One batch's transaction, written once: its steps (the ``*_now`` methods) work on a sync
+    ``Connection`` and ``Session``; the async interface the strategy uses runs each step through
+    :meth:`_step`, which a subclass supplies. :class:`_SyncTx` runs steps in a worker thread;
+    :class:`_AsyncTx` runs them on the event loop through SQLAlchemy's greenlet bridge
+    (``AsyncConnection.run_sync``), where each call the async driver makes is awaited. So the
+    claim, savepoint, flush and commit logic cannot differ between ``def`` and ``async def``
+    handlers; only how a step reaches the database does."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        run: Callable[[Callable[[], Any]], Awaitable[Any]],
-        group: str,
-        stream: str,
-    ) -> None:
-        self._engine = engine
-        self._run = run
-        self._dialect = engine.dialect.name
+    def __init__(self, dialect: str, group: str, stream: str) -> None:
+        self._dialect = dialect
         self._group = group
         self._stream = stream
         self._conn: Connection | None = None
         self._trans: sa.RootTransaction | None = None
-        self._session: BatchSession | None = None
+        self._session: Session | None = None
         self._sp: SessionTransaction | None = None
         self._done = False  # committed and closed
         self.provided: Mapping[type, Any] = {}
 
-    async def open(self, claim: Sequence[str] = (), consumer: str = "") -> set[str]:
-        """Connect and begin; with ``claim``, also claim those ids (as :meth:`claim`) in the
-        same thread hop. On a failed claim the connection is closed before the error is raised."""
-        claimed: set[str] | None = await self._run(lambda: self.open_now(claim, consumer))
-        assert claimed is not None
-        return claimed
+    @abc.abstractmethod
+    async def _step(self, step: Callable[[], _T]) -> _T:
+        """Run ``step`` where this transaction's blocking calls may run."""
 
-    def open_now(
-        self, claim: Sequence[str] = (), consumer: str = "", *, fresh: bool = False
+    @abc.abstractmethod
+    async def open(self, claim: Sequence[str] = (), consumer: str = "") -> set[str]:
+        """Connect and begin; with ``claim``, also claim those ids (as :meth:`claim`). On a
+        failed claim the connection is closed before the error is raised."""
+
+    # The steps, on the sync Connection and Session ------------------------------------------
+
+    def _begun(self, conn: Connection, session: Session) -> None:
+        """Take ``conn`` (its transaction begun) and the ``session`` bound to it."""
+        self._conn = conn
+        self._trans = conn.get_transaction()
+        self._session = session
+
+    @property
+    def session(self) -> Session:
+        assert self._session is not None
+        return self._session
+
+    def _claim_or_close_now(
+        self, sids: Sequence[str], consumer: str, *, fresh: bool = False
     ) -> set[str] | None:
-        """:meth:`open`, in the calling (pool) thread. ``fresh``: claim with the plain INSERT
-        (see ``_PG_CLAIM_FRESH``); on a conflict the connection is closed and None returned
-        (claim the normal way then)."""
-        with database_errors("connecting"):
-            self._conn = self._engine.connect()
-            self._trans = self._conn.begin()
-        self._session = BatchSession(
-            bind=self._conn, join_transaction_mode="rollback_only", expire_on_commit=False
-        )
-        self.provided = {Session: self._session}
-        if not claim:
-            return set()
+        """:meth:`_claim_now` (``fresh``: :meth:`_claim_fresh_now`); on a failure the connection
+        is closed before the error is raised."""
         try:
             if fresh:
-                return self._claim_fresh_now(claim, consumer)
-            return self._claim_now(claim, consumer)
+                return self._claim_fresh_now(sids, consumer)
+            return self._claim_now(sids, consumer)
         except BaseException:
             self.close_now()
             raise
@@ -249,106 +248,165 @@ class _SyncTx:
             return None
         return set(sids)
 
-    @property
-    def session(self) -> BatchSession:
-        assert self._session is not None
-        return self._session
-
-    async def claim(self, sids: Sequence[str], consumer: str) -> set[str]:
-        result: set[str] = await self._run(lambda: self._claim_now(sids, consumer))
-        return result
-
-    async def unclaim(self, ids: Sequence[str]) -> None:
-        await self._run(lambda: self.unclaim_now(ids))
-
     def unclaim_now(self, ids: Sequence[str]) -> None:
-        """:meth:`unclaim`, in the calling (pool) thread."""
+        """:meth:`unclaim`, in the calling thread."""
         with database_errors("releasing claims"):
             self.session.execute(unclaim_statement(self._group, self._stream, ids))
 
-    async def savepoint(self) -> None:
-        def _savepoint() -> None:
-            with database_errors("taking a savepoint"):
-                self._sp = self.session.begin_nested()
+    def _savepoint_now(self) -> None:
+        with database_errors("taking a savepoint"):
+            self._sp = self.session.begin_nested()
 
-        await self._run(_savepoint)
-
-    async def release(self) -> BaseException | None:
-        def _release() -> BaseException | None:
-            assert self._sp is not None
-            sp, self._sp = self._sp, None
-            assert self._conn is not None
-            try:
-                with database_errors("flushing a message's writes"):
-                    self.session.flush()
-                    # A statement the handler caught left the transaction in error state: roll
-                    # back to the savepoint (a failed RELEASE would leave it aborted).
-                    if _aborted(self._dialect, self._conn.connection.driver_connection):
-                        raise _SwallowedError(_SWALLOWED)
-                    sp.commit()
-            except DatabaseUnavailable:
-                raise
-            except Exception as exc:
-                with database_errors("rolling back to a savepoint"):
-                    sp.rollback()
-                return exc
-            return None
-
-        result: BaseException | None = await self._run(_release)
-        return result
-
-    async def rollback_to_savepoint(self) -> None:
-        def _rollback() -> None:
-            assert self._sp is not None
-            sp, self._sp = self._sp, None
+    def _release_now(self) -> BaseException | None:
+        assert self._sp is not None
+        sp, self._sp = self._sp, None
+        try:
+            with database_errors("flushing a message's writes"):
+                self.session.flush()
+                # A statement the handler caught left the transaction in error state: roll
+                # back to the savepoint (a failed RELEASE would leave it aborted).
+                if _aborted(self._dialect, self._driver_connection_now()):
+                    raise _SwallowedError(_SWALLOWED)
+                sp.commit()
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:
             with database_errors("rolling back to a savepoint"):
-                if sp.is_active:
-                    sp.rollback()
+                sp.rollback()
+            return exc
+        return None
 
-        await self._run(_rollback)
-
-    async def commit(self) -> BaseException | None:
-        result: BaseException | None = await self._run(self.commit_now)
-        return result
+    def _rollback_to_savepoint_now(self) -> None:
+        assert self._sp is not None
+        sp, self._sp = self._sp, None
+        with database_errors("rolling back to a savepoint"):
+            if sp.is_active:
+                sp.rollback()
 
     def commit_now(self) -> BaseException | None:
-        """:meth:`commit`, in the calling (pool) thread: flush, COMMIT, and the connection back
-        to the pool. Returns the error of a flush or commit the batch's statements caused;
-        raises DatabaseUnavailable for an outage."""
-        assert self._conn is not None
+        """:meth:`commit`, in the calling thread: flush, COMMIT, and the connection back to the
+        pool. Returns the error of a flush or commit the batch's statements caused; raises
+        DatabaseUnavailable for an outage."""
         assert self._trans is not None
-        try:
-            with database_errors("flushing the batch"):
-                self.session.flush()
-        except DatabaseUnavailable:
-            raise
-        except Exception as exc:
-            return exc
-        if _aborted(self._dialect, self._conn.connection.driver_connection):
+        error = _caused("flushing the batch", self.session.flush)
+        if error is not None:
+            return error
+        if _aborted(self._dialect, self._driver_connection_now()):
             return _SwallowedError(_SWALLOWED)
         self.session.close()
-        try:
-            with database_errors("committing"):
-                self._trans.commit()
-        except DatabaseUnavailable:
-            raise
-        except Exception as exc:
-            return exc
-        # Committed: hand the connection back to the pool in this same thread hop, so that
-        # close() has nothing left to do (one hop per batch less).
+        error = _caused("committing", self._trans.commit)
+        if error is not None:
+            return error
+        # Committed: hand the connection back to the pool in this same step, so that close()
+        # has nothing left to do (one step per batch less).
         self.close_now()
         self._done = True
         return None
 
+    def _aborted_now(self) -> bool:
+        # A failed flush inside a handler rolls the whole transaction back (the session's
+        # rollback reaches the connection's transaction), which shows as an inactive transaction.
+        assert self._trans is not None
+        if not self._trans.is_active:
+            return True
+        return _aborted(self._dialect, self._driver_connection_now())
+
+    def _driver_connection_now(self) -> Any:
+        assert self._conn is not None
+        return self._conn.connection.driver_connection
+
+    def close_now(self) -> None:
+        """Roll back what was not committed and give the connection back (in the calling
+        thread)."""
+        with contextlib.suppress(Exception):
+            if self._session is not None:
+                self._session.close()
+        with contextlib.suppress(Exception):
+            if self._conn is not None:
+                self._conn.close()  # rolls back what was not committed
+
+    # Read without a step (no I/O) -------------------------------------------------------------
+
     def broken(self) -> bool:
+        """Whether the connection died under the batch (never after a commit)."""
         if self._done:
             return False
         return self._conn is None or self._conn.invalidated or self._conn.closed
 
     def driver_connection(self) -> Any:
-        """The DBAPI connection in use (None before it is open), for the batch deadline."""
+        """The driver's connection in use (None before it is open), for the batch deadline."""
         conn = self._conn
         return None if conn is None or conn.closed else conn.connection.driver_connection
+
+    # The interface the strategy awaits ------------------------------------------------------
+
+    async def claim(self, sids: Sequence[str], consumer: str) -> set[str]:
+        return await self._step(lambda: self._claim_now(sids, consumer))
+
+    async def unclaim(self, ids: Sequence[str]) -> None:
+        await self._step(lambda: self.unclaim_now(ids))
+
+    async def savepoint(self) -> None:
+        await self._step(self._savepoint_now)
+
+    async def release(self) -> BaseException | None:
+        return await self._step(self._release_now)
+
+    async def rollback_to_savepoint(self) -> None:
+        await self._step(self._rollback_to_savepoint_now)
+
+    async def commit(self) -> BaseException | None:
+        return await self._step(self.commit_now)
+
+    async def aborted(self) -> bool:
+        return await self._step(self._aborted_now)
+
+    async def close(self) -> None:
+        if self._conn is not None and not self._done:
+            await self._step(self.close_now)
+
+
+class _SyncTx(_Tx):
+    """A sync connection + Session; every step runs in a worker thread (``run``)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        run: Callable[[Callable[[], Any]], Awaitable[Any]],
+        group: str,
+        stream: str,
+    ) -> None:
+        super().__init__(engine.dialect.name, group, stream)
+        self._engine = engine
+        self._run = run
+
+    async def _step(self, step: Callable[[], _T]) -> _T:
+        result: _T = await self._run(step)
+        return result
+
+    async def open(self, claim: Sequence[str] = (), consumer: str = "") -> set[str]:
+        """Connect, begin and claim in one thread hop (see :meth:`_Tx.open`)."""
+        claimed = await self._step(lambda: self.open_now(claim, consumer))
+        assert claimed is not None
+        return claimed
+
+    def open_now(
+        self, claim: Sequence[str] = (), consumer: str = "", *, fresh: bool = False
+    ) -> set[str] | None:
+        """:meth:`open`, in the calling (pool) thread. ``fresh``: claim with the plain INSERT
+        (see ``_PG_CLAIM_FRESH``); on a conflict the connection is closed and None returned
+        (claim the normal way then)."""
+        with database_errors("connecting"):
+            conn = self._conn = self._engine.connect()
+            conn.begin()
+        session = BatchSession(
+            bind=conn, join_transaction_mode="rollback_only", expire_on_commit=False
+        )
+        self._begun(conn, session)
+        self.provided = {Session: session}
+        if not claim:
+            return set()
+        return self._claim_or_close_now(claim, consumer, fresh=fresh)
 
     async def run_inline(
         self, inline: InlineRun, todo: Sequence[tuple[int, Message[Any]]]
@@ -366,155 +424,35 @@ class _SyncTx:
                     break
             return done
 
-        result: dict[int, Outcome] = await self._run(_handle)
-        return result
-
-    async def aborted(self) -> bool:
-        # A failed flush inside a handler rolls the whole transaction back (the session's
-        # rollback reaches the connection's transaction), which shows as an inactive transaction.
-        assert self._conn is not None
-        assert self._trans is not None
-        if not self._trans.is_active:
-            return True
-        return _aborted(self._dialect, self._conn.connection.driver_connection)
-
-    def close_now(self) -> None:
-        """Roll back what was not committed and give the connection back (in the calling
-        thread)."""
-        with contextlib.suppress(Exception):
-            if self._session is not None:
-                self._session.close()
-        with contextlib.suppress(Exception):
-            if self._conn is not None:
-                self._conn.close()  # rolls back what was not committed
-
-    async def close(self) -> None:
-        if self._conn is not None and not self._done:
-            await self._run(self.close_now)
+        return await self._step(_handle)
 
 
-class _AsyncTx:
-    """An AsyncConnection + AsyncSession on the event loop."""
+class _AsyncTx(_Tx):
+    """An AsyncConnection + AsyncSession; every step runs on the event loop, through
+    ``AsyncConnection.run_sync`` on the sync connection and session they wrap."""
 
     def __init__(self, engine: AsyncEngine, group: str, stream: str) -> None:
+        super().__init__(engine.dialect.name, group, stream)
         self._engine = engine
-        self._dialect = engine.dialect.name
-        self._group = group
-        self._stream = stream
-        self._conn: AsyncConnection | None = None
-        self._trans: Any = None
-        self._session: AsyncBatchSession | None = None
-        self._sp: AsyncSessionTransaction | None = None
-        self.provided: Mapping[type, Any] = {}
+        self._async_conn: AsyncConnection | None = None
+
+    async def _step(self, step: Callable[[], _T]) -> _T:
+        assert self._async_conn is not None
+        return await self._async_conn.run_sync(lambda _conn: step())
 
     async def open(self, claim: Sequence[str] = (), consumer: str = "") -> set[str]:
-        """Connect and begin; with ``claim``, also claim those ids (as :meth:`claim`). On a
-        failed claim the connection is closed before the error is raised."""
         with database_errors("connecting"):
-            self._conn = await self._engine.connect()
-            self._trans = await self._conn.begin()
-        self._session = AsyncBatchSession(
-            bind=self._conn, join_transaction_mode="rollback_only", expire_on_commit=False
+            conn = self._async_conn = await self._engine.connect()
+            self._conn = conn.sync_connection
+            await conn.begin()
+        session = AsyncBatchSession(
+            bind=conn, join_transaction_mode="rollback_only", expire_on_commit=False
         )
-        self.provided = {AsyncSession: self._session}
+        assert conn.sync_connection is not None
+        self._begun(conn.sync_connection, session.sync_session)
+        self.provided = {AsyncSession: session}
         if not claim:
             return set()
-        try:
-            return await self.claim(claim, consumer)
-        except BaseException:
-            await self.close()
-            raise
-
-    @property
-    def session(self) -> AsyncBatchSession:
-        assert self._session is not None
-        return self._session
-
-    async def claim(self, sids: Sequence[str], consumer: str) -> set[str]:
-        stmt, params = claim_call(self._dialect, self._group, self._stream, consumer, sids)
-        with database_errors("claiming the batch"):
-            conn = await self.session.connection()
-            return set((await conn.execute(stmt, params)).scalars())
-
-    async def unclaim(self, ids: Sequence[str]) -> None:
-        with database_errors("releasing claims"):
-            await self.session.execute(unclaim_statement(self._group, self._stream, ids))
-
-    async def savepoint(self) -> None:
-        with database_errors("taking a savepoint"):
-            self._sp = await self.session.begin_nested()
-
-    async def release(self) -> BaseException | None:
-        assert self._sp is not None
-        sp, self._sp = self._sp, None
-        assert self._conn is not None
-        try:
-            with database_errors("flushing a message's writes"):
-                await self.session.flush()
-                raw = await self._conn.get_raw_connection()
-                if _aborted(self._dialect, raw.driver_connection):
-                    raise _SwallowedError(_SWALLOWED)
-                await sp.commit()
-        except DatabaseUnavailable:
-            raise
-        except Exception as exc:
-            with database_errors("rolling back to a savepoint"):
-                await sp.rollback()
-            return exc
-        return None
-
-    async def rollback_to_savepoint(self) -> None:
-        assert self._sp is not None
-        sp, self._sp = self._sp, None
-        with database_errors("rolling back to a savepoint"):
-            if sp.is_active:
-                await sp.rollback()
-
-    async def commit(self) -> BaseException | None:
-        assert self._conn is not None
-        assert self._trans is not None
-        try:
-            with database_errors("flushing the batch"):
-                await self.session.flush()
-        except DatabaseUnavailable:
-            raise
-        except Exception as exc:
-            return exc
-        raw = await self._conn.get_raw_connection()
-        if _aborted(self._dialect, raw.driver_connection):
-            return _SwallowedError(_SWALLOWED)
-        await self.session.close()
-        try:
-            with database_errors("committing"):
-                await self._trans.commit()
-        except DatabaseUnavailable:
-            raise
-        except Exception as exc:
-            return exc
-        return None
-
-    def broken(self) -> bool:
-        return self._conn is None or self._conn.invalidated or self._conn.closed
-
-    def driver_connection(self) -> Any:
-        """The driver's connection in use (None before it is open), for the batch deadline."""
-        conn = self._conn
-        if conn is None or conn.closed:
-            return None
-        return conn.sync_connection.connection.driver_connection if conn.sync_connection else None
-
-    async def aborted(self) -> bool:
-        assert self._conn is not None
-        assert self._trans is not None
-        if not self._trans.is_active:
-            return True
-        raw = await self._conn.get_raw_connection()
-        return _aborted(self._dialect, raw.driver_connection)
-
-    async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            if self._session is not None:
-                await self._session.close()
-        with contextlib.suppress(Exception):
-            if self._conn is not None:
-                await self._conn.close()
+        claimed = await self._step(lambda: self._claim_or_close_now(claim, consumer))
+        assert claimed is not None
+        return claimed

@@ -1,0 +1,37 @@
+"""Producer and SyncProducer are one API in two forms: every public method of one exists in the
+other with the same parameters, and ``publish`` takes what :func:`plan_publish` plans (the
+flows behind both are one code; these tests keep the thin shells from drifting apart)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from streamworker.producing.producer import Producer, SyncProducer, plan_publish
+
+
+def _public(cls: type) -> set[str]:
+    return {n for n, v in vars(cls).items() if callable(v) and not n.startswith("_")}
+
+
+def test_both_producers_have_the_same_public_methods() -> None:
+    assert _public(Producer) == _public(SyncProducer) == {"publish", "send", "publish_many"}
+
+
+@pytest.mark.parametrize("name", ["publish", "send", "publish_many"])
+def test_a_method_takes_the_same_parameters_in_both_producers(name: str) -> None:
+    asynchronous = inspect.signature(getattr(Producer, name))
+    sync = inspect.signature(getattr(SyncProducer, name))
+    assert inspect.iscoroutinefunction(getattr(Producer, name))
+    assert not inspect.iscoroutinefunction(getattr(SyncProducer, name))
+    assert list(asynchronous.parameters.values()) == list(sync.parameters.values())
+    assert asynchronous.return_annotation == sync.return_annotation
+
+
+def test_publish_takes_every_per_call_option_that_plan_publish_plans() -> None:
+    planned = inspect.signature(plan_publish).parameters
+    # The stream's options and the idempotency window come from the producer itself.
+    expected = [p for n, p in planned.items() if n not in ("options", "idempotency_window_ms")]
+    published = list(inspect.signature(Producer.publish).parameters.values())[1:]  # not self
+    assert published == expected
