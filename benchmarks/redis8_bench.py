@@ -19,8 +19,14 @@ each round, the median, the spread (min..max) and the ratio of the medians:
   reclaimed entry (calls sent / entries).
 * **publish**: ``--publishes`` keyed publishes, one by one:
 
-  * ``marker``: ``Producer.publish(…, idempotency_key=…)`` (``publish_once.lua`` by EVALSHA);
-  * ``idmp``: ``XADD stream IDMP producer iid * …`` (the server's own idempotency, Redis 8.6+).
+  * ``marker``: ``Producer(…, use_idmp=False).publish(…, idempotency_key=…)``
+    (``publish_once.lua`` by EVALSHA: GET and SET of a marker key, XADD);
+  * ``idmp``: ``Producer.publish(…, idempotency_key=…)`` on the server with IDMP, the producer's
+    own choice (``publish_idmp.lua``: XINFO STREAM, ``XADD … IDMP``);
+  * ``bare-idmp``: ``XADD stream IDMP producer iid * …`` alone, what IDMP costs without the
+    script that tells a duplicate (the floor; not a keyed publish: no duplicate flag).
+
+``--only reclaim|publish`` runs one of the two.
 
 The engine is Python: absolute figures are the engine's, not Redis's; the ratios say what each
 path costs in calls and server work relative to the other.
@@ -167,26 +173,33 @@ async def _publish_round(url: str, sync: redis.Redis, n: int, round_no: int) -> 
     out: dict[str, float] = {}
     client = open_redis(url)
     try:
-        producer = Producer(client, idempotency_window_ms=100_000)
-        sync.delete("pub:marker", "pub:idmp")
+        by_marker = Producer(client, idempotency_window_ms=100_000, use_idmp=False)
+        by_idmp = Producer(client, idempotency_window_ms=100_000, use_idmp=True)
+        sync.delete("pub:marker", "pub:idmp", "pub:bare")
 
         async def marker(i: int) -> None:
-            await producer.publish("pub:marker", {"n": i}, idempotency_key=f"r{round_no}-{i}")
+            await by_marker.publish("pub:marker", {"n": i}, idempotency_key=f"r{round_no}-{i}")
 
         async def idmp(i: int) -> None:
+            await by_idmp.publish("pub:idmp", {"n": i}, idempotency_key=f"r{round_no}-{i}")
+
+        async def bare_idmp(i: int) -> None:
             await client.execute_command(  # type: ignore[no-untyped-call]
-                "XADD", "pub:idmp", "IDMP", "bench", f"r{round_no}-{i}", "*", "n", i
+                "XADD", "pub:bare", "IDMP", "bench", f"r{round_no}-{i}", "*", "n", i
             )
 
         order: list[tuple[str, Callable[[int], Awaitable[None]]]] = [
             ("marker", marker),
             ("idmp", idmp),
+            ("bare-idmp", bare_idmp),
         ]
         for name, publish in order if round_no % 2 == 0 else order[::-1]:
             start = time.perf_counter()
             for i in range(n):
                 await publish(i)
             out[name] = n / (time.perf_counter() - start)
+        if by_idmp.keyed_path != "idmp":
+            raise SystemExit(f"the server has no IDMP (keyed path: {by_idmp.keyed_path})")
     finally:
         await client.aclose()
     return out
@@ -205,15 +218,24 @@ async def _run(url: str, args: argparse.Namespace) -> None:
     sync = redis.Redis.from_url(url)
     sync.flushall()
     reclaim: dict[str, list[tuple[float, float]]] = {"xautoclaim": [], "claim": []}
-    publish: dict[str, list[float]] = {"marker": [], "idmp": []}
+    publish: dict[str, list[float]] = {"marker": [], "idmp": [], "bare-idmp": []}
     for round_no in range(args.rounds):
-        for name, figures in (
-            await _reclaim_round(url, sync, args.entries, args.count, round_no)
-        ).items():
-            reclaim[name].append(figures)
-        for name, rate in (await _publish_round(url, sync, args.publishes, round_no)).items():
-            publish[name].append(rate)
+        if args.only != "publish":
+            for name, figures in (
+                await _reclaim_round(url, sync, args.entries, args.count, round_no)
+            ).items():
+                reclaim[name].append(figures)
+        if args.only != "reclaim":
+            for name, rate in (await _publish_round(url, sync, args.publishes, round_no)).items():
+                publish[name].append(rate)
     print(f"load average at the end: {_loadavg()}")
+    if args.only != "publish":
+        _print_reclaim(reclaim, args)
+    if args.only != "reclaim":
+        _print_publish(publish, args)
+
+
+def _print_reclaim(reclaim: dict[str, list[tuple[float, float]]], args: argparse.Namespace) -> None:
     print(f"reclaim: {args.entries} entries, COUNT {args.count}, {args.rounds} rounds")
     for name, rows in reclaim.items():
         per_entry = [r[0] for r in rows]
@@ -229,11 +251,15 @@ async def _run(url: str, args: argparse.Namespace) -> None:
         r[1] for r in reclaim["claim"]
     )
     print(f"  xautoclaim/claim: latency x{lat_ratio:.2f}, round trips x{trip_ratio:.2f}")
+
+
+def _print_publish(publish: dict[str, list[float]], args: argparse.Namespace) -> None:
     print(f"publish: {args.publishes} keyed publishes one by one, {args.rounds} rounds")
     for name, rates in publish.items():
         print(f"  {name:11s} {_spread(rates, 1.0, '/s')}")
     ratio = statistics.median(publish["idmp"]) / statistics.median(publish["marker"])
-    print(f"  idmp/marker: x{ratio:.2f}")
+    floor = statistics.median(publish["bare-idmp"]) / statistics.median(publish["marker"])
+    print(f"  idmp/marker (rate): x{ratio:.2f}; bare-idmp/marker: x{floor:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entries", type=int, default=2000)
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--publishes", type=int, default=2000)
+    parser.add_argument("--only", choices=("reclaim", "publish"))
     args = parser.parse_args(argv)
     if args.redis_url:
         asyncio.run(_run(args.redis_url, args))

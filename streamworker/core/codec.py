@@ -28,7 +28,7 @@ import json
 import types
 import typing
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 import typing_extensions
@@ -249,15 +249,16 @@ class MessageDecoder:
         model = self._model
         body = decode_body(fields, model, self._body_field) if model is not None else None
         # _message, inlined: one call less per message.
-        msg: Message[Any] = _NEW(Message)
-        _SET_ID(msg, entry_id.decode("ascii"))
-        _SET_STREAM(msg, self._stream)
-        _SET_GROUP(msg, self._group)
-        _SET_CONSUMER(msg, self._consumer)
-        _SET_FIELDS(msg, fields)
-        _SET_BODY(msg, body)
-        _SET_COUNT(msg, delivery_count)
-        return msg
+        msg = _NEW(_Unfrozen)
+        msg.id = _DECODE(entry_id)  # ASCII digits and a dash: UTF-8 decodes them alike
+        msg.stream = self._stream
+        msg.group = self._group
+        msg.consumer = self._consumer
+        msg.fields = fields
+        msg.body = body
+        msg.delivery_count = delivery_count
+        msg.__class__ = Message  # type: ignore[assignment]
+        return msg  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------------------------
@@ -455,25 +456,36 @@ def encode_for(
     return fields
 
 
-def _slot_setter(name: str) -> Callable[[Message[Any], Any], None]:
-    setter: Callable[[Message[Any], Any], None] = getattr(Message, name).__set__
-    return setter
+_BodyT = typing.TypeVar("_BodyT")
 
 
-# Message is a frozen dataclass: its __init__ sets each field through object.__setattr__, which
-# costs more than decoding the fields. This sets the slots directly, once per message; the unit
-# tests check that the result equals Message(...).
+class _Unfrozen(typing.Generic[_BodyT]):
+    """The layout of :class:`Message` (its slots), writable: a message is built as
+    one of these and then made a Message by assigning ``__class__``, which Python allows between
+    classes whose instances are laid out alike (it raises TypeError otherwise).
+
+    Message is a frozen dataclass: its ``__init__`` sets each field through
+    ``object.__setattr__``, which costs more than decoding the fields, and setting its slots one
+    by one through their descriptors still costs a call each. A plain attribute store into this
+    twin's slots is the interpreter's fastest store; the result is the same Message (equal, same
+    repr, frozen): tests/unit/test_codec.py checks it, and :data:`_MESSAGE_FIELDS`."""
+
+    __slots__ = ("body", "consumer", "delivery_count", "fields", "group", "id", "stream")
+    id: str
+    stream: str
+    group: str
+    consumer: str
+    fields: dict[str, str]
+    body: _BodyT
+    delivery_count: int
+
+
 _NEW = object.__new__
 _DECODE = bytes.decode
-_SET_ID = _slot_setter("id")
-_SET_STREAM = _slot_setter("stream")
-_SET_GROUP = _slot_setter("group")
-_SET_CONSUMER = _slot_setter("consumer")
-_SET_FIELDS = _slot_setter("fields")
-_SET_BODY = _slot_setter("body")
-_SET_COUNT = _slot_setter("delivery_count")
 # Every field must be set here: tests/unit/test_codec.py compares _MESSAGE_FIELDS with Message.
 _MESSAGE_FIELDS = ("id", "stream", "group", "consumer", "fields", "body", "delivery_count")
+if sorted(Message.__slots__) != sorted(_Unfrozen.__slots__):  # pragma: no cover
+    raise ImportError("streamworker.core.codec: _Unfrozen's slots differ from Message's")
 
 
 def _message(
@@ -485,12 +497,13 @@ def _message(
     body: Any,
     delivery_count: int,
 ) -> Message[Any]:
-    msg: Message[Any] = _NEW(Message)
-    _SET_ID(msg, entry_id)
-    _SET_STREAM(msg, stream)
-    _SET_GROUP(msg, group)
-    _SET_CONSUMER(msg, consumer)
-    _SET_FIELDS(msg, fields)
-    _SET_BODY(msg, body)
-    _SET_COUNT(msg, delivery_count)
-    return msg
+    msg = _NEW(_Unfrozen)
+    msg.id = entry_id
+    msg.stream = stream
+    msg.group = group
+    msg.consumer = consumer
+    msg.fields = fields
+    msg.body = body
+    msg.delivery_count = delivery_count
+    msg.__class__ = Message  # type: ignore[assignment]
+    return msg  # type: ignore[return-value]

@@ -31,6 +31,10 @@ InlineRun = Callable[[Message[Any], Mapping[type, Any]], Outcome]
 BatchInlineRun = Callable[[Sequence[Message[Any]], Mapping[type, Any]], BatchOutcomes]
 """The blocking form of a :class:`RunBatchHandler`, to be called from a pool thread."""
 
+RunEach = Callable[[Sequence[Message[Any]], Mapping[type, Any], list[Outcome]], Awaitable[None]]
+"""Runs the handler for each message in turn, appending each outcome to the list as it is
+known (:attr:`Batch.handle_each`)."""
+
 
 class RunHandler(Protocol):
     """Runs the handler for one message with the given provided resources (e.g. a SQL session)
@@ -114,6 +118,7 @@ class Batch:
         "handle",
         "handle_batch",
         "handle_batch_inline",
+        "handle_each",
         "handle_inline",
         "messages",
         "next_read",
@@ -154,6 +159,13 @@ class Batch:
     """The outcome of one message: its verdict, or :attr:`run_handler`'s."""
     handle_inline: InlineRun | None
     """The blocking form of :attr:`handle`, when the handler has one."""
+    handle_each: RunEach
+    """:attr:`handle` for each message of a sequence in turn, one after another, each outcome
+    appended to the given list as soon as it is known (so that after a cancellation the list
+    holds the finished ones): ``await handle_each(msgs, provided, outcomes)``. The same
+    outcomes as awaiting :attr:`handle` per message; the runtime's handler runs them in one
+    loop, without a call per message (a strategy running a batch's handlers one at a time
+    should use it)."""
     handle_batch: (
         Callable[[Sequence[Message[Any]], Mapping[type, Any]], Awaitable[BatchOutcomes]] | None
     )
@@ -193,14 +205,18 @@ class Batch:
                 # Nearly every batch: the handler is called directly, no extra call per message.
                 self.handle = run_handler
                 self.handle_inline = inline
+                each: RunEach | None = getattr(run_handler, "run_each", None)
+                self.handle_each = each if each is not None else _each(run_handler)
             else:
                 self.handle = _decided(verdicts, run_handler)
+                self.handle_each = _each(self.handle)
                 if inline is not None:
                     self.handle_inline = _decided_inline(verdicts, inline)
         else:
             assert run_batch_handler is not None
             batch_inline = run_batch_handler.inline
             self.handle = _no_single_handler
+            self.handle_each = _each(_no_single_handler)
             if not verdicts:
                 self.handle_batch = run_batch_handler
                 self.handle_batch_inline = batch_inline
@@ -233,6 +249,19 @@ def _decided(
         return _ready(verdict) if verdict is not None else run(msg, provided)
 
     return handle
+
+
+def _each(handle: Callable[[Message[Any], Mapping[type, Any]], Awaitable[Outcome]]) -> RunEach:
+    """:attr:`Batch.handle_each` made of a per-message ``handle``."""
+
+    async def each(
+        msgs: Sequence[Message[Any]], provided: Mapping[type, Any], outcomes: list[Outcome]
+    ) -> None:
+        append = outcomes.append
+        for msg in msgs:
+            append(await handle(msg, provided))
+
+    return each
 
 
 def _decided_inline(verdicts: Mapping[str, Outcome], inline: InlineRun) -> InlineRun:

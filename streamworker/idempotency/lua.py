@@ -94,6 +94,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -318,8 +319,16 @@ class LuaStrategy:
             return
         handle = work.handle
         if self._concurrency == 1 or len(run) <= 1:
-            for i in run:
-                outcomes[i] = await handle(batch[i], _NOTHING)
+            # One after another; each outcome lands in ``outcomes`` as it is known (also when
+            # cancelled: the caller applies what finished).
+            done: list[Outcome] = []
+            try:
+                await work.handle_each(
+                    batch if len(run) == len(batch) else [batch[i] for i in run], _NOTHING, done
+                )
+            finally:
+                for i, outcome in zip(run, done, strict=False):
+                    outcomes[i] = outcome
             return
         key = self._key
         if key is not None:
@@ -357,9 +366,11 @@ class LuaStrategy:
         items: list[tuple[int, tuple[Effect, ...] | None]] = []
         # The common case (handlers with no Redis effects, no business keys): the layout is the
         # ids, and the script acks them with one XPENDING and one XACK.
+        # (By identity: an Outcome carrying Effects compares equal to ACKED.)
         plain = not self.dedup_field and all(o is ACKED for o in outcomes)
         if plain:
-            items = [(i, ()) for i in range(len(batch))]
+            # (i, ()) for every index, the tuples made by zip rather than one by one
+            items = list(zip(range(len(batch)), itertools.repeat((), len(batch)), strict=True))
         else:
             await self._collect(batch, outcomes, skip_handler, items)
             if not items:
@@ -411,8 +422,8 @@ class LuaStrategy:
         index: dict[bytes, int] = {}
         # ARGV[9…]: business keys and effect arguments; the layout (ARGV[8]) points into it.
         payload: list[str | bytes | int] = []
-        if plain:
-            layout = [str(len(items)), *(batch[i].id for i, _ in items)]
+        if plain:  # items is the whole batch, in order
+            layout = [str(len(items)), *[m.id for m in batch]]
         else:
             layout = [str(len(items))]
             self._layout(batch, bkeys, items, keys, index, payload, layout)

@@ -65,16 +65,15 @@ class AtLeastOnce:
             return outcomes
         handle = batch.handle
         if self._concurrency == 1:
-            outcomes = []
-            append = outcomes.append
+            each: list[Outcome] = []
             try:
-                for msg in messages:
-                    append(await handle(msg, _NOTHING))
+                # One after another; each outcome lands in the list as it is known.
+                await batch.handle_each(messages, _NOTHING, each)
             except asyncio.CancelledError:
-                await self._ack_finished(messages[: len(outcomes)], outcomes)
+                await self._ack_finished(messages[: len(each)], each)
                 raise
-            await self._ack(messages, outcomes, next_read)
-            return outcomes
+            await self._ack(messages, each, next_read)
+            return each
 
         if self._key is not None:
             return await self._process_keyed(batch, self._key)

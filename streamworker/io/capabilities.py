@@ -18,8 +18,9 @@ path          when the server has it                      otherwise
               consume loop's ``>`` reads                  with CLAIM, for deleted entries)
 ``xnack``     ``XNACK`` (8.8+): a graceful stop hands     the XCLAIM emulation
               back what it did not start
-``idmp``      ``XADD … IDMP`` and ``XCFGSET`` (8.6+)       (reported; keyed publishes keep the
-                                                          marker script)
+``idmp``      ``XADD … IDMP`` and ``XCFGSET`` (8.6+):      the marker script
+              keyed publishes (the producers ask too,
+              :mod:`streamworker.producing.idmp`)
 ``ackdel``    ``XACKDEL`` (8.2+; Valkey 9.2+)             ``retention="acked"`` is refused
 ``read_caps`` ``MAXCOUNT``/``MAXSIZE`` on reads (8.10+)   (reported only)
 ============  ==========================================  ======================================
@@ -38,7 +39,13 @@ import redis.exceptions as rex
 from streamworker.errors import ConnectionLost
 from streamworker.io.redisio import as_text, connection_errors, is_cluster_client
 
-__all__ = ["ServerPaths", "option_tokens", "paths_from_replies", "probe_server"]
+__all__ = [
+    "ServerPaths",
+    "option_tokens",
+    "paths_from_replies",
+    "probe_requests",
+    "probe_server",
+]
 
 _COMMANDS = ("XNACK", "XACKDEL", "XDELEX", "XCFGSET")
 _DOCUMENTED = ("XREADGROUP", "XADD")
@@ -117,11 +124,18 @@ def paths_from_replies(info: Any, docs: Any) -> ServerPaths:
     )
 
 
+def probe_requests() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The two commands a probe sends (``execute_command`` arguments), whose raw replies
+    :func:`paths_from_replies` reads: for callers that do their own I/O (the producers)."""
+    # "COMMAND INFO" as one word: redis-py's COMMAND parsers fail on the nil of an unknown name,
+    # and reshape DOCS; redis-py splits the word on the wire.
+    return ("COMMAND INFO", *_COMMANDS), ("COMMAND DOCS", *_DOCUMENTED)
+
+
 async def _ask(client: aioredis.Redis, **target: Any) -> ServerPaths:
-    # One word each: redis-py's COMMAND parsers fail on the nil of an unknown name, and reshape
-    # DOCS; the raw replies are what paths_from_replies reads.
-    info = await client.execute_command("COMMAND INFO", *_COMMANDS, **target)  # type: ignore[no-untyped-call]
-    docs = await client.execute_command("COMMAND DOCS", *_DOCUMENTED, **target)  # type: ignore[no-untyped-call]
+    info_call, docs_call = probe_requests()
+    info = await client.execute_command(*info_call, **target)  # type: ignore[no-untyped-call]
+    docs = await client.execute_command(*docs_call, **target)  # type: ignore[no-untyped-call]
     return paths_from_replies(info, docs)
 
 

@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import bisect
 import collections
-import functools
 import platform
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -108,15 +107,26 @@ def observe_many(histogram: Any, values: Sequence[float]) -> None:
     amount = sum(values)
     if amount == amount:
         # No NaN among the values (one would make the sum NaN): each goes to the first bucket
-        # whose bound is >= it, as observe's "amount <= bound" picks it; counted without a
-        # Python-level step per value.
-        counts = collections.Counter(map(functools.partial(bisect.bisect_left, bounds), values))
+        # whose bound is >= it, as observe's "amount <= bound" picks it. Counted per bucket, not
+        # per value: with the values sorted (in C), those up to a bound are found by one
+        # bisection, and a bucket holds those up to its bound less those up to the one before.
+        # Handler durations mostly share a bucket or two, so the loop ends after a few bounds.
+        ordered = sorted(values)
+        left = len(ordered)
+        below = 0
+        for i, bound in enumerate(bounds):
+            upto = bisect.bisect_right(ordered, bound)
+            if upto > below:
+                buckets[i].inc(upto - below)
+                below = upto
+                if below == left:
+                    break
     else:
         # NaN counts in the sum but in no bucket, as with observe.
         counts = collections.Counter(bisect.bisect_left(bounds, v) for v in values if v == v)
+        for i, n in counts.items():
+            buckets[i].inc(n)
     total.inc(amount)
-    for i, n in counts.items():
-        buckets[i].inc(n)
 
 
 OUTCOMES = ("acked", "duplicate", "failed", "retried", "dead_lettered", "deleted")

@@ -16,7 +16,9 @@ make a retry add nothing:
   kept ``idempotency_window_ms`` (default 24 h). Publishing the same key again within the window
   adds nothing and returns the first entry's id with ``duplicate=True``. The marker lives in the
   stream's hash tag, so this works on Redis Cluster. Costs one EVALSHA and one small string per
-  key for the window (see benchmarks/publish_bench.py).
+  key for the window (see benchmarks/publish_bench.py). On a server with ``XADD … IDMP`` (Redis
+  8.6+) the server remembers the key instead, no marker is written, and the same receipts come
+  back; its limits (10,000 keys per stream and window) are in :mod:`streamworker.producing.idmp`.
 * ``id=``: an explicit entry id, for producers with a natural sequence. Redis refuses an id not
   above the stream's last; when the entry with exactly that id exists, the retry is reported as
   ``duplicate=True`` instead of an error.
@@ -46,6 +48,7 @@ from pydantic import BaseModel
 
 from streamworker.core.codec import FieldMap, encode
 from streamworker.errors import ConfigError, ConnectionLost, PublishError
+from streamworker.io.capabilities import paths_from_replies, probe_requests
 from streamworker.io.keys import partition_stream, published_marker_key
 from streamworker.io.redisio import (
     LuaScript,
@@ -66,12 +69,12 @@ from streamworker.io.replicawait import (
     command_exists,
     refuse_waitaof,
 )
+from streamworker.producing import idmp as _idmp
 from streamworker.producing.delayed import (
     due_time,
     encode_envelope,
     parse_marker,
     schedule_call,
-    schedule_script,
 )
 from streamworker.producing.partitions import check_partitioned_name, partition_of
 
@@ -178,6 +181,10 @@ class Xadd:
     wait_timeout_ms: int | None = None
     # A delayed publish: when it is due (epoch ms); it is scheduled, not added.
     due_ms: int | None = None
+    # A keyed add sent by XADD … IDMP (publish_idmp.lua) instead of the marker script: set by
+    # the producer for a server that has IDMP (streamworker.producing.idmp.route); ``marker``
+    # then only says that the add is keyed (no marker key is written).
+    idmp: bool = False
 
     def script_args(self) -> list[str | bytes | int]:
         """ARGV of ``publish_once.lua``."""
@@ -386,6 +393,8 @@ def _scripted(x: Xadd) -> tuple[LuaScript, list[str], list[str | bytes | int]] |
         envelope = encode_envelope(x.fields, x.trim, x.approximate, x.threshold)
         return schedule_call(x.stream, x.marker, x.due_ms, x.window_ms, envelope)
     if x.marker is not None:
+        if x.idmp:
+            return _idmp.script_call(x)
         return _PUBLISH_ONCE, [x.stream, x.marker], x.script_args()
     return None
 
@@ -393,11 +402,7 @@ def _scripted(x: Xadd) -> tuple[LuaScript, list[str], list[str | bytes | int]] |
 def _scripts(xadds: Sequence[Xadd]) -> list[LuaScript]:
     """The scripts ``xadds`` need, to load before pipelining EVALSHAs (on a cluster: on every
     master)."""
-    needed = [
-        schedule_script() if x.due_ms is not None else _PUBLISH_ONCE
-        for x in xadds
-        if x.due_ms is not None or x.marker is not None
-    ]
+    needed = [call[0] for call in map(_scripted, xadds) if call is not None]
     return list({script.sha: script for script in needed}.values())
 
 
@@ -552,9 +557,13 @@ class _Publisher:
         wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
         wait_aof_local: bool = False,
         wait_observer: WaitObserver | None = None,
+        use_idmp: bool = False,
     ) -> None:
         self.client = client
         self._options = _resolver(streams)
+        self.use_idmp = use_idmp
+        self.keyed_path: str | None = None
+        """How keyed publishes go: "idmp" or "marker", decided at the first one (None before)."""
         self.idempotency_window_ms = idempotency_window_ms
         self.wait = _producer_wait(wait_replicas, wait_timeout_ms, wait_aof_local)
         self.wait_observer = wait_observer
@@ -565,8 +574,36 @@ class _Publisher:
         kwargs.setdefault("idempotency_window_ms", self.idempotency_window_ms)
         return plan_publish(stream, value, self._options(stream), **kwargs)
 
+    def _routed(self, xadds: Sequence[Xadd], flow: Callable[[list[Xadd]], _Flow[_T]]) -> _Flow[_T]:
+        """``flow`` of ``xadds`` as they are sent: keyed ones by IDMP where the server has it
+        (asked at the first keyed publish, see :mod:`streamworker.producing.idmp`)."""
+        keyed = [x for x in xadds if x.marker is not None]
+        if self.keyed_path is None and keyed:
+            try:
+                self.keyed_path = yield from self._keyed_path()
+            except ConnectionLost as exc:
+                # Nothing was sent yet; said as every publish's lost connection is.
+                raise ConnectionLost(outcome_unknown(keyed[0], exc)) from exc
+        idmp = self.keyed_path == "idmp"
+        return (yield from flow([_idmp.route(x, idmp) for x in xadds]))
+
+    def _keyed_path(self) -> _Flow[str]:
+        """The server's answer (streamworker.io.capabilities), once: "idmp" or "marker"."""
+        if not self.use_idmp or is_cluster_client(self.client):
+            return "marker"
+        info_call, docs_call = probe_requests()
+        try:
+            info = yield _Call("execute_command", info_call)
+            docs = yield _Call("execute_command", docs_call)
+        except rex.ResponseError:
+            return "marker"  # COMMAND renamed or denied: the path every server has
+        return "idmp" if paths_from_replies(info, docs).idmp else "marker"
+
     def _send(self, xadd: Xadd) -> _Flow[Receipt]:
         """The flow that sends one planned add (and waits for its replicas, when it asks)."""
+        return self._routed([xadd], lambda routed: self._send_routed(routed[0]))
+
+    def _send_routed(self, xadd: Xadd) -> _Flow[Receipt]:
         wait = batch_wait(self.wait, [xadd])
         if wait.active:
             return _first(self._waiting_flow([xadd], wait, "publish"))
@@ -578,6 +615,13 @@ class _Publisher:
         """The flow that sends planned adds in one pipeline (see :meth:`Producer.publish_many`)."""
         if not xadds:
             return _nothing()
+        return self._routed(
+            xadds, lambda routed: self._many_routed(routed, wait_replicas, wait_timeout_ms)
+        )
+
+    def _many_routed(
+        self, xadds: Sequence[Xadd], wait_replicas: int | None, wait_timeout_ms: int | None
+    ) -> _Flow[list[Receipt]]:
         wait = batch_wait(self.wait, xadds, wait_replicas, wait_timeout_ms)
         if wait.active:
             return self._waiting_flow(xadds, wait, "publish_many")
@@ -695,6 +739,12 @@ class Producer(_Publisher):
             server without it (checked by ``COMMAND INFO WAITAOF``).
         wait_observer: told how long each wait took and whether it timed out
             (``Metrics.observe_replica_wait``).
+        use_idmp: opt in to ``XADD … IDMP`` for keyed publishes where the server has it (asked
+            once, at the first keyed publish; ``keyed_path`` then says "idmp" or "marker").
+            Off by default: the server keeps the last 10,000 keys per stream within the window,
+            so a retry that comes after 10,000 other keyed publishes to its stream would add a
+            second entry, where the marker script (the default) remembers every key for the
+            whole window (:mod:`streamworker.producing.idmp`).
     """
 
     client: aioredis.Redis

@@ -139,13 +139,14 @@ class BatchProcessor:
     async def process(
         self,
         entries: list[Entry],
-        counts: Mapping[bytes, int],
+        counts: Mapping[bytes, int] | None,
         fresh_at: float | None = None,
         sent_at: float | None = None,
         next_read: NextRead | None = None,
     ) -> None:
         """Process entries this consumer owns, one batch at a time. ``counts`` maps each id to
-        its delivery counter; ids missing from it are skipped (no longer this consumer's).
+        its delivery counter; ids missing from it are skipped (no longer this consumer's). None:
+        every entry is a first delivery (a ``>`` read's: its counter is 1).
         ``fresh_at``: when the ``>`` read that returned them was sent (monotonic), None for other
         sources. ``sent_at``: when the read or claim that returned them was sent; a batch whose
         handlers would start later than :func:`~streamworker.core.timing.late_reply_ms` after it (a
@@ -210,7 +211,7 @@ class BatchProcessor:
     async def _process(
         self,
         entries: list[Entry],
-        counts: Mapping[bytes, int],
+        counts: Mapping[bytes, int] | None,
         started: float,
         fresh_at: float | None,
         next_read: NextRead | None,
@@ -221,11 +222,22 @@ class BatchProcessor:
         dead: list[tuple[bytes, int, str, str]] = []  # (id, deliveries, reason, traceback)
         verdicts: dict[str, Outcome] = {}
         # Bound once: this loop runs for every message.
-        count_of = counts.get
         decode = self._decode
         append = messages.append
         max_deliveries = spec.max_deliveries
-        for entry_id, raw in entries:
+        if counts is None:
+            # A '>' read: first deliveries (never over-delivered), no counter to look up.
+            for entry_id, raw in entries:
+                if raw is None:
+                    deleted.append(entry_id)
+                    continue
+                try:
+                    append(decode(entry_id, raw, 1))
+                except PermanentFailure as exc:
+                    # Its handler can never have run: dead-letter it now (as below).
+                    dead.append((entry_id, 1, describe(exc), bounded_traceback(exc)))
+        count_of = (counts or {}).get
+        for entry_id, raw in entries if counts is not None else ():
             count = count_of(entry_id)
             if count is None:
                 # No longer in this consumer's PEL: claimed by another consumer since the read.

@@ -362,7 +362,7 @@ class Consumer:
                     try:
                         await process(
                             entries,
-                            got.counts,
+                            got.counts,  # None for a plain '>' read: every counter is 1
                             # Claimed entries are handled as the reclaimer's are (not fresh).
                             fresh_at=None if got.claimed else sent,
                             sent_at=sent,
@@ -387,8 +387,8 @@ class Consumer:
         """A '>' read's reply: its entries and their delivery counters."""
         if self._claim_ms is not None:
             return parse_claim_reply(reply, self._stream)
-        entries = parse_read_reply(reply, self._stream)
-        return GroupRead(entries, dict.fromkeys((e.id for e in entries), 1), 0)
+        # First deliveries only: no counter map for the batch processor to look up.
+        return GroupRead(parse_read_reply(reply, self._stream), None, 0)
 
     async def _reserve(self, want: int) -> int:
         """The next read's COUNT, reserved in the in-flight budgets before the read is sent (so

@@ -7,6 +7,8 @@ SW_TEST_LOG                      file: one line "start <id> <n> <delivery_count>
 SW_TEST_SLEEP_S                  seconds each message takes (default 0)
 SW_TEST_BATCH                    batch size (default 5)
 SW_TEST_CLAIM_IDLE_MS            claim_idle_ms (default 60000)
+SW_TEST_HOLD                     file: the first handler call waits until it exists (at most
+                                 120 s), so the test decides when that batch goes on
 """
 
 from __future__ import annotations
@@ -21,11 +23,17 @@ app = App("recorder")
 
 _LOG = os.environ.get("SW_TEST_LOG", "recorder.log")
 _SLEEP = float(os.environ.get("SW_TEST_SLEEP_S", "0"))
+_HOLD = os.environ.get("SW_TEST_HOLD")
+_held: list[bool] = []
 
 
 def _record(line: str) -> None:
     # Whole even when this process is SIGKILLed mid-write (tests.support.journal).
     append_record(_LOG, line)
+
+
+def _go(path: str) -> bool:
+    return os.path.exists(path)
 
 
 @app.handler(
@@ -37,6 +45,12 @@ def _record(line: str) -> None:
 )
 async def record(msg: Message) -> None:
     _record(f"start {msg.id} {msg.fields.get('n', '')} {msg.delivery_count} {msg.consumer}")
+    if _HOLD is not None and not _held:
+        _held.append(True)
+        for _ in range(6000):
+            if _go(_HOLD):
+                break
+            await asyncio.sleep(0.02)
     if _SLEEP:
         await asyncio.sleep(_SLEEP)
     _record(f"done {msg.id} {msg.fields.get('n', '')}")

@@ -35,7 +35,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
         engine.stop()
 
 
-def _worker(url: str, consumer: str, log: Path) -> subprocess.Popen[bytes]:
+def _worker(url: str, consumer: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
     return streamworker(
         "run",
         APP,
@@ -48,6 +48,7 @@ def _worker(url: str, consumer: str, log: Path) -> subprocess.Popen[bytes]:
             "SW_TEST_SLEEP_S": "0.3",
             "SW_TEST_BATCH": "10",
             "SW_TEST_CLAIM_IDLE_MS": "60000",
+            **env,
         },
     )
 
@@ -91,10 +92,12 @@ def test_sigterm_hands_unstarted_entries_to_the_other_worker_within_5_s(
     log = tmp_path / "handled.log"
     client = redis.Redis.from_url(url)
     ids = _publish(client, 10)
-    holder = _worker(url, "a", log)
+    go = tmp_path / "go"
+    # "a" reads all ten in one batch (batch size 10) and starts the first, which goes on only
+    # once the test says so: "a" is mid-batch however long "b" takes to start.
+    holder = _worker(url, "a", log, SW_TEST_HOLD=str(go))
     other: subprocess.Popen[bytes] | None = None
     try:
-        # "a" reads all ten in one batch (batch size 10) and starts the first: 0.3 s each.
         wait_for(lambda: _starts(log), 30, "the holder to start its slow batch")
         other = _worker(url, "b", log)
         wait_for(
@@ -104,6 +107,7 @@ def test_sigterm_hands_unstarted_entries_to_the_other_worker_within_5_s(
         )
         stopped_at = time.monotonic()
         holder.send_signal(signal.SIGTERM)
+        go.touch()  # the handler in hand finishes; the nine unstarted ones are released
         wait_for(
             lambda: any(line[4] == "b" for line in _starts(log)),
             5.0,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 import redis
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -10,6 +14,7 @@ from streamworker.idempotency.sql import SqlDatabase
 from streamworker.idempotency.sql.outbox import publish
 from streamworker.io.keys import partition_stream
 from streamworker.producing.partitions import partition_of
+from tests.support.engine_server import EngineServerProcess
 from tests.support.proc import run_cli
 
 
@@ -24,15 +29,38 @@ def test_publish_adds_the_fields_and_prints_the_id(
     assert fields == {b"order_id": b"7", b"note": b"a=b"}
 
 
-def test_publish_with_an_idempotency_key_twice_adds_once(
-    redis_url: str, redis_client: redis.Redis
-) -> None:
-    args = ("publish", "orders", "n=1", "--idempotency-key", "k1", "--redis-url", redis_url)
-    assert run_cli(*args).returncode == 0
+@pytest.fixture(params=["redis-7.0", "engine-8.10"])
+def keyed_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[redis.Redis]:
+    """redis-server 7.0 (keyed publishes by the marker script) and ``streamworker engine serve
+    --redis-version 8.10`` (by XADD … IDMP)."""
+    if request.param == "redis-7.0":
+        client = request.getfixturevalue("redis_client")
+        yield client
+        return
+    engine = EngineServerProcess(tmp_path / "engine", extra=("--redis-version", "8.10")).start()
+    client = engine.client()
+    try:
+        yield client
+    finally:
+        client.close()
+        engine.stop()
+
+
+def test_publish_with_an_idempotency_key_twice_adds_once(keyed_server: redis.Redis) -> None:
+    """Two processes, one key: the second is a duplicate with the first one's id, by the marker
+    script on 7.0 and by XADD … IDMP on 8.10 (no marker key there)."""
+    kwargs = keyed_server.connection_pool.connection_kwargs
+    url = f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"
+    args = ("publish", "orders", "n=1", "--idempotency-key", "k1", "--idmp", "--redis-url", url)
+    first = run_cli(*args)
+    assert first.returncode == 0, first.stderr
     again = run_cli(*args)
     assert again.returncode == 0, again.stderr
     assert "duplicate" in again.stdout
-    assert redis_client.xlen("orders") == 1
+    assert again.stdout.split()[:2] == first.stdout.split()[:2]
+    assert keyed_server.xlen("orders") == 1
+    marker = keyed_server.exists("{orders}:published:k1")
+    assert marker == (1 if keyed_server.info("server")["redis_version"].startswith("7.") else 0)
 
 
 def test_publish_routes_a_partitioned_stream_by_key(

@@ -10,6 +10,8 @@ outcome is unknown and whether publishing again is safe.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -17,6 +19,7 @@ import redis.asyncio as aioredis
 from streamworker.errors import ConnectionLost
 from streamworker.io.redisio import open_redis
 from streamworker.producing.producer import Producer
+from tests.support.engine_server import EngineServerProcess
 from tests.support.faultproxy import FaultProxy, FaultRates, FaultSchedule
 from tests.support.servers import RedisServer
 
@@ -27,9 +30,25 @@ SEED = 20261125
 RATES = FaultRates(request_loss=0.02, reply_loss=0.02)
 
 
-def _proxy(redis_server: RedisServer) -> FaultProxy:
+def _proxy(port: int) -> FaultProxy:
     schedule = FaultSchedule(SEED, RATES, protocol="redis")
-    return FaultProxy(redis_server.port, protocol="redis", schedule=schedule)
+    return FaultProxy(port, protocol="redis", schedule=schedule)
+
+
+@pytest.fixture(params=["redis-7.0", "engine-8.10"])
+def keyed_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[int, str, str]]:
+    """(port, url, the keyed path the producer must take): redis-server 7.0 (the marker
+    script), ``streamworker engine serve --redis-version 8.10`` (XADD … IDMP)."""
+    if request.param == "redis-7.0":
+        redis_server: RedisServer = request.getfixturevalue("redis_server")
+        redis_server.client().flushall()
+        yield redis_server.port, redis_server.url, "marker"
+        return
+    engine = EngineServerProcess(tmp_path / "engine", extra=("--redis-version", "8.10")).start()
+    try:
+        yield engine.port, engine.url, "idmp"
+    finally:
+        engine.stop()
 
 
 async def _numbers(client: aioredis.Redis, stream: str) -> Counter[str]:
@@ -38,16 +57,16 @@ async def _numbers(client: aioredis.Redis, stream: str) -> Counter[str]:
 
 
 async def test_publish_with_an_idempotency_key_adds_each_entry_once_through_lost_replies(
-    redis_server: RedisServer,
+    keyed_server: tuple[int, str, str],
 ) -> None:
-    redis_server.client().flushall()
-    direct = open_redis(redis_server.url)
+    port, url, path = keyed_server
+    direct = open_redis(url)
     errors: list[str] = []
     duplicates = 0
-    with _proxy(redis_server) as proxy:
+    with _proxy(port) as proxy:
         # A short socket timeout: a lost request is noticed after it, like a lost reply.
         client = open_redis(proxy.url, socket_timeout_s=0.5)
-        producer = Producer(client)
+        producer = Producer(client, use_idmp=True)
         try:
             for n in range(MESSAGES):
                 while True:  # what a caller does with "outcome unknown, safe to retry"
@@ -63,6 +82,7 @@ async def test_publish_with_an_idempotency_key_adds_each_entry_once_through_lost
         finally:
             await client.aclose()
         faults = proxy.counts()
+    assert producer.keyed_path == path
     counts = await _numbers(direct, "orders")
     await direct.aclose()
     print(
@@ -83,7 +103,7 @@ async def test_plain_publish_errors_say_the_outcome_is_unknown_and_retries_nothi
     redis_server.client().flushall()
     direct = open_redis(redis_server.url)
     failed: dict[str, str] = {}
-    with _proxy(redis_server) as proxy:
+    with _proxy(redis_server.port) as proxy:
         client = open_redis(proxy.url, socket_timeout_s=0.5)
         producer = Producer(client)
         try:

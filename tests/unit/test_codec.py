@@ -104,7 +104,9 @@ def test_the_fast_constructor_sets_every_field_of_message() -> None:
     )
     expected = Message("7-1", "s", "g", "c", {"k": "v", "n": "2"}, None, 3)
     assert built == expected
+    assert type(built) is Message
     assert repr(built) == repr(expected)
+    assert sorted(_MESSAGE_FIELDS) == sorted(Message.__slots__)
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.id = "8-0"  # type: ignore[misc]
 
@@ -125,7 +127,12 @@ def _consumer_decode(raw: list[bytes], model: type[BaseModel] | None = Order) ->
 def test_the_consume_loops_decoder_reads_flat_fields_into_the_same_message() -> None:
     flat = [b"order_id", b"7", b"amount_cents", b"150"]
     expected = _decode({b"order_id": b"7", b"amount_cents": b"150"})
-    assert _consumer_decode(flat) == expected
+    built = _consumer_decode(flat)
+    assert built == expected
+    assert type(built) is Message
+    assert repr(built) == repr(expected)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.fields = {}  # type: ignore[misc]
 
 
 def test_the_consume_loops_decoder_keeps_the_last_value_of_a_repeated_field() -> None:

@@ -17,6 +17,9 @@ ARGS: list[tuple[Any, ...]] = [
     ("EVALSHA", "ab" * 20, 2, "k1", "k2", 1.5, -0.0, 2**70, "é", memoryview(b"mv")),
     ("CONFIG GET", "maxmemory"),
     (b"SET", b"k", bytearray(b"v")),
+    (b"CONFIG GET", b"maxmemory"),
+    ("XACK", "orders", "billing", bytearray(b"1-0"), b"2-1"),
+    ("XACK", "orders", "billing", *[f"{i}-0".encode() for i in range(100)]),
 ]
 
 

@@ -4,6 +4,7 @@ prometheus_client's Histogram internals, so a library upgrade that changes them 
 from __future__ import annotations
 
 import math
+import random
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
@@ -61,3 +62,16 @@ def test_a_histogram_with_its_own_buckets() -> None:
     assert 'h_bucket{le="3.0"} 4.0' in text
     assert 'h_bucket{le="+Inf"} 5.0' in text
     assert "h_sum 9.5" in text
+
+
+def test_a_batch_spread_over_every_bucket_and_on_their_bounds() -> None:
+    """Counted per bucket from the sorted values: every value lands where observe puts it, those
+    equal to a bound included, in any order, with infinity in the last bucket."""
+    bounds = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
+    rng = random.Random(37)
+    values = [rng.uniform(0, 12) for _ in range(300)] + bounds + [math.inf, -5.0, 0.0]
+    rng.shuffle(values)
+    assert _exposition(values, bulk=True) == _exposition(values, bulk=False)
+    # The usual batch: a hundred short durations, all in the first bucket.
+    short = [rng.uniform(1e-6, 5e-6) for _ in range(100)]
+    assert _exposition(short, bulk=True) == _exposition(short, bulk=False)

@@ -191,3 +191,31 @@ async def test_after_a_rate_limited_the_invoker_starts_no_handler_until_the_paus
     assert second.rate_limited
     assert second.preset
     assert 59_000 < (second.retry_delay_ms or 0) <= 60_001
+
+
+async def test_a_batch_run_in_one_loop_starts_nothing_after_a_rate_limited() -> None:
+    app = App("rate")
+    ran: list[str] = []
+
+    @app.handler("s", group="g")
+    async def handle(msg: Message) -> None:
+        ran.append(msg.fields["n"])
+        if msg.fields["n"] == "2":
+            raise RateLimited(retry_after_ms=60_000)
+
+    spec = app.handlers[0]
+    resolver = Resolver()
+    await resolver.start([spec.plan])
+    invoke = HandlerInvoker(
+        spec,
+        resolver=resolver,
+        threads=HandlerThreads(1),
+        metrics=Metrics(),
+        stopping=threading.Event().is_set,
+        log=structlog.get_logger("test"),
+    )
+    outcomes: list[Any] = []
+    await invoke.run_each([_message(str(n)) for n in range(1, 5)], {}, outcomes)
+    assert ran == ["1", "2"]
+    assert [o.rate_limited for o in outcomes] == [False, True, True, True]
+    assert [o.preset for o in outcomes[1:]] == [False, True, True]
