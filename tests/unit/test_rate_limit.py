@@ -161,6 +161,20 @@ def _message(n: str) -> Message[Any]:
     return Message(id=f"{n}-0", stream="s", group="g", consumer="c", fields={"n": n}, body=None)
 
 
+async def _invoker(app: App) -> HandlerInvoker:
+    spec = app.handlers[0]
+    resolver = Resolver()
+    await resolver.start([spec.plan])
+    return HandlerInvoker(
+        spec,
+        resolver=resolver,
+        threads=HandlerThreads(1),
+        metrics=Metrics(),
+        stopping=threading.Event().is_set,
+        log=structlog.get_logger("test"),
+    )
+
+
 async def test_after_a_rate_limited_the_invoker_starts_no_handler_until_the_pause_ends() -> None:
     app = App("rate")
     ran: list[str] = []
@@ -171,17 +185,7 @@ async def test_after_a_rate_limited_the_invoker_starts_no_handler_until_the_paus
         if msg.fields["n"] == "1":
             raise RateLimited(retry_after_ms=60_000)
 
-    spec = app.handlers[0]
-    resolver = Resolver()
-    await resolver.start([spec.plan])
-    invoke = HandlerInvoker(
-        spec,
-        resolver=resolver,
-        threads=HandlerThreads(1),
-        metrics=Metrics(),
-        stopping=threading.Event().is_set,
-        log=structlog.get_logger("test"),
-    )
+    invoke = await _invoker(app)
     first = await invoke(_message("1"), {})
     second = await invoke(_message("2"), {})
     assert ran == ["1"]
@@ -203,17 +207,7 @@ async def test_a_batch_run_in_one_loop_starts_nothing_after_a_rate_limited() -> 
         if msg.fields["n"] == "2":
             raise RateLimited(retry_after_ms=60_000)
 
-    spec = app.handlers[0]
-    resolver = Resolver()
-    await resolver.start([spec.plan])
-    invoke = HandlerInvoker(
-        spec,
-        resolver=resolver,
-        threads=HandlerThreads(1),
-        metrics=Metrics(),
-        stopping=threading.Event().is_set,
-        log=structlog.get_logger("test"),
-    )
+    invoke = await _invoker(app)
     outcomes: list[Any] = []
     await invoke.run_each([_message(str(n)) for n in range(1, 5)], {}, outcomes)
     assert ran == ["1", "2"]
