@@ -583,6 +583,34 @@ SCENARIOS: dict[str, list[Scenario]] = {
             ["s", "m"],
         ),
     ],
+    # XINFO STREAM's IDMP fields, XCFGSET and XADD … IDMP are Redis 8.6+: on 7.0 (both sides
+    # here) the marker path compares replies and a call that reaches them fails alike. The IDMP
+    # path itself: tests/integration/test_producer.py on the engine in 8.10 mode.
+    "publish_idmp": [
+        Scenario(
+            "a key the marker script published first is a duplicate, and nothing is added",
+            [("SET", "m", "5-1"), ("XADD", "s", "5-1", "f", "v")],
+            ["s", "m"],
+            ["streamworker", "k", "86400", "10000", "0", "f", "v"],
+            ["s", "m"],
+        ),
+        Scenario(
+            "a new key reaches the IDMP commands, which 7.0 does not have",
+            [("XADD", "s", "1-1", "f", "a")],
+            ["s", "m"],
+            ["streamworker", "k", "86400", "10000", "0", "f", "v"],
+            ["s", "m"],
+            fails=True,
+        ),
+        Scenario(
+            "on a missing stream too (after the empty stream is made)",
+            [],
+            ["s", "m"],
+            ["streamworker", "k", "60", "10000", "3", "MAXLEN", "=", "5", "f", "v"],
+            ["s", "m"],
+            fails=True,
+        ),
+    ],
     "schedule_delayed": [
         Scenario("without a key", [], ["d"], ["5000", _ENV_A, "60000"], ["d"]),
         Scenario("with a key, first time", [], ["d", "m"], ["5000", _ENV_A, "60000"], ["d", "m"]),
