@@ -174,7 +174,7 @@ async def _publish_round(url: str, sync: redis.Redis, n: int, round_no: int) -> 
     client = open_redis(url)
     try:
         by_marker = Producer(client, idempotency_window_ms=100_000, use_idmp=False)
-        by_idmp = Producer(client, idempotency_window_ms=100_000)
+        by_idmp = Producer(client, idempotency_window_ms=100_000, use_idmp=True)
         sync.delete("pub:marker", "pub:idmp", "pub:bare")
 
         async def marker(i: int) -> None:

@@ -18,15 +18,13 @@ compare the no-tracing path before and after a change.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys
-import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks.draining import drain, drain_arguments, prefill
 from streamworker import App, Message
 from streamworker.io.redisio import open_redis
 from streamworker.observability.logging import configure_logging
@@ -67,39 +65,19 @@ def _provider(mode: str) -> Any:
 async def _round(url: str, mode: str, messages: int, batch: int) -> float:
     """Seconds per message to drain ``messages`` entries in ``mode``."""
     client = open_redis(url)
-    await client.delete(STREAM)
-    pipe = client.pipeline(transaction=False)
-    for i in range(messages):
-        pipe.xadd(STREAM, {"n": str(i), "payload": "x" * 32})
-    await pipe.execute()
+    await prefill(client, STREAM, messages)
     options: dict[str, Any] = {"redis_url": url, "consumer": "c1"}
     if mode != "off":
         options.update(tracing=True, tracer_provider=_provider(mode))
     worker = Worker(_app(batch), WorkerOptions(**options))
-    started = time.perf_counter()
-    task = asyncio.ensure_future(worker.run(install_signal_handlers=False))
-    while True:
-        await asyncio.sleep(0.002)
-        try:
-            groups = await client.xinfo_groups(STREAM)
-        except Exception:
-            continue
-        if groups and groups[0]["pending"] == 0 and groups[0]["lag"] == 0:
-            break
-    elapsed = time.perf_counter() - started
-    worker.stop()
-    await task
+    elapsed, _ = await drain(client, worker, STREAM)
     await client.delete(STREAM)
     await client.aclose()
     return elapsed / messages
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--redis-url", default=f"engine://memory/bench-{uuid.uuid4().hex[:8]}")
-    parser.add_argument("--messages", type=int, default=20_000)
-    parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = drain_arguments(__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]

@@ -2,7 +2,7 @@
 
 The public API::
 
-    from streamworker import App, Message, Depends, Retry, DeadLetter, Effects
+    from streamworker import App, Message, Depends, Retry, DeadLetter, RateLimited, Effects
     from streamworker import Producer, SyncProducer  # publishing without an App
 
 Everything else is importable from its module but not part of the stable surface.
@@ -20,6 +20,7 @@ from streamworker.errors import (
     DeadLetter,
     PermanentFailure,
     PublishError,
+    RateLimited,
     ReplicaWaitTimeout,
     Retry,
     StreamworkerError,
@@ -41,6 +42,7 @@ __all__ = [
     "PermanentFailure",
     "Producer",
     "PublishError",
+    "RateLimited",
     "Receipt",
     "ReplicaWaitTimeout",
     "Retry",

@@ -22,6 +22,7 @@ from streamworker.core.keyed import (
     key_func,
 )
 from streamworker.core.message import Message
+from streamworker.core.ratelimit import RateLimit, parse_rate_limit
 from streamworker.errors import ConfigError
 from streamworker.idempotency import registry
 from streamworker.io.keys import dead_letter_stream, partition_stream
@@ -91,6 +92,9 @@ class HandlerSpec:
     beyond ``batch_size``)."""
     max_in_flight_bytes: int | None = None
     """At most this many bytes of fields of this handler's messages held at once (None: no bound)."""
+    rate_limit: RateLimit | None = None
+    """The handler's shared rate limit: at most so many starts per period over every worker of
+    the group (None: no limit; see streamworker.runtime.ratelimit)."""
     retention: Retention = "keep"
     """``"acked"``: an entry is deleted from the stream once every consumer group has acked it
     and every Spark cursor has passed it (``XDELEX … ACKED``, Redis 8.2+; see
@@ -230,6 +234,8 @@ class App:
         key_field: KeyField | None = None,
         max_in_flight: int | None = None,
         max_in_flight_bytes: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_burst: int | None = None,
         retention: Retention = "keep",
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``stream`` in consumer ``group``.
@@ -311,6 +317,15 @@ class App:
                 worker (read but not yet acked or dead-lettered); reads shrink to the room left
                 and wait when there is none. None: no bound beyond ``batch_size``.
             max_in_flight_bytes: the same bound on the bytes of the held entries' fields.
+            rate_limit: a shared rate limit on the handler's starts over every worker and
+                process of the group, ``"<number>/s"``, ``"/min"`` or ``"/h"`` (``"100/s"``,
+                ``"6000/min"``): a worker reads only as many entries as it may start now, so
+                messages never wait for the limit in a worker, and waiting is never a failed
+                delivery. With partitions, one limit over all of them. Not with ``ordered=True``
+                (docs/flow-control.md, "Shared rate limit").
+            rate_limit_burst: how many starts may go at once after an idle time (an integer
+                >= 1); default a twentieth of a second's worth of the limit plus one, so that
+                no 1-second window has more than a tenth above the limit.
             retention: ``"keep"`` (default: entries stay until trimmed) or ``"acked"``: each
                 entry this handler acks or dead-letters is deleted from the stream as soon as
                 no consumer group needs it any more and every Spark cursor of the stream has
@@ -415,6 +430,15 @@ class App:
                     f"already runs every message one after another; use partitions keyed by "
                     f"the same field for per-key order across workers)"
                 )
+        limit = parse_rate_limit(
+            rate_limit, rate_limit_burst, where=f"stream {stream!r} group {group!r}"
+        )
+        if limit is not None and ordered:
+            raise ConfigError(
+                f"stream {stream!r} group {group!r}: rate_limit does not combine with "
+                f"ordered=True (an ordered stream runs one message at a time under its "
+                f"partition lock; pace it in the handler, or raise RateLimited)"
+            )
         max_in_flight = check_in_flight("max_in_flight", max_in_flight)
         max_in_flight_bytes = check_in_flight("max_in_flight_bytes", max_in_flight_bytes)
         if retention not in ("keep", "acked"):
@@ -490,6 +514,7 @@ class App:
                     key_field=key_field,
                     max_in_flight=max_in_flight,
                     max_in_flight_bytes=max_in_flight_bytes,
+                    rate_limit=limit,
                     retention=retention,
                 )
             return func

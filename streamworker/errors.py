@@ -103,6 +103,27 @@ class Retry(HandlerControl):
         self.reason = reason
 
 
+class RateLimited(HandlerControl):
+    """Raised by a handler: the service it calls is rate-limiting us (it answered HTTP 429, say);
+    pause this handler for ``retry_after_ms`` in every worker of the group, and retry the message
+    after the pause.
+
+    Unlike :class:`Retry`, the delivery does not count toward ``max_deliveries`` (its counter is
+    handed back, as a graceful stop does) and the message is never dead-lettered for it. The
+    messages of the batch that had not started wait for the pause too, uncounted. A crash between
+    the raise and the hand-back leaves that one delivery counted.
+    """
+
+    def __init__(self, retry_after_ms: int = 1_000, reason: str = "") -> None:
+        super().__init__(reason or f"rate limited: retry after {retry_after_ms} ms")
+        if isinstance(retry_after_ms, bool) or not isinstance(retry_after_ms, int):
+            raise TypeError(f"retry_after_ms must be an integer, not {retry_after_ms!r}")
+        if retry_after_ms < 0:
+            raise ValueError("retry_after_ms must be >= 0")
+        self.retry_after_ms = retry_after_ms
+        self.reason = reason
+
+
 class DeadLetter(HandlerControl):
     """Raised by a handler: this message can never succeed; move it to the dead-letter stream now."""
 

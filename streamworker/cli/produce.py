@@ -96,6 +96,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         streams={args.stream: options},
         wait_replicas=settings.wait_replicas,
         wait_timeout_ms=settings.wait_timeout_ms,
+        use_idmp=args.idmp,
     )
     receipt = producer.publish(
         args.stream,
@@ -226,6 +227,12 @@ def add_produce_commands(sub: Any) -> None:
     pub.add_argument("--key", metavar="K", help="the partition key (with --partitions)")
     pub.add_argument(
         "--idempotency-key", metavar="K", help="add nothing if K was published within 24 h"
+    )
+    pub.add_argument(
+        "--idmp",
+        action="store_true",
+        help="with --idempotency-key: by XADD … IDMP where the server has it (Redis 8.6+; "
+        "keeps the last 10,000 keys per stream), else the marker script",
     )
     pub.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
     add_wait_flags(pub, "return")

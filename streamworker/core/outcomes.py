@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from streamworker.errors import DeadLetter, PermanentFailure, Retry
+from streamworker.errors import DeadLetter, PermanentFailure, RateLimited, Retry
 
 if TYPE_CHECKING:
     from streamworker.core.message import Message
@@ -33,6 +33,9 @@ class Outcome:
     duplicate: bool = False  # ACK without running the handler: already processed
     retry: bool = False  # LEAVE_PENDING because the handler raised Retry (control flow)
     preset: bool = False  # decided before the handler, which did not run (nothing written)
+    # LEAVE_PENDING for a rate limit (the handler raised RateLimited, or the handler was paused
+    # by one): the delivery is handed back uncounted and the retry waits ``retry_delay_ms``.
+    rate_limited: bool = False
     value: Any = field(default=None, compare=False, repr=False)  # what the handler returned
     # The failure's traceback, bounded (see bounded_traceback); set for dead letters only.
     traceback: str = field(default="", compare=False, repr=False)
@@ -121,6 +124,8 @@ def decide(exc: BaseException | None, delivery_count: int, max_deliveries: int) 
     """Decide what happens to a message given how its handler ended.
 
     * no exception -> ack;
+    * RateLimited -> leave pending for its ``retry_after_ms``, whatever the count (the
+      delivery is handed back uncounted: see :func:`rate_limited`);
     * DeadLetter or PermanentFailure -> dead-letter now, whatever the count;
     * any other failure (Retry included) -> leave pending, unless this delivery was the last one
       allowed (``delivery_count >= max_deliveries``), which dead-letters it: a message is handled
@@ -128,12 +133,29 @@ def decide(exc: BaseException | None, delivery_count: int, max_deliveries: int) 
     """
     if exc is None:
         return ACKED
+    if isinstance(exc, RateLimited):
+        return rate_limited(exc.retry_after_ms, describe(exc))
     if isinstance(exc, DeadLetter | PermanentFailure) or delivery_count >= max_deliveries:
         # The traceback is formatted only for a dead letter, which keeps it (dlq_traceback).
         return Outcome(Action.DEAD_LETTER, describe(exc), traceback=bounded_traceback(exc))
     if isinstance(exc, Retry):
         return Outcome(Action.LEAVE_PENDING, describe(exc), exc.delay_ms, retry=True)
     return Outcome(Action.LEAVE_PENDING, describe(exc))
+
+
+def rate_limited(retry_after_ms: int, error: str, *, ran: bool = True) -> Outcome:
+    """A message left pending for a rate limit: retried after ``retry_after_ms``, its delivery
+    handed back (never counted toward ``max_deliveries``, never dead-lettered for it).
+    ``ran=False``: its handler was not started because the handler is paused (``preset``:
+    nothing of it was written)."""
+    return Outcome(
+        Action.LEAVE_PENDING,
+        error,
+        max(0, retry_after_ms),
+        retry=True,
+        preset=not ran,
+        rate_limited=True,
+    )
 
 
 def over_delivered(delivery_count: int, max_deliveries: int) -> bool:

@@ -78,6 +78,20 @@ def delayed_key(stream: str) -> str:
     return in_stream_slot(stream, "delayed")
 
 
+def rate_limit_key(stream: str, group: str) -> str:
+    """The shared rate limit of ``group``'s handler on ``stream`` (``rate_limit=``; see
+    ``lua/take_permits.lua``): ``{S}:rate:G``, or ``S:rate:G`` when S has a tag; in the stream's
+    slot. For a partitioned stream, S is the logical stream: one limit over all partitions."""
+    return in_stream_slot(stream, f"rate:{group}")
+
+
+def rate_pause_key(stream: str, group: str) -> str:
+    """The pause of ``group``'s handler on ``stream`` after a handler raised ``RateLimited``:
+    ``{S}:rate:G:pause``, beside :func:`rate_limit_key` (same slot); it lives as long as the
+    pause."""
+    return in_stream_slot(stream, f"rate:{group}:pause")
+
+
 def spark_cursors_key(stream: str) -> str:
     """The hash of the Spark cursors of ``stream`` (field: cursor name, value: the last id that
     reader has committed): ``{S}:spark:cursors``. Trims and ``retention="acked"`` keep what a

@@ -1009,7 +1009,7 @@ class NextRead:
     the read met) waits here for :meth:`take`. Use from one event loop.
     """
 
-    __slots__ = ("_args", "_client", "_reply", "_wanted", "sent_at")
+    __slots__ = ("_also", "_also_reply", "_args", "_client", "_reply", "_wanted", "sent_at")
 
     def __init__(
         self,
@@ -1038,8 +1038,30 @@ class NextRead:
         )
         self._wanted = wanted
         self._reply: Any = _NO_REPLY
+        self._also: tuple[Any, ...] | None = None
+        self._also_reply: Any = None
         self.sent_at = 0.0
         """When the read went out (monotonic): the lease clock of the entries it returns."""
+
+    def set_count(self, count: int) -> None:
+        """The COUNT of the read from now on (a rate-limited loop sizes it by the permits it
+        was granted)."""
+        if self._args[5] != count:
+            args = list(self._args)
+            args[5] = count
+            self._args = tuple(args)
+
+    def also(self, *args: Any) -> None:
+        """A command to send right behind the read, in the same write, each time it goes out
+        (a rate-limited loop asks for the next read's permits); its reply (or error) waits for
+        :meth:`take_also`. Give its name as bytes to get the reply as parsed."""
+        self._also = args or None
+
+    def take_also(self) -> Any:
+        """The reply (or the error) of the :meth:`also` command sent with the last read; None
+        when none was sent."""
+        reply, self._also_reply = self._also_reply, None
+        return reply
 
     def holding(self) -> bool:
         """True when a read was sent and its reply waits for :meth:`take`."""
@@ -1056,6 +1078,7 @@ class NextRead:
         """Forget a waiting reply: its entries are in this consumer's PEL, and the backlog read
         that follows a restart of the loop returns them."""
         self._reply = _NO_REPLY
+        self._also_reply = None
 
     def ready_for(self, client: aioredis.Redis) -> bool:
         """True when a call on ``client`` may send this read now."""
@@ -1076,9 +1099,12 @@ async def _then_read(slot: NextRead, client: aioredis.Redis, *args: Any) -> Any:
     pipe = client.pipeline(transaction=False)
     pipe.execute_command(*args)
     pipe.execute_command(*slot._args)
+    if slot._also is not None:
+        pipe.execute_command(*slot._also)
     slot.sent_at = time.monotonic()
-    first, read = await pipe.execute(raise_on_error=False)
+    first, read, *also = await pipe.execute(raise_on_error=False)
     slot._reply = read
+    slot._also_reply = also[0] if also else None
     if isinstance(first, BaseException):
         raise first
     return first

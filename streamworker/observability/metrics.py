@@ -40,6 +40,14 @@ worker's mover every ``delayed_poll_ms``:
 * ``streamworker_delayed_messages{stream}`` — entries waiting in the stream's delayed set (ZCARD).
 * ``streamworker_delayed_moved_total{stream}`` — delayed entries this worker moved in when due.
 
+Shared rate limits (``rate_limit=``, and the pause after ``RateLimited``; labelled ``stream``,
+``group``, ``handler``; see :mod:`streamworker.runtime.ratelimit`):
+
+* ``streamworker_rate_limited_seconds_total`` — time this worker's reads of the handler waited
+  for a permit of its shared rate limit or for its pause to end.
+* ``streamworker_rate_limit_allowance`` — permits of the shared limit left to the group right
+  now, as of this worker's last request (0 while paused).
+
 Process-wide: ``streamworker_build_info{version,python}`` (always 1), and prometheus_client's
 process and platform collectors (``process_resident_memory_bytes``, ``process_cpu_seconds_total``,
 ``process_open_fds``, ``python_info``, …).
@@ -300,6 +308,21 @@ class Metrics:
             "Delayed entries this worker moved into their stream when due.",
             ["stream"],
             registry=r,
+        )
+        self.rate_limited = Counter(
+            "streamworker_rate_limited_seconds",
+            "Time the handler's reads waited for a permit of its shared rate limit or for its "
+            "pause (RateLimited) to end.",
+            SUBSCRIPTION_LABELS,
+            registry=r,
+        )
+        self.rate_allowance = Gauge(
+            "streamworker_rate_limit_allowance",
+            "Permits of the handler's shared rate limit left to the group right now, as of this "
+            "worker's last request (0 while paused).",
+            SUBSCRIPTION_LABELS,
+            registry=r,
+            multiprocess_mode="livemax",
         )
         self.failovers = Counter(
             "streamworker_failovers",

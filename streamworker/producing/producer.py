@@ -557,7 +557,7 @@ class _Publisher:
         wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
         wait_aof_local: bool = False,
         wait_observer: WaitObserver | None = None,
-        use_idmp: bool = True,
+        use_idmp: bool = False,
     ) -> None:
         self.client = client
         self._options = _resolver(streams)
@@ -739,10 +739,12 @@ class Producer(_Publisher):
             server without it (checked by ``COMMAND INFO WAITAOF``).
         wait_observer: told how long each wait took and whether it timed out
             (``Metrics.observe_replica_wait``).
-        use_idmp: keyed publishes use ``XADD … IDMP`` where the server has it (asked once, at
-            the first keyed publish; ``keyed_path`` then says "idmp" or "marker"). False keeps
-            the marker script everywhere: for more than 10,000 keyed publishes per stream within
-            a window (:mod:`streamworker.producing.idmp`).
+        use_idmp: opt in to ``XADD … IDMP`` for keyed publishes where the server has it (asked
+            once, at the first keyed publish; ``keyed_path`` then says "idmp" or "marker").
+            Off by default: the server keeps the last 10,000 keys per stream within the window,
+            so a retry that comes after 10,000 other keyed publishes to its stream would add a
+            second entry, where the marker script (the default) remembers every key for the
+            whole window (:mod:`streamworker.producing.idmp`).
     """
 
     client: aioredis.Redis

@@ -50,6 +50,8 @@ from streamworker.runtime.holdings import Holdings
 from streamworker.runtime.invoker import HandlerInvoker
 from streamworker.runtime.late import CLAIMED, DELETED, OWNED, late_after_s, touch_owned
 from streamworker.runtime.loop import StopSignal
+from streamworker.runtime.ratelimit import RateGate
+from streamworker.runtime.release import uncount_deliveries
 from streamworker.runtime.threads import HandlerThreads
 
 _DEAD_LETTER = LuaScript("dead_letter")
@@ -79,8 +81,11 @@ class BatchProcessor:
         holdings: Holdings,
         signal: StopSignal,
         turned: Callable[[], None] | None = None,
+        rate: RateGate | None = None,
     ) -> None:
         self.spec = spec
+        # The handler's rate limit and pause: a RateLimited pauses the group (see _rate_limited).
+        self.rate = rate or RateGate(spec, client, metrics)
         self._turned = turned
         self.consumer = consumer
         self.holdings = holdings
@@ -108,6 +113,7 @@ class BatchProcessor:
             metrics=metrics,
             stopping=signal.stopping,
             log=self._log,
+            pause=self.rate.pause,
         )
         # What the worker's heartbeat reports (runtime.names): wall-clock time of the last
         # batch, and messages acked (incl. duplicates) / failed or dead-lettered so far.
@@ -288,6 +294,7 @@ class BatchProcessor:
                 for msg in messages:
                     holdings.settled(msg.id.encode())
             messages, outcomes = [], []  # nothing left for the loop below
+        limited: list[tuple[bytes, Outcome]] = []
         for msg, outcome in zip(messages, outcomes, strict=True):
             action = outcome.action
             if action is Action.ACK:  # the common case first
@@ -311,6 +318,8 @@ class BatchProcessor:
                     outcome, msg.delivery_count, spec.retry_backoff_ms, spec.retry_backoff_max_ms
                 )
                 holdings.schedule_retry(mid, now + delay_ms / 1000)
+                if outcome.rate_limited:
+                    limited.append((mid, outcome))
         for label, n in tally.items():
             self._outcomes[label].inc(n)
         # For the worker's heartbeat record (runtime.names): plain counters, no lookups.
@@ -323,6 +332,8 @@ class BatchProcessor:
             )
         if tally.get("acked") or tally.get("duplicate"):
             self._ack_latency.observe(time.monotonic() - started)
+        if limited:
+            await self._rate_limited(limited)
         for entry_id, count, reason, trace in dead:
             holdings.settled(entry_id)
             await self._dead_letter(entry_id, count, reason, trace)
@@ -330,6 +341,29 @@ class BatchProcessor:
             # Every id of the batch: the script deletes only what no group needs (those left
             # pending for a retry stay), after the acks and dead letters above.
             await self._retain_acked([e[0] for e in entries])
+
+    async def _rate_limited(self, limited: list[tuple[bytes, Outcome]]) -> None:
+        """Messages left pending for a rate limit (their retries are scheduled): tell every
+        worker of the group about the pause a handler asked for (RateLimited), and hand their
+        deliveries back, so that waiting never counts toward ``max_deliveries``.
+
+        The hand-back is ``XCLAIM … RETRYCOUNT <count - 1> JUSTID`` on entries still this
+        consumer's (``lua/release_unstarted.lua``'s emulation, with idle 0: they stay leased
+        here); the retry's claim counts the delivery again. If Redis does not answer, the
+        deliveries stay counted (as for a failure) and the local pause holds anyway."""
+        asked = [o.retry_delay_ms or 0 for _, o in limited if not o.preset]
+        try:
+            if asked:
+                await self.rate.pause_group(max(asked))
+            await uncount_deliveries(
+                self._client,
+                self.spec.stream,
+                self.spec.group,
+                self.consumer,
+                [mid for mid, _ in limited],
+            )
+        except (ConnectionLost, rex.ResponseError) as exc:
+            self._log.warning("rate_limit_handback_failed", error=str(exc), entries=len(limited))
 
     async def _run_strategy(self, batch: Batch) -> list[Outcome]:
         """The strategy's outcomes for ``batch``; while the database is unavailable, or its

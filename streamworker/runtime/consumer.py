@@ -48,6 +48,7 @@ from streamworker.runtime.holdings import Holdings
 from streamworker.runtime.inflight import InFlight, InFlightGate
 from streamworker.runtime.loop import LoopState, StopSignal
 from streamworker.runtime.ordering import OrderedLoop
+from streamworker.runtime.ratelimit import RateGate
 from streamworker.runtime.reads import delivery_counts
 from streamworker.runtime.release import release_unstarted
 from streamworker.runtime.threads import HandlerThreads
@@ -98,6 +99,9 @@ class Consumer:
         self.signal = StopSignal()
         self.state = LoopState()
         self.holdings = Holdings()
+        # rate_limit= and RateLimited's pause: reads are sized by the permits granted
+        # (runtime.ratelimit).
+        self.rate = RateGate(spec, client, metrics)
         self._stream = spec.stream.encode()
         labels = {"stream": spec.stream, "group": spec.group, "handler": spec.name}
         metrics.prime(**labels)
@@ -117,7 +121,20 @@ class Consumer:
             holdings=self.holdings,
             signal=self.signal,
             turned=self.state.turned,
+            rate=self.rate,
         )
+        # A blocking read under a bound or a limit asks for one entry (see _read).
+        self._paced = self._gate.bounded or self.rate.limited
+        # Under a rate limit, each read asks for the next read's permits in the same write (no
+        # round trip of its own): with some granted, the next read goes out with the batch's
+        # ack, its COUNT the permits granted (see _ahead_ready). So a permit is taken at most
+        # one batch before its start.
+        self._next_permits = 0
+        """Permits granted for the next read, not yet used."""
+        self._ahead_permits = 0
+        """Permits of the read sent with the last ack (its COUNT)."""
+        self._read_sent = time.monotonic()
+        """When the last read by :meth:`_read` was sent (monotonic)."""
         self._next_read = NextRead(
             client,
             spec.group,
@@ -125,8 +142,10 @@ class Consumer:
             spec.stream,
             count=spec.batch_size,
             # Under an in-flight bound the next read is sized when the batch has settled, so it
-            # is not sent ahead of the batch's ack.
-            wanted=lambda: not self.signal.stopping() and not self._gate.bounded,
+            # is not sent ahead of the batch's ack; under a rate limit, only with its permits.
+            wanted=lambda: (
+                not self.signal.stopping() and not self._gate.bounded and self._ahead_ready()
+            ),
             claim_ms=self._claim_ms,
         )
         self._group_ready = False
@@ -147,6 +166,8 @@ class Consumer:
             if spec.ordered
             else None
         )
+        if self.rate.limited:
+            self._next_read.also(*self.rate.take_command(spec.batch_size))
 
     @property
     def backlog_drained(self) -> asyncio.Event:
@@ -286,65 +307,81 @@ class Consumer:
         # Entries read behind the last ack of a previous run (a stop or a lost connection came
         # meanwhile) are in this consumer's PEL: the backlog read below returns them.
         ahead.discard()
-        while not self.stopping():
-            state.turned()
-            if cursor is not None:
-                sent = time.monotonic()  # the lease clock starts when the read is sent
-                entries = (await self._read(cursor, block_ms=None)).entries
-                if not entries:
-                    cursor = None
-                    state.backlog_done()
-                    self._log.debug("backlog_drained")
-                    continue
-                cursor = entries[-1].id
-            else:
-                # What is there now first: while the stream has a backlog, a plain read spares
-                # the blocking read's race against stop() (two tasks and a wait per batch). The
-                # previous batch's last call may have sent it already (Batch.next_read).
-                if ahead.holding():
-                    sent = ahead.sent_at
-                    async with connection_errors():
-                        got = self._parse_new(ahead.take())
-                else:
-                    sent = time.monotonic()
-                    got = await self._read(b">", block_ms=None)
-                if not got.entries:
-                    sent = time.monotonic()
-                    got = await self._read(b">", block_ms=self.spec.block_ms)
-                    state.turned()
-                    if not got.entries:
+        try:
+            while not self.stopping():
+                state.turned()
+                if cursor is not None:
+                    entries = (await self._read(cursor, block_ms=None)).entries
+                    sent = self._read_sent  # the lease clock starts when the read is sent
+                    if not entries:
+                        cursor = None
+                        state.backlog_done()
+                        self._log.debug("backlog_drained")
                         continue
-                entries = got.entries
-                # A '>' read is a first delivery (a rewound entry's counter restarts at 1 too);
-                # with CLAIM the entries it claimed come first, with their counters.
-                self._backoff.reset()
-                if got.claimed:
-                    self.batches.count_claimed(got.claimed, "others")
-                    self._log.info("entries_reclaimed", count=got.claimed, by="claim")
-                # The next read rides down with the batch, for its last call to send. Under an
-                # in-flight bound it is not offered: its COUNT is fixed (batch_size) and it would
-                # go out before this batch's entries are released, past the reservation; the loop
-                # reads again, sized by the room left, once the batch has settled.
+                    cursor = entries[-1].id
+                else:
+                    # What is there now first: while the stream has a backlog, a plain read
+                    # spares the blocking read's race against stop() (two tasks and a wait per
+                    # batch). The previous batch's last call may have sent it already
+                    # (Batch.next_read).
+                    if ahead.holding():
+                        sent = ahead.sent_at
+                        async with connection_errors():
+                            got = self._parse_new(ahead.take())
+                        permits, self._ahead_permits = self._ahead_permits, 0
+                        if self.rate.limited:
+                            self._next_permits += self.rate.granted(ahead.take_also())
+                            # Its COUNT was the permits granted: what it did not bring goes back.
+                            await self.rate.give_back(permits - len(got.entries))
+                        else:
+                            # Read without asking the gate (it went out with the last ack): look
+                            # for the group's pause now (at most once a second); if paused, the
+                            # invoker starts none of them and they wait for the pause, uncounted.
+                            await self.rate.take(len(got.entries) or 1)
+                    else:
+                        got = await self._read(b">", block_ms=None)
+                        sent = self._read_sent
+                    if not got.entries:
+                        got = await self._read(b">", block_ms=self.spec.block_ms)
+                        sent = self._read_sent
+                        state.turned()
+                        if not got.entries:
+                            continue
+                    entries = got.entries
+                    # A '>' read is a first delivery (a rewound entry's counter restarts at 1
+                    # too); with CLAIM the entries it claimed come first, with their counters.
+                    self._backoff.reset()
+                    if got.claimed:
+                        self.batches.count_claimed(got.claimed, "others")
+                        self._log.info("entries_reclaimed", count=got.claimed, by="claim")
+                    # The next read rides down with the batch, for its last call to send. Under
+                    # an in-flight bound it is not offered: its COUNT is fixed (batch_size) and
+                    # it would go out before this batch's entries are released, past the
+                    # reservation; the loop reads again, sized by the room left, once the batch
+                    # has settled.
+                    try:
+                        await process(
+                            entries,
+                            got.counts,  # None for a plain '>' read: every counter is 1
+                            # Claimed entries are handled as the reclaimer's are (not fresh).
+                            fresh_at=None if got.claimed else sent,
+                            sent_at=sent,
+                            next_read=None if self._gate.bounded else ahead,
+                        )
+                    finally:
+                        self._release(entries)
+                    continue
                 try:
-                    await process(
-                        entries,
-                        got.counts,  # None for a plain '>' read: every counter is 1
-                        # Claimed entries are handled as the reclaimer's are (not fresh).
-                        fresh_at=None if got.claimed else sent,
-                        sent_at=sent,
-                        next_read=None if self._gate.bounded else ahead,
+                    counts = await delivery_counts(
+                        self._client, self.spec.stream, self.spec.group, self.name, entries
                     )
+                    self._backoff.reset()
+                    await process(entries, counts, sent_at=sent)
                 finally:
                     self._release(entries)
-                continue
-            try:
-                counts = await delivery_counts(
-                    self._client, self.spec.stream, self.spec.group, self.name, entries
-                )
-                self._backoff.reset()
-                await process(entries, counts, sent_at=sent)
-            finally:
-                self._release(entries)
+        finally:
+            # Permits held for a read that will not be sent go back.
+            await self._drop_permits()
 
     def _parse_new(self, reply: object) -> GroupRead:
         """A '>' read's reply: its entries and their delivery counters."""
@@ -384,23 +421,96 @@ class Consumer:
     async def _read(self, start: bytes, block_ms: int | None) -> GroupRead:
         """One read of at most the reserved room; its entries stay counted as in flight until
         :meth:`_release` (the caller's, after the batch)."""
-        # A blocking read waits on an idle stream: under a bound it asks for one entry, so that it
-        # holds no room for other handlers while it waits (the non-blocking read after it takes
-        # the full room again).
-        want = 1 if block_ms is not None and self._gate.bounded else self.spec.batch_size
+        # A blocking read waits on an idle stream: under a bound or a rate limit it asks for one
+        # entry, so that it holds no room or permits others need while it waits (the
+        # non-blocking read after it takes the full room again).
+        want = 1 if block_ms is not None and self._paced else self.spec.batch_size
         count = await self._reserve(want)
         if count == 0:
             return _NOTHING
+        # The permits come after the room: a read waiting for room holds no permits that age.
+        permits = await self._permits(count)
+        if permits < count and self._gate.bounded:
+            self._gate.give_back(count - permits, 0)
+        count = permits
+        if count == 0:
+            return _NOTHING
         got = _NOTHING
+        # After any wait for room or permits: the lease clock starts when the read is sent.
+        self._read_sent = time.monotonic()
         try:
-            got = await self._read_count(start, block_ms, count)
+            if self.rate.limited and start == b">" and block_ms is None:
+                got = await self._read_asking(count)
+            else:
+                got = await self._read_count(start, block_ms, count)
         finally:
             entries = got.entries
             if self._gate.bounded:
                 # The reservation becomes what the read brought: unused room goes back.
                 self._gate.give_back(count - len(entries), 0)
                 self._gate.arrived(len(entries), sum(entry_bytes(e.fields) for e in entries))
+        if len(got.entries) < count:
+            # Permits the read did not use go back to the group (none are kept for later: a
+            # permit is for a start now).
+            await self.rate.give_back(count - len(got.entries))
         return got
+
+    def _ahead_ready(self) -> bool:
+        """Whether the next read may go out with the batch's ack: always without a rate limit;
+        with one, when the last read was granted permits for it (the read's COUNT becomes their
+        number, and it asks for the permits of the one after). Otherwise the loop reads when
+        the batch has settled, asking first (:meth:`_permits`)."""
+        if not self.rate.limited:
+            return True
+        if self._next_permits <= 0:
+            return False
+        self._ahead_permits, self._next_permits = self._next_permits, 0
+        self._next_read.set_count(self._ahead_permits)
+        return True
+
+    async def _permits(self, want: int) -> int:
+        """Permits for a read of at most ``want`` entries: those granted with the last read (the
+        surplus goes back), else granted now, waiting for them if need be (0 once stopping)."""
+        got, self._next_permits = self._next_permits, 0
+        if got > want:
+            await self.rate.give_back(got - want)
+            got = want
+        if got:
+            return got
+        return await self.rate.acquire(want, self.signal, self.state.turned)
+
+    async def _drop_permits(self) -> None:
+        """The loop ends (stop, lost connection): permits it holds for reads it will not send
+        go back (best effort)."""
+        got = self._next_permits + self._ahead_permits
+        self._next_permits = self._ahead_permits = 0
+        if got:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.rate.give_back(got), 2.0)
+
+    async def _read_asking(self, count: int) -> GroupRead:
+        """A non-blocking ``>`` read of ``count`` under a rate limit that asks, in the same
+        write, for the permits of the next read (kept in ``_next_permits``). A Redis Cluster
+        client (the limit's key may be in another slot) and a read with CLAIM send them one
+        after the other."""
+        client = self._client
+        if type(client) is not aioredis.Redis or self._claim_ms is not None:
+            got = await self._read_count(b">", None, count)
+            if got.entries:
+                self._next_permits += (await self.rate.take(self.spec.batch_size))[0]
+            return got
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(
+            b"XREADGROUP", b"GROUP", self.spec.group, self.name, b"COUNT", count,
+            b"STREAMS", self.spec.stream, b">",
+        )  # fmt: skip
+        pipe.execute_command(*self.rate.take_command(self.spec.batch_size))
+        async with connection_errors():
+            read, permits = await pipe.execute(raise_on_error=False)
+        self._next_permits += self.rate.granted(permits)
+        if isinstance(read, BaseException):
+            raise read
+        return self._parse_new(read)
 
     async def _read_count(self, start: bytes, block_ms: int | None, count: int) -> GroupRead:
         new = start == b">"

@@ -29,13 +29,17 @@ from streamworker.core.outcomes import (
     batch_outcomes,
     decide,
     describe,
+    rate_limited,
     schema_error,
 )
-from streamworker.errors import Retry, SchemaError
+from streamworker.errors import RateLimited, Retry, SchemaError
 from streamworker.idempotency import registry
 from streamworker.idempotency.base import BatchInlineRun, RunBatchHandler, RunHandler
 from streamworker.observability.metrics import Metrics, observe_many
+from streamworker.runtime.ratelimit import HandlerPause
 from streamworker.runtime.threads import HandlerThreads
+
+_PAUSED = "not started: the handler is paused (RateLimited)"
 
 _FLUSH_EVERY = 512
 
@@ -60,6 +64,10 @@ class HandlerInvoker:
     handler error that says the schema does not fit (:func:`~streamworker.core.outcomes.schema_error`)
     is raised as :class:`~streamworker.errors.SchemaError` instead of becoming the message's
     outcome: the strategy rolls the batch back and the consume loop pauses the handler.
+
+    A handler that raises :class:`~streamworker.errors.RateLimited` pauses ``pause`` at once:
+    until it ends, the invoker starts no handler and returns a rate-limited outcome (the
+    message is retried after the pause, uncounted; the batch processor tells the group).
     """
 
     def __init__(
@@ -71,8 +79,10 @@ class HandlerInvoker:
         metrics: Metrics,
         stopping: Callable[[], bool],
         log: Any,
+        pause: HandlerPause | None = None,
     ) -> None:
         self._spec = spec
+        self.pause = pause or HandlerPause()
         self._resolver = resolver
         self._threads = threads
         self._duration = metrics.handler_duration.labels(
@@ -140,6 +150,10 @@ class HandlerInvoker:
         spec = self._spec
         if self._stopping():
             return NOT_STARTED
+        if self.pause.until:
+            paused = self._paused()
+            if paused is not None:
+                return paused
         started = time.perf_counter()
         try:
             if self._message_positional:
@@ -190,11 +204,18 @@ class HandlerInvoker:
         timings = self._timings
         record = timings.append
         clock = time.perf_counter
+        pause = self.pause
         started = clock()
         for msg in msgs:
             if stopping():
                 append(NOT_STARTED)
                 continue
+            if pause.until:
+                # Paused by a RateLimited (this batch's or the group's): not started.
+                paused = self._paused()
+                if paused is not None:
+                    append(paused)
+                    continue
             try:
                 result = await func(msg)
             except asyncio.CancelledError:
@@ -223,6 +244,9 @@ class HandlerInvoker:
         # Runs in a pool thread (the caller's): the same steps as __call__, nothing awaited.
         if self._stopping():
             return NOT_STARTED
+        paused = self._paused()
+        if paused is not None:
+            return paused
         started = time.perf_counter()
         try:
             result = self._spec.func(
@@ -239,6 +263,9 @@ class HandlerInvoker:
         :class:`~streamworker.idempotency.base.RunBatchHandler`)."""
         if self._stopping():
             return BatchOutcomes([NOT_STARTED] * len(msgs), raised=False)
+        paused = self._paused()
+        if paused is not None:
+            return BatchOutcomes([paused] * len(msgs), raised=False)
         run = list(msgs)
         spec = self._spec
         started = time.perf_counter()
@@ -262,6 +289,9 @@ class HandlerInvoker:
         # Runs in a pool thread (the caller's): the same steps as _call_batch, nothing awaited.
         if self._stopping():
             return BatchOutcomes([NOT_STARTED] * len(msgs), raised=False)
+        paused = self._paused()
+        if paused is not None:
+            return BatchOutcomes([paused] * len(msgs), raised=False)
         run = list(msgs)
         started = time.perf_counter()
         try:
@@ -270,6 +300,21 @@ class HandlerInvoker:
         except Exception as exc:
             return BatchOutcomes(self._batch_raised(run, exc, started), raised=True)
         return BatchOutcomes(ran, raised=False)
+
+    def _paused(self) -> Outcome | None:
+        """The outcome of a message whose handler is not started because the handler is
+        paused by a RateLimited (None when not paused): retried when the pause ends."""
+        left_s = self.pause.left_s()
+        if left_s <= 0:
+            return None
+        return rate_limited(int(left_s * 1000) + 1, _PAUSED, ran=False)
+
+    def _note_rate_limited(self, exc: BaseException) -> None:
+        """A handler raised RateLimited: pause at once, so that no further message of the batch
+        starts (the batch processor tells the other workers)."""
+        if isinstance(exc, RateLimited):
+            self.pause.pause_for(exc.retry_after_ms)
+            self._log.info("rate_limited", retry_after_ms=exc.retry_after_ms, reason=exc.reason)
 
     def _pause_on_schema_error(self, exc: BaseException) -> None:
         """Raise SchemaError when ``exc`` says the schema does not fit and this strategy pauses
@@ -285,6 +330,7 @@ class HandlerInvoker:
         spec = self._spec
         self._timings.append(time.perf_counter() - started)
         self._pause_on_schema_error(exc)
+        self._note_rate_limited(exc)
         if isinstance(exc, BadBatchResult):
             self._log.error("batch_result_invalid", error=str(exc), batch=len(run))
         else:
@@ -303,10 +349,11 @@ class HandlerInvoker:
         is not a result map."""
         outcomes = batch_outcomes(result, run, self._spec.max_deliveries)
         self._timings.append(time.perf_counter() - started)
-        if self._pauses_on_schema and isinstance(result, Mapping):
+        if isinstance(result, Mapping):
             for value in result.values():
                 if isinstance(value, BaseException):
                     self._pause_on_schema_error(value)
+                    self._note_rate_limited(value)
         for i, (msg, outcome) in enumerate(zip(run, outcomes, strict=True)):
             if outcome.action is Action.ACK:
                 if self._drops_effects and isinstance(outcome.value, Effects):
@@ -352,7 +399,9 @@ class HandlerInvoker:
         outcome = decide(exc, msg.delivery_count, self._spec.max_deliveries)
         if outcome.action is Action.LEAVE_PENDING:
             log = self._log.bind(message_id=msg.id, delivery_count=msg.delivery_count)
-            if isinstance(exc, Retry):
+            if isinstance(exc, RateLimited):
+                self._note_rate_limited(exc)
+            elif isinstance(exc, Retry):
                 log.info("retry_requested", reason=outcome.error, delay_ms=outcome.retry_delay_ms)
             else:
                 log.warning("handler_failed", error=outcome.error, exc_info=exc)
@@ -406,6 +455,7 @@ def make_invoker(
     metrics: Metrics,
     stopping: Callable[[], bool],
     consumer: str = "",
+    pause: HandlerPause | None = None,
 ) -> HandlerInvoker:
     """A :class:`HandlerInvoker` logging as the consume loop does (benchmarks and tests use it
     to drive a strategy with the runtime's own handler calls, in a
@@ -414,5 +464,11 @@ def make_invoker(
         stream=spec.stream, group=spec.group, consumer=consumer, handler=spec.name
     )
     return HandlerInvoker(
-        spec, resolver=resolver, threads=threads, metrics=metrics, stopping=stopping, log=log
+        spec,
+        resolver=resolver,
+        threads=threads,
+        metrics=metrics,
+        stopping=stopping,
+        log=log,
+        pause=pause,
     )

@@ -188,6 +188,7 @@ class Reclaimer:
         self.name = consumer.name
         self._holdings = consumer.holdings
         self._batches = consumer.batches
+        self._rate = consumer.rate
         self._signal = consumer.signal
         self._backlog_drained = consumer.state.backlog_drained
         self._client = client
@@ -335,6 +336,16 @@ class Reclaimer:
         due = self._holdings.take_due()
         if not due:
             return
+        # A retry is a handler start: it takes permits of the rate limit (and waits out a
+        # pause) before its claim counts a delivery; the rest stay scheduled.
+        granted, wait_s = await self._rate.take(len(due))
+        if granted < len(due):
+            later = time.monotonic() + max(wait_s, 0.005)
+            for entry_id in due[granted:]:
+                self._holdings.schedule_retry(entry_id, later)
+            due = due[:granted]
+            if not due:
+                return
         sent = time.monotonic()
         claimed, deleted = await _CLAIM_OWN(
             self._client, [self.spec.stream], [self.spec.group, self.name, *due]
@@ -352,13 +363,22 @@ class Reclaimer:
         """Claim and process entries idle past ``claim_idle_ms`` from any consumer of the group."""
         if self._use_xautoclaim is None:
             self._use_xautoclaim = await self._has_xautoclaim()
+        count = self.spec.batch_size
+        if self._rate.limited:
+            # Claims start handlers too: claim only what the limit lets start now (one page;
+            # the rest stays idle for the next pass).
+            count, _ = await self._rate.take(count)
+            if not count:
+                return
+        elif self._rate.pause.left_s() > 0:
+            return
         pages = autoclaim_pages(
             self._client,
             self.spec.stream,
             self.spec.group,
             self.name,
             self.spec.claim_idle_ms,
-            count=self.spec.batch_size,
+            count=count,
             use_xautoclaim=self._use_xautoclaim,
         )
         async for page in pages:
@@ -366,13 +386,18 @@ class Reclaimer:
                 self._batches.count_deleted(page.deleted)
             if not page.entries:
                 continue
+            if self._rate.limited:
+                # The page is the one this pass starts: permits it did not use go back.
+                await self._rate.give_back(count - len(page.entries))
             self.claimed_total += len(page.entries)
             # Entries of this consumer stay leased and never idle, so these are normally others'.
             self._batches.count_claimed(len(page.entries), "others")
             self._log.info("entries_reclaimed", count=len(page.entries))
             await self._batches.process(page.entries, page.counts, sent_at=page.sent_at)
-            if self._signal.stopping():
+            if self._signal.stopping() or self._rate.limited:
                 return
+        if self._rate.limited:
+            await self._rate.give_back(count)  # nothing was idle: every permit goes back
 
     async def _has_xautoclaim(self) -> bool:
         # Ask with a group that does not exist: NOGROUP means the command is there. (A real call

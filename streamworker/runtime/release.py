@@ -76,3 +76,18 @@ async def release_unstarted(
     idle_ms = max(RELEASED_IDLE_FLOOR_MS, claim_idle_ms)
     reply = await _RELEASE(client, [stream], [group, consumer, path, idle_ms, *todo])
     return int(reply)
+
+
+async def uncount_deliveries(
+    client: aioredis.Redis, stream: str, group: str, consumer: str, ids: Iterable[bytes]
+) -> int:
+    """Take one off the delivery counter of each of ``ids`` that ``consumer`` still owns, and
+    keep it there with its idle time reset: a delivery that must not count (the handler was
+    rate-limited, or paused by a rate limit, and the entry waits for its retry here). The
+    emulated release with idle 0, on every server (XNACK would take the entry from its owner).
+    Returns how many were handed back; raises ConnectionLost when Redis does not answer."""
+    todo = list(dict.fromkeys(ids))
+    if not todo:
+        return 0
+    reply = await _RELEASE(client, [stream], [group, consumer, XCLAIM, 0, *todo])
+    return int(reply)

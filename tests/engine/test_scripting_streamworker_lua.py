@@ -583,6 +583,34 @@ SCENARIOS: dict[str, list[Scenario]] = {
             ["s", "m"],
         ),
     ],
+    # XINFO STREAM's IDMP fields, XCFGSET and XADD … IDMP are Redis 8.6+: on 7.0 (both sides
+    # here) the marker path compares replies and a call that reaches them fails alike. The IDMP
+    # path itself: tests/integration/test_producer.py on the engine in 8.10 mode.
+    "publish_idmp": [
+        Scenario(
+            "a key the marker script published first is a duplicate, and nothing is added",
+            [("SET", "m", "5-1"), ("XADD", "s", "5-1", "f", "v")],
+            ["s", "m"],
+            ["streamworker", "k", "86400", "10000", "0", "f", "v"],
+            ["s", "m"],
+        ),
+        Scenario(
+            "a new key reaches the IDMP commands, which 7.0 does not have",
+            [("XADD", "s", "1-1", "f", "a")],
+            ["s", "m"],
+            ["streamworker", "k", "86400", "10000", "0", "f", "v"],
+            ["s", "m"],
+            fails=True,
+        ),
+        Scenario(
+            "on a missing stream too (after the empty stream is made)",
+            [],
+            ["s", "m"],
+            ["streamworker", "k", "60", "10000", "3", "MAXLEN", "=", "5", "f", "v"],
+            ["s", "m"],
+            fails=True,
+        ),
+    ],
     "schedule_delayed": [
         Scenario("without a key", [], ["d"], ["5000", _ENV_A, "60000"], ["d"]),
         Scenario("with a key, first time", [], ["d", "m"], ["5000", _ENV_A, "60000"], ["d", "m"]),
@@ -681,6 +709,58 @@ SCENARIOS: dict[str, list[Scenario]] = {
             ["d", "s"],
             ["5000", "100"],
             ["d", "s"],
+            fails=True,
+        ),
+    ],
+    "take_permits": [
+        Scenario(
+            "a fresh limit grants its burst, then waits one interval",
+            [],
+            ["r", "p"],
+            ["take", "10000", "5", "100", "1800000000000000"],
+            ["r", "p"],
+        ),
+        Scenario(
+            "a limit in use grants what conforms",
+            [("SET", "r", "1800000000030000")],
+            ["r", "p"],
+            ["take", "10000", "5", "100", "1800000000000000"],
+            ["r", "p"],
+        ),
+        Scenario(
+            "an exhausted limit grants nothing and names the wait",
+            [("SET", "r", "1800000000050000")],
+            ["r", "p"],
+            ["take", "10000", "5", "3", "1800000000000000"],
+            ["r", "p"],
+        ),
+        Scenario(
+            "unused permits handed back",
+            [("SET", "r", "1800000000050000")],
+            ["r", "p"],
+            ["give", "10000", "5", "3", "1800000000000000"],
+            ["r", "p"],
+        ),
+        Scenario(
+            "a pause set (its time to live is not compared)",
+            [],
+            ["r", "p"],
+            ["pause", "10000", "5", "60000", "1800000000000000"],
+            ["r", "p"],
+        ),
+        Scenario(
+            "the server's clock: a fresh limit's burst",
+            [],
+            ["r", "p"],
+            ["take", "10000", "5", "2", ""],
+            ["p"],
+        ),
+        Scenario(
+            "an unknown operation",
+            [],
+            ["r", "p"],
+            ["drop", "10000", "5", "2", "1800000000000000"],
+            ["r", "p"],
             fails=True,
         ),
     ],

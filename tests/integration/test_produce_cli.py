@@ -51,7 +51,7 @@ def test_publish_with_an_idempotency_key_twice_adds_once(keyed_server: redis.Red
     script on 7.0 and by XADD … IDMP on 8.10 (no marker key there)."""
     kwargs = keyed_server.connection_pool.connection_kwargs
     url = f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"
-    args = ("publish", "orders", "n=1", "--idempotency-key", "k1", "--redis-url", url)
+    args = ("publish", "orders", "n=1", "--idempotency-key", "k1", "--idmp", "--redis-url", url)
     first = run_cli(*args)
     assert first.returncode == 0, first.stderr
     again = run_cli(*args)

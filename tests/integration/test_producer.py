@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import decimal
+import functools
 import uuid
 from collections.abc import Iterator
 
@@ -18,8 +19,16 @@ from streamworker.errors import ConfigError
 from streamworker.io.keys import partition_stream
 from streamworker.io.redisio import open_redis, open_sync_redis
 from streamworker.producing.partitions import partition_of
-from streamworker.producing.producer import Producer, PublishError, StreamOptions, SyncProducer
+from streamworker.producing.producer import Producer as DefaultProducer
+from streamworker.producing.producer import PublishError, StreamOptions
+from streamworker.producing.producer import SyncProducer as DefaultSyncProducer
 from tests.support.waiting import wait_until
+
+# Every producer of this module opts in to XADD … IDMP (use_idmp=True), so that the tests run on
+# both keyed paths: IDMP on the engine in 8.10 mode, the marker script on the 7.0 servers (which
+# have no IDMP). The default (the marker script everywhere) has a test of its own below.
+Producer = functools.partial(DefaultProducer, use_idmp=True)
+SyncProducer = functools.partial(DefaultSyncProducer, use_idmp=True)
 
 
 class Payment(BaseModel):
@@ -386,6 +395,16 @@ def test_a_window_idmp_cannot_keep_takes_the_marker_script(idmp_client: redis.Re
     first = producer.publish("s", {"n": 1}, idempotency_key="k")
     assert idmp_client.get("{s}:published:k") == first.id.encode()
     assert producer.publish("s", {"n": 1}, idempotency_key="k").duplicate is True
+
+
+def test_by_default_a_keyed_publish_takes_the_marker_script_even_with_idmp(
+    idmp_client: redis.Redis,
+) -> None:
+    producer = DefaultSyncProducer(idmp_client)
+    first = producer.publish("s", {"n": 1}, idempotency_key="k")
+    again = producer.publish("s", {"n": 1}, idempotency_key="k")
+    assert (producer.keyed_path, idmp_client.exists("{s}:published:k")) == ("marker", 1)
+    assert (again.duplicate, again.id) == (True, first.id)
 
 
 def test_use_idmp_false_keeps_the_marker_script(idmp_client: redis.Redis) -> None:

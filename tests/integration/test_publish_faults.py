@@ -66,7 +66,7 @@ async def test_publish_with_an_idempotency_key_adds_each_entry_once_through_lost
     with _proxy(port) as proxy:
         # A short socket timeout: a lost request is noticed after it, like a lost reply.
         client = open_redis(proxy.url, socket_timeout_s=0.5)
-        producer = Producer(client)
+        producer = Producer(client, use_idmp=True)
         try:
             for n in range(MESSAGES):
                 while True:  # what a caller does with "outcome unknown, safe to retry"
