@@ -1023,18 +1023,8 @@ class NextRead:
         claim_ms: int | None = None,
     ) -> None:
         self._client = client
-        claim: tuple[Any, ...] = (b"CLAIM", claim_ms) if claim_ms is not None else ()
-        self._args: tuple[Any, ...] = (
-            _XREADGROUP,
-            b"GROUP",
-            group,
-            consumer,
-            b"COUNT",
-            count,
-            *claim,
-            b"STREAMS",
-            stream,
-            b">",
+        self._args = tuple(
+            read_group_args(group, consumer, stream, b">", count=count, claim_ms=claim_ms)
         )
         self._wanted = wanted
         self._reply: Any = _NO_REPLY
@@ -1160,13 +1150,31 @@ async def read_group(
         return await client.xreadgroup(
             group, consumer, {stream: start}, count=count, block=block_ms
         )
+    args = read_group_args(
+        group, consumer, stream, start, count=count, block_ms=block_ms, claim_ms=claim_ms
+    )
+    return await client.execute_command(*args)  # type: ignore[no-untyped-call,unused-ignore]
+
+
+def read_group_args(
+    group: str,
+    consumer: str,
+    stream: str,
+    start: bytes,
+    *,
+    count: int,
+    block_ms: int | None = None,
+    claim_ms: int | None = None,
+) -> list[Any]:
+    """The words of ``XREADGROUP GROUP group consumer COUNT count [BLOCK block_ms] [CLAIM
+    claim_ms] STREAMS stream start``, the command name as bytes (:func:`read_group`)."""
     args: list[Any] = [_XREADGROUP, b"GROUP", group, consumer, b"COUNT", count]
     if block_ms is not None:
         args += [b"BLOCK", block_ms]
     if claim_ms is not None:
         args += [b"CLAIM", claim_ms]
     args += [b"STREAMS", stream, start]
-    return await client.execute_command(*args)  # type: ignore[no-untyped-call,unused-ignore]
+    return args
 
 
 _XREADGROUP = b"XREADGROUP"

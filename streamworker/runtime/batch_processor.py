@@ -236,28 +236,29 @@ class BatchProcessor:
                 except PermanentFailure as exc:
                     # Its handler can never have run: dead-letter it now (as below).
                     dead.append((entry_id, 1, describe(exc), bounded_traceback(exc)))
-        count_of = (counts or {}).get
-        for entry_id, raw in entries if counts is not None else ():
-            count = count_of(entry_id)
-            if count is None:
-                # No longer in this consumer's PEL: claimed by another consumer since the read.
-                continue
-            if raw is None:
-                deleted.append(entry_id)
-                continue
-            try:
-                msg = decode(entry_id, raw, count)
-            except PermanentFailure as exc:
-                # Its handler can never have run (decoding comes first), so nothing of it was
-                # applied: dead-letter it now.
-                dead.append((entry_id, count, describe(exc), bounded_traceback(exc)))
-                continue
-            # (max_deliveries >= 1: a first delivery is never over-delivered.)
-            if count > 1 and over_delivered(count, max_deliveries):
-                # Decided, but the strategy sees it first: if its effects are recorded as applied
-                # (committed, then a crash before the XACK), it is acked as a duplicate instead.
-                verdicts[msg.id] = over_delivered_verdict(count, max_deliveries)
-            append(msg)
+        else:
+            count_of = counts.get
+            for entry_id, raw in entries:
+                count = count_of(entry_id)
+                if count is None:
+                    # No longer in this consumer's PEL: claimed by another consumer since the read.
+                    continue
+                if raw is None:
+                    deleted.append(entry_id)
+                    continue
+                try:
+                    msg = decode(entry_id, raw, count)
+                except PermanentFailure as exc:
+                    # Its handler can never have run (decoding comes first), so nothing of it was
+                    # applied: dead-letter it now.
+                    dead.append((entry_id, count, describe(exc), bounded_traceback(exc)))
+                    continue
+                # (max_deliveries >= 1: a first delivery is never over-delivered.)
+                if count > 1 and over_delivered(count, max_deliveries):
+                    # Decided, but the strategy sees it first: if its effects are recorded as applied
+                    # (committed, then a crash before the XACK), it is acked as a duplicate instead.
+                    verdicts[msg.id] = over_delivered_verdict(count, max_deliveries)
+                append(msg)
 
         if deleted:
             await self.ack_deleted(deleted)

@@ -40,6 +40,7 @@ from streamworker.io.redisio import (
     parse_claim_reply,
     parse_read_reply,
     read_group,
+    read_group_args,
 )
 from streamworker.observability.metrics import Metrics
 from streamworker.runtime.backoff import Backoff
@@ -501,9 +502,8 @@ class Consumer:
             return got
         pipe = client.pipeline(transaction=False)
         pipe.execute_command(
-            b"XREADGROUP", b"GROUP", self.spec.group, self.name, b"COUNT", count,
-            b"STREAMS", self.spec.stream, b">",
-        )  # fmt: skip
+            *read_group_args(self.spec.group, self.name, self.spec.stream, b">", count=count)
+        )
         pipe.execute_command(*self.rate.take_command(self.spec.batch_size))
         async with connection_errors():
             read, permits = await pipe.execute(raise_on_error=False)
