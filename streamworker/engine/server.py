@@ -36,6 +36,10 @@ process). What it does as Redis does:
   :mod:`.scripting`): ``-BUSY`` to each command, SCRIPT KILL (OK before the script's first
   write, ``-UNKILLABLE`` after it), SHUTDOWN NOSAVE (exit without the script's writes; the
   file keeps every write before it). New connections are accepted and answered the same way.
+  The server accepts on its own listening sockets rather than through ``loop.create_server``:
+  asyncio hands an accepted socket to its protocol one or two loop turns later, and a script
+  that starts in between would leave that socket unseen (its PING unanswered until the script
+  ends); here each socket is on the server's list from the moment it is accepted.
 
 Shut down with SIGTERM or SIGINT: the server stops accepting, flushes and fsyncs the file,
 closes the connections and returns. The signal is taken by a Python handler, which runs
@@ -631,6 +635,32 @@ def _encode_push(out: bytearray, reply: Reply | RawPush, resp: int) -> None:
         encode_into(out, reply, resp)
 
 
+def _listen(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for every address ``host`` resolves to (as ``loop.create_server``
+    binds them: SO_REUSEADDR, IPv6 sockets IPv6-only, backlog 511), non-blocking."""
+    found = socket.getaddrinfo(
+        host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
+    )
+    made: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            lsock = socket.socket(family, kind, proto)
+            made.append(lsock)
+            lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                lsock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            lsock.bind(address)
+            lsock.listen(511)
+            lsock.setblocking(False)
+            if port == 0:  # the other addresses of this host take the port the first got
+                port = lsock.getsockname()[1]
+    except OSError:
+        for lsock in made:
+            lsock.close()
+        raise
+    return made
+
+
 def _format_addr(addr: Any) -> str:
     if isinstance(addr, tuple) and len(addr) >= 2:
         host = str(addr[0])
@@ -659,7 +689,7 @@ class EngineServer:
         self.requested_port = port
         self.port = port
         self.connections: set[_Connection] = set()
-        self._servers: list[asyncio.Server] = []
+        self._listeners: list[socket.socket] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[_Connection] = []
         self._flush_scheduled = False
@@ -675,10 +705,10 @@ class EngineServer:
         self.idle_timeout_s = 0
         self.busy_after_s = 5.0
         # Busy mode (a script past lua-time-limit): the connection running it, the sockets
-        # accepted meanwhile (adopted by the event loop once it runs again), when the
-        # sockets were last polled.
+        # accepted but not yet given their transport (answered from the script's hook until
+        # the event loop adopts them), when the sockets were last polled.
         self.executing: _Connection | None = None
-        self._busy_accepted: list[tuple[socket.socket, _Connection]] = []
+        self._accepted: list[tuple[socket.socket, _Connection]] = []
         self._busy_polled = 0.0
         self._busy_logged = False
         # Set by the SIGTERM/SIGINT handler (see run_server).
@@ -727,22 +757,16 @@ class EngineServer:
         port = self.requested_port
         for host in hosts:
             try:
-                srv = await self._loop.create_server(
-                    lambda: _Connection(self),
-                    host=host,
-                    port=port,
-                    reuse_address=True,
-                    backlog=511,
-                )
+                listeners = _listen(host, port)
             except OSError as exc:
-                for started in self._servers:
-                    started.close()
-                self._servers = []
+                self._stop_listening()
                 reason = os.strerror(exc.errno) if exc.errno else str(exc)
                 raise ListenError(f"cannot listen on {host} port {port}: {reason}") from exc
-            self._servers.append(srv)
+            for lsock in listeners:
+                self._listeners.append(lsock)
+                self._loop.add_reader(lsock.fileno(), self._accept, lsock)
             if port == 0:
-                port = srv.sockets[0].getsockname()[1]
+                port = listeners[0].getsockname()[1]
         self.port = port
         self.engine.tcp_port = port
         cfg = self.engine.config
@@ -771,8 +795,7 @@ class EngineServer:
             if request and "save" in request
             else "",
         )
-        for srv in self._servers:
-            srv.close()
+        self._stop_listening()
         for conn in self.connections:
             conn.closing = True
         if self._stop_event is not None:
@@ -782,8 +805,7 @@ class EngineServer:
 
     async def close(self) -> None:
         """Stop listening, flush (and fsync) the file, close every connection."""
-        for srv in self._servers:
-            srv.close()
+        self._stop_listening()
         with self.engine.lock:
             link = self.engine.replication.link
             if link is not None:
@@ -804,10 +826,10 @@ class EngineServer:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
-        for srv in self._servers:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(srv.wait_closed(), 2)
-        self._servers = []
+        for sock, conn in self._accepted:
+            if conn.transport is None:
+                sock.close()
+        self._accepted = []
         # Let the transports deliver their close.
         await asyncio.sleep(0)
 
@@ -890,6 +912,62 @@ class EngineServer:
             )
             conn._close_now()
 
+    # -- accepting ----------------------------------------------------------------------------
+
+    def _accept(self, listener: socket.socket) -> None:
+        # The listening socket is readable: every waiting connection goes on the list at once
+        # (so a script that starts before the loop adopts it still answers it), then to the
+        # event loop.
+        for _ in range(511):
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as exc:
+                # Out of descriptors (or memory): the listener stays readable, so it is left
+                # alone for a second rather than retried in a busy loop, as asyncio does.
+                _log.warning("accept: %s", exc)
+                loop = self.loop
+                loop.remove_reader(listener.fileno())
+                loop.call_later(1.0, self._listen_again, listener)
+                return
+            sock.setblocking(False)
+            conn = _Connection(self)
+            self._accepted.append((sock, conn))
+            self.loop.create_task(self._adopt(sock, conn))
+
+    def _listen_again(self, listener: socket.socket) -> None:
+        if listener in self._listeners:
+            self.loop.add_reader(listener.fileno(), self._accept, listener)
+
+    def _stop_listening(self) -> None:
+        loop = self._loop
+        for lsock in self._listeners:
+            if loop is not None and not loop.is_closed():
+                loop.remove_reader(lsock.fileno())
+            lsock.close()
+        self._listeners = []
+
+    async def _adopt(self, sock: socket.socket, conn: _Connection) -> None:
+        # The socket becomes an ordinary connection; it leaves the list once its transport is
+        # made (connection_made has put it on self.connections by then).
+        try:
+            if sock.fileno() < 0:  # the server closed while it waited
+                return
+            if conn.client is not None and conn.client.closed:  # it sent QUIT during a script
+                self.engine.disconnect(conn.client)
+                sock.close()
+                return
+            try:
+                await self.loop.connect_accepted_socket(lambda: conn, sock)
+            except OSError:
+                sock.close()
+                if conn.client is not None:
+                    self.engine.disconnect(conn.client)
+        finally:
+            with contextlib.suppress(ValueError):
+                self._accepted.remove((sock, conn))
+
     # -- busy mode (a runaway script) -------------------------------------------------------
 
     def _script_tick(self, running_s: float) -> None:
@@ -932,17 +1010,22 @@ class EngineServer:
             tsock = transport.get_extra_info("socket")
             if tsock is not None:
                 fds[tsock.fileno()] = conn
-        for sock, _ in self._busy_accepted:
-            fds[sock.fileno()] = None
-        listeners: dict[int, socket.socket] = {}
-        for srv in self._servers:
-            for lsock in srv.sockets:
-                listeners[lsock.fileno()] = lsock
-        ready, _, _ = select.select([*fds, *listeners], [], [], 0)
+        listeners = {lsock.fileno(): lsock for lsock in self._listeners}
+        ready, _, _ = select.select(list(listeners), [], [], 0)
         for fd in ready:
-            if fd in listeners:
-                self._busy_accept(listeners[fd])
-                continue
+            self._accept(listeners[fd])
+        waiting = [(sock, conn) for sock, conn in self._accepted if conn.transport is None]
+        clients = len(self.connections)
+        for sock, conn in waiting:  # (adopted ones are on self.connections)
+            fds[sock.fileno()] = None
+            clients += 1
+            if conn.client is None and clients <= self.maxclients:
+                # A client now: HELLO and AUTH run during the script (redis-py opens every
+                # new connection with HELLO 3, the one that would send SCRIPT KILL included).
+                with contextlib.suppress(OSError):
+                    conn.new_client(sock.getpeername(), sock.getsockname())
+        ready, _, _ = select.select(list(fds), [], [], 0)
+        for fd in ready:
             try:
                 data = os.read(fd, 65536)
             except (BlockingIOError, InterruptedError):
@@ -960,44 +1043,12 @@ class EngineServer:
                         if target.transport is not None:
                             target.transport.close()
             else:
-                for sock, conn in self._busy_accepted:
+                for sock, conn in self._accepted:
                     if sock.fileno() == fd:
                         reply = self._busy_replies(conn, data) if data else b""
                         with contextlib.suppress(OSError):
                             sock.sendall(reply)
                         break
-
-    def _busy_accept(self, listener: socket.socket) -> None:
-        # A new client while the loop is stuck: answered here, adopted by the loop later.
-        lsock = socket.socket(fileno=os.dup(listener.fileno()))
-        try:
-            sock, _ = lsock.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        finally:
-            lsock.close()
-        sock.setblocking(False)
-        conn = _Connection(self)
-        if len(self.connections) + len(self._busy_accepted) < self.maxclients:
-            # A client now: HELLO and AUTH run during the script (redis-py opens every new
-            # connection with HELLO 3, the one that would send SCRIPT KILL included).
-            with contextlib.suppress(OSError):
-                conn.new_client(sock.getpeername(), sock.getsockname())
-        self._busy_accepted.append((sock, conn))
-        self.loop.create_task(self._adopt(sock, conn))
-
-    async def _adopt(self, sock: socket.socket, conn: _Connection) -> None:
-        # Runs once the event loop is back: the socket becomes an ordinary connection.
-        with contextlib.suppress(ValueError):
-            self._busy_accepted.remove((sock, conn))
-        if conn.client is not None and conn.client.closed:  # it sent QUIT during the script
-            self.engine.disconnect(conn.client)
-            sock.close()
-            return
-        try:
-            await self.loop.connect_accepted_socket(lambda: conn, sock)
-        except OSError:
-            sock.close()
 
     def _busy_replies(self, conn: _Connection, data: bytes) -> bytes:
         # Redis's answers while a script is busy: BUSY for everything but the commands flagged

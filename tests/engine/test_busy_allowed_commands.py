@@ -176,3 +176,33 @@ def test_a_connection_opened_during_a_busy_script_keeps_its_hello_after_the_scri
     assert late.call("HGETALL", "none") == b"%0\r\n"
     for conn in (runner, late, admin):
         conn.close()
+
+
+def test_a_connection_made_as_a_script_starts_is_answered_during_the_script(
+    tmp_path: Path,
+) -> None:
+    # A connection the server accepts in the same turn as the command that starts a script
+    # was once left unseen until the script ended (asyncio hands an accepted socket to its
+    # protocol a turn or two later): its PING went unanswered, and so would its SCRIPT KILL.
+    # Each round sends the script and connects at once, so that the two land together now and
+    # then: before the fix about one run in three of these 30 rounds failed on a quiet machine,
+    # and the tests above (one round each) one in three under a load of 5.
+    server = EngineServerProcess().start()
+    try:
+        admin = Raw(server.port)
+        assert admin.call("CONFIG", "SET", "lua-time-limit", "100") == b"+OK\r\n"
+        for _ in range(30):
+            runner = Raw(server.port)
+            runner.sock.sendall(pack(("EVAL", _SPIN, "0")))
+            probe = Raw(server.port, timeout_s=10)
+            deadline = time.monotonic() + 10
+            while not probe.call("PING").startswith(b"-BUSY"):
+                assert time.monotonic() < deadline, "the script never became busy"
+            assert probe.call("SCRIPT", "KILL") == b"+OK\r\n"
+            assert read_raw_reply(runner.sock, runner.buf).startswith(b"-ERR Script killed")
+            assert probe.call("PING") == b"+PONG\r\n"
+            probe.close()
+            runner.close()
+        admin.close()
+    finally:
+        server.stop()
