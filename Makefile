@@ -24,10 +24,13 @@ demo: $(STAMP)  ## produce orders, run a worker on them (embedded engine), print
 
 # The whole suite runs on TEST_WORKERS pytest-xdist workers, each test's shared servers kept on
 # one worker (tests/support/xdist_scopes.py); tests/README.md has the figures. TEST_WORKERS=0 runs
-# it in one process.
-TEST_WORKERS ?= 3
+# it in one process. The package and the tests are byte-compiled first, as an installed package
+# is: under PYTHONDONTWRITEBYTECODE every `streamworker` subprocess of the suite (some 500)
+# would compile what it imports from source again.
+TEST_WORKERS ?= 4
 
 test: $(STAMP) services  ## the whole suite (unit, engine, conformance, integration, slow)
+	$(BIN)/python -m compileall -q streamworker tests
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The inner loop (tests/README.md has its figures): leaves out the slow suites, the tests marked

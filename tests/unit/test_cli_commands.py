@@ -1,0 +1,72 @@
+"""The ``streamworker`` command imports only the module of the command it is given."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from streamworker.cli import _COMMANDS, build_parser
+from tests.support.proc import ROOT
+
+
+def _words(parser: argparse.ArgumentParser) -> list[str]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return list(sub.choices)
+
+
+def test_the_table_names_every_command_in_the_order_of_the_help() -> None:
+    assert _words(build_parser()) == list(_COMMANDS)
+
+
+@pytest.mark.parametrize("word", list(_COMMANDS))
+def test_a_command_alone_gets_its_own_parser(word: str) -> None:
+    assert word in _words(build_parser(word))
+
+
+def test_a_word_that_is_not_a_command_gets_every_command() -> None:
+    assert _words(build_parser("rnu")) == list(_COMMANDS)
+
+
+_PROBE = """
+import contextlib, io, sys
+from streamworker.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main(sys.argv[1:])
+heavy = ("redis", "pydantic", "structlog", "streamworker.app", "streamworker.runtime")
+print(" ".join(sorted(m for m in heavy if m in sys.modules)))
+"""
+
+
+def _imported(*argv: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return set(done.stdout.split())
+
+
+def test_engine_serve_starts_without_the_worker_runtime_redis_py_or_pydantic() -> None:
+    assert _imported("engine", "serve", "--help") == set()
+
+
+def test_the_package_alone_imports_none_of_them() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, streamworker; print('redis' in sys.modules)"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "False"
+
+
+def test_run_still_gets_everything_it_needs() -> None:
+    assert {"redis", "pydantic", "streamworker.app"} <= _imported("run", "--help")
