@@ -152,6 +152,7 @@ class Result:
     cpu_us: float  # consumer CPU µs per message over the same window
     startup_s: float  # process start to the first ack seen
     others: float = 0.0  # CPU of other processes meanwhile, in cores
+    server_us: float = 0.0  # redis-server CPU µs per message over the same window
 
 
 def _busy_ticks() -> tuple[int, int]:
@@ -255,16 +256,17 @@ def run_one(
     others: OthersMeter | None = None
     try:
         deadline = spawned + 120
-        t0 = cpu0 = 0.0
+        t0 = cpu0 = server0 = 0.0
         acked0 = 0
         while True:
             now = time.monotonic()
             acked = _acked(client)
             if acked and not t0:
                 t0, acked0, cpu0 = now, acked, _cpu_s(proc.pid)
+                server0 = _cpu_s(server.proc.pid)
                 others = OthersMeter([os.getpid(), proc.pid, server.proc.pid])
             if acked >= n:
-                t1, cpu1 = now, _cpu_s(proc.pid)
+                t1, cpu1, server1 = now, _cpu_s(proc.pid), _cpu_s(server.proc.pid)
                 break
             if proc.poll() is not None:
                 log.flush()
@@ -280,6 +282,7 @@ def run_one(
             (cpu1 - cpu0) / done * 1e6,
             t0 - spawned,
             others.cores() if others is not None else 0.0,
+            (server1 - server0) / done * 1e6,
         )
     finally:
         if proc.poll() is None:
@@ -379,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
             got, load, others = run_round(r, variants, server, workdir, args)
             r += 1
             line = ", ".join(
-                f"{v} {res.rate:,.0f} msg/s {res.cpu_us:.2f} CPU µs/msg" for v, res in got.items()
+                f"{v} {res.rate:,.0f} msg/s {res.cpu_us:.2f} CPU µs/msg (server {res.server_us:.2f})"
+                for v, res in got.items()
             )
             noisy = others > args.max_load
             if noisy and rejected < args.max_rejects:
@@ -419,13 +423,15 @@ def report(
         f"{_spread(loads, '.2f')}; {rejected} rounds rejected and re-run; "
         f"{sum(marked)} kept over the threshold"
     )
-    print("| variant | msg/s | CPU µs/msg | start-up to first ack (s) |")
-    print("|---|---:|---:|---:|")
+    print("| variant | msg/s | CPU µs/msg | redis-server CPU µs/msg | start-up to first ack (s) |")
+    print("|---|---:|---:|---:|---:|")
     for v in variants:
         rs = [g[v] for g in rounds]
         print(
             f"| {v} | {_spread([x.rate for x in rs], ',.0f')} | "
-            f"{_spread([x.cpu_us for x in rs], '.2f')} | {_spread([x.startup_s for x in rs], '.2f')} |"
+            f"{_spread([x.cpu_us for x in rs], '.2f')} | "
+            f"{_spread([x.server_us for x in rs], '.2f')} | "
+            f"{_spread([x.startup_s for x in rs], '.2f')} |"
         )
     med = {v: statistics.median(g[v].rate for g in rounds) for v in variants}
     print("\n| ratio | median of rounds (min-max) | per round | ratio of medians | target |")
