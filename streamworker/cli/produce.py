@@ -9,6 +9,8 @@ import json
 import re
 import signal
 import threading
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import redis
@@ -158,12 +160,26 @@ def _cmd_relay(args: argparse.Namespace) -> int:
             return 0
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+            signal.signal(sig, stop_on_signal(stop))
         total = relay.run(stop, idle_ms=args.idle_ms)
         print(f"relayed {total} row(s)")
         return 0
     finally:
         db.sync_engine.dispose()
+
+
+def stop_on_signal(stop: threading.Event) -> Callable[[int, FrameType | None], None]:
+    """A signal handler that sets ``stop``, from a thread of its own.
+
+    A handler runs in the main thread between two bytecodes, and there the main thread may be
+    inside ``stop.wait()`` holding the event's lock, which is not reentrant: ``stop.set()``
+    called by the handler itself would wait for that lock forever (the relay then ignored
+    SIGTERM, now and then, until SIGKILLed). The thread waits for the lock instead."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        threading.Thread(target=stop.set, name="streamworker-stop", daemon=True).start()
+
+    return handler
 
 
 def _positive(text: str) -> int:

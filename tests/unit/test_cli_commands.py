@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from streamworker.cli import _COMMANDS, build_parser
+from streamworker.cli.produce import stop_on_signal
 from tests.support.proc import ROOT
 
 
@@ -70,3 +73,14 @@ def test_the_package_alone_imports_none_of_them() -> None:
 
 def test_run_still_gets_everything_it_needs() -> None:
     assert {"redis", "pydantic", "streamworker.app"} <= _imported("run", "--help")
+
+
+def test_the_relays_stop_signal_takes_no_lock_the_main_thread_may_hold() -> None:
+    # The signal can arrive while the main thread is inside stop.wait() holding the event's
+    # lock, which is not reentrant: a handler calling stop.set() itself would wait forever.
+    stop = threading.Event()
+    handler = stop_on_signal(stop)
+    with stop._cond:  # type: ignore[attr-defined]  # as inside stop.wait()
+        handler(signal.SIGTERM, None)  # returns: it takes no lock here
+        assert not stop.is_set()
+    assert stop.wait(30), "the stop was never set"
