@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from streamworker.settings import Settings
 
 # The names whose modules bring in the runtime, redis-py and pydantic are imported when first
-# used (PEP 562), so that a command that needs none of them (`streamworker engine serve`,
-# `--version`) and a program that imports one error class start without them.
+# used (PEP 562), so that a command that needs none of them (`streamworker engine serve`) and
+# a program that imports one error class start without them.
 _LAZY = {
     "App": "streamworker.app",
     "HandlerSpec": "streamworker.app",

@@ -69,8 +69,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def _command_word(words: Sequence[str]) -> str | None:
     # The top level takes options without values only (-h, --version), so its first word that
-    # is not an option is the command.
-    return next((word for word in words if not word.startswith("-")), None)
+    # is not an option is the command; none when the top level's help comes first (it lists
+    # every command).
+    for word in words:
+        if word in ("-h", "--help"):
+            return None
+        if not word.startswith("-"):
+            return word
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from streamworker.cli import _COMMANDS, build_parser
+from streamworker.cli import _COMMANDS, _command_word, build_parser
 from streamworker.cli.produce import stop_on_signal
 from tests.support.proc import ROOT
 
@@ -31,6 +31,22 @@ def test_a_command_alone_gets_its_own_parser(word: str) -> None:
 
 def test_a_word_that_is_not_a_command_gets_every_command() -> None:
     assert _words(build_parser("rnu")) == list(_COMMANDS)
+
+
+@pytest.mark.parametrize(
+    ("argv", "word"),
+    [
+        (["engine", "serve"], "engine"),
+        (["--bogus", "run", "x:app"], "run"),
+        (["-h", "run"], None),
+        (["--version"], None),
+        ([], None),
+    ],
+)
+def test_the_command_word_is_the_first_word_after_the_top_levels_options(
+    argv: list[str], word: str | None
+) -> None:
+    assert _command_word(argv) == word
 
 
 _PROBE = """
