@@ -10,6 +10,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 from sqlalchemy.orm import Session
@@ -237,3 +238,40 @@ def test_tracing_without_the_extra_says_which_extra_to_install(
     options = WorkerOptions(redis_url="engine://memory/untraced", consumer="c", tracing=True)
     with pytest.raises(ConfigError, match=r"pip install 'streamworker\[tracing\]'"):
         Worker(app, options)
+
+
+unsampled_app = App("traced-unsampled")
+seen_contexts: list[dict[str, str]] = []
+
+
+@unsampled_app.handler("pings", group="g", max_deliveries=1)
+async def ping(msg: Message) -> None:
+    seen_contexts.append(inject_traceparent({}))
+    if msg.fields.get("fail"):
+        raise ValueError("boom")
+
+
+async def test_an_unsampled_message_span_is_still_current_for_what_the_handler_publishes(
+    exporter: InMemorySpanExporter,
+) -> None:
+    # Not sampled: nothing is exported, but the handler runs with the message's span current,
+    # so what it publishes carries that trace, marked not sampled, and downstream consumers
+    # that follow their parent's decision drop it too; a failure is still handled.
+    tp = TracerProvider(sampler=ALWAYS_OFF)
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    seen_contexts.clear()
+    async with TestWorker(unsampled_app, tracer_provider=tp) as worker:
+        await worker.publish("pings", {"n": "1"})
+        await worker.publish("pings", {"n": "2", "fail": "1"})
+        await worker.drain()
+    assert exporter.get_finished_spans() == ()
+    assert len(seen_contexts) == 2
+    trace_ids = set()
+    for fields in seen_contexts:
+        version, trace_id, _, flags = fields["traceparent"].split("-")
+        assert version == "00"
+        assert int(trace_id, 16) != 0
+        assert not int(flags, 16) & 1  # not sampled
+        trace_ids.add(trace_id)
+    assert len(trace_ids) == 2  # each message its own trace
+    assert trace.get_current_span() is trace.INVALID_SPAN  # nothing left current after
