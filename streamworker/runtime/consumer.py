@@ -28,11 +28,9 @@ import structlog
 
 from streamworker.app import HandlerSpec
 from streamworker.core.deps import Resolver
-from streamworker.core.keyed import entry_bytes
 from streamworker.errors import ConnectionLost, StreamworkerError
 from streamworker.idempotency.base import Strategy
 from streamworker.io.redisio import (
-    Entry,
     GroupRead,
     NextRead,
     connection_errors,
@@ -51,6 +49,7 @@ from streamworker.runtime.loop import LoopState, StopSignal
 from streamworker.runtime.ordering import OrderedLoop
 from streamworker.runtime.ratelimit import RateGate
 from streamworker.runtime.reads import delivery_counts
+from streamworker.runtime.readsize import ReadSizer
 from streamworker.runtime.release import release_unstarted
 from streamworker.runtime.threads import HandlerThreads
 
@@ -90,7 +89,7 @@ class Consumer:
         # max_in_flight (the worker's and the handler's): reads ask for the room left and wait
         # when there is none (runtime.inflight).
         self.budget = InFlight(spec.max_in_flight, spec.max_in_flight_bytes)
-        self._gate = InFlightGate(self.budget, *([worker_budget] if worker_budget else []))
+        gate = InFlightGate(self.budget, *([worker_budget] if worker_budget else []))
         self.name = name
         self._client = client
         # Blocking reads use a client of their own whose socket timeout exceeds block_ms; every
@@ -103,6 +102,8 @@ class Consumer:
         # rate_limit= and RateLimited's pause: reads are sized by the permits granted
         # (runtime.ratelimit).
         self.rate = RateGate(spec, client, metrics)
+        # The COUNT of each read: the room the budgets leave and the permits granted.
+        self.sizes = ReadSizer(spec, gate, self.rate, self.signal, self.state.turned)
         self._stream = spec.stream.encode()
         labels = {"stream": spec.stream, "group": spec.group, "handler": spec.name}
         metrics.prime(**labels)
@@ -124,16 +125,6 @@ class Consumer:
             turned=self.state.turned,
             rate=self.rate,
         )
-        # A blocking read under a bound or a limit asks for one entry (see _read).
-        self._paced = self._gate.bounded or self.rate.limited
-        # Under a rate limit, each read asks for the next read's permits in the same write (no
-        # round trip of its own): with some granted, the next read goes out with the batch's
-        # ack, its COUNT the permits granted (see _ahead_ready). So a permit is taken at most
-        # one batch before its start.
-        self._next_permits = 0
-        """Permits granted for the next read, not yet used."""
-        self._ahead_permits = 0
-        """Permits of the read sent with the last ack (its COUNT)."""
         self._read_sent = time.monotonic()
         """When the last read by :meth:`_read` was sent (monotonic)."""
         self._next_read = NextRead(
@@ -145,7 +136,9 @@ class Consumer:
             # Under an in-flight bound the next read is sized when the batch has settled, so it
             # is not sent ahead of the batch's ack; under a rate limit, only with its permits.
             wanted=lambda: (
-                not self.signal.stopping() and not self._gate.bounded and self._ahead_ready()
+                not self.signal.stopping()
+                and not self.sizes.bounded
+                and self.sizes.ahead_ready(self._next_read)
             ),
             claim_ms=self._claim_ms,
         )
@@ -329,16 +322,7 @@ class Consumer:
                         sent = ahead.sent_at
                         async with connection_errors():
                             got = self._parse_new(ahead.take())
-                        permits, self._ahead_permits = self._ahead_permits, 0
-                        if self.rate.limited:
-                            self._next_permits += self.rate.granted(ahead.take_also())
-                            # Its COUNT was the permits granted: what it did not bring goes back.
-                            await self.rate.give_back(permits - len(got.entries))
-                        else:
-                            # Read without asking the gate (it went out with the last ack): look
-                            # for the group's pause now (at most once a second); if paused, the
-                            # invoker starts none of them and they wait for the pause, uncounted.
-                            await self.rate.take(len(got.entries) or 1)
+                        await self.sizes.ahead_arrived(ahead, len(got.entries))
                     else:
                         got = await self._read(b">", block_ms=None)
                         sent = self._read_sent
@@ -367,10 +351,10 @@ class Consumer:
                             # Claimed entries are handled as the reclaimer's are (not fresh).
                             fresh_at=None if got.claimed else sent,
                             sent_at=sent,
-                            next_read=None if self._gate.bounded else ahead,
+                            next_read=None if self.sizes.bounded else ahead,
                         )
                     finally:
-                        self._release(entries)
+                        self.sizes.release(entries)
                     continue
                 try:
                     counts = await delivery_counts(
@@ -379,10 +363,10 @@ class Consumer:
                     self._backoff.reset()
                     await process(entries, counts, sent_at=sent)
                 finally:
-                    self._release(entries)
+                    self.sizes.release(entries)
         finally:
             # Permits held for a read that will not be sent go back.
-            await self._drop_permits()
+            await self.sizes.drop()
 
     def _parse_new(self, reply: object) -> GroupRead:
         """A '>' read's reply: its entries and their delivery counters."""
@@ -391,49 +375,11 @@ class Consumer:
         # First deliveries only: no counter map for the batch processor to look up.
         return GroupRead(parse_read_reply(reply, self._stream), None, 0)
 
-    async def _reserve(self, want: int) -> int:
-        """The next read's COUNT, reserved in the in-flight budgets before the read is sent (so
-        that two handlers' reads cannot both take the same room): ``want`` cut to the room
-        left; with none, wait until a batch settles (or the loop stops: then 0)."""
-        gate = self._gate
-        if not gate.bounded:
-            return want
-        room = gate.room(want)
-        if not room:
-            waiting = asyncio.ensure_future(gate.wait_for_room(want))
-            stopped = asyncio.ensure_future(self.signal.wait())
-            try:
-                await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stopped.cancel()
-                waiting.cancel()
-            if self.stopping():
-                return 0
-            room = gate.room(want)
-        gate.reserve(room)
-        return room
-
-    def _release(self, entries: list[Entry]) -> None:
-        """A read's entries are settled (acked, dead-lettered, left for a retry whose entry the
-        reclaimer reads again): they leave the in-flight budgets."""
-        if self._gate.bounded and entries:
-            self._gate.give_back(len(entries), sum(entry_bytes(e.fields) for e in entries))
-
     async def _read(self, start: bytes, block_ms: int | None) -> GroupRead:
-        """One read of at most the reserved room; its entries stay counted as in flight until
-        :meth:`_release` (the caller's, after the batch)."""
-        # A blocking read waits on an idle stream: under a bound or a rate limit it asks for one
-        # entry, so that it holds no room or permits others need while it waits (the
-        # non-blocking read after it takes the full room again).
-        want = 1 if block_ms is not None and self._paced else self.spec.batch_size
-        count = await self._reserve(want)
-        if count == 0:
-            return _NOTHING
-        # The permits come after the room: a read waiting for room holds no permits that age.
-        permits = await self._permits(count)
-        if permits < count and self._gate.bounded:
-            self._gate.give_back(count - permits, 0)
-        count = permits
+        """One read of the COUNT :attr:`sizes` grants; its entries stay counted as in flight
+        until ``sizes.release`` (the caller's, after the batch)."""
+        sizes = self.sizes
+        count = await sizes.take(blocking=block_ms is not None)
         if count == 0:
             return _NOTHING
         got = _NOTHING
@@ -445,60 +391,20 @@ class Consumer:
             else:
                 got = await self._read_count(start, block_ms, count)
         finally:
-            entries = got.entries
-            if self._gate.bounded:
-                # The reservation becomes what the read brought: unused room goes back.
-                self._gate.give_back(count - len(entries), 0)
-                self._gate.arrived(len(entries), sum(entry_bytes(e.fields) for e in entries))
-        if len(got.entries) < count:
-            # Permits the read did not use go back to the group (none are kept for later: a
-            # permit is for a start now).
-            await self.rate.give_back(count - len(got.entries))
+            sizes.settle_room(count, got.entries)
+        await sizes.give_back_unused(count, len(got.entries))
         return got
-
-    def _ahead_ready(self) -> bool:
-        """Whether the next read may go out with the batch's ack: always without a rate limit;
-        with one, when the last read was granted permits for it (the read's COUNT becomes their
-        number, and it asks for the permits of the one after). Otherwise the loop reads when
-        the batch has settled, asking first (:meth:`_permits`)."""
-        if not self.rate.limited:
-            return True
-        if self._next_permits <= 0:
-            return False
-        self._ahead_permits, self._next_permits = self._next_permits, 0
-        self._next_read.set_count(self._ahead_permits)
-        return True
-
-    async def _permits(self, want: int) -> int:
-        """Permits for a read of at most ``want`` entries: those granted with the last read (the
-        surplus goes back), else granted now, waiting for them if need be (0 once stopping)."""
-        got, self._next_permits = self._next_permits, 0
-        if got > want:
-            await self.rate.give_back(got - want)
-            got = want
-        if got:
-            return got
-        return await self.rate.acquire(want, self.signal, self.state.turned)
-
-    async def _drop_permits(self) -> None:
-        """The loop ends (stop, lost connection): permits it holds for reads it will not send
-        go back (best effort)."""
-        got = self._next_permits + self._ahead_permits
-        self._next_permits = self._ahead_permits = 0
-        if got:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.rate.give_back(got), 2.0)
 
     async def _read_asking(self, count: int) -> GroupRead:
         """A non-blocking ``>`` read of ``count`` under a rate limit that asks, in the same
-        write, for the permits of the next read (kept in ``_next_permits``). A Redis Cluster
+        write, for the permits of the next read (kept by :attr:`sizes`). A Redis Cluster
         client (the limit's key may be in another slot) and a read with CLAIM send them one
         after the other."""
         client = self._client
         if type(client) is not aioredis.Redis or self._claim_ms is not None:
             got = await self._read_count(b">", None, count)
             if got.entries:
-                self._next_permits += (await self.rate.take(self.spec.batch_size))[0]
+                self.sizes.granted_next((await self.rate.take(self.spec.batch_size))[0])
             return got
         pipe = client.pipeline(transaction=False)
         pipe.execute_command(
@@ -507,7 +413,7 @@ class Consumer:
         pipe.execute_command(*self.rate.take_command(self.spec.batch_size))
         async with connection_errors():
             read, permits = await pipe.execute(raise_on_error=False)
-        self._next_permits += self.rate.granted(permits)
+        self.sizes.granted_next(self.rate.granted(permits))
         if isinstance(read, BaseException):
             raise read
         return self._parse_new(read)
