@@ -17,7 +17,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import NamedTuple
 
 from streamworker import __version__
 from streamworker.cli.parsing import CommandParser, unknown_before_command
@@ -29,29 +29,81 @@ EXIT_RUNTIME = 1
 EXIT_CONFIG = 2
 
 
-# Each command word -> the module that defines it and the function that adds it to the parser.
-# Only the module of the command given is imported (`streamworker engine serve` starts without
-# the worker runtime, redis-py or pydantic); `--help` and a word that is not a command import
-# them all. In the order of `streamworker --help`; tests/unit/test_cli_commands.py checks that
-# the words are the ones each function adds.
-_COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("streamworker.cli.run", "add_run_command"),
-    "migrate": ("streamworker.cli.sql", "add_sql_commands"),
-    "prune": ("streamworker.cli.sql", "add_sql_commands"),
-    "pending": ("streamworker.cli.pending_dlq", "add_admin_commands"),
-    "dlq": ("streamworker.cli.pending_dlq", "add_admin_commands"),
-    "engine": ("streamworker.cli.engine", "add_engine_commands"),
-    "archive": ("streamworker.cli.archive", "add_archive_command"),
-    "backfill": ("streamworker.cli.backfill", "add_backfill_command"),
-    "dashboard": ("streamworker.cli.dashboard", "add_dashboard_commands"),
-    "publish": ("streamworker.cli.produce", "add_produce_commands"),
-    "relay": ("streamworker.cli.produce", "add_produce_commands"),
+class _Entry(NamedTuple):
+    module: str  # the module that defines the command
+    arguments: str  # its function that adds the command's arguments to an empty subparser
+    summary: str  # the line `streamworker --help` shows
+
+
+# Every command, in the order of `streamworker --help`. Only the module of the command given is
+# imported (`streamworker engine serve` starts without the worker runtime, redis-py or
+# pydantic); the top-level help and a word that is not a command import none of them.
+# tests/unit/test_cli_commands.py builds each one.
+_COMMANDS: dict[str, _Entry] = {
+    "run": _Entry(
+        "streamworker.cli.run", "run_arguments", "run an App's handlers until SIGTERM/SIGINT"
+    ),
+    "migrate": _Entry(
+        "streamworker.cli.sql",
+        "migrate_arguments",
+        "create or upgrade the tables of idempotency='sql' in a database",
+    ),
+    "prune": _Entry(
+        "streamworker.cli.sql",
+        "prune_arguments",
+        "delete processed rows whose messages can no longer be redelivered",
+    ),
+    "pending": _Entry(
+        "streamworker.cli.pending_dlq",
+        "pending_arguments",
+        "show a group's pending entries per consumer, with the oldest entry's age",
+    ),
+    "dlq": _Entry(
+        "streamworker.cli.pending_dlq",
+        "dlq_arguments",
+        "list, show, replay or purge dead letters",
+    ),
+    "engine": _Entry(
+        "streamworker.cli.engine",
+        "engine_arguments",
+        "the embedded Redis 7.0-compatible stream engine",
+    ),
+    "archive": _Entry(
+        "streamworker.cli.archive",
+        "archive_arguments",
+        "archive a stream to Parquet on Spark (then --trim what everyone is done with)",
+    ),
+    "backfill": _Entry(
+        "streamworker.cli.backfill",
+        "backfill_arguments",
+        "run an idempotency='sql' handler over a stream's entries on Spark, exactly once",
+    ),
+    "dashboard": _Entry(
+        "streamworker.cli.dashboard",
+        "dashboard_arguments",
+        "serve a web dashboard of streams, groups, pending entries and dead letters",
+    ),
+    "publish": _Entry(
+        "streamworker.cli.produce",
+        "publish_arguments",
+        "add one entry to a stream (typed like app.publish)",
+    ),
+    "relay": _Entry(
+        "streamworker.cli.produce",
+        "relay_arguments",
+        "move transactional-outbox rows to their streams, each exactly once",
+    ),
 }
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser (exposed for tests and docs): every command's, or with ``command``
-    (a word of ``_COMMANDS``) only the one that defines it."""
+def build_parser(command: str | None = None, *, outline: bool = False) -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and docs).
+
+    Every command with its arguments; with ``command`` (a word of ``_COMMANDS``) that one alone;
+    with ``outline``, or a ``command`` that is not one, every command's name and summary only
+    (what the top-level help and argparse's "invalid choice" need), importing no command's
+    module.
+    """
     parser = CommandParser(
         prog="streamworker",
         description="Consume Redis Streams with effectively-once processing.",
@@ -59,11 +111,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"streamworker {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    words = [command] if command in _COMMANDS else list(_COMMANDS)
-    # dict.fromkeys: each module's function once (it adds all of its words), in order.
-    for module, name in dict.fromkeys(_COMMANDS[word] for word in words):
-        add: Callable[[Any], None] = getattr(importlib.import_module(module), name)
-        add(sub)
+    outline = outline or (command is not None and command not in _COMMANDS)
+    for word, entry in _COMMANDS.items():
+        if command in _COMMANDS and word != command:
+            continue
+        cmd = sub.add_parser(word, help=entry.summary)
+        if not outline:
+            add: Callable[[argparse.ArgumentParser], None] = getattr(
+                importlib.import_module(entry.module), entry.arguments
+            )
+            add(cmd)
     return parser
 
 
@@ -82,7 +139,8 @@ def _command_word(words: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``streamworker`` console script."""
     words = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_command_word(words))
+    word = _command_word(words)
+    parser = build_parser(word, outline=word is None)
     unknown = unknown_before_command(parser, words)
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streamworker.cli.common import refuse_in_memory_engine
+from streamworker.cli.parsing import runs
 from streamworker.cli.produce import add_wait_flags
 from streamworker.cli.spark_jobs import check_redis, start_spark
 from streamworker.errors import ConfigError
@@ -20,6 +21,11 @@ from streamworker.settings import DEFAULT_REDIS_URL, load_settings
 
 
 def _cmd_archive(args: argparse.Namespace) -> int:
+    """Append the entries of STREAM not archived yet to Parquet under PATH, partitioned by date
+    (a Spark availableNow query with its checkpoint in PATH/_checkpoint; safe to interrupt and
+    re-run). With --trim, then remove the entries below the oldest one any consumer group or
+    Spark cursor (the archive's included) still needs, in one atomic step. Needs the spark
+    extra and Java."""
     from streamworker.spark import require_spark
 
     require_spark("streamworker archive")
@@ -102,20 +108,9 @@ def archive_progress(progress: Progress) -> Callable[[int, int], None]:
     return report
 
 
-def add_archive_command(sub: Any) -> None:
-    """Register ``streamworker archive`` on the top-level subparsers ``sub``."""
-    cmd = sub.add_parser(
-        "archive",
-        help="archive a stream to Parquet on Spark (then --trim what everyone is done with)",
-        description=(
-            "Append the entries of STREAM not archived yet to Parquet under PATH, partitioned by "
-            "date (a Spark availableNow query with its checkpoint in PATH/_checkpoint; safe to "
-            "interrupt and re-run). With --trim, then remove the entries below the oldest one "
-            "any consumer group or Spark cursor (the archive's included) still needs, in one "
-            "atomic step. Needs the spark extra and Java."
-        ),
-        epilog="example: streamworker archive orders --to /data/archive/orders --trim",
-    )
+def archive_arguments(cmd: argparse.ArgumentParser) -> None:
+    """The arguments of ``streamworker archive``."""
+    runs(cmd, _cmd_archive, example="streamworker archive orders --to /data/archive/orders --trim")
     cmd.add_argument("stream", metavar="STREAM")
     cmd.add_argument("--to", required=True, metavar="PATH", help="the Parquet directory")
     cmd.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
@@ -130,4 +125,3 @@ def add_archive_command(sub: Any) -> None:
     cmd.add_argument("--trim", action="store_true", help="safe-trim the stream afterwards")
     cmd.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     add_wait_flags(cmd, "trim")
-    cmd.set_defaults(func=_cmd_archive)

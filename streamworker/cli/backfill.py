@@ -13,6 +13,7 @@ from typing import Any
 import redis
 
 from streamworker.cli.common import refuse_in_memory_engine
+from streamworker.cli.parsing import runs
 from streamworker.cli.spark_jobs import check_redis, start_spark
 from streamworker.errors import ConfigError
 from streamworker.ops.progress import Progress
@@ -51,6 +52,10 @@ def _watch_tasks(spark: Any, progress: Progress, stop: threading.Event) -> None:
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
+    """Read the entries of STREAM with Spark and run TARGET's idempotency='sql' handler over
+    them on the executors, with the live workers' processed-messages table: a message handled
+    by either is never handled twice. Entries the group has already delivered and acked are
+    skipped. Needs the spark extra and Java."""
     from streamworker.spark import require_spark
 
     require_spark("streamworker backfill")
@@ -134,21 +139,13 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_backfill_command(sub: Any) -> None:
-    """Register ``streamworker backfill`` on the top-level subparsers ``sub``."""
-    cmd = sub.add_parser(
-        "backfill",
-        help="run an idempotency='sql' handler over a stream's entries on Spark, exactly once",
-        description=(
-            "Read the entries of STREAM with Spark and run TARGET's idempotency='sql' handler "
-            "over them on the executors, with the live workers' processed-messages table: a "
-            "message handled by either is never handled twice. Entries the group has already "
-            "delivered and acked are skipped. Needs the spark extra and Java."
-        ),
-        epilog=(
-            "example: streamworker backfill billing.app:app --stream orders "
-            "--db-url postgresql://billing@db/billing"
-        ),
+def backfill_arguments(cmd: argparse.ArgumentParser) -> None:
+    """The arguments of ``streamworker backfill``."""
+    runs(
+        cmd,
+        _cmd_backfill,
+        example="streamworker backfill billing.app:app --stream orders "
+        "--db-url postgresql://billing@db/billing",
     )
     cmd.add_argument("target", metavar="TARGET", help="module:attr of the App (importable)")
     cmd.add_argument("--stream", required=True, metavar="STREAM")
@@ -164,4 +161,3 @@ def add_backfill_command(sub: Any) -> None:
     )
     cmd.add_argument("--master", metavar="URL", help="Spark master (default: Spark's own)")
     cmd.add_argument("--json", action="store_true", help="machine-readable result on stdout")
-    cmd.set_defaults(func=_cmd_backfill)

@@ -10,10 +10,10 @@ import argparse
 import importlib.util
 import signal
 import socket
-from typing import Any
 
 import structlog
 
+from streamworker.cli.parsing import log_flags, runs
 from streamworker.errors import ConfigError
 from streamworker.observability.logging import configure_logging
 from streamworker.settings import DEFAULT_REDIS_URL, load_settings
@@ -41,6 +41,9 @@ def _allowed_hosts(bind: str) -> tuple[str, ...] | None:
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
+    """Serve a web dashboard: streams, consumer groups (lag, pending, a chart), consumers and
+    their pending entries, dead letters. Read-only unless started with --allow-actions and a
+    token. Needs the 'dashboard' extra."""
     _require_dashboard_extra()
     import uvicorn
 
@@ -106,17 +109,12 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_dashboard_commands(sub: Any) -> None:
-    """Register ``dashboard`` on the CLI's subparsers."""
-    p = sub.add_parser(
-        "dashboard",
-        help="serve a web dashboard of streams, groups, pending entries and dead letters",
-        description=(
-            "Serve a web dashboard: streams, consumer groups (lag, pending, a chart), consumers "
-            "and their pending entries, dead letters. Read-only unless started with "
-            "--allow-actions and a token. Needs the 'dashboard' extra."
-        ),
-        epilog="example: streamworker dashboard --redis-url redis://127.0.0.1:6379/0 --port 8080",
+def dashboard_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``streamworker dashboard``."""
+    runs(
+        p,
+        _cmd_dashboard,
+        example="streamworker dashboard --redis-url redis://127.0.0.1:6379/0 --port 8080",
     )
     p.add_argument(
         "--redis-url",
@@ -169,12 +167,4 @@ def add_dashboard_commands(sub: Any) -> None:
         help="the overview's warn/critical levels, e.g. "
         "work_left=1000/10000,oldest_pending_s=60/600,dead_letters=1/100 (the defaults)",
     )
-    p.add_argument(
-        "--log-format",
-        choices=("auto", "json", "console"),
-        help="log output (default: console on a terminal, else JSON)",
-    )
-    p.add_argument(
-        "--log-level", choices=("debug", "info", "warning", "error"), help="default: info"
-    )
-    p.set_defaults(func=_cmd_dashboard)
+    log_flags(p)

@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Any
 
+from streamworker.cli.parsing import runs
 from streamworker.errors import ConfigError, StreamworkerError
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    """Serve the engine over TCP until SIGTERM or SIGINT (then it flushes its file and exits
+    0). With --dir, every write is logged to DIR/appendonly.aof and replayed on start; without
+    it the data lives in memory only."""
     from streamworker.engine.aof import PersistenceError
     from streamworker.engine.rdb.files import RdbLoadError
     from streamworker.engine.server import ListenError, ProtectedModeError, ServerOptions, serve
@@ -61,24 +64,18 @@ def _replicaof(words: list[str] | None) -> tuple[str, int] | None:
     return host, int(port)
 
 
-def add_engine_commands(sub: Any) -> None:
-    """Register ``streamworker engine serve`` on the top-level subparsers ``sub``."""
-    engine = sub.add_parser(
-        "engine",
-        help="the embedded Redis 7.0-compatible stream engine",
-        description="The embedded Redis 7.0-compatible stream engine.",
-    )
+def engine_arguments(engine: argparse.ArgumentParser) -> None:
+    """The subcommands of ``streamworker engine`` (``serve``) and their arguments."""
+    engine.description = "The embedded Redis 7.0-compatible stream engine."
     engine_sub = engine.add_subparsers(dest="engine_command", metavar="COMMAND")
     engine_sub.required = True
     serve = engine_sub.add_parser(
-        "serve",
-        help="serve the engine over RESP (redis-cli, redis-py, any Redis client)",
-        description=(
-            "Serve the engine over TCP until SIGTERM or SIGINT (then it flushes its file and "
-            "exits 0). With --dir, every write is logged to DIR/appendonly.aof and replayed "
-            "on start; without it the data lives in memory only."
-        ),
-        epilog="example: streamworker engine serve --port 6390 --dir ./data --appendfsync always",
+        "serve", help="serve the engine over RESP (redis-cli, redis-py, any Redis client)"
+    )
+    runs(
+        serve,
+        _cmd_serve,
+        example="streamworker engine serve --port 6390 --dir ./data --appendfsync always",
     )
     serve.add_argument(
         "--bind",
@@ -129,4 +126,3 @@ def add_engine_commands(sub: Any) -> None:
         "that version's stream commands (XACKDEL, XDELEX, XREADGROUP CLAIM, XADD IDMP, XNACK; see "
         "docs/engine-redis8.md)",
     )
-    serve.set_defaults(func=_cmd_serve)

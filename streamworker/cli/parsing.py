@@ -4,7 +4,9 @@ built before the command's own module is imported (see :mod:`streamworker.cli`).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+Command = Callable[[argparse.Namespace], int]
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -37,3 +39,27 @@ def unknown_before_command(parser: argparse.ArgumentParser, argv: Sequence[str])
         if word.split("=", 1)[0] not in known:
             unknown.append(word)
     return unknown
+
+
+def runs(parser: argparse.ArgumentParser, command: Command, *, example: str | None = None) -> None:
+    """Make ``parser`` run ``command`` (``args.func``), described by ``command``'s docstring.
+
+    The docstring is the text ``--help`` shows under the usage (argparse folds its white space
+    into one paragraph); ``example`` is a command line shown after the options.
+    """
+    parser.description = " ".join((command.__doc__ or "").split()) or None
+    if example is not None:
+        parser.epilog = f"example: {example}"
+    parser.set_defaults(func=command)
+
+
+def log_flags(parser: argparse.ArgumentParser) -> None:
+    """``--log-format`` and ``--log-level``, for the commands that log as a service does."""
+    parser.add_argument(
+        "--log-format",
+        choices=("auto", "json", "console"),
+        help="log output (default: console on a terminal, else JSON)",
+    )
+    parser.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), help="default: info"
+    )

@@ -11,6 +11,7 @@ from typing import Any
 import redis
 
 from streamworker.cli.common import operator_client, require_group
+from streamworker.cli.parsing import runs
 from streamworker.cli.produce import add_wait_flags
 from streamworker.errors import ConfigError
 from streamworker.io.keys import dead_letter_stream
@@ -40,6 +41,7 @@ def _age(ms: int | None) -> str:
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:
+    """Summarise the pending entries (delivered, not acknowledged) of GROUP on STREAM."""
     client = _client(args)
     require_group(client, args.stream, args.group)
     report = pending.pending_report(client, args.stream, args.group)
@@ -201,26 +203,20 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_admin_commands(sub: Any) -> None:
-    """Register ``pending`` and ``dlq`` on the CLI's subparsers."""
-    pending = sub.add_parser(
-        "pending",
-        help="show a group's pending entries per consumer, with the oldest entry's age",
-        description="Summarise the pending entries (delivered, not acknowledged) of GROUP on STREAM.",
-    )
+def pending_arguments(pending: argparse.ArgumentParser) -> None:
+    """The arguments of ``streamworker pending``."""
+    runs(pending, _cmd_pending)
     pending.add_argument("stream", metavar="STREAM")
     pending.add_argument("group", metavar="GROUP")
     pending.add_argument("--json", action="store_true", help="machine-readable output")
     _common(pending)
-    pending.set_defaults(func=_cmd_pending)
 
-    dlq = sub.add_parser(
-        "dlq",
-        help="list, show, replay or purge dead letters",
-        description=(
-            "Work with the dead-letter stream of STREAM ({STREAM}:dlq, or STREAM:dlq when STREAM "
-            "has a hash tag; --dlq names another)."
-        ),
+
+def dlq_arguments(dlq: argparse.ArgumentParser) -> None:
+    """The actions of ``streamworker dlq`` and their arguments."""
+    dlq.description = (
+        "Work with the dead-letter stream of STREAM ({STREAM}:dlq, or STREAM:dlq when STREAM "
+        "has a hash tag; --dlq names another)."
     )
     dlq_sub = dlq.add_subparsers(dest="dlq_command", metavar="ACTION")
     dlq_sub.required = True

@@ -16,6 +16,7 @@ from typing import Any
 import redis
 
 from streamworker.cli.common import operator_client
+from streamworker.cli.parsing import runs
 from streamworker.errors import ConfigError
 from streamworker.extras import require_extra
 from streamworker.observability.logging import configure_logging
@@ -72,6 +73,8 @@ def _delay_ms(args: argparse.Namespace) -> int | None:
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
+    """Add one entry with FIELD=VALUE pairs (and/or --json) to STREAM, encoded as app.publish
+    encodes it. Prints the stream key and the entry id."""
     value: dict[str, Any] = parse_assignments(args.fields)
     if args.json is not None:
         try:
@@ -122,6 +125,9 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _cmd_relay(args: argparse.Namespace) -> int:
+    """Relay the rows SQL handlers staged with streamworker.idempotency.sql.outbox.publish to
+    their streams, in order, each exactly once, until SIGTERM/SIGINT (or, with --once, until
+    the outbox is empty)."""
     require_extra("sql", "streamworker relay")
     from streamworker.idempotency.sql import SqlDatabase
     from streamworker.idempotency.sql.outbox import Relay, check_outbox
@@ -214,16 +220,12 @@ def add_wait_flags(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def add_produce_commands(sub: Any) -> None:
-    """Register ``publish`` and ``relay`` on the CLI's subparsers."""
-    pub = sub.add_parser(
-        "publish",
-        help="add one entry to a stream (typed like app.publish)",
-        description=(
-            "Add one entry with FIELD=VALUE pairs (and/or --json) to STREAM, encoded as "
-            "app.publish encodes it. Prints the stream key and the entry id."
-        ),
-        epilog="example: streamworker publish orders order_id=7 amount_cents=150 --maxlen 100000",
+def publish_arguments(pub: argparse.ArgumentParser) -> None:
+    """The arguments of ``streamworker publish``."""
+    runs(
+        pub,
+        _cmd_publish,
+        example="streamworker publish orders order_id=7 amount_cents=150 --maxlen 100000",
     )
     pub.add_argument("stream", metavar="STREAM")
     pub.add_argument("fields", metavar="FIELD=VALUE", nargs="*")
@@ -252,18 +254,11 @@ def add_produce_commands(sub: Any) -> None:
     )
     pub.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
     add_wait_flags(pub, "return")
-    pub.set_defaults(func=_cmd_publish)
 
-    relay = sub.add_parser(
-        "relay",
-        help="move transactional-outbox rows to their streams, each exactly once",
-        description=(
-            "Relay the rows SQL handlers staged with streamworker.idempotency.sql.outbox.publish to "
-            "their streams, in order, each exactly once, until SIGTERM/SIGINT (or, with --once, "
-            "until the outbox is empty)."
-        ),
-        epilog="example: streamworker relay --db-url postgresql://app@db/billing",
-    )
+
+def relay_arguments(relay: argparse.ArgumentParser) -> None:
+    """The arguments of ``streamworker relay``."""
+    runs(relay, _cmd_relay, example="streamworker relay --db-url postgresql://app@db/billing")
     relay.add_argument("--db-url", metavar="URL", help="database URL (or STREAMWORKER_DB_URL)")
     relay.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
     relay.add_argument("--batch-size", metavar="N", type=_positive, default=100)
@@ -293,4 +288,3 @@ def add_produce_commands(sub: Any) -> None:
     )
     relay.add_argument("--once", action="store_true", help="relay until empty, then exit")
     add_wait_flags(relay, "delete a relayed row")
-    relay.set_defaults(func=_cmd_relay)

@@ -20,6 +20,7 @@ import structlog
 
 from streamworker.app import App
 from streamworker.cli.common import is_in_memory_engine, refuse_in_memory_engine
+from streamworker.cli.parsing import log_flags, runs
 from streamworker.cli.processes import ChildLink, Supervisor
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError, TargetError
 from streamworker.io.redisio import connection_errors, discover_primary, open_redis, redact_url
@@ -189,6 +190,9 @@ async def _run(app: App, settings: Settings, link: ChildLink | None = None) -> i
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """Run every handler of an App until SIGTERM or SIGINT. Each handler first re-reads this
+    consumer's own pending entries, then new ones. Every flag can also be set as
+    STREAMWORKER_<FLAG> in the environment or a .env file (flags win)."""
     settings = load_settings(
         redis_url=args.redis_url,
         db_url=args.db_url,
@@ -245,17 +249,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise
 
 
-def add_run_command(sub: Any) -> None:
-    """Add ``run`` to the subcommands ``sub``."""
-    run = sub.add_parser(
-        "run",
-        help="run an App's handlers until SIGTERM/SIGINT",
-        description=(
-            "Run every handler of an App until SIGTERM or SIGINT. Each handler first re-reads this "
-            "consumer's own pending entries, then new ones. Every flag can also be set as "
-            "STREAMWORKER_<FLAG> in the environment or a .env file (flags win)."
-        ),
-        epilog="example: streamworker run billing.app:app --redis-url redis://127.0.0.1:6379/0",
+def run_arguments(run: argparse.ArgumentParser) -> None:
+    """The arguments of ``streamworker run``."""
+    runs(
+        run,
+        _cmd_run,
+        example="streamworker run billing.app:app --redis-url redis://127.0.0.1:6379/0",
     )
     run.add_argument(
         "target",
@@ -292,14 +291,7 @@ def add_run_command(sub: Any) -> None:
         type=float,
         help="/healthz fails when a consume loop has not gone round for this long (default: 300)",
     )
-    run.add_argument(
-        "--log-format",
-        choices=("auto", "json", "console"),
-        help="log output (default: console on a terminal, else JSON)",
-    )
-    run.add_argument(
-        "--log-level", choices=("debug", "info", "warning", "error"), help="default: info"
-    )
+    log_flags(run)
     run.add_argument(
         "--shutdown-timeout-s",
         metavar="S",
@@ -329,4 +321,3 @@ def add_run_command(sub: Any) -> None:
     run.add_argument("--supervisor-dir", help=argparse.SUPPRESS)
     run.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
     run.add_argument("--supervisor-pid", type=int, default=0, help=argparse.SUPPRESS)
-    run.set_defaults(func=_cmd_run)

@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from streamworker.cli.common import refuse_in_memory_engine, require_group
+from streamworker.cli.parsing import runs
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError
 from streamworker.extras import require_extra
 from streamworker.io.redisio import open_redis, open_sync_redis, redact_url
@@ -30,6 +31,9 @@ def _db_url(args: argparse.Namespace) -> str:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
+    """Bring the database's streamworker schema (the processed-messages table) up to date.
+    Idempotent. The version is kept in streamworker_alembic_version, apart from your own
+    Alembic history."""
     require_extra("sql", "streamworker migrate")
     from streamworker.errors import DatabaseUnavailable
     from streamworker.idempotency.sql import SqlDatabase
@@ -70,6 +74,10 @@ async def _prune(db_url: str, redis_url: str, stream: str, group: str) -> Any:
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
+    """Delete the processed rows of STREAM/GROUP below the group's oldest pending entry (or up
+    to its last-delivered id when nothing is pending): those messages are acked and can never
+    come back. Workers do this on their own every STREAMWORKER_PRUNE_INTERVAL_S; safe to run at
+    any time."""
     require_extra("sql", "streamworker prune")
     settings = load_settings(redis_url=args.redis_url, db_url=args.db_url)
     if not settings.db_url:
@@ -102,36 +110,19 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_sql_commands(sub: Any) -> None:
-    """Add ``migrate`` and ``prune`` to the subcommands ``sub``."""
-    migrate = sub.add_parser(
-        "migrate",
-        help="create or upgrade the tables of idempotency='sql' in a database",
-        description=(
-            "Bring the database's streamworker schema (the processed-messages table) up to date. "
-            "Idempotent. The version is kept in streamworker_alembic_version, apart from your "
-            "own Alembic history."
-        ),
-        epilog="example: streamworker migrate --db-url postgresql://app@db/billing",
-    )
+def migrate_arguments(migrate: argparse.ArgumentParser) -> None:
+    """The arguments of ``streamworker migrate``."""
+    runs(migrate, _cmd_migrate, example="streamworker migrate --db-url postgresql://app@db/billing")
     migrate.add_argument(
         "--db-url", metavar="URL", help="SQLAlchemy database URL (or STREAMWORKER_DB_URL)"
     )
-    migrate.set_defaults(func=_cmd_migrate)
 
-    prune = sub.add_parser(
-        "prune",
-        help="delete processed rows whose messages can no longer be redelivered",
-        description=(
-            "Delete the processed rows of STREAM/GROUP below the group's oldest pending entry "
-            "(or up to its last-delivered id when nothing is pending): those messages are acked "
-            "and can never come back. Workers do this on their own every "
-            "STREAMWORKER_PRUNE_INTERVAL_S; safe to run at any time."
-        ),
-    )
+
+def prune_arguments(prune: argparse.ArgumentParser) -> None:
+    """The arguments of ``streamworker prune``."""
+    runs(prune, _cmd_prune)
     prune.add_argument("stream", metavar="STREAM")
     prune.add_argument("group", metavar="GROUP")
     prune.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
     prune.add_argument("--db-url", metavar="URL", help="database URL (or STREAMWORKER_DB_URL)")
     prune.add_argument("--json", action="store_true", help="machine-readable result on stdout")
-    prune.set_defaults(func=_cmd_prune)

@@ -211,28 +211,18 @@ def decode_message(
     return _message(entry_id.decode("ascii"), stream, group, consumer, fields, body, delivery_count)
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class MessageDecoder:
     """:func:`decode_message` for the entries of one consumer of one subscription, with what
     is the same for all of them bound once: ``decode(entry_id, raw, delivery_count)`` gives the
-    same Message (or raises the same PermanentFailure). Stateless after construction: safe to
-    share across threads."""
+    same Message (or raises the same PermanentFailure). Immutable: safe to share across
+    threads."""
 
-    __slots__ = ("_body_field", "_consumer", "_group", "_model", "_stream")
-
-    def __init__(
-        self,
-        *,
-        stream: str,
-        group: str,
-        consumer: str,
-        model: BodyModel | None,
-        body_field: str | None,
-    ) -> None:
-        self._stream = stream
-        self._group = group
-        self._consumer = consumer
-        self._model = model
-        self._body_field = body_field
+    stream: str
+    group: str
+    consumer: str
+    model: BodyModel | None
+    body_field: str | None
 
     def decode(self, entry_id: bytes, raw: list[bytes], delivery_count: int) -> Message[Any]:
         """The Message for one live entry (``raw``: its field names and values alternating, as
@@ -246,14 +236,14 @@ class MessageDecoder:
         except UnicodeDecodeError:
             pairs = iter(raw)
             fields = decode_fields(dict(zip(pairs, pairs)))  # noqa: B905  # raises, naming it
-        model = self._model
-        body = decode_body(fields, model, self._body_field) if model is not None else None
+        model = self.model
+        body = decode_body(fields, model, self.body_field) if model is not None else None
         # _message, inlined: one call less per message.
         msg = _NEW(_Unfrozen)
         msg.id = _DECODE(entry_id)  # ASCII digits and a dash: UTF-8 decodes them alike
-        msg.stream = self._stream
-        msg.group = self._group
-        msg.consumer = self._consumer
+        msg.stream = self.stream
+        msg.group = self.group
+        msg.consumer = self.consumer
         msg.fields = fields
         msg.body = body
         msg.delivery_count = delivery_count

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from streamworker.core.deps import CallPlan, build_plan
 from streamworker.core.keyed import KeyFunc
 from streamworker.core.message import Message
-from streamworker.core.outcomes import BatchOutcomes, Outcome
+from streamworker.core.outcomes import BatchOutcomes, Outcome, decide, describe
 from streamworker.io.redisio import NextRead
 
 T = TypeVar("T")
@@ -501,3 +501,25 @@ class PlainPlugin:
     def open(self, specs: Sequence[HandlerConfig], options: object | None) -> Backing | None:
         """Nothing shared."""
         return None
+
+
+def decide_failed(
+    log: Any,
+    event: str,
+    msg: Message[Any],
+    error: BaseException,
+    max_deliveries: int,
+    **context: Any,
+) -> Outcome:
+    """:func:`~streamworker.core.outcomes.decide` for ``msg``, whose handling ended in ``error``
+    after its handler returned (its effects refused, its flush failed), logged as the warning
+    ``event`` with the message's id and delivery count, the error and ``context``."""
+    outcome = decide(error, msg.delivery_count, max_deliveries)
+    log.warning(
+        event,
+        message_id=msg.id,
+        delivery_count=msg.delivery_count,
+        error=describe(error),
+        **context,
+    )
+    return outcome

@@ -117,6 +117,7 @@ from streamworker.idempotency.base import (
     PlainPlugin,
     SpanPhases,
     Strategy,
+    decide_failed,
 )
 from streamworker.io.keys import dedup_record_key, hash_tag
 from streamworker.io.redisio import LuaScript, NextRead, connection_errors
@@ -510,14 +511,7 @@ class LuaStrategy:
         return CLAIMED_AWAY
 
     def _rejected(self, msg: Message[Any], exc: EffectError) -> Outcome:
-        outcome = decide(exc, msg.delivery_count, self._max_deliveries)
-        self._log.warning(
-            "effects_rejected",
-            message_id=msg.id,
-            delivery_count=msg.delivery_count,
-            error=str(exc),
-        )
-        return outcome
+        return decide_failed(self._log, "effects_rejected", msg, exc, self._max_deliveries)
 
     async def _check_keys(self, ops: Sequence[Effect]) -> None:
         """Refuse effects on the consumed stream (XADD excepted), on the record, and on Redis

@@ -39,12 +39,13 @@ import re
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol, TypeVar, cast
+from typing import Any, NamedTuple, Protocol, TypedDict, TypeVar, cast
 
 import redis
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 from pydantic import BaseModel
+from typing_extensions import Unpack
 
 from streamworker.core.codec import FieldMap, encode
 from streamworker.errors import ConfigError, ConnectionLost, PublishError
@@ -83,6 +84,7 @@ __all__ = [
     "DEFAULT_WAIT_TIMEOUT_MS",
     "Producer",
     "PublishError",
+    "PublishOptions",
     "Receipt",
     "StreamOptions",
     "StreamsConfig",
@@ -210,6 +212,23 @@ class Xadd:
 
 
 StreamsConfig = Mapping[str, StreamOptions] | Callable[[str], StreamOptions]
+
+
+class PublishOptions(TypedDict, total=False):
+    """The keyword arguments of one publish (``Producer.publish``, ``SyncProducer.publish``,
+    ``plan``), as :func:`plan_publish` takes and documents them."""
+
+    maxlen: int | None
+    minid: str | None
+    approximate: bool | None
+    id: str | None
+    partition_key: str | bytes | None
+    idempotency_key: str | None
+    body_field: str | None
+    wait_replicas: int | None
+    wait_timeout_ms: int | None
+    delay_ms: int | None
+    deliver_at: Any
 
 
 def plan_publish(
@@ -569,10 +588,17 @@ class _Publisher:
         self.wait_observer = wait_observer
         self._has_waitaof: bool | None = None
 
-    def plan(self, stream: str, value: BaseModel | Mapping[str, Any], **kwargs: Any) -> Xadd:
-        """:func:`plan_publish` with this producer's stream defaults."""
-        kwargs.setdefault("idempotency_window_ms", self.idempotency_window_ms)
-        return plan_publish(stream, value, self._options(stream), **kwargs)
+    def plan(
+        self, stream: str, value: BaseModel | Mapping[str, Any], **options: Unpack[PublishOptions]
+    ) -> Xadd:
+        """:func:`plan_publish` with this producer's stream defaults and idempotency window."""
+        return plan_publish(
+            stream,
+            value,
+            self._options(stream),
+            idempotency_window_ms=self.idempotency_window_ms,
+            **options,
+        )
 
     def _routed(self, xadds: Sequence[Xadd], flow: Callable[[list[Xadd]], _Flow[_T]]) -> _Flow[_T]:
         """``flow`` of ``xadds`` as they are sent: keyed ones by IDMP where the server has it
@@ -673,50 +699,58 @@ class _Publisher:
         return [r for r in out if r is not None]
 
 
+class _Done(NamedTuple):
+    """A flow's result: what it returned."""
+
+    value: Any
+
+
+def _resume(flow: _Flow[_T], reply: Any, error: BaseException | None) -> _Request | _Done:
+    """Give ``flow`` the reply to its last request (or the error it raised); its next request,
+    or :class:`_Done` when it has returned."""
+    try:
+        return flow.send(reply) if error is None else flow.throw(error)
+    except StopIteration as done:
+        return _Done(done.value)
+
+
+def _issue(client: Any, request: _Request) -> Any:
+    """Send ``request`` on ``client``: the reply from a sync client, an awaitable of it from an
+    asyncio one (a pipeline's replies in order, errors among them as values)."""
+    if isinstance(request, _Call):
+        return getattr(client, request.method)(*request.args, **request.kwargs)
+    pipe = client.pipeline(transaction=False)
+    for call in request.calls:
+        getattr(pipe, call.method)(*call.args, **call.kwargs)
+    return pipe.execute(raise_on_error=False)
+
+
 async def _run(client: aioredis.Redis, flow: _Flow[_T]) -> _T:
     """Run ``flow`` on an asyncio client; lost connections reach it as ConnectionLost."""
     reply: Any = None
     error: BaseException | None = None
-    while True:
-        try:
-            request = flow.send(reply) if error is None else flow.throw(error)
-        except StopIteration as done:
-            return cast(_T, done.value)
-        error = None
+    while not isinstance(request := _resume(flow, reply, error), _Done):
+        reply, error = None, None
         try:
             async with connection_errors():
-                if isinstance(request, _Call):
-                    reply = await getattr(client, request.method)(*request.args, **request.kwargs)
-                else:
-                    pipe = client.pipeline(transaction=False)
-                    for call in request.calls:
-                        getattr(pipe, call.method)(*call.args, **call.kwargs)
-                    reply = await pipe.execute(raise_on_error=False)
+                reply = await _issue(client, request)
         except (rex.ResponseError, ConnectionLost) as exc:
             error = exc
+    return cast(_T, request.value)
 
 
 def _run_sync(client: redis.Redis, flow: _Flow[_T]) -> _T:
     """:func:`_run` on a sync client."""
     reply: Any = None
     error: BaseException | None = None
-    while True:
-        try:
-            request = flow.send(reply) if error is None else flow.throw(error)
-        except StopIteration as done:
-            return cast(_T, done.value)
-        error = None
+    while not isinstance(request := _resume(flow, reply, error), _Done):
+        reply, error = None, None
         try:
             with sync_connection_errors():
-                if isinstance(request, _Call):
-                    reply = getattr(client, request.method)(*request.args, **request.kwargs)
-                else:
-                    pipe = client.pipeline(transaction=False)
-                    for call in request.calls:
-                        getattr(pipe, call.method)(*call.args, **call.kwargs)
-                    reply = pipe.execute(raise_on_error=False)
+                reply = _issue(client, request)
         except (rex.ResponseError, ConnectionLost) as exc:
             error = exc
+    return cast(_T, request.value)
 
 
 class Producer(_Publisher):
@@ -750,21 +784,7 @@ class Producer(_Publisher):
     client: aioredis.Redis
 
     async def publish(
-        self,
-        stream: str,
-        value: BaseModel | Mapping[str, Any],
-        *,
-        maxlen: int | None = None,
-        minid: str | None = None,
-        approximate: bool | None = None,
-        id: str | None = None,
-        partition_key: str | bytes | None = None,
-        idempotency_key: str | None = None,
-        body_field: str | None = None,
-        wait_replicas: int | None = None,
-        wait_timeout_ms: int | None = None,
-        delay_ms: int | None = None,
-        deliver_at: Any = None,
+        self, stream: str, value: BaseModel | Mapping[str, Any], **options: Unpack[PublishOptions]
     ) -> Receipt:
         """Add ``value`` to ``stream``; returns where it went.
 
@@ -781,22 +801,7 @@ class Producer(_Publisher):
         it in when due (:mod:`streamworker.producing.delayed`); the receipt then has ``id=None`` and
         ``due_ms``. A replica wait then covers the schedule (the write a failover could lose).
         """
-        xadd = self.plan(
-            stream,
-            value,
-            maxlen=maxlen,
-            minid=minid,
-            approximate=approximate,
-            id=id,
-            partition_key=partition_key,
-            idempotency_key=idempotency_key,
-            body_field=body_field,
-            wait_replicas=wait_replicas,
-            wait_timeout_ms=wait_timeout_ms,
-            delay_ms=delay_ms,
-            deliver_at=deliver_at,
-        )
-        return await _run(self.client, self._send(xadd))
+        return await _run(self.client, self._send(self.plan(stream, value, **options)))
 
     async def send(self, xadd: Xadd) -> Receipt:
         """Send one planned add (and wait for its replicas, when it asks)."""
@@ -826,39 +831,10 @@ class SyncProducer(_Publisher):
     client: redis.Redis
 
     def publish(
-        self,
-        stream: str,
-        value: BaseModel | Mapping[str, Any],
-        *,
-        maxlen: int | None = None,
-        minid: str | None = None,
-        approximate: bool | None = None,
-        id: str | None = None,
-        partition_key: str | bytes | None = None,
-        idempotency_key: str | None = None,
-        body_field: str | None = None,
-        wait_replicas: int | None = None,
-        wait_timeout_ms: int | None = None,
-        delay_ms: int | None = None,
-        deliver_at: Any = None,
+        self, stream: str, value: BaseModel | Mapping[str, Any], **options: Unpack[PublishOptions]
     ) -> Receipt:
         """See :meth:`Producer.publish`."""
-        xadd = self.plan(
-            stream,
-            value,
-            maxlen=maxlen,
-            minid=minid,
-            approximate=approximate,
-            id=id,
-            partition_key=partition_key,
-            idempotency_key=idempotency_key,
-            body_field=body_field,
-            wait_replicas=wait_replicas,
-            wait_timeout_ms=wait_timeout_ms,
-            delay_ms=delay_ms,
-            deliver_at=deliver_at,
-        )
-        return _run_sync(self.client, self._send(xadd))
+        return _run_sync(self.client, self._send(self.plan(stream, value, **options)))
 
     def send(self, xadd: Xadd) -> Receipt:
         """Send one planned add (and wait for its replicas, when it asks)."""

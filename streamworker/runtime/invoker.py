@@ -242,11 +242,9 @@ class HandlerInvoker:
 
     def _call_inline(self, msg: Message[Any], provided: Mapping[type, Any]) -> Outcome:
         # Runs in a pool thread (the caller's): the same steps as __call__, nothing awaited.
-        if self._stopping():
-            return NOT_STARTED
-        paused = self._paused()
-        if paused is not None:
-            return paused
+        withheld = self._withheld()
+        if withheld is not None:
+            return withheld
         started = time.perf_counter()
         try:
             result = self._spec.func(
@@ -261,11 +259,9 @@ class HandlerInvoker:
     ) -> BatchOutcomes:
         """Call the batch handler once with ``msgs`` (see
         :class:`~streamworker.idempotency.base.RunBatchHandler`)."""
-        if self._stopping():
-            return BatchOutcomes([NOT_STARTED] * len(msgs), raised=False)
-        paused = self._paused()
-        if paused is not None:
-            return BatchOutcomes([paused] * len(msgs), raised=False)
+        withheld = self._withheld()
+        if withheld is not None:
+            return BatchOutcomes([withheld] * len(msgs), raised=False)
         run = list(msgs)
         spec = self._spec
         started = time.perf_counter()
@@ -287,11 +283,9 @@ class HandlerInvoker:
         self, msgs: Sequence[Message[Any]], provided: Mapping[type, Any]
     ) -> BatchOutcomes:
         # Runs in a pool thread (the caller's): the same steps as _call_batch, nothing awaited.
-        if self._stopping():
-            return BatchOutcomes([NOT_STARTED] * len(msgs), raised=False)
-        paused = self._paused()
-        if paused is not None:
-            return BatchOutcomes([paused] * len(msgs), raised=False)
+        withheld = self._withheld()
+        if withheld is not None:
+            return BatchOutcomes([withheld] * len(msgs), raised=False)
         run = list(msgs)
         started = time.perf_counter()
         try:
@@ -300,6 +294,13 @@ class HandlerInvoker:
         except Exception as exc:
             return BatchOutcomes(self._batch_raised(run, exc, started), raised=True)
         return BatchOutcomes(ran, raised=False)
+
+    def _withheld(self) -> Outcome | None:
+        """Why a handler is not started now (None: start it): NOT_STARTED while the worker
+        stops, the pause's outcome while a RateLimited pauses the handler."""
+        if self._stopping():
+            return NOT_STARTED
+        return self._paused()
 
     def _paused(self) -> Outcome | None:
         """The outcome of a message whose handler is not started because the handler is

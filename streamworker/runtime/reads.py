@@ -21,18 +21,26 @@ def entry_from_reply(raw: Any) -> Entry:
 
 
 async def delivery_counts(
-    client: aioredis.Redis, stream: str, group: str, consumer: str, entries: list[Entry]
+    client: aioredis.Redis,
+    stream: str,
+    group: str,
+    consumer: str,
+    entries: list[Entry],
+    *,
+    count: int | None = None,
 ) -> dict[bytes, int]:
     """Delivery counters of ``entries``, pending for ``consumer`` in id order (a history read
-    such as a backlog's ``XREADGROUP … 0`` does not return them). Entries no longer pending for
-    ``consumer`` are missing from the result."""
+    such as a backlog's ``XREADGROUP … 0`` does not return them), by one XPENDING over their
+    range of at most ``count`` rows (default: as many as entries). Entries no longer pending
+    for ``consumer`` are missing from the result; with other entries of ``consumer`` in the
+    range, they may be there too."""
     async with connection_errors():
         rows = await client.xpending_range(
             stream,
             group,
             min=entries[0].id,
             max=entries[-1].id,
-            count=len(entries),
+            count=len(entries) if count is None else count,
             consumername=consumer,
         )
     return {as_bytes(row["message_id"]): int(row["times_delivered"]) for row in rows}

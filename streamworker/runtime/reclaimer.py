@@ -41,7 +41,7 @@ from streamworker.errors import ConnectionLost
 from streamworker.io.redisio import Entry, LuaScript, as_bytes, connection_errors
 from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
-from streamworker.runtime.reads import entry_from_reply
+from streamworker.runtime.reads import delivery_counts, entry_from_reply
 from streamworker.runtime.tasks import end_task
 
 _RENEW = LuaScript("renew_leases")
@@ -135,21 +135,9 @@ async def _counts(
     if not entries:
         return {}
     ids = sorted(entries, key=lambda e: tuple(int(p) for p in e.id.split(b"-")))
-    async with connection_errors():
-        rows = await client.xpending_range(
-            stream,
-            group,
-            min=ids[0].id,
-            max=ids[-1].id,
-            count=len(entries) * 2 + 10,
-            consumername=consumer,
-        )
-    wanted = {e.id for e in entries}
-    return {
-        as_bytes(r["message_id"]): int(r["times_delivered"])
-        for r in rows
-        if as_bytes(r["message_id"]) in wanted
-    }
+    # Room for this consumer's own pending entries between the claimed ones.
+    counts = await delivery_counts(client, stream, group, consumer, ids, count=len(ids) * 2 + 10)
+    return {e.id: counts[e.id] for e in entries if e.id in counts}
 
 
 async def _not_pending(

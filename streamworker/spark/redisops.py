@@ -334,16 +334,27 @@ class SyncScript:
             client.script_load(self.source)
             return client.evalsha(self.sha, len(keys), *keys, *args)
 
-    def call_then_wait(
+    def call_waiting(
         self,
         client: redis.Redis,
         keys: Sequence[str],
         args: Sequence[str | bytes | int],
         wait: ReplicaWait,
-    ) -> tuple[Any, Any]:
-        """Run the script with a WAIT (WAITAOF) behind it in one pipeline: the WAIT must follow
-        the write on its connection. Returns the script's reply and the WAIT's; raises the
-        script's error."""
+        *,
+        observer: WaitObserver | None,
+        operation: str,
+        subject: str,
+        retry_safe: bool,
+        retry: str,
+    ) -> Any:
+        """Run the script; with an active ``wait``, with a WAIT (WAITAOF) behind it in one
+        pipeline (the WAIT must follow the write on its connection), and ReplicaWaitTimeout
+        (naming ``subject``, saying ``retry_safe`` and ``retry``) unless enough replicas
+        acknowledged. ``observer`` is told how long the wait took, as ``operation``. Returns the
+        script's reply; raises its error."""
+        if not wait.active:
+            return self(client, keys, args)
+        stopwatch = Stopwatch(observer, operation)
         client.script_load(self.source)
         pipe = client.pipeline(transaction=False)
         pipe.evalsha(self.sha, len(keys), *keys, *args)
@@ -351,7 +362,8 @@ class SyncScript:
         reply, waited = pipe.execute(raise_on_error=False)
         if isinstance(reply, Exception):
             raise reply
-        return reply, waited
+        wait.check(waited, subject, retry_safe=retry_safe, retry=retry, stopwatch=stopwatch)
+        return reply
 
 
 _COMMIT = SyncScript("commit_sink_batch")
@@ -417,21 +429,19 @@ def commit_staged(
     marked = query is not None and batch_id is not None
     args = [query or "" if marked else "", str(batch_id) if marked else "", id_mode]
     try:
-        if not wait.active:
-            added, staged, replayed = _COMMIT(client, keys, args)
-        else:
-            stopwatch = Stopwatch(observer, "spark_commit")
-            reply, waited = _COMMIT.call_then_wait(client, keys, args, wait)
-            wait.check(
-                waited,
-                f"sink commit of batch {batch_id} to {target!r}",
-                retry_safe=marked,
-                retry="re-running the batch adds nothing twice (its marker)"
-                if marked
-                else "without queryName and batchId, writing it again adds it twice",
-                stopwatch=stopwatch,
-            )
-            added, staged, replayed = reply
+        added, staged, replayed = _COMMIT.call_waiting(
+            client,
+            keys,
+            args,
+            wait,
+            observer=observer,
+            operation="spark_commit",
+            subject=f"sink commit of batch {batch_id} to {target!r}",
+            retry_safe=marked,
+            retry="re-running the batch adds nothing twice (its marker)"
+            if marked
+            else "without queryName and batchId, writing it again adds it twice",
+        )
     except rex.ResponseError as exc:
         raise StreamworkerError(f"writing to stream {target!r} failed: {exc}") from exc
     return CommitResult(target, int(added), int(staged), bool(int(replayed)))
@@ -481,19 +491,17 @@ def safe_trim(
     (cursors, acknowledgements); ReplicaWaitTimeout otherwise (trimming again is safe)."""
     keys, args = [stream, cursor_key(stream)], list(require)
     try:
-        if not wait.active:
-            trimmed, floor, groups, cursors = _TRIM(client, keys, args)
-        else:
-            stopwatch = Stopwatch(observer, "archive_trim")
-            reply, waited = _TRIM.call_then_wait(client, keys, args, wait)
-            wait.check(
-                waited,
-                f"trim of {stream!r}",
-                retry_safe=True,
-                retry="trimming again is safe (a failover can only bring entries back)",
-                stopwatch=stopwatch,
-            )
-            trimmed, floor, groups, cursors = reply
+        trimmed, floor, groups, cursors = _TRIM.call_waiting(
+            client,
+            keys,
+            args,
+            wait,
+            observer=observer,
+            operation="archive_trim",
+            subject=f"trim of {stream!r}",
+            retry_safe=True,
+            retry="trimming again is safe (a failover can only bring entries back)",
+        )
     except rex.ResponseError as exc:
         raise StreamworkerError(str(exc).removeprefix("ERR ")) from exc
     return TrimResult(stream, int(trimmed), as_text(floor), int(groups), int(cursors))

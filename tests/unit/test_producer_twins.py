@@ -5,10 +5,16 @@ flows behind both are one code; these tests keep the thin shells from drifting a
 from __future__ import annotations
 
 import inspect
+import typing
 
 import pytest
 
-from streamworker.producing.producer import Producer, SyncProducer, plan_publish
+from streamworker.producing.producer import (
+    Producer,
+    PublishOptions,
+    SyncProducer,
+    plan_publish,
+)
 
 
 def _public(cls: type) -> set[str]:
@@ -30,8 +36,17 @@ def test_a_method_takes_the_same_parameters_in_both_producers(name: str) -> None
 
 
 def test_publish_takes_every_per_call_option_that_plan_publish_plans() -> None:
-    planned = inspect.signature(plan_publish).parameters
+    planned = typing.get_type_hints(plan_publish)
     # The stream's options and the idempotency window come from the producer itself.
-    expected = [p for n, p in planned.items() if n not in ("options", "idempotency_window_ms")]
-    published = list(inspect.signature(Producer.publish).parameters.values())[1:]  # not self
-    assert published == expected
+    keywords = [
+        n
+        for n, p in inspect.signature(plan_publish).parameters.items()
+        if p.kind is p.KEYWORD_ONLY and n != "idempotency_window_ms"
+    ]
+    options = typing.get_type_hints(PublishOptions)
+    assert list(options) == keywords
+    assert options == {n: planned[n] for n in keywords}
+    assert not PublishOptions.__required_keys__
+    published = inspect.signature(Producer.publish).parameters
+    assert list(published) == ["self", "stream", "value", "options"]
+    assert published["options"].kind is inspect.Parameter.VAR_KEYWORD

@@ -101,7 +101,6 @@ from streamworker.core.outcomes import (
     Action,
     BatchOutcomes,
     Outcome,
-    decide,
     describe,
 )
 from streamworker.core.timing import sql_fresh_claim_window_ms
@@ -111,6 +110,7 @@ from streamworker.idempotency.base import (
     BatchInlineRun,
     RunBlocking,
     SpanPhases,
+    decide_failed,
 )
 from streamworker.idempotency.deadline import abort_driver_connection
 from streamworker.idempotency.sql.database import SqlDatabase
@@ -546,15 +546,9 @@ class SqlStrategy:
         return await self._ack(work, outcomes)
 
     def _flush_failed(self, msg: Message[Any], error: BaseException) -> Outcome:
-        outcome = decide(error, msg.delivery_count, self._max_deliveries)
-        self._log.warning(
-            "handler_failed",
-            message_id=msg.id,
-            delivery_count=msg.delivery_count,
-            error=describe(error),
-            stage="flush",
+        return decide_failed(
+            self._log, "handler_failed", msg, error, self._max_deliveries, stage="flush"
         )
-        return outcome
 
 
 def _lost_in_batch(result: BatchOutcomes) -> DatabaseUnavailable:
