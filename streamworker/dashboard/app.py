@@ -23,7 +23,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -487,20 +487,8 @@ def create_app(config: DashboardConfig) -> Starlette:
         middleware.append(
             Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts))
         )
-    routes = [
-        Route("/", page(_overview_page)),
-        Route("/streams", page(_streams_page)),
-        Route("/workers", page(_workers_page)),
-        Route("/throughput", page(_throughput_page)),
-        Route("/jobs", page(_jobs_page)),
-        Route("/job", page(_job_page)),
-        Route("/stream", page(_stream_page)),
-        Route("/entries", page(_entries_page)),
-        Route("/entry", page(_entry_page)),
-        Route("/group", page(_group_page)),
-        Route("/dlq", page(_dlq_page)),
-        Route("/dead-letter", page(_dead_letter_page)),
-        Route("/confirm", page(_confirm_page)),
+    routes: list[BaseRoute] = [Route(path, page(handler)) for path, handler in _PAGES]
+    routes += [
         Route("/actions/{action}", _action_endpoint(dash), methods=["POST"]),
         Route("/login", _login_endpoint(dash), methods=["GET", "POST"]),
         Route("/logout", _logout_endpoint(dash), methods=["POST"]),
@@ -785,6 +773,25 @@ async def _confirm_page(dash: Dashboard, request: Request) -> Response:
             context["fields"].update(target=target, min_idle_ms=str(preview.min_idle_ms))
     context["back"] = _back(action, context["fields"])
     return dash.render(request, "confirm.html", context)
+
+
+# The pages (GET): each path and the function that makes its page; create_app wraps each one in the
+# login check and the error pages (page()).
+_PAGES: tuple[tuple[str, Handler], ...] = (
+    ("/", _overview_page),
+    ("/streams", _streams_page),
+    ("/workers", _workers_page),
+    ("/throughput", _throughput_page),
+    ("/jobs", _jobs_page),
+    ("/job", _job_page),
+    ("/stream", _stream_page),
+    ("/entries", _entries_page),
+    ("/entry", _entry_page),
+    ("/group", _group_page),
+    ("/dlq", _dlq_page),
+    ("/dead-letter", _dead_letter_page),
+    ("/confirm", _confirm_page),
+)
 
 
 # --- actions and login -------------------------------------------------------------------------
