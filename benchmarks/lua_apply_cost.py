@@ -24,9 +24,8 @@ from pathlib import Path
 
 import redis
 
+from streamworker.io.luasource import lua_source
 from tests.support.servers import RedisServer
-
-ROOT = Path(__file__).resolve().parents[1]
 
 _PARTS = {
     "empty script": "return 0",
@@ -65,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    apply = (ROOT / "streamworker" / "lua" / "apply_effects.lua").read_text()
+    apply = lua_source("apply_effects")
     server = RedisServer(Path(tempfile.mkdtemp(prefix="sw-lua-cost-"))).start()
     try:
         client = redis.Redis(port=server.port)

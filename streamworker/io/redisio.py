@@ -24,7 +24,6 @@ import hashlib
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from importlib import resources
 from typing import Any, NamedTuple, cast
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
@@ -41,6 +40,7 @@ from redis.retry import Retry as SyncRetry
 from redis.utils import HIREDIS_AVAILABLE
 
 from streamworker.errors import ConfigError, ConnectionLost
+from streamworker.io.luasource import lua_source
 
 # redis-py raises these (or subclasses) when the server goes away or does not answer in time.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -1260,16 +1260,13 @@ def parse_claim_reply(reply: Any, stream: bytes) -> GroupRead:
     return GroupRead(entries, counts, claimed)
 
 
-def _lua_source(name: str) -> str:
-    return resources.files("streamworker.lua").joinpath(f"{name}.lua").read_text("utf-8")
-
-
 class LuaScript:
-    """A script from ``streamworker/lua/``: loaded once, called by EVALSHA, reloaded on NOSCRIPT."""
+    """A script from ``streamworker/lua/``, its includes composed (:mod:`.luasource`): loaded
+    once, called by EVALSHA, reloaded on NOSCRIPT."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.source = _lua_source(name)
+        self.source = lua_source(name)
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
 
     async def __call__(

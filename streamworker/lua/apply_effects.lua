@@ -50,6 +50,8 @@
 -- ids not among them (claimed away, acked, or beyond a reply cut short by COUNT) cost an
 -- XPENDING each.
 
+--!include ownership_check
+
 local stream, record = KEYS[1], KEYS[2]
 local group, consumer = ARGV[1], ARGV[2]
 local now, cutoff, window = ARGV[3], ARGV[4], ARGV[5]
@@ -358,18 +360,7 @@ for token in string.gmatch(ARGV[8], '[^ ]+') do
   layout[#layout + 1] = token
 end
 
-local function ownership(id)
-  if owned[id] then
-    return 0
-  end
-  local p = redis.call('XPENDING', stream, group, id, id, 1)
-  if #p == 0 then
-    return 1
-  elseif p[1][2] ~= consumer then
-    return 2
-  end
-  return 0 -- the caller's, beyond a reply cut short by COUNT
-end
+local ownership = ownership_check(stream, group, consumer, owned)
 
 local acks = {}
 local function flush_acks()

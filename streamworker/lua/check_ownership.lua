@@ -29,6 +29,8 @@
 -- One XPENDING over [smallest, largest] filtered by the caller lists its entries; only ids not
 -- among them (claimed away, acked, or beyond a reply cut short by COUNT) cost an XPENDING each.
 
+--!include ownership_check
+
 local stream, record = KEYS[1], KEYS[2]
 local group, consumer, cutoff = ARGV[1], ARGV[2], ARGV[3]
 local limit = cutoff ~= '' and tonumber(cutoff) or nil
@@ -43,18 +45,7 @@ if not limit and table.concat(listed, ' ') == ARGV[7] then
   return 0
 end
 
-local function ownership(id)
-  if owned[id] then
-    return 0
-  end
-  local p = redis.call('XPENDING', stream, group, id, id, 1)
-  if #p == 0 then
-    return 1
-  elseif p[1][2] ~= consumer then
-    return 2
-  end
-  return 0 -- the caller's, beyond a reply cut short by COUNT
-end
+local ownership = ownership_check(stream, group, consumer, owned)
 
 local scores = {}
 if limit then

@@ -21,6 +21,8 @@
 -- The XADD and the XACK happen in one script, so a crash leaves either both or neither: the entry
 -- is never acked without its dead letter, and never dead-lettered twice.
 
+--!include dead_letter_args
+
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if #pending == 0 then
   return 0
@@ -35,23 +37,8 @@ if #entry > 0 then
   fields = entry[1][2]
 end
 
-local args = {KEYS[2], '*'}
-for i = 1, #fields do
-  args[#args + 1] = fields[i]
-end
-local provenance = {
-  'dlq_stream', KEYS[1],
-  'dlq_id', ARGV[2],
-  'dlq_group', ARGV[1],
-  'dlq_consumer', ARGV[3],
-  'dlq_deliveries', ARGV[4],
-  'dlq_error', ARGV[5],
-  'dlq_handler', ARGV[6],
-  'dlq_at_ms', ARGV[7],
-}
-for i = 1, #provenance do
-  args[#args + 1] = provenance[i]
-end
+local args = dead_letter_args(KEYS[2], fields, 1, KEYS[1], ARGV[2], ARGV[1], ARGV[3], ARGV[4],
+                              ARGV[5], ARGV[6], ARGV[7])
 if ARGV[8] and ARGV[8] ~= '' then
   args[#args + 1] = 'dlq_traceback'
   args[#args + 1] = ARGV[8]

@@ -20,27 +20,14 @@
 -- `streamworker dlq` tools read both alike. Unlike a live worker's, the entry is not in the
 -- group's PEL (a backfill reads the stream, not the group): there is nothing to XACK.
 
+--!include dead_letter_args
+
 local done = redis.call('HGET', KEYS[2], ARGV[2])
 if done then
   return done
 end
-local args = {KEYS[1], '*'}
-for i = 9, #ARGV do
-  args[#args + 1] = ARGV[i]
-end
-local provenance = {
-  'dlq_stream', ARGV[1],
-  'dlq_id', ARGV[2],
-  'dlq_group', ARGV[3],
-  'dlq_consumer', ARGV[4],
-  'dlq_deliveries', '1',
-  'dlq_error', ARGV[5],
-  'dlq_handler', ARGV[6],
-  'dlq_at_ms', ARGV[7],
-}
-for i = 1, #provenance do
-  args[#args + 1] = provenance[i]
-end
+local args = dead_letter_args(KEYS[1], ARGV, 9, ARGV[1], ARGV[2], ARGV[3], ARGV[4], '1', ARGV[5],
+                              ARGV[6], ARGV[7])
 local dlq_id = redis.call('XADD', unpack(args))
 redis.call('HSET', KEYS[2], ARGV[2], dlq_id)
 redis.call('PEXPIRE', KEYS[2], ARGV[8])

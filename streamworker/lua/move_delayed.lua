@@ -16,6 +16,8 @@
 -- An envelope that is not version 1 raises an error before anything of it is written.
 -- Touches: ZRANGEBYSCORE, ZREM, ZCARD on KEYS[1]; XADD (with its trimming) on KEYS[2].
 
+--!include xadd_args
+
 local function items(s)
   local out, pos = {}, 1
   while pos <= #s do
@@ -33,17 +35,7 @@ for _, member in ipairs(due) do
   if e[1] ~= '1' then
     return redis.error_reply('ERR delayed entry in ' .. KEYS[1] .. ' is not a version-1 envelope')
   end
-  local args = {'XADD', KEYS[2]}
-  if e[3] ~= '' then
-    table.insert(args, e[3])
-    table.insert(args, e[4])
-    table.insert(args, e[5])
-  end
-  table.insert(args, '*')
-  for i = 6, #e do
-    table.insert(args, e[i])
-  end
-  redis.call(unpack(args))
+  redis.call(unpack(xadd_args(KEYS[2], e[3], e[4], e[5], '*', e, 6)))
   redis.call('ZREM', KEYS[1], member)
 end
 return {#due, redis.call('ZCARD', KEYS[1])}

@@ -16,6 +16,8 @@
 -- and nothing is recorded.
 -- Touches: GET and SET PX on KEYS[2] (SET KEEPTTL when found); XADD (with its trimming) on KEYS[1].
 
+--!include xadd_args
+
 local seen = redis.call('GET', KEYS[2])
 if seen then
   -- Re-set the marker as it is: a write, so that a WAIT after this call (wait_replicas) waits for
@@ -24,16 +26,6 @@ if seen then
   return {0, seen}
 end
 
-local args = {'XADD', KEYS[1]}
-if ARGV[3] ~= '' then
-  table.insert(args, ARGV[3])
-  table.insert(args, ARGV[4])
-  table.insert(args, ARGV[5])
-end
-table.insert(args, ARGV[2])
-for i = 6, #ARGV do
-  table.insert(args, ARGV[i])
-end
-local id = redis.call(unpack(args))
+local id = redis.call(unpack(xadd_args(KEYS[1], ARGV[3], ARGV[4], ARGV[5], ARGV[2], ARGV, 6)))
 redis.call('SET', KEYS[2], id, 'PX', ARGV[1])
 return {1, id}

@@ -15,6 +15,8 @@
 -- Touches: GET and SET PX on KEYS[2…] (SET KEEPTTL on a marker found, so that a WAIT after the
 -- call covers the earlier add it records); XADD (with its trimming) on KEYS[1].
 
+--!include xadd_args
+
 local out = {}
 local a = 2
 for k = 2, #KEYS do
@@ -26,16 +28,7 @@ for k = 2, #KEYS do
     redis.call('SET', KEYS[k], seen, 'KEEPTTL')
     out[#out + 1] = {0, seen}
   else
-    local args = {'XADD', KEYS[1]}
-    if trim ~= '' then
-      args[#args + 1] = trim
-      args[#args + 1] = approx
-      args[#args + 1] = threshold
-    end
-    args[#args + 1] = '*'
-    for i = first, a - 1 do
-      args[#args + 1] = ARGV[i]
-    end
+    local args = xadd_args(KEYS[1], trim, approx, threshold, '*', ARGV, first, a - 1)
     local id = redis.call(unpack(args))
     redis.call('SET', KEYS[k], id, 'PX', ARGV[1])
     out[#out + 1] = {1, id}

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 import redis
 
 from streamworker.errors import StreamworkerError
+from streamworker.io.luasource import lua_source
 from streamworker.io.redisio import as_text
 from streamworker.io.replicawait import (
     DEFAULT_WAIT_TIMEOUT_MS,
@@ -108,10 +108,7 @@ class ReplayResult:
 
 
 def _replay_script(client: redis.Redis) -> Any:
-    source = (
-        resources.files("streamworker.lua").joinpath("replay_dead_letter.lua").read_text("utf-8")
-    )
-    return client.register_script(source)
+    return client.register_script(lua_source("replay_dead_letter"))
 
 
 def load_dead_letters(
@@ -245,9 +242,7 @@ def purge_dead_letters(
         if progress is not None:
             progress(n, n)
         return n
-    script = client.register_script(
-        resources.files("streamworker.lua").joinpath("purge_dead_letters.lua").read_text("utf-8")
-    )
+    script = client.register_script(lua_source("purge_dead_letters"))
     removed = refused = 0
     for start in range(0, len(ids), _PURGE_CHUNK):
         chunk = ids[start : start + _PURGE_CHUNK]

@@ -6,12 +6,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import resources
 
 import pytest
 import redis
 
 from streamworker.io.keys import dead_letter_stream
+from streamworker.io.luasource import lua_source
 from streamworker.io.redisio import open_sync_redis
 
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 1">'
@@ -50,8 +50,7 @@ def dead_letter(
     client: redis.Redis, stream: str, group: str, consumer: str, entry_id: bytes, error: str
 ) -> bytes:
     """Dead-letter a pending entry with the runtime's own script (as a worker would)."""
-    source = resources.files("streamworker.lua").joinpath("dead_letter.lua").read_text("utf-8")
-    script = client.register_script(source)
+    script = client.register_script(lua_source("dead_letter"))
     result: bytes = script(
         keys=[stream, dead_letter_stream(stream)],
         args=[group, entry_id, consumer, 5, error, "tests.bill", 1_700_000_000_000],

@@ -13,13 +13,13 @@ import itertools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 import pytest
 import redis
 
 from streamworker.engine.inproc import forget_engine, sync_client
+from streamworker.io.luasource import lua_source, script_names
 from streamworker.producing.delayed import encode_envelope
 from tests.support.servers import RedisServer
 
@@ -29,18 +29,6 @@ _engines = itertools.count()
 _GENERATED_ID = re.compile(rb"^\d{13}-\d+$")
 
 Setup = list[tuple[Any, ...]]
-
-
-def _script(name: str) -> str:
-    return resources.files("streamworker.lua").joinpath(f"{name}.lua").read_text("utf-8")
-
-
-def _scripts() -> list[str]:
-    return sorted(
-        p.name[:-4]
-        for p in resources.files("streamworker.lua").iterdir()
-        if p.name.endswith(".lua")
-    )
 
 
 @dataclass
@@ -868,7 +856,7 @@ def test_script_gives_the_same_reply_and_data_as_redis(
 ) -> None:
     """The script's reply and every key it touches end up the same on both backends."""
     real, engine = backends()
-    source = _script(script_name)
+    source = lua_source(script_name)
     expected = _run(real, source, scenario)
     got = _run(engine, source, scenario)
     assert got == expected
@@ -878,14 +866,14 @@ def test_script_gives_the_same_reply_and_data_as_redis(
 
 def test_every_streamworker_script_has_scenarios() -> None:
     """A script added to streamworker/lua gets differential scenarios here."""
-    assert set(_scripts()) == set(SCENARIOS)
+    assert set(script_names()) == set(SCENARIOS)
 
 
-@pytest.mark.parametrize("script_name", _scripts())
+@pytest.mark.parametrize("script_name", script_names())
 def test_script_loads_with_the_same_sha(
     backends: Callable[[], tuple[redis.Redis, redis.Redis]], script_name: str
 ) -> None:
     """SCRIPT LOAD compiles every script on the engine and names it as Redis does."""
     real, engine = backends()
-    source = _script(script_name)
+    source = lua_source(script_name)
     assert engine.script_load(source) == real.script_load(source)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from importlib import resources
 
 import redis
 
 from streamworker import App, Message
+from streamworker.io.luasource import lua_source
 from tests.support.proc import run_cli
 from tests.support.worker import eventually, running_worker
 
-DEAD_LETTER = resources.files("streamworker.lua").joinpath("dead_letter.lua").read_text()
+DEAD_LETTER = lua_source("dead_letter")
 
 
 def _dead_letter(client: redis.Redis, n: int) -> list[bytes]:
