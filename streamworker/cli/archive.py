@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streamworker.cli.common import refuse_in_memory_engine
-from streamworker.cli.parsing import runs
+from streamworker.cli.parsing import redis_url_flag, runs
 from streamworker.cli.produce import add_wait_flags
 from streamworker.cli.spark_jobs import check_redis, start_spark
 from streamworker.errors import ConfigError
@@ -113,7 +113,7 @@ def archive_arguments(cmd: argparse.ArgumentParser) -> None:
     runs(cmd, _cmd_archive, example="streamworker archive orders --to /data/archive/orders --trim")
     cmd.add_argument("stream", metavar="STREAM")
     cmd.add_argument("--to", required=True, metavar="PATH", help="the Parquet directory")
-    cmd.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
+    redis_url_flag(cmd)
     cmd.add_argument("--checkpoint", metavar="DIR", help="default: PATH/_checkpoint")
     cmd.add_argument(
         "--cursor", default="archive", metavar="NAME", help="cursor name (default: archive)"

@@ -13,7 +13,7 @@ from typing import Any
 import redis
 
 from streamworker.cli.common import refuse_in_memory_engine
-from streamworker.cli.parsing import runs
+from streamworker.cli.parsing import db_url_flag, redis_url_flag, runs
 from streamworker.cli.spark_jobs import check_redis, start_spark
 from streamworker.errors import ConfigError
 from streamworker.ops.progress import Progress
@@ -150,8 +150,8 @@ def backfill_arguments(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("target", metavar="TARGET", help="module:attr of the App (importable)")
     cmd.add_argument("--stream", required=True, metavar="STREAM")
     cmd.add_argument("--handler", metavar="NAME", help="when the App has several SQL handlers")
-    cmd.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
-    cmd.add_argument("--db-url", metavar="URL", help="database URL (or STREAMWORKER_DB_URL)")
+    redis_url_flag(cmd)
+    db_url_flag(cmd)
     cmd.add_argument("--partitions", type=int, default=4, metavar="N", help="default: 4")
     cmd.add_argument("--dead-letter", action="store_true", help="dead-letter the entries that fail")
     cmd.add_argument(

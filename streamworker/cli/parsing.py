@@ -63,3 +63,13 @@ def log_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", choices=("debug", "info", "warning", "error"), help="default: info"
     )
+
+
+def redis_url_flag(parser: argparse.ArgumentParser) -> None:
+    """``--redis-url``, as the operator commands take it (the environment's when not given)."""
+    parser.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
+
+
+def db_url_flag(parser: argparse.ArgumentParser) -> None:
+    """``--db-url``, as the operator commands take it (the environment's when not given)."""
+    parser.add_argument("--db-url", metavar="URL", help="database URL (or STREAMWORKER_DB_URL)")

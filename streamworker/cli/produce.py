@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from streamworker.cli.common import operator_client
-from streamworker.cli.parsing import runs
+from streamworker.cli.parsing import db_url_flag, redis_url_flag, runs
 from streamworker.errors import ConfigError
 from streamworker.extras import require_extra
 from streamworker.observability.logging import configure_logging
@@ -252,15 +252,15 @@ def publish_arguments(pub: argparse.ArgumentParser) -> None:
         help="with --idempotency-key: by XADD … IDMP where the server has it (Redis 8.6+; "
         "keeps the last 10,000 keys per stream), else the marker script",
     )
-    pub.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
+    redis_url_flag(pub)
     add_wait_flags(pub, "return")
 
 
 def relay_arguments(relay: argparse.ArgumentParser) -> None:
     """The arguments of ``streamworker relay``."""
     runs(relay, _cmd_relay, example="streamworker relay --db-url postgresql://app@db/billing")
-    relay.add_argument("--db-url", metavar="URL", help="database URL (or STREAMWORKER_DB_URL)")
-    relay.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
+    db_url_flag(relay)
+    redis_url_flag(relay)
     relay.add_argument("--batch-size", metavar="N", type=_positive, default=100)
     relay.add_argument(
         "--window-ms",

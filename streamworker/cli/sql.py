@@ -15,7 +15,7 @@ from typing import Any
 import redis
 
 from streamworker.cli.common import refuse_in_memory_engine, require_group
-from streamworker.cli.parsing import runs
+from streamworker.cli.parsing import db_url_flag, redis_url_flag, runs
 from streamworker.errors import ConfigError, ConnectionLost, StreamworkerError
 from streamworker.extras import require_extra
 from streamworker.io.redisio import open_redis, open_sync_redis, redact_url
@@ -123,6 +123,6 @@ def prune_arguments(prune: argparse.ArgumentParser) -> None:
     runs(prune, _cmd_prune)
     prune.add_argument("stream", metavar="STREAM")
     prune.add_argument("group", metavar="GROUP")
-    prune.add_argument("--redis-url", metavar="URL", help="Redis URL (or STREAMWORKER_REDIS_URL)")
-    prune.add_argument("--db-url", metavar="URL", help="database URL (or STREAMWORKER_DB_URL)")
+    redis_url_flag(prune)
+    db_url_flag(prune)
     prune.add_argument("--json", action="store_true", help="machine-readable result on stdout")
