@@ -1,0 +1,99 @@
+"""A command's send is bounded by the client's socket timeout without a Task per send.
+
+streamworker's asyncio connections bound a send with ``asyncio.timeout`` on the caller's task
+(``io.redisio._TimedSends``), where redis-py would run it under ``asyncio.wait_for``: the bound
+must hold as redis-py's does (a server that stops reading fails the send after the timeout,
+drops the connection, and the client recovers once the server is back), and the send must not
+go through ``wait_for``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.exceptions as rex
+
+from streamworker.io.redisio import open_redis
+from tests.support.servers import RedisServer
+
+_TIMEOUT_S = 0.5
+
+
+@pytest.fixture
+def stoppable_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis").start()
+    yield server
+    assert server.proc is not None
+    os.kill(server.proc.pid, signal.SIGCONT)  # whatever the test left it in
+    server.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_send_to_a_server_that_stopped_reading_fails_after_the_timeout(
+    stoppable_redis: RedisServer,
+) -> None:
+    client = open_redis(stoppable_redis.url, socket_timeout_s=_TIMEOUT_S)
+    try:
+        await client.ping()  # connected: the next sends take the timed path
+        assert stoppable_redis.proc is not None
+        os.kill(stoppable_redis.proc.pid, signal.SIGSTOP)
+        # More than the two sockets' buffers hold: the send itself must wait for the server.
+        value = b"x" * (64 * 1024 * 1024)
+        started = time.monotonic()
+        with pytest.raises(rex.TimeoutError, match="Timeout writing to socket"):
+            await client.set("big", value)
+        waited = time.monotonic() - started
+        assert _TIMEOUT_S * 0.9 <= waited < _TIMEOUT_S + 10, waited
+        os.kill(stoppable_redis.proc.pid, signal.SIGCONT)
+        # The half-sent connection was dropped: the next command gets a fresh one.
+        assert await client.ping() is True
+        assert await client.exists("big") == 0
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_reply_that_does_not_come_still_times_out_the_read(
+    stoppable_redis: RedisServer,
+) -> None:
+    client = open_redis(stoppable_redis.url, socket_timeout_s=_TIMEOUT_S)
+    try:
+        await client.ping()
+        assert stoppable_redis.proc is not None
+        os.kill(stoppable_redis.proc.pid, signal.SIGSTOP)
+        with pytest.raises(rex.TimeoutError):
+            await client.get("k")  # sent (a few bytes fit), never answered
+        os.kill(stoppable_redis.proc.pid, signal.SIGCONT)
+        assert await client.ping() is True
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.asyncio
+async def test_sends_on_a_connected_client_do_not_go_through_wait_for(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = open_redis(redis_url, socket_timeout_s=5.0)
+    try:
+        await client.ping()
+        calls: list[Any] = []
+        real = asyncio.wait_for
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls.append(args)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(asyncio, "wait_for", counted)
+        for n in range(20):
+            await client.xadd("s", {"n": n})
+        assert await client.xlen("s") == 20
+        assert calls == []
+    finally:
+        await client.aclose()
