@@ -10,14 +10,16 @@ go through ``wait_for``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 import redis.exceptions as rex
 
 from streamworker.io.redisio import open_redis
@@ -35,15 +37,29 @@ def stoppable_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.stop()
 
 
+@contextlib.asynccontextmanager
+async def _connected_then_stopped(
+    server: RedisServer,
+) -> AsyncIterator[tuple[aioredis.Redis, Callable[[], None]]]:
+    """A client of ``server`` whose connection is made (its next sends take the timed path),
+    then the server SIGSTOPped; with the function that resumes it (SIGCONT)."""
+    assert server.proc is not None
+    pid = server.proc.pid
+    client = open_redis(server.url, socket_timeout_s=_TIMEOUT_S)
+    try:
+        await client.ping()
+        os.kill(pid, signal.SIGSTOP)
+        yield client, lambda: os.kill(pid, signal.SIGCONT)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        await client.aclose()
+
+
 @pytest.mark.asyncio
 async def test_a_send_to_a_server_that_stopped_reading_fails_after_the_timeout(
     stoppable_redis: RedisServer,
 ) -> None:
-    client = open_redis(stoppable_redis.url, socket_timeout_s=_TIMEOUT_S)
-    try:
-        await client.ping()  # connected: the next sends take the timed path
-        assert stoppable_redis.proc is not None
-        os.kill(stoppable_redis.proc.pid, signal.SIGSTOP)
+    async with _connected_then_stopped(stoppable_redis) as (client, resume):
         # More than the two sockets' buffers hold: the send itself must wait for the server.
         value = b"x" * (64 * 1024 * 1024)
         started = time.monotonic()
@@ -51,29 +67,21 @@ async def test_a_send_to_a_server_that_stopped_reading_fails_after_the_timeout(
             await client.set("big", value)
         waited = time.monotonic() - started
         assert _TIMEOUT_S * 0.9 <= waited < _TIMEOUT_S + 10, waited
-        os.kill(stoppable_redis.proc.pid, signal.SIGCONT)
+        resume()
         # The half-sent connection was dropped: the next command gets a fresh one.
         assert await client.ping() is True
         assert await client.exists("big") == 0
-    finally:
-        await client.aclose()
 
 
 @pytest.mark.asyncio
 async def test_a_reply_that_does_not_come_still_times_out_the_read(
     stoppable_redis: RedisServer,
 ) -> None:
-    client = open_redis(stoppable_redis.url, socket_timeout_s=_TIMEOUT_S)
-    try:
-        await client.ping()
-        assert stoppable_redis.proc is not None
-        os.kill(stoppable_redis.proc.pid, signal.SIGSTOP)
+    async with _connected_then_stopped(stoppable_redis) as (client, resume):
         with pytest.raises(rex.TimeoutError):
             await client.get("k")  # sent (a few bytes fit), never answered
-        os.kill(stoppable_redis.proc.pid, signal.SIGCONT)
+        resume()
         assert await client.ping() is True
-    finally:
-        await client.aclose()
 
 
 @pytest.mark.asyncio
