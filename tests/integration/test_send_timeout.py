@@ -105,3 +105,31 @@ async def test_sends_on_a_connected_client_do_not_go_through_wait_for(
         assert calls == []
     finally:
         await client.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_send_cancelled_from_outside_stays_a_cancellation(
+    stoppable_redis: RedisServer,
+) -> None:
+    # A worker that stops cancels its tasks: a send it cancels must end as a cancellation (not a
+    # TimeoutError), leave the connection's timeout as it was, and the client must work after.
+    async with _connected_then_stopped(stoppable_redis) as (client, resume):
+        pool = client.connection_pool
+        task = asyncio.ensure_future(client.set("big", b"x" * (64 * 1024 * 1024)))
+
+        def sending() -> bool:  # the timed send is under way: redis-py's own bound is off
+            in_use = pool._in_use_connections
+            return any(conn.socket_timeout is None for conn in in_use)
+
+        deadline = asyncio.get_running_loop().time() + 30
+        while not sending():
+            assert not task.done(), task
+            assert asyncio.get_running_loop().time() < deadline, "the send never began"
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        resume()
+        assert await client.ping() is True
+        for conn in [*pool._available_connections, *pool._in_use_connections]:
+            assert conn.socket_timeout == _TIMEOUT_S

@@ -50,3 +50,14 @@ def test_publish_takes_every_per_call_option_that_plan_publish_plans() -> None:
     published = inspect.signature(Producer.publish).parameters
     assert list(published) == ["self", "stream", "value", "options"]
     assert published["options"].kind is inspect.Parameter.VAR_KEYWORD
+
+
+@pytest.mark.parametrize("producer", [Producer, SyncProducer])
+def test_an_unknown_or_fixed_option_is_refused_before_anything_is_sent(producer: type) -> None:
+    # **options takes any keyword at run time: plan_publish must still refuse what it does not
+    # take, and the producer's own window cannot be passed per call. The client is never used.
+    publisher = producer(client=None)
+    with pytest.raises(TypeError, match="maxlenn"):
+        publisher.plan("s", {"n": 1}, maxlenn=5)
+    with pytest.raises(TypeError, match="idempotency_window_ms"):
+        publisher.plan("s", {"n": 1}, idempotency_window_ms=5)
