@@ -95,6 +95,9 @@ class HandlerSpec:
     rate_limit: RateLimit | None = None
     """The handler's shared rate limit: at most so many starts per period over every worker of
     the group (None: no limit; see streamworker.runtime.ratelimit)."""
+    read_ahead: bool = False
+    """Each full batch's successor is read while the batch is handled (opt-in: the worker then
+    holds up to two batches; see runtime.consumer)."""
     retention: Retention = "keep"
     """``"acked"``: an entry is deleted from the stream once every consumer group has acked it
     and every Spark cursor has passed it (``XDELEX … ACKED``, Redis 8.2+; see
@@ -237,6 +240,7 @@ class App:
         rate_limit: str | None = None,
         rate_limit_burst: int | None = None,
         retention: Retention = "keep",
+        read_ahead: bool = False,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``stream`` in consumer ``group``.
 
@@ -332,6 +336,11 @@ class App:
                 passed it (``XDELEX … ACKED``). Needs a server with XDELEX (Redis 8.2+, Valkey
                 9.2+): the worker refuses to start otherwise. Set it on every group of the
                 stream (an entry the last group to ack leaves is kept until trimmed).
+            read_ahead: when a read brings a full batch, read the next one at once, while this
+                one is handled, instead of after its ack: Redis prepares the next batch while
+                the handlers run (more throughput when handlers are short). The worker then
+                holds up to two batches (both pending at a crash, both redelivered; nothing is
+                lost). Not with ``ordered=True`` or ``rate_limit``.
         """
         given: object = stream  # ``@app.handler`` without parentheses passes the function here
         if callable(given) and not isinstance(given, str):
@@ -439,6 +448,19 @@ class App:
                 f"ordered=True (an ordered stream runs one message at a time under its "
                 f"partition lock; pace it in the handler, or raise RateLimited)"
             )
+        if not isinstance(read_ahead, bool):
+            raise ConfigError(f"read_ahead must be True or False, got {read_ahead!r}")
+        if read_ahead and ordered:
+            raise ConfigError(
+                f"stream {stream!r} group {group!r}: read_ahead does not combine with "
+                f"ordered=True (an ordered stream is read one message at a time under its "
+                f"partition lock)"
+            )
+        if read_ahead and limit is not None:
+            raise ConfigError(
+                f"stream {stream!r} group {group!r}: read_ahead does not combine with "
+                f"rate_limit (a rate-limited read is sized by the permits granted for it)"
+            )
         max_in_flight = check_in_flight("max_in_flight", max_in_flight)
         max_in_flight_bytes = check_in_flight("max_in_flight_bytes", max_in_flight_bytes)
         if retention not in ("keep", "acked"):
@@ -516,6 +538,7 @@ class App:
                     max_in_flight_bytes=max_in_flight_bytes,
                     rate_limit=limit,
                     retention=retention,
+                    read_ahead=read_ahead,
                 )
             return func
 

@@ -1038,7 +1038,9 @@ class NextRead:
     its call, in the same write on the same connection. Redis runs a connection's commands in
     order, so the read still happens after the ack, never before: this consumer never holds more
     than the batch in hand (at a crash, at most that batch is pending, as with two round trips),
-    but the batch costs one round trip fewer.
+    but the batch costs one round trip fewer. (A handler with ``read_ahead=True`` trades that
+    bound for overlap: its loop sends the next read as soon as a full batch arrives and offers
+    none here; see :meth:`streamworker.runtime.consumer.Consumer._reads_ahead`.)
 
     The read goes out at most once per batch, only on the loop's own client (a plain
     ``redis.asyncio.Redis``: a Redis Cluster read of another slot's node could not share the

@@ -31,6 +31,7 @@ from streamworker.core.deps import Resolver
 from streamworker.errors import ConnectionLost, StreamworkerError
 from streamworker.idempotency.base import Strategy
 from streamworker.io.redisio import (
+    Entry,
     GroupRead,
     NextRead,
     connection_errors,
@@ -301,6 +302,8 @@ class Consumer:
         # Entries read behind the last ack of a previous run (a stop or a lost connection came
         # meanwhile) are in this consumer's PEL: the backlog read below returns them.
         ahead.discard()
+        # read_ahead=True: the read sent while the batch in hand is handled (_reads_ahead).
+        early: asyncio.Task[tuple[GroupRead, float]] | None = None
         try:
             while not self.stopping():
                 state.turned()
@@ -318,7 +321,10 @@ class Consumer:
                     # spares the blocking read's race against stop() (two tasks and a wait per
                     # batch). The previous batch's last call may have sent it already
                     # (Batch.next_read).
-                    if ahead.holding():
+                    if early is not None:
+                        task, early = early, None
+                        got, sent = await task
+                    elif ahead.holding():
                         sent = ahead.sent_at
                         async with connection_errors():
                             got = self._parse_new(ahead.take())
@@ -343,7 +349,9 @@ class Consumer:
                     # an in-flight bound it is not offered: its COUNT is fixed (batch_size) and
                     # it would go out before this batch's entries are released, past the
                     # reservation; the loop reads again, sized by the room left, once the batch
-                    # has settled.
+                    # has settled. A read sent early (read_ahead=True) is out already.
+                    if self._reads_ahead(entries):
+                        early = asyncio.ensure_future(self._read_early())
                     try:
                         await process(
                             entries,
@@ -351,7 +359,7 @@ class Consumer:
                             # Claimed entries are handled as the reclaimer's are (not fresh).
                             fresh_at=None if got.claimed else sent,
                             sent_at=sent,
-                            next_read=None if self.sizes.bounded else ahead,
+                            next_read=None if self.sizes.bounded or early is not None else ahead,
                         )
                     finally:
                         self.sizes.release(entries)
@@ -365,8 +373,52 @@ class Consumer:
                 finally:
                     self.sizes.release(entries)
         finally:
-            # Permits held for a read that will not be sent go back.
-            await self.sizes.drop()
+            try:
+                if early is not None:
+                    await self._settle_early(early)
+            finally:
+                # Permits held for a read that will not be sent go back.
+                await self.sizes.drop()
+
+    def _reads_ahead(self, entries: list[Entry]) -> bool:
+        """``read_ahead=True`` and a full batch in hand: more entries are likely waiting, so the
+        next read goes out now and Redis prepares the next batch while this one is handled.
+
+        Why it is opt-in: the read-behind-the-ack (NextRead) keeps this consumer at one batch
+        pending at a time; a read sent early adds a second. Nothing is lost either way (a crash
+        leaves both pending for the backlog read of the next start), but twice as much is
+        redelivered and the group's pending count reads twice as high. The early batch's lease
+        starts when its read is sent, as every read's does: if the batch in hand outlasts the
+        safe part of ``claim_idle_ms``, the batch processor checks the early entries (still
+        this consumer's?) before their handlers run."""
+        return self.spec.read_ahead and len(entries) >= self.spec.batch_size and not self.stopping()
+
+    async def _read_early(self) -> tuple[GroupRead, float]:
+        """The ``>`` read sent while the batch in hand is handled, and when it was sent."""
+        got = await self._read(b">", block_ms=None)
+        return got, self._read_sent
+
+    async def _settle_early(self, task: asyncio.Task[tuple[GroupRead, float]]) -> None:
+        """A read sent early that the loop leaves (it stops, or the batch before it failed).
+
+        Its reply is waited for: a read without BLOCK answers at once, or within the socket
+        timeout. On a stop its entries join those read but not started, which the worker hands
+        back to the group (:meth:`release_unstarted`); otherwise (a lost connection) the next
+        round's backlog read returns them. If the read failed, whatever it took stays in this
+        consumer's PEL for that backlog read, or for another consumer after ``claim_idle_ms``."""
+        try:
+            if not task.done():
+                await asyncio.wait({task})
+        finally:
+            if not task.done():
+                task.cancel()  # this loop was cancelled meanwhile (the shutdown deadline)
+        if task.cancelled() or task.exception() is not None:
+            return
+        got, _ = task.result()
+        self.sizes.release(got.entries)
+        if self.stopping():
+            for entry in got.entries:
+                self.holdings.not_started(entry.id)
 
     def _parse_new(self, reply: object) -> GroupRead:
         """A '>' read's reply: its entries and their delivery counters."""

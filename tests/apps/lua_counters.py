@@ -8,6 +8,7 @@ SW_TEST_SLEEP_S      seconds each handler takes (default 0)
 SW_TEST_BATCH        batch size (default 5)
 SW_TEST_DEDUP        dedup_field (default: none)
 SW_TEST_CLAIM_IDLE_MS  claim_idle_ms (default 60000)
+SW_TEST_READ_AHEAD   "1": read_ahead=True
 SW_TEST_KILL         where this process SIGKILLs itself, once:
                        before_script:K   at the K-th apply script, before it is sent
                        after_script:K    after the K-th apply script returned (effects applied,
@@ -65,6 +66,7 @@ lua.LuaStrategy._apply = _apply_or_die  # type: ignore[method-assign]
     block_ms=200,
     claim_idle_ms=int(os.environ.get("SW_TEST_CLAIM_IDLE_MS", "60000")),
     dedup_field=os.environ.get("SW_TEST_DEDUP") or None,
+    read_ahead=os.environ.get("SW_TEST_READ_AHEAD") == "1",
 )
 def charge(msg: Message) -> Effects:
     n = msg.fields["n"]

@@ -9,6 +9,7 @@ SW_TEST_BATCH                    batch size (default 5)
 SW_TEST_CLAIM_IDLE_MS            claim_idle_ms (default 60000)
 SW_TEST_HOLD                     file: the first handler call waits until it exists (at most
                                  120 s), so the test decides when that batch goes on
+SW_TEST_READ_AHEAD               "1": read_ahead=True
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def _go(path: str) -> bool:
     batch_size=int(os.environ.get("SW_TEST_BATCH", "5")),
     block_ms=200,
     claim_idle_ms=int(os.environ.get("SW_TEST_CLAIM_IDLE_MS", "60000")),
+    read_ahead=os.environ.get("SW_TEST_READ_AHEAD") == "1",
 )
 async def record(msg: Message) -> None:
     _record(f"start {msg.id} {msg.fields.get('n', '')} {msg.delivery_count} {msg.consumer}")
