@@ -328,6 +328,20 @@ class _ClusterClient(aiocluster.RedisCluster):
     here.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # redis-py fixes the cluster's connection class (Connection, or SSLConnection with
+        # ssl=True) and hands the same keyword dict to every node it meets later, startup nodes
+        # included: streamworker's own classes go in there, before anything has connected, so
+        # every node's sends are bounded without a Task per send (_TimedSends).
+        ours = {aioredis.Connection: _Connection, aioredis.SSLConnection: _SSLConnection}
+        shared: dict[str, Any] = self.nodes_manager.connection_kwargs
+        chosen = shared.get("connection_class")
+        if chosen in ours:
+            shared["connection_class"] = ours[chosen]
+        for node in self.nodes_manager.startup_nodes.values():
+            node.connection_class = ours.get(node.connection_class, node.connection_class)
+
     async def _determine_slot(self, command: str, *args: Any) -> int:
         if command.upper() in ("XREADGROUP", "XREAD"):
             keys = _stream_keys(args)
