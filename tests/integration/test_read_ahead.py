@@ -17,7 +17,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from streamworker import App, ConfigError, Message
+from streamworker import App, ConfigError, Effects, Message
 from streamworker.core.deps import Resolver
 from streamworker.idempotency.base import Strategy
 from streamworker.idempotency.lua import LuaStrategy
@@ -27,7 +27,9 @@ from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.release import XCLAIM
 from streamworker.runtime.threads import HandlerThreads
+from tests.support.faultproxy import Fault, FaultProxy, Rule, is_empty_reply
 from tests.support.proc import read_lines, stop_process, streamworker, wait_for
+from tests.support.servers import RedisServer
 from tests.support.worker import eventually
 
 STREAM, GROUP, NAME = "early", "g", "c1"
@@ -206,6 +208,49 @@ async def test_an_early_batch_claimed_away_while_it_waited_is_dropped_unhandled(
     assert gate.handled == ids[:5]
     assert _pending(redis_client) == ids[5:]
     assert _pending(redis_client, "c2") == ids[5:]
+
+
+@pytest.mark.parametrize("idempotency", ["none", "lua"])
+async def test_an_early_read_whose_reply_is_lost_is_handled_after_the_reconnect(
+    redis_url: str, redis_server: RedisServer, redis_client: redis.Redis, idempotency: str
+) -> None:
+    """Through a fault proxy: the early read runs in Redis (its entries now pending for this
+    consumer) but its reply is lost and the connection closed. The loop reconnects and its
+    backlog read returns those entries: every message handled once, every effect applied once,
+    nothing left pending."""
+    ids = _publish(redis_client, 12)
+    handled: list[str] = []
+
+    async def plain(msg: Message) -> None:
+        handled.append(msg.id)
+
+    async def counting(msg: Message) -> Effects:
+        handled.append(msg.id)
+        return Effects().hincrby("applied", msg.id, 1)
+
+    with FaultProxy(redis_server.port, protocol="redis") as proxy:
+        lost = proxy.add_rule(
+            Rule(
+                Fault("reply_loss"),
+                lambda args: args[0].upper() == b"XREADGROUP" and args[-1] == b">",
+                lambda reply: not is_empty_reply(reply),
+                skip=1,  # the first '>' read brings batch 1; the second is the early one
+            )
+        )
+        client = aioredis.Redis.from_url(proxy.url)
+        handle = counting if idempotency == "lua" else plain
+        consumer = _consumer(client, handle, idempotency=idempotency)
+        task = asyncio.ensure_future(consumer.run())
+        try:
+            await eventually(lambda: sorted(set(handled)) == ids and not _pending(redis_client))
+        finally:
+            await _stop(consumer, task)
+            await client.aclose()
+        assert lost.used == 1
+    assert sorted(handled) == ids  # each once: the lost reply's entries ran after the reconnect
+    if idempotency == "lua":
+        applied = redis_client.hgetall("applied")
+        assert {k.decode(): int(v) for k, v in applied.items()} == dict.fromkeys(ids, 1)
 
 
 # -------------------------------------------------------------------------------------------
