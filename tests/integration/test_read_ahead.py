@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from streamworker.runtime.backoff import Backoff
 from streamworker.runtime.consumer import Consumer
 from streamworker.runtime.release import XCLAIM
 from streamworker.runtime.threads import HandlerThreads
+from tests.support.engine_server import EngineServerProcess
 from tests.support.faultproxy import Fault, FaultProxy, Rule, is_empty_reply
 from tests.support.proc import read_lines, stop_process, streamworker, wait_for
 from tests.support.servers import RedisServer
@@ -311,9 +312,26 @@ def _worker(url: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
     )
 
 
-def test_a_kill_with_a_batch_read_early_loses_nothing(redis_url: str, tmp_path: Path) -> None:
+@pytest.fixture(params=["redis-server-7.0", "engine-8.10"])
+def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, bool]]:
+    """(url, whether the worker's '>' reads also claim idle entries there): redis-server 7.0,
+    and the engine in Redis 8.10 mode (``XREADGROUP … CLAIM``: the early read is one of those)."""
+    if request.param == "redis-server-7.0":
+        yield request.getfixturevalue("redis_url"), False
+        return
+    engine = EngineServerProcess(extra=("--redis-version", "8.10")).start()
+    try:
+        yield engine.url, True
+    finally:
+        engine.stop()
+
+
+def test_a_kill_with_a_batch_read_early_loses_nothing(
+    server: tuple[str, bool], tmp_path: Path
+) -> None:
     """SIGKILL while the first batch is handled and the second is read: both are pending, and
     the restarted worker's backlog read handles them; every message is handled, none lost."""
+    redis_url, claims = server
     client = redis.Redis.from_url(redis_url)
     ids = _publish(client, 23)
     log = tmp_path / "handled.log"
@@ -324,7 +342,8 @@ def test_a_kill_with_a_batch_read_early_loses_nothing(redis_url: str, tmp_path: 
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
     finally:
-        stop_process(proc)
+        err = stop_process(proc)
+    assert f'"claim": {str(claims).lower()}' in err, err[-3000:]
     lines = read_lines(log)
     assert [line[1] for line in lines if line[0] == "start"] == ids[:1]
     again = _worker(redis_url, log)
