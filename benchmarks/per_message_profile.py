@@ -1,6 +1,6 @@
 """The consume loop's CPU per message, measured so that the machine's load does not move it.
 
-Run: ``python -m benchmarks.per_message_profile [--variants raw,rawsync,none,lua] [--messages N]
+Run: ``python -m benchmarks.per_message_profile [--variants raw,rawsync,none,lua,ahead] [--messages N]
 [--profile FILE] [--callgrind]``.
 
 Starts its own redis-server on a free loopback port, and for each variant fills a stream with
@@ -13,7 +13,9 @@ Starts its own redis-server on a free loopback port, and for each variant fills 
 * ``none`` / ``lua``: a :class:`~streamworker.runtime.worker.Worker` built as ``streamworker run``
   builds it (JSON logs at info, the default metrics), ``idempotency="none"`` / ``"lua"``, stopped
   once every entry is processed; without the reclaimer and the delayed-entry mover, whose work
-  comes per second, not per message.
+  comes per second, not per message;
+* ``ahead``: ``none`` with ``read_ahead=True`` (each full batch's successor read while the batch
+  is handled).
 
 Per variant it prints the process CPU time (user + system of this process, not wall time) from
 the first batch to the drain, per message. ``--profile FILE`` runs the drains under cProfile and
@@ -46,7 +48,7 @@ import redis
 from benchmarks.cli_throughput_bench import GROUP, STREAM, checked_variants, prefill
 from benchmarks.engine_bench import RedisServerProcess
 
-VARIANTS = ("raw", "rawsync", "none", "lua")
+VARIANTS = ("raw", "rawsync", "none", "lua", "ahead")
 BATCH = 100
 
 # The profiler of a --profile run: on from the first batch to the drain only (start-up and
@@ -116,7 +118,7 @@ def drain_rawsync(url: str, n: int) -> float:
     return cpu
 
 
-async def drain_worker(url: str, n: int, idempotency: str) -> float:
+async def drain_worker(url: str, n: int, idempotency: str, *, read_ahead: bool = False) -> float:
     """A Worker as ``streamworker run`` builds it; returns the CPU seconds from the first
     processed batch to the drain."""
     from streamworker import App, Message
@@ -127,7 +129,9 @@ async def drain_worker(url: str, n: int, idempotency: str) -> float:
     configure_logging("json", "info")
     app = App(f"profile-{idempotency}")
 
-    @app.handler(STREAM, group=GROUP, idempotency=idempotency, batch_size=BATCH)
+    @app.handler(
+        STREAM, group=GROUP, idempotency=idempotency, batch_size=BATCH, read_ahead=read_ahead
+    )
     async def handle(msg: Message) -> None:  # type: ignore[type-arg]
         return None
 
@@ -165,6 +169,8 @@ def drain(variant: str, url: str, n: int) -> float:
         return asyncio.run(drain_raw(url, n))
     if variant == "rawsync":
         return drain_rawsync(url, n)
+    if variant == "ahead":
+        return asyncio.run(drain_worker(url, n, "none", read_ahead=True))
     return asyncio.run(drain_worker(url, n, variant))
 
 
