@@ -3,10 +3,12 @@ for ``idempotency="sql"`` a real PostgreSQL 15 (a fresh database per test) and S
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -87,6 +89,21 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+@pytest.fixture
+def wait_for_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """Every ``asyncio.wait_for`` call from now on, recorded (the calls still go through): the
+    sends of streamworker's connections must not use it (``io.redisio._TimedSends``)."""
+    calls: list[tuple[Any, ...]] = []
+    real = asyncio.wait_for
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "wait_for", counted)
+    return calls
 
 
 @pytest.fixture

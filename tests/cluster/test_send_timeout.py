@@ -6,9 +6,6 @@ swaps its own in for every node, those it starts from and those it finds later. 
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 import pytest
 import redis.asyncio.cluster as aiocluster
 
@@ -18,7 +15,7 @@ from tests.support.cluster import LocalCluster
 
 @pytest.mark.asyncio
 async def test_every_node_sends_without_wait_for(
-    redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+    redis_cluster: LocalCluster, request: pytest.FixtureRequest
 ) -> None:
     redis_cluster.flushall()
     # One startup node: the other two masters are found from its slot map.
@@ -30,14 +27,7 @@ async def test_every_node_sends_without_wait_for(
         # A connection's first send (connect and handshake) goes redis-py's way: one to each
         # node first.
         assert [await client.xlen(k) for k in keys] == [0] * 30
-        calls: list[Any] = []
-        real = asyncio.wait_for
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            calls.append(args)
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(asyncio, "wait_for", counted)
+        calls = request.getfixturevalue("wait_for_calls")  # from here on
         for n, key in enumerate(keys):
             await client.xadd(key, {"n": n})
         assert [await client.xlen(k) for k in keys] == [1] * 30

@@ -16,7 +16,6 @@ import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -86,19 +85,12 @@ async def test_a_reply_that_does_not_come_still_times_out_the_read(
 
 @pytest.mark.asyncio
 async def test_sends_on_a_connected_client_do_not_go_through_wait_for(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, request: pytest.FixtureRequest
 ) -> None:
     client = open_redis(redis_url, socket_timeout_s=5.0)
     try:
         await client.ping()
-        calls: list[Any] = []
-        real = asyncio.wait_for
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            calls.append(args)
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(asyncio, "wait_for", counted)
+        calls = request.getfixturevalue("wait_for_calls")  # from here on
         for n in range(20):
             await client.xadd("s", {"n": n})
         assert await client.xlen("s") == 20
