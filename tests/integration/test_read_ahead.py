@@ -7,6 +7,7 @@ redis-server (and ``streamworker run`` processes where a user would see it)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Iterator
@@ -110,9 +111,20 @@ class _Gate:
         await self._open.wait()
 
 
-async def _stop(consumer: Consumer, task: asyncio.Future[None]) -> None:
-    consumer.stop()
-    await asyncio.wait_for(task, 10)
+@contextlib.asynccontextmanager
+async def _running(
+    consumer: Consumer, gate: _Gate | None = None
+) -> AsyncIterator[asyncio.Task[None]]:
+    """``consumer`` runs inside the block; after it (a failure included) the gate opens and the
+    consumer stops and returns."""
+    task = asyncio.ensure_future(consumer.run())
+    try:
+        yield task
+    finally:
+        if gate is not None:
+            gate.open()
+        consumer.stop()
+        await asyncio.wait_for(task, 10)
 
 
 async def test_a_full_batch_has_its_successor_read_while_it_is_handled(
@@ -120,18 +132,13 @@ async def test_a_full_batch_has_its_successor_read_while_it_is_handled(
 ) -> None:
     ids = _publish(redis_client, 12)
     gate = _Gate()
-    consumer = _consumer(client, gate.handle)
-    task = asyncio.ensure_future(consumer.run())
-    try:
+    async with _running(_consumer(client, gate.handle), gate):
         await eventually(lambda: gate.started.is_set())
         # The first batch's first handler has not returned, and the second batch is read.
         await eventually(lambda: _pending(redis_client) == ids[:10])
         assert gate.handled == ids[:1]
         gate.open()
         await eventually(lambda: gate.handled == ids and not _pending(redis_client))
-    finally:
-        gate.open()
-        await _stop(consumer, task)
     # Each handled once, in stream order.
     assert gate.handled == ids
 
@@ -144,12 +151,8 @@ async def test_an_in_flight_bound_holds_with_read_ahead(
     ids = _publish(redis_client, 17)
     gate = _Gate(redis_client)
     gate.open()
-    consumer = _consumer(client, gate.handle, max_in_flight=BATCH)
-    task = asyncio.ensure_future(consumer.run())
-    try:
+    async with _running(_consumer(client, gate.handle, max_in_flight=BATCH)):
         await eventually(lambda: gate.handled == ids and not _pending(redis_client))
-    finally:
-        await _stop(consumer, task)
     assert max(gate.pending_seen) <= BATCH
 
 
@@ -159,15 +162,11 @@ async def test_a_stop_hands_the_early_batch_back_with_the_unstarted_rest(
     ids = _publish(redis_client, 10)
     gate = _Gate()
     consumer = _consumer(client, gate.handle)
-    task = asyncio.ensure_future(consumer.run())
-    try:
+    async with _running(consumer, gate) as task:
         await eventually(lambda: _pending(redis_client) == ids)
         consumer.stop()
         gate.open()
         await asyncio.wait_for(task, 10)
-    finally:
-        gate.open()
-        await _stop(consumer, task)
     assert gate.handled == ids[:1]
     # The first batch's four unstarted messages and the five read early.
     assert await consumer.release_unstarted(XCLAIM) == 9
@@ -190,8 +189,7 @@ async def test_an_early_batch_claimed_away_while_it_waited_is_dropped_unhandled(
     ids = _publish(redis_client, 10)
     gate = _Gate()
     consumer = _consumer(client, gate.handle, idempotency="lua", claim_idle_ms=claim_idle_ms)
-    task = asyncio.ensure_future(consumer.run())
-    try:
+    async with _running(consumer, gate):
         await eventually(lambda: _pending(redis_client) == ids)
         claimed: list[str] = []
 
@@ -203,53 +201,58 @@ async def test_an_early_batch_claimed_away_while_it_waited_is_dropped_unhandled(
         await eventually(claim_early)
         gate.open()
         await eventually(lambda: _pending(redis_client, NAME) == [])
-    finally:
-        gate.open()
-        await _stop(consumer, task)
     assert gate.handled == ids[:5]
     assert _pending(redis_client) == ids[5:]
     assert _pending(redis_client, "c2") == ids[5:]
 
 
+@pytest.mark.parametrize("fault", ["reply_loss", "hold"])
 @pytest.mark.parametrize("idempotency", ["none", "lua"])
 async def test_an_early_read_whose_reply_is_lost_is_handled_after_the_reconnect(
-    redis_url: str, redis_server: RedisServer, redis_client: redis.Redis, idempotency: str
+    redis_url: str,
+    redis_server: RedisServer,
+    redis_client: redis.Redis,
+    idempotency: str,
+    fault: str,
 ) -> None:
     """Through a fault proxy: the early read runs in Redis (its entries now pending for this
-    consumer) but its reply is lost and the connection closed. The loop reconnects and its
-    backlog read returns those entries: every message handled once, every effect applied once,
-    nothing left pending."""
+    consumer) but its reply is lost and the connection closed, or held past the socket timeout
+    (0.5 s; held 2 s). The loop reconnects and its backlog read returns those entries: every
+    message handled once, every effect applied once, nothing left pending."""
     ids = _publish(redis_client, 12)
     handled: list[str] = []
+    counts: dict[str, int] = {}
 
     async def plain(msg: Message) -> None:
         handled.append(msg.id)
+        counts[msg.id] = msg.delivery_count
 
     async def counting(msg: Message) -> Effects:
-        handled.append(msg.id)
+        await plain(msg)
         return Effects().hincrby("applied", msg.id, 1)
 
     with FaultProxy(redis_server.port, protocol="redis") as proxy:
         lost = proxy.add_rule(
             Rule(
-                Fault("reply_loss"),
+                Fault("reply_loss") if fault == "reply_loss" else Fault("hold", 2.0),
                 lambda args: args[0].upper() == b"XREADGROUP" and args[-1] == b">",
                 lambda reply: not is_empty_reply(reply),
                 skip=1,  # the first '>' read brings batch 1; the second is the early one
             )
         )
-        client = aioredis.Redis.from_url(proxy.url)
+        client = aioredis.Redis.from_url(proxy.url, socket_timeout=0.5)
         handle = counting if idempotency == "lua" else plain
-        consumer = _consumer(client, handle, idempotency=idempotency)
-        task = asyncio.ensure_future(consumer.run())
         try:
-            await eventually(lambda: set(handled) == set(ids) and not _pending(redis_client))
+            async with _running(_consumer(client, handle, idempotency=idempotency)):
+                await eventually(lambda: set(handled) == set(ids) and not _pending(redis_client))
         finally:
-            await _stop(consumer, task)
             await client.aclose()
         assert lost.used == 1
-    # Each once: the lost reply's entries ran after the reconnect.
+    # Each once; the early batch's entries came back through the backlog read after the
+    # reconnect (their second delivery), not through the reply that was lost or came too late.
     assert sorted(handled) == sorted(ids)
+    assert {counts[i] for i in ids[5:10]} == {2}
+    assert {counts[i] for i in ids[:5] + ids[10:]} == {1}
     if idempotency == "lua":
         applied = redis_client.hgetall("applied")
         assert {k.decode(): int(v) for k, v in applied.items()} == dict.fromkeys(ids, 1)
